@@ -1,0 +1,25 @@
+# Every target sets up what it needs: a fresh machine only needs python3, gcc and a JDK.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: run test bench clean
+
+$(STAMP): pyproject.toml setup.py bus1py/_build.py $(wildcard csrc/*.c csrc/*.h)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,bench]'
+	touch $@
+
+run: $(STAMP)
+	$(VENV)/bin/bus1py demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) tools/bench.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info bus1py/_b1*.so bus1py/_b1.c .pytest_cache .hypothesis

@@ -1,0 +1,272 @@
+"""A bus: one POSIX shared-memory segment holding every peer's queue, clock and handles.
+
+Invariants:
+  - The segment is sized once, at creation, from the limits; nothing grows later.
+  - A process maps a bus once: `Bus.attach(name)` returns that process's mapping, which is
+    what unpickled peers use, so a child started with fork or spawn shares one mapping.
+  - After `close()` this process's mapping is gone and every call through it raises
+    ValueError instead of touching unmapped memory.
+  - The creating process unlinks the name when it exits normally, unless the bus was
+    created persistent; other processes keep their mappings until they close them.
+"""
+from __future__ import annotations
+
+import atexit
+import mmap
+import os
+import secrets
+import threading
+from dataclasses import asdict, dataclass, fields
+
+import posix_ipc
+
+from ._b1 import ffi, lib
+from .errors import bus_error
+
+_NO_CLEAR = ffi.new_allocator(should_clear_after_alloc=False)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Sizes fixed when a bus is created (keyword arguments of `Bus.create`)."""
+
+    max_peers: int = 1024
+    max_nodes: int = 65536
+    max_handles: int = 262144
+    max_entries: int = 262144
+    max_payload: int = 1 << 20
+    max_dests: int = 1024
+    max_msg_handles: int = 256
+    spin_ns: int = 50_000
+    pool_size: int = 64 << 20
+    quota_messages: int = 65536
+    quota_handles: int = 65536
+    quota_bytes: int = 16 << 20
+    inject: int = 0
+    inject_pause_ns: int = 0
+
+    def to_c(self):
+        c = ffi.new("struct b1_limits *")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"bus limit {f.name} must be a non-negative int, not {value!r}")
+            try:
+                setattr(c, f.name, value)
+            except OverflowError:
+                raise ValueError(f"bus limit {f.name}={value} is out of range") from None
+        return c
+
+
+INJECT_KINDS = {
+    "no-block": lib.B1_INJECT_NO_BLOCK,
+    "no-sync": lib.B1_INJECT_NO_SYNC,
+    "address-tiebreak": lib.B1_INJECT_ADDRESS_TIEBREAK,
+    "fifo": lib.B1_INJECT_FIFO,
+}
+
+
+def _shm_name(name: str) -> str:
+    if not isinstance(name, str) or not name.strip("/"):
+        raise ValueError(f"bus name must be a non-empty string, not {name!r}")
+    name = "/" + name.lstrip("/")
+    if "/" in name[1:] or len(name) > 255:
+        raise ValueError(f"bus name {name!r} must be one path component of at most 254 characters")
+    return name
+
+
+class Bus:
+    """A mapping of one bus in this process."""
+
+    _attached: dict[str, "Bus"] = {}
+    _created: dict[str, int] = {}  # names this process created, unlinked at exit: name -> pid
+    _lock = threading.Lock()
+
+    def __init__(self, name: str, mm: mmap.mmap, created: bool):
+        self.name = name
+        self._mmap = mm
+        self._base = ffi.from_buffer(mm)
+        self._created = created
+        self._tls = threading.local()
+        info = ffi.new("struct b1_bus_info *")
+        lib.b1_bus_info(self._base, info)
+        self.limits = Limits(**{f.name: getattr(info.limits, f.name) for f in fields(Limits)})
+
+    # ---- creating and opening ----
+
+    @classmethod
+    def create(cls, name: str | None = None, *, mode: int = 0o600, persistent: bool = False,
+               inject: str | int = 0, **limits) -> "Bus":
+        """Create a new bus.  `name=None` picks a fresh unique name.
+
+        Keyword arguments are the fields of `Limits`.  `inject` selects a deliberately
+        broken ordering path (see INJECT_KINDS) for proving the checker; never use it
+        otherwise.  Raises FileExistsError if the name is taken.
+        """
+        unknown = set(limits) - {f.name for f in fields(Limits)}
+        if unknown:
+            raise TypeError(f"unknown bus limit(s): {', '.join(sorted(unknown))}; "
+                            f"known: {', '.join(f.name for f in fields(Limits))}")
+        if isinstance(inject, str):
+            if inject not in INJECT_KINDS:
+                raise ValueError(f"unknown inject kind {inject!r}; known: {', '.join(INJECT_KINDS)}")
+            inject = INJECT_KINDS[inject]
+        lim = Limits(**limits, inject=inject)
+        c_limits = lim.to_c()
+        size = lib.b1_segment_size(c_limits)
+        if size == 0:
+            raise ValueError(f"inconsistent bus limits: {asdict(lim)}")
+        shm_name = _shm_name(name) if name is not None else f"/bus1py-{os.getpid()}-{secrets.token_hex(6)}"
+        try:
+            shm = posix_ipc.SharedMemory(shm_name, posix_ipc.O_CREX, mode=mode, size=size)
+        except posix_ipc.ExistentialError:
+            raise FileExistsError(17, f"a bus named {shm_name!r} already exists") from None
+        try:
+            mm = mmap.mmap(shm.fd, size)
+        finally:
+            shm.close_fd()
+        bus = cls(shm_name, mm, created=True)
+        r = lib.b1_init(bus._base, size, c_limits)
+        if r:
+            bus.close()
+            posix_ipc.unlink_shared_memory(shm_name)
+            raise bus_error(r, "initialising the segment")
+        bus.limits = lim
+        if not persistent:
+            cls._created[shm_name] = os.getpid()
+        with cls._lock:
+            cls._attached.setdefault(shm_name, bus)
+        return bus
+
+    @classmethod
+    def open(cls, name: str) -> "Bus":
+        """Map an existing bus; FileNotFoundError if there is none of that name."""
+        shm_name = _shm_name(name)
+        try:
+            shm = posix_ipc.SharedMemory(shm_name)
+        except posix_ipc.ExistentialError:
+            raise FileNotFoundError(2, f"no bus named {shm_name!r}") from None
+        except posix_ipc.PermissionsError as e:
+            raise PermissionError(13, f"cannot open bus {shm_name!r}: {e}") from None
+        try:
+            if shm.size == 0:
+                raise bus_error(74, f"{shm_name!r} is empty")  # EBADMSG
+            mm = mmap.mmap(shm.fd, shm.size)
+        finally:
+            shm.close_fd()
+        probe = ffi.from_buffer(mm)
+        r = lib.b1_attach(probe, len(mm))
+        ffi.release(probe)
+        if r:
+            mm.close()
+            raise bus_error(r, f"{shm_name!r}")
+        return cls(shm_name, mm, created=False)
+
+    @classmethod
+    def attach(cls, name: str) -> "Bus":
+        """This process's mapping of the bus, opened on first use (what unpickling uses)."""
+        shm_name = _shm_name(name)
+        with cls._lock:
+            bus = cls._attached.get(shm_name)
+            if bus is None or bus._base is None:
+                bus = cls._attached[shm_name] = cls.open(shm_name)
+            return bus
+
+    # ---- peers ----
+
+    def peer(self, *, quota_messages: int = 0, quota_handles: int = 0, quota_bytes: int = 0):
+        """A new peer; quotas default to the bus's."""
+        from .peer import Peer
+
+        slot = ffi.new("uint32_t *")
+        pid = ffi.new("uint64_t *")
+        for key, value in (("quota_messages", quota_messages), ("quota_handles", quota_handles),
+                           ("quota_bytes", quota_bytes)):
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{key} must be a non-negative int, not {value!r}")
+        r = lib.b1_peer_new(self.base(), quota_messages, quota_handles, quota_bytes, slot, pid)
+        if r:
+            raise bus_error(r, f"no free peer slot on bus {self.name!r} (max_peers={self.limits.max_peers})")
+        return Peer(self, slot[0], pid[0])
+
+    def info(self) -> dict:
+        info = ffi.new("struct b1_bus_info *")
+        lib.b1_bus_info(self.base(), info)
+        return {
+            "name": self.name,
+            "version": info.version,
+            "segment_size": info.segment_size,
+            "peers": info.peers_used,
+            "entries_in_use": info.entries_used,
+            "pool_used": info.pool_used,
+            "pool_size": info.pool_size,
+            "inject": info.inject,
+        }
+
+    # ---- lifetime ----
+
+    def base(self):
+        base = self._base
+        if base is None:
+            raise ValueError(f"bus {self.name!r} is closed in this process")
+        return base
+
+    def scratch(self):
+        """Per-thread buffers for the C calls: (dests, stamp, info, payload buffer)."""
+        tls = self._tls
+        try:
+            return tls.scratch
+        except AttributeError:
+            tls.scratch = (ffi.new("uint64_t[]", self.limits.max_dests), ffi.new("uint64_t[3]"),
+                           ffi.new("struct b1_msg_info *"),
+                           _NO_CLEAR("char[]", max(self.limits.max_payload, 1)))
+            return tls.scratch
+
+    def close(self) -> None:
+        """Unmap the bus in this process (peers of it become unusable here)."""
+        if self._base is None:
+            return
+        ffi.release(self._base)
+        self._base = None
+        self._tls = threading.local()
+        try:
+            self._mmap.close()
+        except BufferError:
+            pass  # a scratch buffer still points into it; the mapping goes with the process
+        with Bus._lock:
+            if Bus._attached.get(self.name) is self:
+                del Bus._attached[self.name]
+
+    def unlink(self) -> None:
+        """Remove the bus's name; processes that mapped it keep it until they close it."""
+        Bus._created.pop(self.name, None)
+        try:
+            posix_ipc.unlink_shared_memory(self.name)
+        except posix_ipc.ExistentialError:
+            raise FileNotFoundError(2, f"no bus named {self.name!r}") from None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        if self._created:
+            try:
+                self.unlink()
+            except FileNotFoundError:
+                pass
+
+    def __repr__(self):
+        state = "closed" if self._base is None else "open"
+        return f"<bus1py.Bus {self.name!r} {state}>"
+
+
+@atexit.register
+def _unlink_created():
+    pid = os.getpid()
+    for name, creator in list(Bus._created.items()):
+        if creator == pid:
+            try:
+                posix_ipc.unlink_shared_memory(name)
+            except posix_ipc.ExistentialError:
+                pass

@@ -1,0 +1,34 @@
+"""Messages as a receiver sees them.
+
+Invariant: a Message is immutable and self-contained (its payload is a copy), so it stays
+valid after the bus is closed.
+"""
+from __future__ import annotations
+
+import enum
+from typing import NamedTuple
+
+from ._b1 import lib
+
+HANDLE_INVALID: int = lib.B1_HANDLE_INVALID
+"""Stands in `Message.handles` for a handle whose node was destroyed before the message."""
+
+
+class MessageType(enum.IntEnum):
+    DATA = lib.B1_MSG_DATA
+    NODE_DESTROY = lib.B1_MSG_NODE_DESTROY
+    NODE_RELEASE = lib.B1_MSG_NODE_RELEASE
+
+
+class Message(NamedTuple):
+    type: MessageType
+    destination: int
+    """The receiver's own handle id for the node the message was addressed to."""
+    payload: bytes
+    handles: tuple
+    """Receiver-local handle ids carried by the message (HANDLE_INVALID for dead ones)."""
+    stamp: tuple
+    """(timestamp, sender peer id, transaction sequence): diagnostic, for traces."""
+
+
+MESSAGE_TYPES = tuple(MessageType)  # indexed by the C type code, cheaper than MessageType(x)

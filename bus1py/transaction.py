@@ -1,0 +1,99 @@
+"""A send transaction taken one step at a time, for tests and for teaching.
+
+`Peer.send` runs the whole transaction in one C call; this class runs the very same C steps
+(bus1py/csrc/tx.c) one by one, so a test or a student can interleave the steps of several
+concurrent senders and watch the queues in between:
+
+    tx = Transaction(peer, [h1, h2], b"x")
+    tx.stage(0); tx.stage(1)      # blocks at clock + 1 in each destination queue
+    tx.stamp()                    # the commit timestamp, from the sender's clock
+    tx.sync(0); tx.sync(1)        # destination clocks catch up before anything is visible
+    tx.commit(0); tx.commit(1)    # blocks become the message
+
+Invariant: a step out of order raises EINVAL and changes nothing.  A transaction dropped
+unfinished is aborted (before its stamp) or completed (after it), so no block outlives it.
+"""
+from __future__ import annotations
+
+from ._b1 import ffi, lib
+from .errors import bus_error
+from .peer import Peer, _as_bytes
+
+STATES = ("prepared", "staged", "synced", "committed", "dropped")
+
+
+class Transaction:
+    def __init__(self, peer: Peer, destinations, payload=b""):
+        destinations = list(destinations)
+        payload = payload if type(payload) is bytes else _as_bytes(payload)
+        self._bus = peer.bus
+        self._dests = ffi.new("struct b1_dest[]", max(len(destinations), 1))
+        self._tx = ffi.new("struct b1_tx *")
+        self._tx.dests = self._dests
+        arr = ffi.new("uint64_t[]", destinations or [0])
+        r = lib.b1_tx_prepare(self._bus.base(), self._tx, peer._slot, peer.id, arr,
+                              len(destinations), payload, len(payload))
+        if r:
+            raise bus_error(r, f"preparing a send from peer {peer.id} to {destinations!r}")
+        self._open = True
+
+    def _step(self, r, what):
+        if r:
+            raise bus_error(r, what)
+
+    def stage(self, i: int) -> None:
+        self._step(lib.b1_tx_stage(self._bus.base(), self._tx, i), f"stage {i}")
+
+    def stamp(self) -> int:
+        self._step(lib.b1_tx_stamp(self._bus.base(), self._tx), "stamp")
+        return self._tx.ts
+
+    def sync(self, i: int) -> None:
+        self._step(lib.b1_tx_sync(self._bus.base(), self._tx, i), f"sync {i}")
+
+    def commit(self, i: int) -> None:
+        self._step(lib.b1_tx_commit(self._bus.base(), self._tx, i), f"commit {i}")
+        if all(s in ("committed", "dropped") for s in self.states):
+            self._open = False
+
+    def abort(self) -> None:
+        if self._tx.ts:
+            raise bus_error(22, "a stamped transaction cannot be aborted, only completed")
+        lib.b1_tx_abort(self._bus.base(), self._tx)
+        self._open = False
+
+    @property
+    def n(self) -> int:
+        return self._tx.n
+
+    @property
+    def seq(self) -> int:
+        return self._tx.seq
+
+    @property
+    def timestamp(self) -> int:
+        """The commit timestamp (0 until stamped)."""
+        return self._tx.ts
+
+    @property
+    def max_ts(self) -> int:
+        """The running maximum of destination clocks seen while staging."""
+        return self._tx.max_ts
+
+    @property
+    def states(self) -> tuple:
+        return tuple(STATES[self._dests[i].state] for i in range(self._tx.n))
+
+    def __del__(self):
+        try:
+            if not self._open or self._bus._base is None:
+                return
+            if self._tx.ts == 0:
+                lib.b1_tx_abort(self._bus.base(), self._tx)
+            else:
+                for i in range(self._tx.n):
+                    lib.b1_tx_sync(self._bus.base(), self._tx, i)
+                for i in range(self._tx.n):
+                    lib.b1_tx_commit(self._bus.base(), self._tx, i)
+        except Exception:
+            pass

@@ -1,0 +1,138 @@
+/*
+ * alloc.c -- lock-free allocation of table slots and pool records.
+ *
+ * Invariants:
+ *   - A slot is carved once from its table's bump pointer and afterwards only moves
+ *     between "in use" and its free stack; memory is never returned to the system, so a
+ *     racing reader of a stale free-list link reads garbage but never faults, and the tag
+ *     in the stack head makes its compare-and-swap fail.
+ *   - Pool records come in power-of-two size classes (64 B .. 128 MiB).  A record never
+ *     changes class, so a free record goes back to the stack of the class it was cut for.
+ *   - Nothing here takes a lock: allocation is wait-free on the bump path and lock-free on
+ *     the stack path, so it cannot deadlock with the per-queue locks and a process that
+ *     dies here can leak at most the one slot it was taking.
+ */
+#include <errno.h>
+#include <string.h>
+#include "layout.h"
+
+#define TAG(h) ((h) >> 32)
+#define IDX(h) ((uint32_t)(h))
+#define HEAD(tag, idx) (((uint64_t)(tag) << 32) | (uint64_t)(idx))
+
+static uint32_t stack_pop(b1_stack *s, char *table, size_t elem_size, size_t link_offset) {
+    uint64_t h = atomic_load_explicit(&s->head, memory_order_acquire);
+    for (;;) {
+        uint32_t idx = IDX(h);
+        if (idx == 0) return 0;
+        _Atomic uint32_t *link = (_Atomic uint32_t *)(table + (size_t)idx * elem_size + link_offset);
+        uint32_t next = atomic_load_explicit(link, memory_order_relaxed);
+        if (atomic_compare_exchange_weak_explicit(&s->head, &h, HEAD(TAG(h) + 1, next),
+                                                  memory_order_acq_rel, memory_order_acquire))
+            return idx;
+    }
+}
+
+static void stack_push(b1_stack *s, uint32_t idx, _Atomic uint32_t *link) {
+    uint64_t h = atomic_load_explicit(&s->head, memory_order_relaxed);
+    do {
+        atomic_store_explicit(link, IDX(h), memory_order_relaxed);
+    } while (!atomic_compare_exchange_weak_explicit(&s->head, &h, HEAD(TAG(h) + 1, idx),
+                                                    memory_order_release, memory_order_relaxed));
+}
+
+/* Take a slot: a recycled one if any, else a fresh one; 0 when the table is full. */
+uint32_t b1_alloc_index(void *base, b1_stack *stack, _Atomic uint32_t *bump, uint32_t limit,
+                        size_t link_offset, size_t elem_size, char *table) {
+    (void)base;
+    uint32_t idx = stack_pop(stack, table, elem_size, link_offset);
+    if (idx) return idx;
+    uint32_t cur = atomic_load_explicit(bump, memory_order_relaxed);
+    do {
+        if (cur >= limit) return 0;
+    } while (!atomic_compare_exchange_weak_explicit(bump, &cur, cur + 1,
+                                                    memory_order_relaxed, memory_order_relaxed));
+    return cur;
+}
+
+void b1_free_index(b1_stack *stack, uint32_t index, _Atomic uint32_t *link) {
+    stack_push(stack, index, link);
+}
+
+uint32_t b1_entry_alloc(void *base) {
+    struct b1_header *h = HDR(base);
+    uint32_t e = b1_alloc_index(base, &h->free_entries, &h->entries_bump, h->limits.max_entries,
+                                offsetof(struct b1_entry, next_free), sizeof(struct b1_entry),
+                                (char *)ENTRY(base, 0));
+    if (e) atomic_fetch_add_explicit(&h->entries_used, 1, memory_order_relaxed);
+    return e;
+}
+
+void b1_entry_free(void *base, uint32_t e) {
+    struct b1_header *h = HDR(base);
+    atomic_fetch_sub_explicit(&h->entries_used, 1, memory_order_relaxed);
+    b1_free_index(&h->free_entries, e, &ENTRY(base, e)->next_free);
+}
+
+/* ---- the payload pool ---- */
+
+static uint32_t size_class(uint64_t bytes) {
+    uint32_t c = 0;
+    while (((uint64_t)1 << (c + B1_POOL_MIN_SHIFT)) < bytes) c++;
+    return c;
+}
+
+static uint32_t pool_pop(void *base, uint32_t cls) {
+    struct b1_header *h = HDR(base);
+    /* a pool record's free-list link lives in its first word (refs), units are 64 bytes */
+    return stack_pop(&h->pool_free[cls], (char *)base + h->off_pool,
+                     (size_t)1 << B1_POOL_MIN_SHIFT, 0);
+}
+
+/* A record of the smallest class that fits; larger classes serve when the pool is carved
+ * out, so a pool fragmented into big free records still accepts small messages. */
+uint32_t b1_msg_alloc(void *base, uint32_t len, uint32_t refs) {
+    struct b1_header *h = HDR(base);
+    uint64_t need = sizeof(struct b1_msg) + (uint64_t)len;
+    uint32_t cls = size_class(need);
+    if (cls >= B1_POOL_CLASSES) return 0;
+    uint64_t size = (uint64_t)1 << (cls + B1_POOL_MIN_SHIFT);
+    uint32_t unit = pool_pop(base, cls);
+    uint32_t got = cls;
+    if (!unit) {
+        uint64_t cur = atomic_load_explicit(&h->pool_bump, memory_order_relaxed);
+        for (;;) {
+            /* unit 0 is never handed out: it stands for "none" */
+            uint64_t start = cur ? cur : ((uint64_t)1 << B1_POOL_MIN_SHIFT);
+            if (start + size > h->limits.pool_size) break;
+            if (atomic_compare_exchange_weak_explicit(&h->pool_bump, &cur, start + size,
+                                                      memory_order_relaxed, memory_order_relaxed)) {
+                unit = (uint32_t)(start >> B1_POOL_MIN_SHIFT);
+                break;
+            }
+        }
+    }
+    for (uint32_t c = cls + 1; !unit && c < B1_POOL_CLASSES; c++) {
+        unit = pool_pop(base, c);
+        got = c;
+    }
+    if (!unit) return 0;
+    struct b1_msg *m = MSG(base, unit);
+    atomic_store_explicit(&m->refs, refs, memory_order_relaxed);
+    m->len = len;
+    m->n_handles = 0;
+    m->size_class = got;
+    atomic_fetch_add_explicit(&h->pool_used, (uint64_t)1 << (got + B1_POOL_MIN_SHIFT),
+                              memory_order_relaxed);
+    return unit;
+}
+
+/* Drop one reference; the last one returns the record to its class. */
+void b1_msg_put(void *base, uint32_t unit) {
+    struct b1_header *h = HDR(base);
+    struct b1_msg *m = MSG(base, unit);
+    if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
+    atomic_fetch_sub_explicit(&h->pool_used, (uint64_t)1 << (m->size_class + B1_POOL_MIN_SHIFT),
+                              memory_order_relaxed);
+    stack_push(&h->pool_free[m->size_class], unit, &m->refs);
+}

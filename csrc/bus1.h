@@ -1,0 +1,161 @@
+/*
+ * bus1.h -- the C helper's public interface, as Python sees it through cffi.
+ *
+ * Everything between the cdef markers is parsed by cffi (bus1py/_build.py), so it holds
+ * only plain declarations and integer #defines.  The shared-memory layout behind these
+ * calls is private to csrc/ (layout.h).
+ *
+ * Conventions every call keeps:
+ *   - `base` is this process's mapping of the bus segment; all links inside the segment are
+ *     offsets or indices, never pointers, so every process may map it anywhere.
+ *   - A peer is named by (slot, id): the slot locates it in the segment, the id (unique on
+ *     the bus, never reused) proves the slot still holds the same peer.
+ *   - Calls return 0 (or a non-negative value) on success and -errno on failure, and a
+ *     failed call changes nothing visible.
+ */
+#ifndef BUS1PY_BUS1_H
+#define BUS1PY_BUS1_H
+#include <stdint.h>
+
+/* cdef-begin */
+#define B1_VERSION 1
+#define B1_HANDLE_INVALID 0xffffffffffffffff
+
+#define B1_MSG_DATA 0
+#define B1_MSG_NODE_DESTROY 1
+#define B1_MSG_NODE_RELEASE 2
+
+/* fault injection (bus1py stress --inject): deliberately broken ordering paths */
+#define B1_INJECT_NONE 0
+#define B1_INJECT_NO_BLOCK 1
+#define B1_INJECT_NO_SYNC 2
+#define B1_INJECT_ADDRESS_TIEBREAK 3
+#define B1_INJECT_FIFO 4
+
+struct b1_limits {
+    uint32_t max_peers;        /* peer slots in the segment */
+    uint32_t max_nodes;        /* node slots */
+    uint32_t max_handles;      /* handle slots (all peers together) */
+    uint32_t max_entries;      /* queue entries (one per destination of a message in flight) */
+    uint32_t max_payload;      /* bytes per message */
+    uint32_t max_dests;        /* destinations per send */
+    uint32_t max_msg_handles;  /* handles carried per message */
+    uint32_t spin_ns;          /* how long recv spins on the front entry before sleeping */
+    uint64_t pool_size;        /* bytes of the payload pool */
+    uint32_t quota_messages;   /* default per-peer quotas (the receiver pays) */
+    uint32_t quota_handles;
+    uint64_t quota_bytes;
+    uint32_t inject;           /* B1_INJECT_*: 0 for the correct algorithm */
+    uint32_t inject_pause_ns;  /* pause between destinations in injected modes */
+};
+
+/* One destination of a transaction, filled by b1_tx_prepare. */
+struct b1_dest {
+    uint64_t handle;      /* the sender's handle id for the destination node */
+    uint64_t peer_id;     /* the node owner's peer id */
+    uint64_t owner_handle;/* the owner's own handle id for the node (msg.destination) */
+    uint32_t peer_slot;
+    uint32_t node;
+    uint32_t node_gen;
+    uint32_t entry;       /* the queue entry staged for this destination */
+    uint32_t state;       /* 0 prepared, 1 staged, 2 synced, 3 committed, 4 dropped */
+    uint32_t pad;
+};
+
+/* A send transaction, stepped by b1_tx_* or run whole by b1_send. */
+struct b1_tx {
+    uint32_t sender_slot;
+    uint32_t n;            /* destinations */
+    uint64_t sender_id;
+    uint64_t seq;          /* the sender's transaction sequence number */
+    uint64_t max_ts;       /* running maximum of the destination clocks seen while staging */
+    uint64_t ts;           /* the commit timestamp (even), 0 until stamped */
+    uint32_t msg;          /* the message record in the pool */
+    uint32_t pad;
+    struct b1_dest *dests;
+};
+
+struct b1_msg_info {
+    uint64_t ts;
+    uint64_t sender;
+    uint64_t seq;
+    uint64_t destination;  /* the receiver's own handle id for the node */
+    uint32_t type;
+    uint32_t len;
+    uint32_t n_handles;
+    uint32_t pad;
+};
+
+struct b1_peer_info {
+    uint64_t id;
+    uint64_t clock;
+    uint32_t state;
+    uint32_t n_entries;        /* queued entries, staged and committed */
+    uint32_t n_messages;       /* charged against quota_messages */
+    uint32_t n_handles;        /* charged against quota_handles */
+    uint64_t n_bytes;          /* charged against quota_bytes */
+    uint32_t quota_messages;
+    uint32_t quota_handles;
+    uint64_t quota_bytes;
+    uint64_t front_ts;         /* timestamp of the front entry, 0 when empty */
+    uint64_t sent;
+    uint64_t received;
+    uint32_t lock_recoveries;  /* times a lock was taken over from a dead holder */
+    uint32_t pad;
+};
+
+struct b1_bus_info {
+    uint32_t version;
+    uint32_t inject;
+    uint64_t segment_size;
+    uint32_t peers_used;
+    uint32_t entries_used;
+    uint64_t pool_used;
+    uint64_t pool_size;
+    struct b1_limits limits;
+};
+
+uint64_t b1_segment_size(const struct b1_limits *l);
+int b1_init(void *base, uint64_t size, const struct b1_limits *l);
+int b1_attach(void *base, uint64_t size);
+int b1_bus_info(void *base, struct b1_bus_info *out);
+void b1_process_init(void);
+
+int b1_peer_new(void *base, uint32_t quota_messages, uint32_t quota_handles,
+                uint64_t quota_bytes, uint32_t *slot, uint64_t *id);
+int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id);
+int b1_peer_query(void *base, uint32_t slot, uint64_t id, struct b1_peer_info *out);
+int b1_peer_ready(void *base, uint32_t slot, uint64_t id);
+int b1_peer_wait_change(void *base, uint32_t slot, uint32_t seen, int64_t timeout_ns);
+uint32_t b1_peer_wake_seq(void *base, uint32_t slot);
+
+int b1_node_create(void *base, uint32_t slot, uint64_t id, uint64_t *handle);
+int b1_handle_transfer(void *base, uint32_t slot, uint64_t id, uint64_t handle,
+                       uint32_t to_slot, uint64_t to_id, uint64_t *out);
+
+/* the transaction, step by step (each step is one queue operation) */
+int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,
+                  const uint64_t *dests, uint32_t n, const char *payload, uint32_t len);
+int b1_tx_stage(void *base, struct b1_tx *tx, uint32_t i);
+int b1_tx_stamp(void *base, struct b1_tx *tx);
+int b1_tx_sync(void *base, struct b1_tx *tx, uint32_t i);
+int b1_tx_commit(void *base, struct b1_tx *tx, uint32_t i);
+void b1_tx_abort(void *base, struct b1_tx *tx);
+
+/* the whole send in one call; stamp receives (ts, sender id, seq) */
+int b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, uint32_t n,
+            const char *payload, uint32_t len, uint64_t *stamp);
+
+/* receive the front entry if committed: -EAGAIN when empty or blocked */
+int b1_recv(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *info,
+            char *buf, uint32_t buflen);
+/* the same, waiting: timeout_ns < 0 waits forever; -ETIMEDOUT, -EINTR */
+int b1_recv_wait(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *info,
+                 char *buf, uint32_t buflen, int64_t timeout_ns);
+
+/* queue internals exposed for tests and benchmarks */
+int b1_queue_check(void *base, uint32_t slot);   /* verifies tree order and counts */
+int b1_queue_depth(void *base, uint32_t slot);
+/* cdef-end */
+
+#endif

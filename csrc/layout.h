@@ -1,0 +1,186 @@
+/*
+ * layout.h -- the shared-memory layout of a bus (version B1_VERSION).
+ *
+ * One POSIX shared-memory object holds the whole bus:
+ *
+ *   [header | peers[max_peers] | nodes[max_nodes] | handles[max_handles] |
+ *    entries[max_entries] | payload pool]
+ *
+ * Invariants:
+ *   - Links are 32-bit indices (0 means "none"; index 0 of every table is never used) or
+ *     64-bit byte offsets from the segment base: the segment maps at any address.
+ *   - Each peer's queue (tree, clock, counters) is guarded by that peer's robust,
+ *     process-shared mutex.  Node fields and the holder lists of handles are guarded by
+ *     the node owner's mutex.  No code path holds two mutexes at once.
+ *   - The tables and the pool are carved lazily by atomic bump pointers and recycled
+ *     through lock-free Treiber stacks whose heads carry an ABA tag; these are the only
+ *     bus-wide shared words, and they are never locked.
+ *   - A clock is always even; odd timestamps are blocks (staged entries).
+ *   - The header's magic is written last on creation, with release order: a process that
+ *     sees the magic sees a fully initialised segment.
+ */
+#ifndef BUS1PY_LAYOUT_H
+#define BUS1PY_LAYOUT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stddef.h>
+#include "bus1.h"
+
+#define B1_MAGIC 0x7962317375627962ULL /* "bybus1by" */
+#define B1_POOL_MIN_SHIFT 6            /* smallest pool slot: 64 bytes */
+#define B1_POOL_CLASSES 22             /* up to 2^27 = 128 MiB slots */
+
+enum { B1_PEER_FREE = 0, B1_PEER_ACTIVE = 1, B1_PEER_DISCONNECTED = 2 };
+enum { B1_DEST_PREPARED, B1_DEST_STAGED, B1_DEST_SYNCED, B1_DEST_COMMITTED, B1_DEST_DROPPED };
+
+/* A lock-free stack of free slots: head = (tag << 32) | index. */
+typedef struct { _Atomic uint64_t head; } b1_stack;
+
+struct b1_header {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t header_size;
+    uint64_t segment_size;
+    struct b1_limits limits;
+    uint64_t off_peers, off_nodes, off_handles, off_entries, off_pool;
+
+    _Atomic uint64_t next_peer_id;     /* ids are unique and never reused */
+    _Atomic uint32_t peers_bump;       /* next never-used slot of each table */
+    _Atomic uint32_t nodes_bump;
+    _Atomic uint32_t handles_bump;
+    _Atomic uint32_t entries_bump;
+    _Atomic uint32_t entries_used;
+    uint32_t pad0;
+    b1_stack free_nodes, free_handles, free_entries;
+    _Atomic uint64_t pool_bump;        /* bytes of the pool carved so far */
+    _Atomic uint64_t pool_used;        /* bytes in live message records */
+    b1_stack pool_free[B1_POOL_CLASSES];
+};
+
+/* A peer: one queue with its lock and clock, plus accounting. */
+struct b1_peer {
+    pthread_mutex_t lock;
+    /* --- guarded by lock --- */
+    uint64_t id;
+    uint32_t state;
+    uint32_t root;         /* treap root (entry index) */
+    uint32_t front;        /* leftmost entry, 0 when empty */
+    uint32_t n_entries;
+    uint64_t clock;
+    uint32_t n_messages, n_handles;
+    uint64_t n_bytes;
+    uint32_t quota_messages, quota_handles;
+    uint64_t quota_bytes;
+    uint64_t fifo_counter; /* B1_INJECT_FIFO only: arrival order */
+    uint64_t received;
+    uint32_t lock_recoveries;
+    uint32_t lock_initialised;
+    /* --- read without the lock --- */
+    _Atomic uint64_t front_ts;  /* ts of the front entry, 0 when empty */
+    _Atomic uint32_t wake_seq;  /* futex word: bumped whenever the front changes */
+    _Atomic uint32_t waiters;   /* processes or threads sleeping on wake_seq */
+    _Atomic uint64_t tx_seq;    /* the peer's next transaction sequence number */
+    _Atomic uint64_t sent;
+} __attribute__((aligned(64)));
+
+/* A node: owned by one peer forever. */
+struct b1_node {
+    uint64_t owner_id;
+    uint32_t owner_slot;
+    uint32_t gen;            /* bumped at each reuse of the slot */
+    uint64_t owner_handle;   /* the owner's handle id */
+    uint64_t destroy_ts;     /* 0 while alive */
+    uint32_t holders;        /* list of non-owner handles, linked by b1_handle.next_holder */
+    _Atomic uint32_t next_free;
+};
+
+/* A handle: a peer's reference to a node.  Its id is (gen << 24) | index. */
+struct b1_handle {
+    uint64_t peer_id;
+    uint32_t peer_slot;
+    uint32_t node;
+    uint32_t node_gen;
+    uint32_t gen;
+    uint32_t refs;
+    uint32_t next_holder;
+    _Atomic uint32_t next_free;
+    uint32_t pad;
+};
+#define B1_HANDLE_INDEX_BITS 24
+#define B1_HANDLE_INDEX_MASK ((1u << B1_HANDLE_INDEX_BITS) - 1)
+
+/* A queue entry: one destination's copy of a message, in that destination's tree.
+ * Sorted by (ts, sender, seq, idx), the same tie-break at every queue. */
+struct b1_entry {
+    uint64_t ts;          /* odd: a block (staged); even: committed */
+    uint64_t sender;
+    uint64_t seq;
+    uint32_t idx;
+    uint32_t prio;        /* treap priority, a hash of the key */
+    uint32_t left, right;
+    uint32_t msg;         /* message record, in pool units (64 bytes) from the pool start */
+    uint32_t type;
+    uint64_t destination; /* the receiver's handle id for the node */
+    uint32_t node;
+    int32_t stager_pid;   /* process that staged it: reaping removes blocks of dead stagers */
+    uint64_t tiebreak;    /* B1_INJECT_ADDRESS_TIEBREAK / FIFO only */
+    _Atomic uint32_t next_free;
+    uint32_t pad;
+};
+
+/* A message record in the pool, shared by all destinations (refcounted). */
+struct b1_msg {
+    _Atomic uint32_t refs;
+    uint32_t len;
+    uint32_t n_handles;
+    uint32_t size_class;
+    /* payload follows */
+};
+
+static inline struct b1_header *HDR(void *base) { return (struct b1_header *)base; }
+static inline struct b1_peer *PEER(void *base, uint32_t i) {
+    return (struct b1_peer *)((char *)base + HDR(base)->off_peers) + i;
+}
+static inline struct b1_node *NODE(void *base, uint32_t i) {
+    return (struct b1_node *)((char *)base + HDR(base)->off_nodes) + i;
+}
+static inline struct b1_handle *HANDLE(void *base, uint32_t i) {
+    return (struct b1_handle *)((char *)base + HDR(base)->off_handles) + i;
+}
+static inline struct b1_entry *ENTRY(void *base, uint32_t i) {
+    return (struct b1_entry *)((char *)base + HDR(base)->off_entries) + i;
+}
+static inline struct b1_msg *MSG(void *base, uint32_t unit) {
+    return (struct b1_msg *)((char *)base + HDR(base)->off_pool + ((uint64_t)unit << B1_POOL_MIN_SHIFT));
+}
+
+/* alloc.c */
+uint32_t b1_alloc_index(void *base, b1_stack *stack, _Atomic uint32_t *bump, uint32_t limit,
+                        size_t link_offset, size_t elem_size, char *table);
+void b1_free_index(b1_stack *stack, uint32_t index, _Atomic uint32_t *link);
+uint32_t b1_entry_alloc(void *base);
+void b1_entry_free(void *base, uint32_t e);
+uint32_t b1_msg_alloc(void *base, uint32_t len, uint32_t refs);
+void b1_msg_put(void *base, uint32_t unit);
+
+/* queue.c: every function with _locked expects the peer's lock to be held */
+int b1_lock(struct b1_peer *p);
+void b1_unlock(struct b1_peer *p);
+/* insert and remove return 1 when the front changed (the caller wakes after unlocking) */
+int b1_queue_insert_locked(void *base, struct b1_peer *p, uint32_t e);
+int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e);
+uint32_t b1_handle_lookup(void *base, uint32_t slot, uint64_t peer_id, uint64_t id);
+int b1_queue_publish_front(void *base, struct b1_peer *p);
+void b1_wake(struct b1_peer *p);
+int b1_futex_wait(_Atomic uint32_t *word, uint32_t seen, int64_t timeout_ns);
+int32_t b1_pid(void);
+uint64_t b1_now_ns(void);
+
+static inline uint64_t b1_sync_clock(struct b1_peer *p, uint64_t t) {
+    if (p->clock < t) p->clock = t;
+    return p->clock;
+}
+
+#endif

@@ -1,0 +1,218 @@
+/*
+ * queue.c -- one peer's queue: a treap of entries under the peer's robust mutex.
+ *
+ * Invariants:
+ *   - The tree is ordered by the key (ts, sender, seq, idx): the same total order at every
+ *     queue, never by address.  Keys are unique because (sender, seq, idx) is.
+ *   - Priorities are a hash of the key, so the tree's shape depends only on the set of keys
+ *     (reproducible), and its expected depth is O(log m): insert, remove and finding the
+ *     front cost O(log m).
+ *   - p->front is the leftmost entry and p->front_ts its timestamp (0 when empty); both are
+ *     updated under the lock by every change, front_ts is read without it by spinners.
+ *   - Only a committed (even) front can be dequeued; an odd front blocks the whole queue.
+ *   - wake_seq is bumped after every change of the front, so a sleeper that read wake_seq
+ *     before checking front_ts cannot miss the change (see b1_recv_wait).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include "layout.h"
+
+static int32_t cached_pid;
+
+static void reset_pid(void) { cached_pid = 0; }
+
+void b1_process_init(void) {
+    static int registered;
+    if (!registered) {
+        registered = 1;
+        pthread_atfork(NULL, NULL, reset_pid);
+    }
+    cached_pid = 0;
+}
+
+int32_t b1_pid(void) {
+    if (!cached_pid) cached_pid = (int32_t)getpid();
+    return cached_pid;
+}
+
+uint64_t b1_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A holder that died mid-operation leaves the mutex EOWNERDEAD: take it over.  The
+ * operations under it are short and update the tree last, so the state is usable. */
+int b1_lock(struct b1_peer *p) {
+    int r = pthread_mutex_lock(&p->lock);
+    if (r == EOWNERDEAD) {
+        pthread_mutex_consistent(&p->lock);
+        p->lock_recoveries++;
+        r = 0;
+    }
+    return r ? -r : 0;
+}
+
+void b1_unlock(struct b1_peer *p) { pthread_mutex_unlock(&p->lock); }
+
+/* ---- the treap ---- */
+
+static inline int key_less(const struct b1_entry *a, const struct b1_entry *b) {
+    if (a->ts != b->ts) return a->ts < b->ts;
+    if (a->tiebreak != b->tiebreak) return a->tiebreak < b->tiebreak; /* 0 unless injected */
+    if (a->sender != b->sender) return a->sender < b->sender;
+    if (a->seq != b->seq) return a->seq < b->seq;
+    return a->idx < b->idx;
+}
+
+static inline uint32_t key_priority(const struct b1_entry *e) {
+    uint64_t x = e->ts * 0x9e3779b97f4a7c15ull ^ e->sender * 0xbf58476d1ce4e5b9ull ^
+                 e->seq * 0x94d049bb133111ebull ^ e->idx ^ e->tiebreak;
+    x ^= x >> 31;
+    x *= 0xd6e8feb86659fd93ull;
+    x ^= x >> 32;
+    return (uint32_t)x;
+}
+
+/* Split t into keys below e (into *l) and above e (into *r). */
+static void split(void *base, uint32_t t, const struct b1_entry *e, uint32_t *l, uint32_t *r) {
+    while (t) {
+        struct b1_entry *n = ENTRY(base, t);
+        if (key_less(n, e)) {
+            *l = t;
+            l = &n->right;
+            t = n->right;
+        } else {
+            *r = t;
+            r = &n->left;
+            t = n->left;
+        }
+    }
+    *l = 0;
+    *r = 0;
+}
+
+/* Join two trees where every key of a is below every key of b. */
+static uint32_t merge(void *base, uint32_t a, uint32_t b) {
+    uint32_t root = 0, *slot = &root;
+    while (a && b) {
+        struct b1_entry *x = ENTRY(base, a), *y = ENTRY(base, b);
+        if (x->prio > y->prio) {
+            *slot = a;
+            slot = &x->right;
+            a = x->right;
+        } else {
+            *slot = b;
+            slot = &y->left;
+            b = y->left;
+        }
+    }
+    *slot = a ? a : b;
+    return root;
+}
+
+static uint32_t leftmost(void *base, uint32_t t) {
+    if (!t) return 0;
+    while (ENTRY(base, t)->left) t = ENTRY(base, t)->left;
+    return t;
+}
+
+int b1_queue_publish_front(void *base, struct b1_peer *p) {
+    uint64_t ts = p->front ? ENTRY(base, p->front)->ts : 0;
+    if (atomic_load_explicit(&p->front_ts, memory_order_relaxed) == ts) return 0;
+    atomic_store_explicit(&p->front_ts, ts, memory_order_seq_cst);
+    return 1;
+}
+
+int b1_queue_insert_locked(void *base, struct b1_peer *p, uint32_t e) {
+    struct b1_entry *n = ENTRY(base, e);
+    n->prio = key_priority(n);
+    n->left = n->right = 0;
+    uint32_t *slot = &p->root;
+    while (*slot && ENTRY(base, *slot)->prio >= n->prio) {
+        struct b1_entry *t = ENTRY(base, *slot);
+        slot = key_less(n, t) ? &t->left : &t->right;
+    }
+    split(base, *slot, n, &n->left, &n->right);
+    *slot = e;
+    p->n_entries++;
+    if (!p->front || key_less(n, ENTRY(base, p->front))) p->front = e;
+    return b1_queue_publish_front(base, p);
+}
+
+int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e) {
+    struct b1_entry *n = ENTRY(base, e);
+    uint32_t *slot = &p->root;
+    while (*slot != e) {
+        struct b1_entry *t = ENTRY(base, *slot);
+        slot = key_less(n, t) ? &t->left : &t->right;
+    }
+    *slot = merge(base, n->left, n->right);
+    p->n_entries--;
+    if (p->front == e) p->front = leftmost(base, p->root);
+    return b1_queue_publish_front(base, p);
+}
+
+/* ---- sleeping and waking ---- */
+
+void b1_wake(struct b1_peer *p) {
+    atomic_fetch_add_explicit(&p->wake_seq, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&p->waiters, memory_order_seq_cst))
+        syscall(SYS_futex, &p->wake_seq, FUTEX_WAKE, 0x7fffffff, NULL, NULL, 0);
+}
+
+/* Sleep while *word == seen (shared futex: the word lives in shared memory). */
+int b1_futex_wait(_Atomic uint32_t *word, uint32_t seen, int64_t timeout_ns) {
+    struct timespec ts, *tsp = NULL;
+    if (timeout_ns >= 0) {
+        ts.tv_sec = timeout_ns / 1000000000;
+        ts.tv_nsec = timeout_ns % 1000000000;
+        tsp = &ts;
+    }
+    long r = syscall(SYS_futex, word, FUTEX_WAIT, seen, tsp, NULL, 0);
+    if (r == 0) return 0;
+    if (errno == EAGAIN) return 0; /* the word had already changed */
+    return -errno;                 /* ETIMEDOUT or EINTR */
+}
+
+/* ---- inspection (tests, benchmarks) ---- */
+
+static int check_subtree(void *base, uint32_t t, const struct b1_entry *lo,
+                         const struct b1_entry *hi, uint32_t *count) {
+    if (!t) return 0;
+    struct b1_entry *n = ENTRY(base, t);
+    if ((lo && !key_less(lo, n)) || (hi && !key_less(n, hi))) return -EUCLEAN;
+    if (n->left && ENTRY(base, n->left)->prio > n->prio) return -EUCLEAN;
+    if (n->right && ENTRY(base, n->right)->prio > n->prio) return -EUCLEAN;
+    (*count)++;
+    int r = check_subtree(base, n->left, lo, n, count);
+    return r ? r : check_subtree(base, n->right, n, hi, count);
+}
+
+int b1_queue_check(void *base, uint32_t slot) {
+    struct b1_peer *p = PEER(base, slot);
+    int r = b1_lock(p);
+    if (r) return r;
+    uint32_t count = 0;
+    r = check_subtree(base, p->root, NULL, NULL, &count);
+    if (!r && count != p->n_entries) r = -EUCLEAN;
+    if (!r && p->front != leftmost(base, p->root)) r = -EUCLEAN;
+    b1_unlock(p);
+    return r ? r : (int)count;
+}
+
+int b1_queue_depth(void *base, uint32_t slot) {
+    struct b1_peer *p = PEER(base, slot);
+    int r = b1_lock(p);
+    if (r) return r;
+    /* depth of the front's path: what a dequeue walks */
+    int depth = 0;
+    for (uint32_t t = p->root; t; t = ENTRY(base, t)->left) depth++;
+    b1_unlock(p);
+    return depth;
+}
