@@ -1,0 +1,86 @@
+"""Shared fixtures: fresh buses that are always unlinked, and leak checks.
+
+Every bus a test creates is named `bus1py-<pytest pid>-...` (Bus.create's default, or
+`shm_name()` for named ones), so the checks below only look at this session's segments and
+never at those of other test runs on the same machine.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import secrets
+
+import pytest
+
+import bus1py
+
+SHM_DIR = "/dev/shm"
+
+
+def our_prefix() -> str:
+    return f"bus1py-{os.getpid()}-"
+
+
+def our_segments() -> set:
+    """The shared-memory objects of buses created by this pytest process."""
+    try:
+        names = os.listdir(SHM_DIR)
+    except FileNotFoundError:  # not Linux: nothing to check
+        return set()
+    prefix = our_prefix()
+    return {n for n in names if n.startswith(prefix)}
+
+
+@pytest.fixture
+def shm_name():
+    """A factory of fresh bus names that the leak checks cover."""
+    return lambda tag="named": f"{our_prefix()}{tag}-{secrets.token_hex(4)}"
+
+
+@pytest.fixture
+def make_bus():
+    """`make_bus(**limits)` -> a new bus; closed and unlinked after the test."""
+    made = []
+
+    def make(**kw):
+        bus = bus1py.Bus.create(**kw)
+        made.append(bus)
+        return bus
+
+    yield make
+    for bus in made:
+        bus.__exit__(None, None, None)  # close + unlink (tolerates an already unlinked name)
+
+
+@pytest.fixture
+def bus():
+    """A fresh bus with default limits, closed and unlinked after the test."""
+    with bus1py.Bus.create() as b:
+        yield b
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks_per_test():
+    """Each test leaves no segment of its own behind and no child process running."""
+    before = our_segments()
+    yield
+    stray = multiprocessing.active_children()
+    for p in stray:
+        p.kill()
+        p.join(5)
+    left = our_segments() - before
+    for name in left:  # clean up so one leak does not fail every later test
+        try:
+            os.unlink(os.path.join(SHM_DIR, name))
+        except FileNotFoundError:
+            pass
+    assert not stray, f"test left child processes running: {stray}"
+    assert not left, f"test left bus segments in {SHM_DIR}: {sorted(left)}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_leaks_per_session():
+    """At the end of the session no /dev/shm/bus1py-<our pid>-* segment is left."""
+    yield
+    left = our_segments()
+    assert not left, f"test session left bus segments in {SHM_DIR}: {sorted(left)}"
