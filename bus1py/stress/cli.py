@@ -1,0 +1,135 @@
+"""`bus1py stress`: many OS processes, one bus, a seeded random workload, a Parquet trace.
+
+Invariants:
+  - The exit status says whether the run itself worked (every process started, ran its
+    plan and drained, nothing left behind): 0 yes, 1 no.  It does not judge the ordering;
+    that is the checker's job (`bus1py check TRACE_DIR`), except with --verify, where the
+    producer-side self-check of the trace also counts.
+  - Everything the run does is fixed by its options and --seed, except timing.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+
+from .. import INJECT_KINDS
+from .runner import StressConfig, run_stress
+from .workload import ACTION_KINDS, PayloadSizes, parse_mix
+
+
+def add_workload_options(p):
+    p.add_argument("--processes", "-n", type=int, default=16, help="OS processes, one peer each (default 16)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--duration", type=float, help="seconds of workload (default 10 unless --messages)")
+    g.add_argument("--messages", type=int, help="message-sending actions per process")
+    p.add_argument("--seed", type=int, default=0, help="fixes every process's action sequence")
+    p.add_argument("--fanout", type=int, default=4, help="most destinations of a multicast (default 4)")
+    p.add_argument("--reach", type=int, default=8,
+                   help="how many other processes each can send and signal to (a ring window; default 8)")
+    p.add_argument("--payload", default="lognormal:64:4096", metavar="DIST",
+                   help="payload sizes: fixed:N, uniform:LO:HI or lognormal:MEDIAN:MAX (default lognormal:64:4096)")
+    p.add_argument("--mix", metavar="KIND=W,...",
+                   help=f"action weights, kinds: {', '.join(ACTION_KINDS)} (unnamed kinds get 0; "
+                        f"kinds the bus cannot do yet are skipped)")
+    p.add_argument("--inject", choices=sorted(INJECT_KINDS),
+                   help="run on a deliberately broken ordering path (to prove the checker)")
+    p.add_argument("--inject-pause-ns", type=int, default=200_000,
+                   help="pause between destinations in injected modes (widens the race window)")
+    p.add_argument("--spin-ns", type=int, default=2000, help="receiver spin before sleeping (default 2000)")
+    p.add_argument("--max-peers", type=int, help="bus peer slots (default processes + 8)")
+
+
+def config_from_args(a) -> StressConfig:
+    return StressConfig(
+        processes=a.processes, duration=a.duration, messages=a.messages, seed=a.seed,
+        trace_dir=None if getattr(a, "no_trace", False) else a.trace, inject=a.inject,
+        inject_pause_ns=a.inject_pause_ns, fanout=a.fanout, reach=a.reach,
+        sizes=PayloadSizes.parse(a.payload), mix=parse_mix(a.mix), spin_ns=a.spin_ns,
+        max_peers=a.max_peers)
+
+
+def run_and_report(cfg: StressConfig, console: Console, progress: bool = True, verify: bool = False,
+                   json_path: str | None = None):
+    """Run, print the summary; returns (StressResult, summary dict)."""
+    from .display import LiveMonitor, errors_by_errno, summary_table
+
+    monitor = LiveMonitor(console, enabled=progress and console.is_terminal)
+    res = run_stress(cfg, monitor=monitor)
+    lat = None
+    problems = []
+    if cfg.trace_dir and res.results and all("failed" not in r for r in res.results):
+        from .analyze import latency_stats, wellformed
+
+        lat = latency_stats(cfg.trace_dir)
+        if verify:
+            problems = wellformed(cfg.trace_dir)
+    console.print(summary_table(res, lat))
+    if verify and cfg.trace_dir:
+        if problems:
+            console.print(f"[red]trace self-check: {len(problems)} problem(s)[/red]")
+            for line in problems[:20]:
+                console.print("  " + line)
+        else:
+            console.print("trace self-check: well-formed (seq, ids, exactly-once delivery, signals)")
+    for f in res.failures:
+        console.print(f"[red]{f}[/red]")
+        for r in res.results:
+            if r.get("traceback"):
+                console.print(r["traceback"])
+                break
+    rs = [r for r in res.results if "failed" not in r]
+    summary = {
+        "ok": res.ok and not problems, "failures": res.failures, "trace_problems": problems[:50],
+        "processes": cfg.processes, "seed": cfg.seed, "inject": cfg.inject,
+        "sent": sum(r["sent"] for r in rs), "delivered": sum(r["delivered"] for r in rs),
+        "signals": sum(r["signals_sent"] for r in rs), "wall": res.wall,
+        "latency_us": lat, "errors": errors_by_errno(res.results),
+        "max_depth": max((r["max_depth"] for r in rs), default=0),
+        "plans": {r["index"]: r["plan_sha256"] for r in rs}, "capabilities": res.capabilities,
+        "peaks": res.samples,
+    }
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(summary, f, indent=1)
+    return res, summary
+
+
+def main(a) -> int:
+    console = Console()
+    if not a.no_trace and not a.trace:
+        console.print("[red]give --trace DIR, or --no-trace to measure raw speed[/red]")
+        return 2
+    try:
+        cfg = config_from_args(a)
+    except ValueError as e:
+        console.print(f"[red]{e}[/red]")
+        return 2
+    res, summary = run_and_report(cfg, console, progress=not a.quiet, verify=a.verify, json_path=a.json)
+    return 0 if summary["ok"] else 1
+
+
+def register(sub):
+    p = sub.add_parser("stress", help="many processes, random workload, Parquet trace for the checker",
+                       description="Spawn N OS processes, each with its own peer, running a seeded random "
+                                   "workload (unicast, multicast, side-channel signals, nodes); write a "
+                                   "SPEC section 7 trace for `bus1py check`.")
+    add_workload_options(p)
+    t = p.add_mutually_exclusive_group()
+    t.add_argument("--trace", metavar="DIR", help="write the Parquet trace here (an empty or new directory)")
+    t.add_argument("--no-trace", action="store_true", help="no trace: measure raw speed")
+    p.add_argument("--verify", action="store_true",
+                   help="after the run, self-check the trace is well-formed (seq, ids, exactly-once)")
+    p.add_argument("--json", metavar="FILE", help="also write the summary as JSON")
+    p.add_argument("--quiet", "-q", action="store_true", help="no live progress")
+    p.set_defaults(func=main)
+
+
+if __name__ == "__main__":  # python -m bus1py.stress.cli ...
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="bus1py")
+    register(ap.add_subparsers(dest="command"))
+    args = ap.parse_args(sys.argv[1:])
+    sys.exit(args.func(args))

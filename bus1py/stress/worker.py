@@ -1,0 +1,418 @@
+"""One stress process: runs its planned actions against its own peer, traces every event.
+
+Invariants:
+  - The process performs exactly its Planner's action sequence (workload.py), in order;
+    receives happen between actions, as many as are ready (never blocking for long), so
+    what it receives depends on timing but what it *does* does not.
+  - Every traced event is recorded in the order it happened in this process (one
+    thread), so `seq` is the process's local order.  wall_ns is taken *before* a send or
+    a signal write and *after* a receive or signal read, so for every message
+    deliver.wall_ns >= send.wall_ns (latencies are never negative).
+  - A failed call changes nothing on the bus (SPEC section 5), so it leaves no trace row;
+    it is only counted by errno.
+  - Message and signal ids are `index << 40 | counter` with one counter for both, so
+    ids are unique in the trace; the message id travels in the first 8 bytes of the
+    payload, so the receiver records `deliver` with the sender's id.
+  - Termination: after its last action the process marks itself SENT and keeps
+    receiving until the parent raises DRAIN (every process is SENT: every send has
+    returned, so every message is committed and every signal written).  It then drains
+    its queue and pipe to empty, and nothing more can arrive: nobody reacts to a
+    receive by sending.  So the trace holds every delivery of every accepted message.
+  - Live counters go to this process's own slots of a shared array (no locks: one writer
+    per slot); the parent only reads them.
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import time
+import traceback
+
+from ..message import HANDLE_INVALID, MessageType
+from .trace import TraceWriter
+from .workload import Planner, is_message
+
+# Shared counter slots per process (parent reads, child writes).
+SENT, DELIVERED, SIG_SENT, SIG_RECV, ERRORS, MAX_DEPTH, ACTIONS, STATE, PID = range(9)
+STRIDE = 9
+# Process states.
+ST_START, ST_RUN, ST_SENT, ST_DONE, ST_FAILED = range(5)
+# Control slots (parent writes).
+CTL_DRAIN, CTL_ABORT = range(2)
+
+ID_SHIFT = 40
+DESTROY_BIT = 1 << 62  # destruction notification ids: DESTROY_BIT | node id
+NODE_SHIFT = 32        # node ids: owner index << NODE_SHIFT | owner's node counter
+_DATA, _DESTROY = MessageType.DATA, MessageType.NODE_DESTROY
+_FILL = bytes(range(256)) * 4096  # payload filler, sliced (1 MiB)
+
+
+def node_id(owner: int, k: int) -> int:
+    return owner << NODE_SHIFT | k
+
+
+class Worker:
+    def __init__(self, spec):
+        s = self.spec = spec
+        self.index = s.index
+        self.peer = s.peer
+        self.counters = s.counters
+        self.base = s.index * STRIDE
+        cfg = s.config
+        self.cfg = cfg
+        self.trace = TraceWriter(s.trace_dir, s.index, cfg.batch_rows)
+        self.next_id = 0
+        # handles this peer holds to others' nodes: process -> [handle, ...] (primary first)
+        self.out_handles = {p: [h] for p, h in s.handles.items()}
+        self.node_of = {h: node_id(p, 0) for p, h in s.handles.items()}  # our handle -> node id
+        # our own nodes: owner handle -> node id; extra nodes (created while running)
+        self.own = {s.own_handle: node_id(s.index, 0)}
+        self.extra = []
+        self.node_count = 1
+        self.passed = {}  # own extra handle -> processes it was passed to
+        self.signal_r = s.signal_read_fd
+        self.signal_w = s.signal_write_fds  # target process -> write fd
+        self.sigbuf = b""
+        self.errors = {}
+        self.n_sent = self.n_deliv = self.n_sig_sent = self.n_sig_recv = 0
+        self.n_actions = 0
+        self.max_depth = 0
+        self.last_recv = 0
+        self.digest = hashlib.sha256()
+        self.kinds = {}
+
+    # ---- events ----
+
+    def new_id(self) -> int:
+        i = self.next_id
+        self.next_id += 1
+        return self.index << ID_SHIFT | i
+
+    def error(self, e: OSError, what: str):
+        name = errno.errorcode.get(e.errno, str(e.errno))
+        key = f"{what}:{name}"
+        self.errors[key] = self.errors.get(key, 0) + 1
+        self.counters[self.base + ERRORS] += 1
+
+    def on_message(self, msg):
+        now = time.monotonic_ns()
+        t = msg.type
+        if t is _DATA:
+            payload = msg.payload
+            mid = int.from_bytes(payload[:8], "little")
+            self.trace.record("deliver", mid, now, node=self.own.get(msg.destination, self.node_of.get(msg.destination)),
+                              stamp=msg.stamp)
+            if msg.handles:
+                self.learn_handles(payload, msg.handles)
+        elif t is _DESTROY:
+            node = self.own.get(msg.destination, self.node_of.get(msg.destination))
+            self.trace.record("deliver", DESTROY_BIT | (node or 0), now, node=node, stamp=msg.stamp)
+            self.forget_handle(msg.destination)
+        else:  # NODE_RELEASE: nobody holds our node any more; local bookkeeping only
+            self.trace.record("internal", None, now, node=self.own.get(msg.destination),
+                              stamp=msg.stamp, action="node_release")
+        self.n_deliv += 1
+        self.last_recv = now
+
+    def drain(self, limit: int = 512) -> int:
+        """Receive whatever is ready (up to `limit`), without waiting."""
+        recv = self.peer.recv
+        n = 0
+        while n < limit:
+            try:
+                msg = recv(0)
+            except BlockingIOError:
+                break
+            except OSError as e:
+                self.error(e, "recv")
+                break
+            self.on_message(msg)
+            n += 1
+        return n
+
+    def drain_signals(self) -> int:
+        try:
+            data = os.read(self.signal_r, 8 * 512)
+        except BlockingIOError:
+            return 0
+        now = time.monotonic_ns()
+        data = self.sigbuf + data
+        whole = len(data) - len(data) % 8
+        self.sigbuf = data[whole:]
+        for off in range(0, whole, 8):
+            self.trace.record("signal_recv", int.from_bytes(data[off:off + 8], "little"), now)
+        self.n_sig_recv += whole // 8
+        return whole // 8
+
+    def publish(self):
+        c, b = self.counters, self.base
+        c[b + SENT] = self.n_sent
+        c[b + DELIVERED] = self.n_deliv
+        c[b + SIG_SENT] = self.n_sig_sent
+        c[b + SIG_RECV] = self.n_sig_recv
+        c[b + ACTIONS] = self.n_actions
+        c[b + MAX_DEPTH] = self.max_depth
+
+    def sample_depth(self):
+        try:
+            depth = self.peer.query().queued_messages
+        except OSError:
+            return
+        if depth > self.max_depth:
+            self.max_depth = depth
+
+    # ---- actions ----
+
+    def send(self, action, handles, dest_procs, nodes, carry=()):
+        mid = self.new_id()
+        size = action.size
+        if carry:  # header: id, count, node ids of the carried handles (the receiver maps them)
+            head = mid.to_bytes(8, "little") + len(carry).to_bytes(2, "little") + b"".join(
+                self.own[h].to_bytes(8, "little") for h in carry)
+        else:
+            head = mid.to_bytes(8, "little")
+        payload = head + _FILL[:max(0, size - len(head))]
+        now = time.monotonic_ns()
+        try:
+            stamp = self.peer.send(handles, payload, handles=carry) if carry else self.peer.send(handles, payload)
+        except OSError as e:
+            self.error(e, "send")
+            return False
+        self.trace.record("send", mid, now, dests=dest_procs,
+                          node=nodes[0] if len(nodes) == 1 else None, stamp=stamp,
+                          action=action.kind, size=len(payload))
+        self.n_sent += 1
+        return True
+
+    def do_unicast(self, a):
+        target = a.targets[0]
+        if self.extra and a.pick % 4 == 0:  # now and then: loop back to a node we created
+            h = self.extra[(a.pick >> 2) % len(self.extra)]
+            self.send(a, [h], [self.index], [self.own[h]])
+            return
+        hs = self.out_handles.get(target)
+        if not hs:
+            return
+        h = hs[a.pick % len(hs)]
+        self.send(a, [h], [target], [self.node_of[h]])
+
+    def do_multicast(self, a):
+        handles, procs, nodes = [], [], []
+        for t in a.targets:
+            hs = self.out_handles.get(t)
+            if hs:
+                handles.append(hs[0])
+                procs.append(t)
+                nodes.append(self.node_of[hs[0]])
+        if handles:
+            self.send(a, handles, procs, nodes)
+
+    def signal(self, target, action):
+        fd = self.signal_w.get(target)
+        if fd is None:
+            return
+        sid = self.new_id()
+        now = time.monotonic_ns()
+        try:
+            os.write(fd, sid.to_bytes(8, "little"))
+        except BlockingIOError:
+            self.errors["signal:pipe-full"] = self.errors.get("signal:pipe-full", 0) + 1
+            return
+        except BrokenPipeError:
+            self.errors["signal:EPIPE"] = self.errors.get("signal:EPIPE", 0) + 1
+            return
+        self.trace.record("signal_send", sid, now, dests=[target], action=action)
+        self.n_sig_sent += 1
+
+    def do_signal(self, a):
+        self.signal(a.targets[0], "signal")
+
+    def do_recv_signal(self, a):
+        # Signal right after a receive: if the drain before this action got nothing, wait
+        # (briefly) for one message, so the signal is caused by a delivery.
+        if time.monotonic_ns() - self.last_recv > 200_000:
+            try:
+                self.on_message(self.peer.recv(self.cfg.recv_wait))
+            except TimeoutError:
+                pass
+            except OSError as e:
+                self.error(e, "recv")
+        self.signal(a.targets[0], "recv_signal")
+
+    def do_node_create(self, a):
+        if len(self.extra) >= self.cfg.max_extra_nodes:
+            return  # cap reached: the action is a no-op, the plan is unchanged
+        now = time.monotonic_ns()
+        try:
+            h = self.peer.create_node()
+        except OSError as e:
+            self.error(e, "create_node")
+            return
+        nid = node_id(self.index, self.node_count)
+        self.node_count += 1
+        self.own[h] = nid
+        self.extra.append(h)
+        self.trace.record("internal", None, now, node=nid, action="node_create")
+
+    # The three below run only once the core has destroy / handles= / release
+    # (workload.capabilities); until then the plan never contains them.
+
+    def do_pass_handle(self, a):
+        target = a.targets[0]
+        hs = self.out_handles.get(target)
+        if not hs or not self.extra:
+            return
+        carry = self.extra[a.pick % len(self.extra)]
+        if self.send(a, [hs[0]], [target], [self.node_of[hs[0]]], carry=(carry,)):
+            self.passed.setdefault(carry, set()).add(target)
+
+    def learn_handles(self, payload, handles):
+        count = int.from_bytes(payload[8:10], "little")
+        for i, h in enumerate(handles[:count]):
+            if h == HANDLE_INVALID:
+                continue
+            nid = int.from_bytes(payload[10 + 8 * i:18 + 8 * i], "little")
+            owner = nid >> NODE_SHIFT
+            if h not in self.node_of:
+                self.node_of[h] = nid
+                self.out_handles.setdefault(owner, []).append(h)
+
+    def forget_handle(self, h):
+        nid = self.node_of.pop(h, None)
+        if nid is not None:
+            hs = self.out_handles.get(nid >> NODE_SHIFT, [])
+            if h in hs:
+                hs.remove(h)
+
+    def do_node_destroy(self, a):
+        if not self.extra:
+            return
+        h = self.extra.pop(a.pick % len(self.extra))
+        nid = self.own[h]
+        now = time.monotonic_ns()
+        try:
+            stamp = self.peer.destroy(h)
+        except OSError as e:
+            self.error(e, "destroy")
+            self.extra.append(h)
+            return
+        # NODE_DESTROY goes to the owner and every holder: we know whom we passed it to
+        dests = sorted({self.index} | self.passed.pop(h, set()))
+        self.trace.record("destroy", DESTROY_BIT | nid, now, dests=dests, node=nid,
+                          stamp=stamp if isinstance(stamp, tuple) else None, action="node_destroy")
+
+    def do_release(self, a):
+        received = [h for h, nid in self.node_of.items()
+                    if (nid & ((1 << NODE_SHIFT) - 1)) and h not in self.spec.handles.values()]
+        if not received:
+            return
+        h = received[a.pick % len(received)]
+        now = time.monotonic_ns()
+        try:
+            self.peer.release(h)
+        except OSError as e:
+            self.error(e, "release")
+            return
+        self.forget_handle(h)
+        self.trace.record("internal", None, now, node=None, action="release")
+
+    # ---- the run ----
+
+    def run(self):
+        c, b, cfg, spec = self.counters, self.base, self.cfg, self.spec
+        c[b + PID] = os.getpid()
+        c[b + STATE] = ST_START
+        planner = Planner(cfg.seed, self.index, spec.topology, spec.mix, cfg.sizes, cfg.fanout)
+        handlers = {k: getattr(self, "do_" + k) for k in
+                    ("unicast", "multicast", "signal", "recv_signal", "node_create",
+                     "node_destroy", "pass_handle", "release")}
+        spec.go.wait()
+        c[b + STATE] = ST_RUN
+        start = time.monotonic()
+        deadline = start + cfg.duration if cfg.duration else None
+        budget = cfg.messages if not cfg.duration else None
+        ctl = spec.control
+        ppid = os.getppid()
+        it = 0
+        while True:
+            it += 1
+            if it & 7 == 0:
+                self.sample_depth()
+                self.publish()
+                if ctl[CTL_ABORT] or os.getppid() != ppid:
+                    break
+            self.drain_signals()
+            self.drain()
+            if deadline is not None:
+                if time.monotonic() >= deadline:
+                    break
+            elif budget <= 0:
+                break
+            action = next(planner)
+            if budget is not None and is_message(action):
+                budget -= 1
+            self.digest.update(action.describe().encode() + b";")
+            self.kinds[action.kind] = self.kinds.get(action.kind, 0) + 1
+            handlers[action.kind](action)
+            self.n_actions += 1
+        sent_at = time.monotonic()
+        self.publish()
+        c[b + STATE] = ST_SENT
+        # keep receiving (queues must not fill) until every process has sent everything
+        while not ctl[CTL_DRAIN] and not ctl[CTL_ABORT]:
+            self.drain_signals()
+            try:
+                self.on_message(self.peer.recv(0.02))
+            except TimeoutError:
+                pass
+            except OSError as e:
+                self.error(e, "recv")
+                time.sleep(0.01)
+            self.drain()
+            self.sample_depth()
+            self.publish()
+            if os.getppid() != ppid:
+                break
+        # everything is committed now: drain to empty
+        while self.drain_signals() or self.drain():
+            pass
+        self.publish()
+        self.trace.flush()
+        return {
+            "index": self.index, "pid": os.getpid(), "actions": self.n_actions,
+            "plan_sha256": self.digest.hexdigest(), "kinds": self.kinds,
+            "sent": self.n_sent, "delivered": self.n_deliv,
+            "signals_sent": self.n_sig_sent, "signals_received": self.n_sig_recv,
+            "errors": self.errors, "max_depth": self.max_depth,
+            "trace_rows": self.trace.seq, "trace_files": self.trace.files,
+            "trace_bytes": self.trace.bytes, "start": start, "sent_at": sent_at,
+            "end": time.monotonic(), "cpu": sum(os.times()[:2]),
+        }
+
+
+def child_main(spec):
+    """Entry point of a stress process (started by fork)."""
+    c, b = spec.counters, spec.index * STRIDE
+    # keep only our pipe ends: our read end, write ends to our signal targets
+    keep = {spec.signal_read_fd, *spec.signal_write_fds.values()}
+    for fd in spec.all_pipe_fds:
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    try:
+        result = Worker(spec).run()
+        status = 0
+    except BaseException as e:  # report it to the parent, then fail
+        result = {"index": spec.index, "pid": os.getpid(), "failed": f"{type(e).__name__}: {e}",
+                  "traceback": traceback.format_exc()}
+        status = 1
+    tmp = os.path.join(spec.result_dir, f".{spec.index}.json")
+    with open(tmp, "w") as f:
+        json.dump(result, f)
+    os.replace(tmp, os.path.join(spec.result_dir, f"{spec.index}.json"))
+    c[b + STATE] = ST_DONE if status == 0 else ST_FAILED
+    os._exit(status)  # no atexit handlers, no flushing of inherited parent buffers

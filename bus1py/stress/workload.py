@@ -1,0 +1,206 @@
+"""What each stress process does: a seeded plan of actions, independent of timing.
+
+Invariants:
+  - A process's plan is a pure function of (seed, process index, config): its RNG is
+    seeded from those alone and nothing observed at run time (what arrived, when, errors)
+    is ever fed back into it.  So two runs with one seed perform the same action sequence
+    per process; only what each process *receives*, and when, differs.
+  - Actions whose target depends on run-time state (which node to destroy, which held
+    handle to pass) carry a raw random number `pick`, resolved at execution time against
+    the current state (`pick % len(candidates)`); the plan itself stays fixed.
+  - Destinations are process indices from the sender's reach set; a multicast never names
+    two nodes of one process, so every (message, receiving process) pair is delivered at
+    most once and message ids stay unique per receiver in the trace.
+  - Action kinds the bus cannot do yet (destroy, handle passing, release) stay in the
+    vocabulary but get weight 0 when `capabilities()` says the API is missing, so the
+    plan never contains them; when the API lands they slot in without touching the rest.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+# Every action kind, in the order the mix string lists them.
+#   unicast      one message to one node of a reachable process
+#   multicast    one message to the primary nodes of `fanout` reachable processes
+#   signal       one side-channel signal (a pipe write) to a signal target, right away
+#   recv_signal  wait briefly for a bus message, then signal: the signal is caused by a
+#                receive, which is what exposes ordering bugs (causality via a side channel)
+#   node_create  a new node owned by this process (target of later sends / handle passing)
+#   node_destroy destroy one of this process's extra nodes            (needs peer.destroy)
+#   pass_handle  send a message carrying a handle to one of our nodes (needs send(handles=))
+#   release      drop a handle received from someone else             (needs peer.release)
+ACTION_KINDS = ("unicast", "multicast", "signal", "recv_signal", "node_create",
+                "node_destroy", "pass_handle", "release")
+
+# Which capability each kind needs (see capabilities()); kinds not listed need nothing new.
+NEEDS = {"node_destroy": "destroy", "pass_handle": "handles", "release": "release"}
+
+DEFAULT_MIX = {"unicast": 30, "multicast": 30, "signal": 8, "recv_signal": 12,
+               "node_create": 2, "node_destroy": 2, "pass_handle": 5, "release": 2}
+
+
+def capabilities() -> dict:
+    """Which not-yet-universal bus features this bus1py offers.
+
+    destroy/release are detected by attribute; carrying handles by a probe on a tiny
+    private bus, since `send` already accepts `handles=` but refuses it (EOPNOTSUPP) until
+    the core implements it."""
+    import errno
+
+    import bus1py
+
+    caps = {"destroy": hasattr(bus1py.Peer, "destroy"),
+            "release": hasattr(bus1py.Peer, "release"),
+            "handles": False}
+    try:
+        with bus1py.Bus.create(max_peers=2, max_nodes=4, max_handles=8, max_entries=8, max_dests=4, max_msg_handles=4,
+                               pool_size=1 << 16, max_payload=64) as bus:
+            p = bus.peer()
+            node = p.create_node()
+            try:
+                p.send([node], b"probe", handles=[node])
+                caps["handles"] = True
+            except OSError as e:
+                if e.errno not in (errno.EOPNOTSUPP, errno.ENOTSUP):
+                    caps["handles"] = True  # supported, just unhappy with our probe
+    except OSError:
+        pass
+    return caps
+
+
+def parse_mix(text: str | None) -> dict:
+    """'unicast=5,multicast=3' -> weights; kinds not named keep 0.  None -> DEFAULT_MIX."""
+    if not text:
+        return dict(DEFAULT_MIX)
+    mix = {k: 0 for k in ACTION_KINDS}
+    for part in text.split(","):
+        name, _, weight = part.strip().partition("=")
+        name = name.strip().replace("-", "_")
+        if name not in mix:
+            raise ValueError(f"unknown action kind {name!r} in mix; known: {', '.join(ACTION_KINDS)}")
+        try:
+            mix[name] = float(weight) if weight else 1.0
+        except ValueError:
+            raise ValueError(f"bad weight {weight!r} for {name} in mix") from None
+        if mix[name] < 0:
+            raise ValueError(f"negative weight for {name} in mix")
+    return mix
+
+
+def effective_mix(mix: dict, caps: dict) -> dict:
+    """The mix with kinds the bus cannot do yet set to 0 (the 'detect and skip' rule)."""
+    out = {k: float(mix.get(k, 0)) for k in ACTION_KINDS}
+    for kind, cap in NEEDS.items():
+        if not caps.get(cap):
+            out[kind] = 0.0
+    if not any(out[k] for k in ("unicast", "multicast", "pass_handle")):
+        raise ValueError("the action mix sends no messages (give unicast or multicast a weight)")
+    return out
+
+
+@dataclass(frozen=True)
+class PayloadSizes:
+    """Payload size distribution: 'fixed:N', 'uniform:LO:HI' or 'lognormal:MEDIAN:MAX'.
+
+    Sizes include the 8-byte header that carries the message id, so never go below 8."""
+
+    kind: str = "lognormal"
+    a: int = 64
+    b: int = 4096
+
+    @classmethod
+    def parse(cls, text: str) -> "PayloadSizes":
+        parts = text.split(":")
+        try:
+            nums = [int(x) for x in parts[1:]]
+        except ValueError:
+            raise ValueError(f"bad payload size spec {text!r}") from None
+        if parts[0] == "fixed" and len(nums) == 1:
+            return cls("fixed", nums[0], nums[0])
+        if parts[0] in ("uniform", "lognormal") and len(nums) == 2 and nums[0] <= nums[1]:
+            return cls(parts[0], nums[0], nums[1])
+        raise ValueError(f"bad payload size spec {text!r}: use fixed:N, uniform:LO:HI or lognormal:MEDIAN:MAX")
+
+    def draw(self, rng: random.Random) -> int:
+        if self.kind == "fixed":
+            n = self.a
+        elif self.kind == "uniform":
+            n = rng.randint(self.a, self.b)
+        else:  # heavy-ish tail, like real IPC: mostly small, sometimes large
+            n = min(self.b, int(rng.lognormvariate(0.0, 1.0) * self.a))
+        return max(8, n)
+
+    def __str__(self):
+        return f"fixed:{self.a}" if self.kind == "fixed" else f"{self.kind}:{self.a}:{self.b}"
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str
+    targets: tuple = ()   # process indices (destinations, or the signal target)
+    size: int = 0         # payload bytes, header included
+    pick: int = 0         # raw random number for choices resolved at run time
+
+    def describe(self) -> str:
+        return f"{self.kind}:{','.join(map(str, self.targets))}:{self.size}:{self.pick}"
+
+
+@dataclass
+class Topology:
+    """Who can reach whom.  reach[i]: processes whose primary node process i holds a
+    handle to.  A ring window (i+1 .. i+k) makes neighbours' reach sets overlap in k-1
+    processes, so multicasts of neighbours share destinations and a signal to a
+    neighbour is followed by sends to destinations the signaller also reaches: the
+    pattern that exposes ordering faults."""
+
+    n: int
+    k: int
+    reach: list = field(default_factory=list)
+
+    @classmethod
+    def ring(cls, n: int, k: int) -> "Topology":
+        k = max(1, min(k, n - 1)) if n > 1 else 0
+        return cls(n, k, [tuple((i + d) % n for d in range(1, k + 1)) for i in range(n)])
+
+    def reached_by(self, j: int) -> list:
+        return [i for i in range(self.n) if j in self.reach[i]]
+
+
+class Planner:
+    """The infinite, deterministic action sequence of one process."""
+
+    def __init__(self, seed: int, index: int, topology: Topology, mix: dict,
+                 sizes: PayloadSizes, fanout: int):
+        # str seeding hashes with sha512: stable across runs and PYTHONHASHSEED
+        self.rng = random.Random(f"bus1py-stress:{seed}:{index}")
+        self.index = index
+        self.reach = topology.reach[index]
+        self.kinds = [k for k in ACTION_KINDS if mix.get(k, 0) > 0]
+        self.weights = [mix[k] for k in self.kinds]
+        self.sizes = sizes
+        self.fanout = max(1, min(fanout, len(self.reach))) if self.reach else 0
+        if not self.reach:  # one process alone: it can only talk to itself
+            self.kinds = [k for k in self.kinds if k not in ("unicast", "multicast", "signal", "recv_signal")] or ["node_create"]
+            self.weights = [mix.get(k, 1) or 1 for k in self.kinds]
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Action:
+        rng = self.rng
+        kind = rng.choices(self.kinds, self.weights)[0]
+        if kind == "unicast":
+            return Action(kind, (rng.choice(self.reach),), self.sizes.draw(rng), rng.getrandbits(32))
+        if kind == "multicast":
+            k = rng.randint(min(2, self.fanout), self.fanout)
+            return Action(kind, tuple(sorted(rng.sample(self.reach, k))), self.sizes.draw(rng))
+        if kind in ("signal", "recv_signal"):
+            return Action(kind, (rng.choice(self.reach),))
+        if kind == "pass_handle":
+            return Action(kind, (rng.choice(self.reach),), self.sizes.draw(rng), rng.getrandbits(32))
+        return Action(kind, (), 0, rng.getrandbits(32))
+
+
+def is_message(action: Action) -> bool:
+    return action.kind in ("unicast", "multicast", "pass_handle")
