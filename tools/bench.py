@@ -151,6 +151,7 @@ class BusChannel(Channel):
 
     def sender(self):
         send = self.tx.send
+        retries = [0]
         if self.multicast or self.k == 1:
             dests = list(self.handles)
 
@@ -162,6 +163,8 @@ class BusChannel(Channel):
                     except OSError as e:
                         if e.errno not in RETRY:
                             raise
+                        retries[0] += 1
+            f.retries = retries
             return f
         dlist = [[h] for h in self.handles]
 
@@ -174,6 +177,8 @@ class BusChannel(Channel):
                     except OSError as e:
                         if e.errno not in RETRY:
                             raise
+                        retries[0] += 1
+        g.retries = retries
         return g
 
     def receiver(self, i=0):
@@ -367,6 +372,7 @@ def unicast_channels():
 # --------------------------------------------------------------------------- workers
 
 def _sender_proc(ch, payload, n, warm, cpu, warm_done, ts):
+    _set_comm("b1b-sender")
     gc.disable()
     pin(cpu)
     send = ch.sender()
@@ -376,11 +382,14 @@ def _sender_proc(ch, payload, n, warm, cpu, warm_done, ts):
     t0 = time.perf_counter_ns()
     for _ in range(n):
         send(payload)
+    t1 = time.perf_counter_ns()
     ts[0] = t0
-    ts[1] = time.perf_counter_ns()
+    ts[1] = t1
+    ts[len(ts) - 1] = getattr(send, "retries", [0])[0]
 
 
 def _receiver_proc(ch, i, n, warm, size, cpu, warm_left, warm_done, ts, errs):
+    _set_comm("b1b-receiver")
     gc.disable()
     pin(cpu)
     recv = ch.receiver(i)
@@ -417,7 +426,7 @@ def run_oneway(ch, size, n, warm, tx_cpu=0, rx_cpus=(1,), timeout=120.0):
     """One sender, ch.k receivers.  Returns dict(rate per receiver, send-side rate)."""
     k = ch.k
     payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
-    ts = CTX.Array("q", 2 + k, lock=False)
+    ts = CTX.Array("q", 3 + k, lock=False)  # t0, sender done, k receivers done, retries
     errs = CTX.Array("i", k, lock=False)
     warm_left = CTX.Value("i", k)
     warm_done = CTX.Event()
@@ -433,10 +442,12 @@ def run_oneway(ch, size, n, warm, tx_cpu=0, rx_cpus=(1,), timeout=120.0):
         raise RuntimeError(f"{ch.name}: a receiver got a payload of the wrong size")
     t0, t_send = ts[0], ts[1]
     t_end = max(ts[2:2 + k])
-    return {"rate": n / ((t_end - t0) / 1e9), "send_rate": n / ((t_send - t0) / 1e9)}
+    return {"rate": n / ((t_end - t0) / 1e9), "send_rate": n / ((t_send - t0) / 1e9),
+            "retries": ts[2 + k]}
 
 
 def _echo_proc(fwd, back, total, size, cpu):
+    _set_comm("b1b-echo")
     gc.disable()
     pin(cpu)
     recv = fwd.receiver(0)
@@ -446,6 +457,7 @@ def _echo_proc(fwd, back, total, size, cpu):
 
 
 def _ping_proc(fwd, back, payload, n, warm, cpu, out):
+    _set_comm("b1b-ping")
     gc.disable()
     pin(cpu)
     send = fwd.sender()
@@ -533,7 +545,7 @@ def bench_unicast(cfg, progress=None, task=None):
         for name, make in chans.items():
             if name not in cfg.peers:
                 continue
-            rates, srates = [], []
+            rates, srates, retries = [], [], 0
             for _ in range(cfg.reps):
                 ch = make(size)
                 try:
@@ -542,6 +554,7 @@ def bench_unicast(cfg, progress=None, task=None):
                     ch.close()
                 rates.append(r["rate"])
                 srates.append(r["send_rate"])
+                retries += r["retries"]
             lat = []
             for _ in range(cfg.lat_reps):
                 fwd = make(size)
@@ -554,7 +567,7 @@ def bench_unicast(cfg, progress=None, task=None):
             lat.sort()
             res[(name, size)] = {
                 "rate": statistics.median(rates), "rates": rates,
-                "send_rate": statistics.median(srates),
+                "send_rate": statistics.median(srates), "retries": retries / cfg.reps / n,
                 "rtt_med": pct(lat, 0.5) / 1e3, "rtt_p99": pct(lat, 0.99) / 1e3,
                 "rtt_p999": pct(lat, 0.999) / 1e3, "rtt_n": len(lat),
             }
@@ -852,29 +865,64 @@ def _profile_loop(seconds=4.0, size=64):
                 b.recv()
 
 
-def bench_perf(seconds=4.0):
-    """Section 5b: `perf record` (software cpu-clock) of the in-process send+recv loop;
-    returns [(percent, dso, symbol)] or None when perf is missing or not permitted."""
+def _set_comm(name):
+    """Name this process (what perf and top show) so a profile tells sender from receiver."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
+def _profile_oneway(seconds=4.0, size=64):
+    """Target for `perf record`: bus1py one-way, 2 pinned processes, about `seconds` long."""
+    ch = BusChannel(size)
+    try:
+        run_oneway(ch, size, int(400_000 * seconds), 2_000, 0, (1,), timeout=seconds * 20 + 60)
+    finally:
+        ch.close()
+
+
+def _perf_parse(text):
+    out = []
+    for line in text.splitlines():
+        mt = re.match(r"\s*([\d.]+)%\s+(.*?)\s+\[[.kHgu]\]\s+(.*)$", line)
+        if mt:
+            sym = re.sub(r"(\s+-)+\s*$", "", mt.group(3)).strip()
+            out.append((float(mt.group(1)), tuple(mt.group(2).split()), sym))
+            continue
+        mt = re.match(r"\s*([\d.]+)%\s+(\S.*?)\s*$", line)
+        if mt and not line.lstrip().startswith("#"):
+            out.append((float(mt.group(1)), tuple(mt.group(2).split()), None))
+    return out
+
+
+def bench_perf(kind="loop", seconds=4.0):
+    """Section 5b: `perf record -e cpu-clock` (the VM has no cycle counter) of
+      kind="loop":   the in-process Peer.send + Peer.recv loop, sorted by dso, symbol;
+      kind="oneway": the two-process bus1py one-way run, sorted by process, dso, symbol.
+    Returns {"symbols": [(pct, keys, symbol)], "groups": [(pct, keys, None)]}, or None when
+    perf is missing or not permitted.  Interpreter start-up is skipped (-D)."""
     perf = shutil.which("perf")
     if not perf:
         return None
+    keys = "dso" if kind == "loop" else "comm,dso"
+    flag = "--profile-loop" if kind == "loop" else "--profile-oneway"
     with tempfile.TemporaryDirectory() as d:
         data = os.path.join(d, "perf.data")
-        cmd = [perf, "record", "-q", "-e", "cpu-clock", "-F", "4999", "-o", data, "--",
-               sys.executable, str(Path(__file__).resolve()), "--profile-loop", str(seconds)]
+        cmd = [perf, "record", "-q", "-e", "cpu-clock", "-F", "2999", "-D", "1200", "-o", data, "--",
+               sys.executable, str(Path(__file__).resolve()), flag, str(seconds)]
         try:
-            subprocess.run(cmd, check=True, capture_output=True, timeout=seconds + 60)
-            rep = subprocess.run([perf, "report", "-i", data, "--stdio", "--no-children",
-                                  "--sort", "dso,symbol", "--percent-limit", "0.7"],
-                                 check=True, capture_output=True, text=True, timeout=120)
+            subprocess.run(cmd, check=True, capture_output=True, timeout=seconds * 20 + 120)
+            rep = [subprocess.run([perf, "report", "-i", data, "--stdio", "--no-children",
+                                   "--sort", sort, "--percent-limit", lim],
+                                  check=True, capture_output=True, text=True, timeout=120).stdout
+                   for sort, lim in ((keys + ",symbol", "0.7"), (keys, "0.5"))]
         except (subprocess.SubprocessError, OSError):
             return None
-    rows = []
-    for line in rep.stdout.splitlines():
-        mt = re.match(r"\s*([\d.]+)%\s+(\S+)\s+\[[.kH]\]\s+(.*)$", line)
-        if mt:
-            rows.append((float(mt.group(1)), mt.group(2), mt.group(3).strip()))
-    return rows or None
+    syms = [r for r in _perf_parse(rep[0]) if r[2] is not None]
+    groups = [r for r in _perf_parse(rep[1]) if r[2] is None]
+    return {"symbols": syms, "groups": groups, "kind": kind} if syms else None
 
 
 # --------------------------------------------------------------------------- reporting
@@ -1012,12 +1060,13 @@ def render_tables(console, uni, mc, qc, mem, prof, perf_rows, targets):
         for k, v in prof.items():
             tb.add_row(k, f"{v:.0f}")
         console.print(tb)
-    if perf_rows:
-        tb = Table(title="perf: in-process send+recv loop (cpu-clock samples)")
-        for col in ("%", "dso", "symbol"):
-            tb.add_column(col)
-        for p, d, s in perf_rows[:20]:
-            tb.add_row(f"{p:.1f}", d, s)
+    for pr in perf_rows or ():
+        title = PERF_TITLES[pr["kind"]]
+        tb = Table(title=f"perf: {title} (cpu-clock samples, by object)")
+        tb.add_column("%", justify="right")
+        tb.add_column("where")
+        for p, keys, _ in pr["groups"]:
+            tb.add_row(f"{p:.1f}", " ".join(_short(k) for k in keys))
         console.print(tb)
     if targets:
         tb = Table(title="Targets (issue 2, item 5)")
@@ -1119,6 +1168,22 @@ def multicast_cpu_bound(prof, ks):
     return out or None
 
 
+PERF_TITLES = {"loop": "in-process `Peer.send` + `Peer.recv` loop",
+               "oneway": "two-process bus1py one-way run (64 B)"}
+_WHAT = {"libpython": "the Python interpreter (bytecode, objects, argument parsing)",
+         "_cffi_backend": "cffi: converting arguments and results, making the call",
+         "_b1": "bus1py's C helper (queue operations)", "libc": "libc (pthread mutexes, memcpy)",
+         "kernel": "the kernel (futex, scheduling, interrupts)", "ld-linux": "dynamic linker"}
+
+
+def _what(dso):
+    return next((v for k, v in _WHAT.items() if k in dso), "")
+
+
+def _short(dso):
+    return re.sub(r"\.cpython-\d+-[^.]+\.so$", ".so", dso)
+
+
 def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, targets, plots, elapsed):
     L = []
     add = L.append
@@ -1179,6 +1244,12 @@ def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, target
             "before sleeping on the futex. Sender-side msg/s is the rate at which the sender "
             "got rid of the messages (buffered transports run ahead of the receiver).")
         add("")
+        rt = [(n, s_, r["retries"]) for (n, s_), r in uni.items() if n.startswith("bus1py")]
+        if rt:
+            add("bus1py send retries (a full receiver quota or pool: the queue ran to its limit "
+                "because the receiver is the slower side) per message sent: "
+                + ", ".join(f"{n} {s_} B: {x:.2f}" for n, s_, x in rt) + ".")
+            add("")
         if "unicast.png" in [p.name for p in plots]:
             add("![throughput and round trip](unicast.png)")
             add("")
@@ -1290,21 +1361,31 @@ def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, target
                     "spinning on `front_ts` sees the commit's cache line, then the pinger's/echo's own "
                     "Python loop).")
             add("")
-    if perf_rows:
-        add("### perf profile of the in-process `Peer.send` + `Peer.recv` loop")
+    for pr in perf_rows or ():
+        kind = pr["kind"]
+        add(f"### perf: {PERF_TITLES[kind]}")
         add("")
-        add("`perf record -e cpu-clock` (software clock: the VM exposes no cycle counter) of "
-            "`tools/bench.py --profile-loop`, symbols >= 0.7 %:")
+        flag = "--profile-loop 4" if kind == "loop" else "--profile-oneway 3"
+        add(f"`perf record -e cpu-clock -F 2999 -D 1200 -- .venv/bin/python tools/bench.py {flag}` "
+            "(a software clock: the VM exposes no cycle counter; `-D` skips interpreter start-up). "
+            + ("Processes: `b1b-sender` runs `Peer.send` in a loop, `b1b-receiver` `Peer.recv`, "
+               "pinned to CPU 0 and CPU 1; percentages are of all samples of both." if kind == "oneway" else
+               "One process, `Peer.send` then `Peer.recv` on the same queue, in a loop."))
         add("")
-        add("| % | dso | symbol |")
-        add("|---:|---|---|")
-        for p, d, s in perf_rows[:25]:
-            add(f"| {p:.1f} | {d} | `{s}` |")
+        add("Samples by " + ("process and " if kind == "oneway" else "") + "object:")
         add("")
-        tot = {}
-        for p, d, s in perf_rows:
-            tot[d] = tot.get(d, 0) + p
-        add("By object: " + ", ".join(f"{d} {p:.0f} %" for d, p in sorted(tot.items(), key=lambda x: -x[1])) + ".")
+        add("| % | " + ("process | " if kind == "oneway" else "") + "object | what it is |")
+        add("|---:|" + ("---|" if kind == "oneway" else "") + "---|---|")
+        for p, keys, _ in pr["groups"]:
+            dso = keys[-1]
+            add(f"| {p:.1f} | " + ("".join(f"{k} | " for k in keys[:-1])) + f"{dso} | {_what(dso)} |")
+        add("")
+        add("Hottest symbols (>= 0.7 % of samples):")
+        add("")
+        add("| % | " + ("process | " if kind == "oneway" else "") + "object | symbol |")
+        add("|---:|" + ("---|" if kind == "oneway" else "") + "---|---|")
+        for p, keys, sym in pr["symbols"][:25]:
+            add(f"| {p:.1f} | " + ("".join(f"{k} | " for k in keys[:-1])) + f"{_short(keys[-1])} | `{sym}` |")
         add("")
     text = "\n".join(L) + "\n"
     # keep another engineer's `## Checker` section (always at the end) when rewriting
@@ -1348,7 +1429,7 @@ def run_all(cfg, out: Path, cmd: str, console=None, sections=("unicast", "multic
             prof = bench_profile(cfg)
             progress.advance(t)
             if cfg.perf:
-                perf_rows = bench_perf(4.0)
+                perf_rows = [r for r in (bench_perf("loop", 4.0), bench_perf("oneway", 3.0)) if r]
             progress.advance(t)
     targets = evaluate_targets(uni or {}, mc or {}, qc, mem)
     render_tables(console, uni, mc, qc, mem, prof, perf_rows, targets)
@@ -1371,9 +1452,13 @@ def main(argv=None):
     ap.add_argument("--only", default="unicast,multicast,queue,memory,profile",
                     help="comma-separated sections to run")
     ap.add_argument("--profile-loop", type=float, metavar="SECONDS", help=argparse.SUPPRESS)
+    ap.add_argument("--profile-oneway", type=float, metavar="SECONDS", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.profile_loop:
         _profile_loop(args.profile_loop)
+        return 0
+    if args.profile_oneway:
+        _profile_oneway(args.profile_oneway)
         return 0
     cfg = Config.quick_config() if args.quick else Config()
     cfg.pin = not args.no_pin
