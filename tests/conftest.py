@@ -59,9 +59,10 @@ def bus():
         yield b
 
 
-@pytest.fixture(autouse=True)
-def _no_leaks_per_test():
-    """Each test leaves no segment of its own behind and no child process running."""
+@pytest.fixture
+def no_leaks():
+    """The test leaves no segment of its own behind and no child process running.
+    (Used by test_errors.py and test_multiprocess.py through `pytestmark`.)"""
     before = our_segments()
     yield
     stray = multiprocessing.active_children()
