@@ -69,7 +69,7 @@ CTX = mp.get_context("fork")
 NCPU = os.cpu_count() or 1
 SIZES = (64, 4096)
 RETRY = (errno.EXFULL, errno.EDQUOT)
-PEERS = ("bus1py", "bus1py spin_ns=0", "mp.Queue", "mp.Pipe", "os.pipe", "socketpair", "posix_ipc MQ", "faster_fifo")
+PEERS = ("bus1py", "bus1py spin_ns=0", "bus1py unpinned", "mp.Queue", "mp.Pipe", "os.pipe", "socketpair", "posix_ipc MQ", "faster_fifo")
 MQ_DEPTH = 1024
 
 
@@ -360,6 +360,7 @@ class FasterFifoChannel(Channel):
 def unicast_channels():
     """name -> factory(size) for the two-process comparison, bus1py first."""
     out = {"bus1py": lambda s: BusChannel(s), "bus1py spin_ns=0": lambda s: BusChannel(s, spin_ns=0),
+           "bus1py unpinned": lambda s: BusChannel(s),
            "mp.Queue": MPQueueChannel,
            "mp.Pipe": MPPipeChannel, "os.pipe": OsPipeChannel, "socketpair": SocketChannel}
     if posix_ipc is not None:
@@ -536,43 +537,50 @@ def _cpus(cfg, n):
 
 
 def bench_unicast(cfg, progress=None, task=None):
-    """Section 1: {(peer, size): {rate, send_rate, rates, rtt(list)}}."""
+    """Section 1: {(peer, size): {rate, send_rate, rates, rtt_*}}.
+
+    Repetitions are interleaved (rep 1 of every transport, then rep 2, ...) so that a burst
+    of load from elsewhere on the machine hits all transports alike, not one of them."""
     res = {}
-    chans = unicast_channels()
-    cpus = _cpus(cfg, 2)
+    chans = {n: f for n, f in unicast_channels().items() if n in cfg.peers}
+    pinned = _cpus(cfg, 2)
+    unpinned = [None, None]
     for size in SIZES:
         n = cfg.n_small if size <= 64 else cfg.n_big
-        for name, make in chans.items():
-            if name not in cfg.peers:
-                continue
-            rates, srates, retries = [], [], 0
-            for _ in range(cfg.reps):
+        acc = {name: {"rates": [], "srates": [], "retries": 0, "lat": []} for name in chans}
+        for _ in range(cfg.reps):
+            for name, make in chans.items():
+                cpus = unpinned if name.endswith("unpinned") else pinned
                 ch = make(size)
                 try:
                     r = run_oneway(ch, size, n, max(50, n // 20), cpus[0], (cpus[1],))
                 finally:
                     ch.close()
-                rates.append(r["rate"])
-                srates.append(r["send_rate"])
-                retries += r["retries"]
-            lat = []
-            for _ in range(cfg.lat_reps):
+                acc[name]["rates"].append(r["rate"])
+                acc[name]["srates"].append(r["send_rate"])
+                acc[name]["retries"] += r["retries"]
+                if progress is not None:
+                    progress.advance(task)
+        for _ in range(cfg.lat_reps):
+            for name, make in chans.items():
+                cpus = unpinned if name.endswith("unpinned") else pinned
                 fwd = make(size)
                 back = fwd.reverse()
                 try:
-                    lat += run_pingpong(fwd, back, size, cfg.n_rtt, max(20, cfg.n_rtt // 10), cpus)
+                    acc[name]["lat"] += run_pingpong(fwd, back, size, cfg.n_rtt, max(20, cfg.n_rtt // 10), cpus)
                 finally:
                     back.close()
                     fwd.close()
-            lat.sort()
+                if progress is not None:
+                    progress.advance(task)
+        for name, a in acc.items():
+            lat = sorted(a["lat"])
             res[(name, size)] = {
-                "rate": statistics.median(rates), "rates": rates,
-                "send_rate": statistics.median(srates), "retries": retries / cfg.reps / n,
+                "rate": statistics.median(a["rates"]), "rates": a["rates"],
+                "send_rate": statistics.median(a["srates"]), "retries": a["retries"] / cfg.reps / n,
                 "rtt_med": pct(lat, 0.5) / 1e3, "rtt_p99": pct(lat, 0.99) / 1e3,
                 "rtt_p999": pct(lat, 0.999) / 1e3, "rtt_n": len(lat),
             }
-            if progress is not None:
-                progress.advance(task)
     return res
 
 
@@ -590,21 +598,23 @@ def bench_multicast(cfg, progress=None, task=None, size=64):
     NCPU cores: nobody is pinned, the scheduler places them (pinning the sender to one core
     and the receivers to the other was tried and is no better for k >= 2)."""
     res = {}
+    variants = multicast_variants()
     for k in cfg.mc_ks:
-        for name, make in multicast_variants().items():
-            rates = []
-            for _ in range(cfg.mc_reps):
+        acc = {name: [] for name in variants}
+        for _ in range(cfg.mc_reps):  # interleaved, as in bench_unicast
+            for name, make in variants.items():
                 ch = make(size, k)
                 try:
                     r = run_oneway(ch, size, cfg.mc_n, max(50, cfg.mc_n // 20), None, None,
                                    timeout=300)
                 finally:
                     ch.close()
-                rates.append(r["rate"])
+                acc[name].append(r["rate"])
+                if progress is not None:
+                    progress.advance(task)
+        for name, rates in acc.items():
             rate = statistics.median(rates)
             res[(name, k)] = {"rate": rate, "aggregate": rate * k, "rates": rates}
-            if progress is not None:
-                progress.advance(task)
     return res
 
 
@@ -1331,10 +1341,12 @@ def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, target
     add(f"- command: `{cmd}`")
     add(f"- date: {mi['date']}; run time {elapsed:.0f} s{' (QUICK smoke mode: toy sizes, not a result)' if cfg.quick else ''}")
     add(f"- machine: nproc = {mi['nproc']}, CPU `{mi['cpu']}`, Linux {mi['kernel']}, Python {mi['python']}, "
-        f"load average at start {mi['load'][0]:.2f}")
+        f"load average (1 min) at start {mi['load'][0]:.2f}"
+        + (f", at end {mi['load_end'][0]:.2f}" if "load_end" in mi else "")
+        + " (other engineers' jobs share this machine)")
     pinned = cfg.pin and NCPU >= 2
-    add(f"- pinning: {'sender/pinger on CPU 0, receiver(s)/echo on CPU 1 (os.sched_setaffinity)' if pinned else 'none'}; "
-        "processes forked; every transport used through its per-message Python API with `bytes`")
+    add(f"- pinning: {'two-process tests pin the sender/pinger to CPU 0 and the receiver/echo to CPU 1 (os.sched_setaffinity): it keeps a spinning receiver off the sender`s core and makes runs comparable; the `bus1py unpinned` row shows bus1py without it. Multicast (k+1 processes on 2 cores) is not pinned' if pinned else 'none'}; "
+        "processes forked; every transport used through its per-message Python API with `bytes`; repetitions interleaved across transports")
     add(f"- repetitions: one-way {cfg.reps} x {cfg.n_small:,} msgs (64 B) / {cfg.n_big:,} msgs (4 KiB), median "
         f"reported; round trip {cfg.lat_reps} x {cfg.n_rtt:,} samples pooled; multicast {cfg.mc_reps} x "
         f"{cfg.mc_n:,} msgs per receiver")
@@ -1400,8 +1412,10 @@ def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, target
         add("Per-receiver delivery rate: messages each receiver got per second, from the first "
             "send to the last receiver's last recv (median of repetitions). `bus1py multicast` "
             "sends one transaction to k nodes; `bus1py k x unicast` and `posix_ipc MQ k x "
-            "unicast` send the message k times. Sender pinned to CPU 0, all receivers share "
-            "CPU 1.")
+            "unicast` send the message k times; `spin_ns=0` is a bus whose receivers sleep on "
+            "the futex at once instead of spinning. Nothing is pinned: k+1 processes share "
+            "the 2 CPUs as the scheduler places them (pinning the sender to one CPU and all "
+            "receivers to the other was tried while writing this harness and was no better).")
         add("")
         ks = sorted({k for _, k in mc})
         add("| variant | " + " | ".join(f"k={k}" for k in ks) + " | aggregate at k=" + str(ks[-1]) + " |")
@@ -1561,8 +1575,8 @@ def run_all(cfg, out: Path, cmd: str, console=None, sections=("unicast", "multic
     mi = machine_info()
     t_start = time.monotonic()
     uni = mc = qc = mem = prof = perf_rows = None
-    n_uni = len([n for n in unicast_channels() if n in cfg.peers]) * len(SIZES)
-    n_mc = len(cfg.mc_ks) * len(multicast_variants())
+    n_uni = len([n for n in unicast_channels() if n in cfg.peers]) * len(SIZES) * (cfg.reps + cfg.lat_reps)
+    n_mc = len(cfg.mc_ks) * len(multicast_variants()) * cfg.mc_reps
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=False) as progress:
         if "unicast" in sections:
@@ -1585,6 +1599,10 @@ def run_all(cfg, out: Path, cmd: str, console=None, sections=("unicast", "multic
             if cfg.perf:
                 perf_rows = [r for r in (bench_perf("loop", 4.0), bench_perf("oneway", 3.0)) if r]
             progress.advance(t)
+    try:
+        mi["load_end"] = os.getloadavg()
+    except OSError:
+        mi["load_end"] = (float("nan"),) * 3
     targets = evaluate_targets(uni or {}, mc or {}, qc, mem)
     render_tables(console, uni, mc, qc, mem, prof, perf_rows, targets)
     out.mkdir(parents=True, exist_ok=True)
