@@ -618,6 +618,58 @@ def bench_multicast(cfg, progress=None, task=None, size=64):
     return res
 
 
+def _nargs(fn):
+    return len(ffi.typeof(fn).args)
+
+
+class RawOps:
+    """The C helper's send/recv calls with every argument bound (functools.partial over the
+    cffi function: no Python frame per call), for timing the queue itself.
+
+    Adapts to the helper's signature as it evolves (b1_send/b1_tx_prepare gained carried
+    handles and flags, b1_recv/b1_recv_wait a handles_out buffer); each call returns what the
+    C function returns (negative: -errno)."""
+
+    def __init__(self, bus, sender, receiver, handles, payload):
+        base = bus.base()
+        handles = list(handles) if isinstance(handles, (list, tuple)) else [handles]
+        size = len(payload)
+        self.base, self.payload = base, payload
+        self.dests = ffi.new("uint64_t[]", handles)
+        self.out = ffi.new("uint64_t[4]")
+        self.info = ffi.new("struct b1_msg_info *")
+        self.buflen = max(size, 4096)
+        self.buf = ffi.new("char[]", self.buflen)
+        self.hbuf = ffi.new("uint64_t[]", max(bus.limits.max_msg_handles, 1))
+        common = (base, sender._slot, sender.id, self.dests, len(handles), payload, size)
+        extra = {8: (), 11: (ffi.NULL, 0, 0)}
+        ns = _nargs(lib.b1_send)
+        if ns not in extra:
+            raise RuntimeError(f"b1_send takes {ns} arguments: tools/bench.py RawOps needs updating")
+        self.send = functools.partial(lib.b1_send, *common, *extra[ns], self.out)
+        self.tx = ffi.new("struct b1_tx *")
+        self.tx_dests = ffi.new("struct b1_dest[]", len(handles))
+        self.tx.dests = self.tx_dests
+        self.prepare = functools.partial(lib.b1_tx_prepare, base, self.tx, sender._slot, sender.id,
+                                         self.dests, len(handles), payload, size,
+                                         *{8: (), 11: (ffi.NULL, 0, 0)}[_nargs(lib.b1_tx_prepare)])
+        self.stage = functools.partial(lib.b1_tx_stage, base, self.tx, 0)
+        self.stamp = functools.partial(lib.b1_tx_stamp, base, self.tx)
+        self.commit = functools.partial(lib.b1_tx_commit, base, self.tx, 0)
+        self.recv = self.recv_for(receiver)
+        self.recv_wait = self.recv_for(receiver, wait=True)
+        self.empty_call = functools.partial(lib.b1_peer_wake_seq, base, receiver._slot)
+
+    def recv_for(self, peer, wait=False):
+        fn = lib.b1_recv_wait if wait else lib.b1_recv
+        args = [self.base, peer._slot, peer.id, self.info, self.buf, self.buflen]
+        if _nargs(fn) == (8 if wait else 7):
+            args.append(self.hbuf)
+        if wait:
+            args.append(-1)
+        return functools.partial(fn, *args)
+
+
 def bench_queue_cost(cfg, progress=None, task=None, size=64):
     """Section 3: steady-state send+recv pairs on a queue holding m committed entries.
 
@@ -637,13 +689,9 @@ def bench_queue_cost(cfg, progress=None, task=None, size=64):
         node = b.create_node()
         h = b.transfer(node, a)
         base = bus.base()
-        dests = ffi.new("uint64_t[1]", [h])
-        stamp = ffi.new("uint64_t[3]")
-        info = ffi.new("struct b1_msg_info *")
-        buf = ffi.new("char[]", max(size, 64))
-        send, recv = lib.b1_send, lib.b1_recv
-        a_slot, a_id, b_slot, b_id = a._slot, a.id, b._slot, b.id
-        noop = lib.b1_peer_wake_seq
+        ops = RawOps(bus, a, b, h, payload)
+        send, recv, noop = ops.send, ops.recv, ops.empty_call
+        b_slot = b._slot
         queued = 0
         pc = time.perf_counter_ns
         gc.disable()
@@ -651,26 +699,26 @@ def bench_queue_cost(cfg, progress=None, task=None, size=64):
             for m in cfg.qc_ms:
                 t_fill = pc()
                 for _ in range(m - queued):
-                    r = send(base, a_slot, a_id, dests, 1, payload, size, stamp)
+                    r = send()
                     if r < 0:  # b1_send: -errno on failure (0 or the timestamp on success)
                         raise bus1py.bus_error(r, f"filling the queue to {m}")
                 queued = m
                 fill_s = (pc() - t_fill) / 1e9
                 P = cfg.qc_pairs
                 for _ in range(P):  # warm up (caches, branch predictors, CPU clock)
-                    send(base, a_slot, a_id, dests, 1, payload, size, stamp)
-                    recv(base, b_slot, b_id, info, buf, size)
+                    send()
+                    recv()
                 raw, api, call = [], [], []
                 for _ in range(cfg.qc_reps):
                     t = pc()
                     for _ in range(P):
-                        send(base, a_slot, a_id, dests, 1, payload, size, stamp)
-                        recv(base, b_slot, b_id, info, buf, size)
+                        send()
+                        recv()
                     raw.append((pc() - t) / P)
                     t = pc()
                     for _ in range(P):
-                        noop(base, b_slot)
-                        noop(base, b_slot)
+                        noop()
+                        noop()
                     call.append((pc() - t) / P)
                     asend, arecv, hl = a.send, b.recv, [h]
                     t = pc()
@@ -731,26 +779,10 @@ def bench_profile(cfg, size=64):
         extra = [bus.peer() for _ in range(7)]
         mc_handles = [h] + [p.transfer(p.create_node(), a) for p in extra]
         mc_peers = [b] + extra
-        base = bus.base()
-        dests = ffi.new("uint64_t[1]", [h])
-        stamp = ffi.new("uint64_t[3]")
-        info = ffi.new("struct b1_msg_info *")
-        buf = ffi.new("char[]", 4096)
-        tx = ffi.new("struct b1_tx *")
-        tx.dests = ffi.new("struct b1_dest[1]")
-        a_slot, a_id, b_slot, b_id = a._slot, a.id, b._slot, b.id
+        ops = RawOps(bus, a, b, h, payload)
         pc = time.perf_counter_ns
         hl = [h]
-        lsend, lrecv, lwait = lib.b1_send, lib.b1_recv, lib.b1_recv_wait
-
-        def raw_send():
-            lsend(base, a_slot, a_id, dests, 1, payload, size, stamp)
-
-        def raw_recv():
-            lrecv(base, b_slot, b_id, info, buf, 4096)
-
-        def raw_wait():
-            lwait(base, b_slot, b_id, info, buf, 4096, -1)
+        raw_send, raw_recv, raw_wait = ops.send, ops.recv, ops.recv_wait
 
         def api_send():
             a.send(hl, payload)
@@ -768,10 +800,10 @@ def bench_profile(cfg, size=64):
             return (pc() - t) / n
 
         def empty_call():
-            f = lib.b1_peer_wake_seq
+            f = ops.empty_call
             t = pc()
             for _ in range(n):
-                f(base, b_slot)
+                f()
             return (pc() - t) / n
 
         def alternate(snd, rcv):
@@ -805,23 +837,23 @@ def bench_profile(cfg, size=64):
 
         def raw_pair(k):
             for _ in range(k):
-                lsend(base, a_slot, a_id, dests, 1, payload, size, stamp)
-                lwait(base, b_slot, b_id, info, buf, 4096, -1)
+                raw_send()
+                raw_wait()
 
         def steps():
-            prep, stage, stmp, commit = lib.b1_tx_prepare, lib.b1_tx_stage, lib.b1_tx_stamp, lib.b1_tx_commit
+            prep, stage, stmp, commit = ops.prepare, ops.stage, ops.stamp, ops.commit
             sums = [0, 0, 0, 0]
             for _ in range(n):
                 t0 = pc()
-                prep(base, tx, a_slot, a_id, dests, 1, payload, size)
+                prep()
                 t1 = pc()
-                stage(base, tx, 0)
+                stage()
                 t2 = pc()
-                stmp(base, tx)
+                stmp()
                 t3 = pc()
-                commit(base, tx, 0)
+                commit()
                 t4 = pc()
-                lrecv(base, b_slot, b_id, info, buf, 4096)
+                raw_recv()
                 sums[0] += t1 - t0
                 sums[1] += t2 - t1
                 sums[2] += t3 - t2
@@ -848,14 +880,14 @@ def bench_profile(cfg, size=64):
             rows.update(_peer_pair_costs(n, payload, lambda fn: min(fn() for _ in range(5))))
             for k in (2, 4, 8):
                 hk = mc_handles[:k]
-                rk = [(p._slot, p.id) for p in mc_peers[:k]]
+                rk = [ops.recv_for(p) for p in mc_peers[:k]]
 
                 def mc_send():
                     a.send(hk, payload)
 
                 def mc_drain():
-                    for sl, pid in rk:
-                        lrecv(base, sl, pid, info, buf, 4096)
+                    for f in rk:
+                        f()
                 rows[f"multicast send: Peer.send to k={k} (API)"] = alternate(mc_send, mc_drain)[0]
         finally:
             gc.enable()
