@@ -180,14 +180,42 @@ class Bus:
 
         slot = ffi.new("uint32_t *")
         pid = ffi.new("uint64_t *")
-        for key, value in (("quota_messages", quota_messages), ("quota_handles", quota_handles),
-                           ("quota_bytes", quota_bytes)):
-            if not isinstance(value, int) or value < 0:
-                raise ValueError(f"{key} must be a non-negative int, not {value!r}")
+        for key, value, bits in (("quota_messages", quota_messages, 32), ("quota_handles", quota_handles, 32),
+                                 ("quota_bytes", quota_bytes, 64)):
+            if type(value) is not int or not 0 <= value < 1 << bits:
+                raise ValueError(f"{key} must be an int from 0 (the bus default) to 2**{bits}-1, not {value!r}")
         r = lib.b1_peer_new(self.base(), quota_messages, quota_handles, quota_bytes, slot, pid)
         if r:
             raise bus_error(r, f"no free peer slot on bus {self.name!r} (max_peers={self.limits.max_peers})")
-        return Peer(self, slot[0], pid[0])
+        peer = Peer(self, slot[0], pid[0])
+        peer._attach()  # the creating process holds the peer
+        return peer
+
+    def peers(self) -> list:
+        """Every peer slot ever used on the bus, connected or not: PeerInfo with `state`
+        ('connected', 'disconnected', ...) as a dict (for `bus1py ls`)."""
+        from .peer import PeerInfo
+
+        out, rows = ffi.new("struct b1_peer_info *"), []
+        states = {1: "connected", 2: "disconnected", 3: "disconnecting"}
+        slot = 1
+        while True:
+            r = lib.b1_peer_at(self.base(), slot, out)
+            if r == -2:  # ENOENT: past the last slot
+                break
+            if r == 0:
+                rows.append({"state": states.get(out.state, "free"), "pinned": bool(out.pinned),
+                             **PeerInfo.from_c(out).__dict__})
+            slot += 1
+        return rows
+
+    def gc(self) -> dict:
+        """Reap peers whose processes all died (their nodes are destroyed, as by
+        disconnect) and finish or remove the half-sent messages of dead processes."""
+        out = ffi.new("struct b1_gc_stats *")
+        lib.b1_gc(self.base(), out)
+        return {"peers_reaped": out.peers_reaped, "blocks_completed": out.blocks_completed,
+                "blocks_removed": out.blocks_removed, "live_peers": out.live_peers}
 
     def info(self) -> dict:
         info = ffi.new("struct b1_bus_info *")
@@ -212,14 +240,17 @@ class Bus:
         return base
 
     def scratch(self):
-        """Per-thread buffers for the C calls: (dests, stamp, info, payload buffer)."""
+        """Per-thread buffers for the C calls: (dests, seq, info, info as u64[], payload
+        buffer, its length, carried handle ids)."""
         tls = self._tls
         try:
             return tls.scratch
         except AttributeError:
-            tls.scratch = (ffi.new("uint64_t[]", self.limits.max_dests), ffi.new("uint64_t[3]"),
-                           ffi.new("struct b1_msg_info *"),
-                           _NO_CLEAR("char[]", max(self.limits.max_payload, 1)))
+            info = ffi.new("struct b1_msg_info *")
+            buflen = max(self.limits.max_payload, 1)
+            tls.scratch = (ffi.new("uint64_t[]", self.limits.max_dests), ffi.new("uint64_t[1]"),
+                           info, ffi.cast("uint64_t *", info), _NO_CLEAR("char[]", buflen), buflen,
+                           ffi.new("uint64_t[]", max(self.limits.max_msg_handles, 1)))
             return tls.scratch
 
     def close(self) -> None:

@@ -28,6 +28,7 @@ _MEANING = {
     errno.EBADMSG: "not a bus1py segment",
     errno.EPROTO: "bus1py segment of another layout version",
     errno.EUCLEAN: "queue structure corrupted",
+    errno.EHOSTUNREACH: "destination destroyed",
 }
 
 

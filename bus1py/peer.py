@@ -3,6 +3,10 @@
 Invariants:
   - A Peer object is only a name for (bus, slot, id); all its state lives in the segment,
     so pickling it (to a child started with fork or spawn) yields the same peer.
+  - The processes that hold a peer are recorded in the segment: the one that created it,
+    every one that unpickled it, and a forked child once it uses it.  When the last of them
+    exits (or dies, noticed by `Bus.gc`), the peer is disconnected, like a file descriptor
+    closed by its last holder.
   - `send` and `recv` are one C call each; the Python side only converts arguments, using
     per-thread scratch buffers of the bus, so concurrent threads never share one.
   - The readiness pipe of `fileno()` belongs to the process that asked for it: it is
@@ -11,19 +15,23 @@ Invariants:
 """
 from __future__ import annotations
 
+import atexit
 import errno
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 
 from ._b1 import ffi, lib
 from .bus import Bus
 from .errors import bus_error
-from .message import MESSAGE_TYPES, Message
+from .message import HANDLE_INVALID, MESSAGE_TYPES, Message
 
 _EINTR = -errno.EINTR
 _EAGAIN = -errno.EAGAIN
+_new_message = tuple.__new__  # Message(...) through its generated __new__ costs 3x more
+_UNREACHABLE = lib.B1_SEND_UNREACHABLE_ERROR
 
 
 @dataclass(frozen=True)
@@ -43,16 +51,28 @@ class PeerInfo:
     sent: int
     received: int
     lock_recoveries: int
+    pids: tuple = ()
+
+    @classmethod
+    def from_c(cls, out) -> "PeerInfo":
+        return cls(id=out.id, clock=out.clock, queued_entries=out.n_entries,
+                   queued_messages=out.n_messages, queued_bytes=out.n_bytes,
+                   held_handles=out.n_handles, quota_messages=out.quota_messages,
+                   quota_bytes=out.quota_bytes, quota_handles=out.quota_handles,
+                   front_ts=out.front_ts, sent=out.sent, received=out.received,
+                   lock_recoveries=out.lock_recoveries, pids=tuple(p for p in out.pids if p))
 
 
 class Peer:
-    __slots__ = ("_bus", "_slot", "_id", "_ready", "__weakref__")
+    __slots__ = ("_bus", "_slot", "_id", "_ready", "_attached", "__weakref__")
 
     def __init__(self, bus: Bus, slot: int, peer_id: int):
         self._bus = bus
         self._slot = slot
         self._id = peer_id
         self._ready = None
+        self._attached = False
+        _peers.add(self)
 
     @property
     def id(self) -> int:
@@ -74,10 +94,19 @@ class Peer:
     def __repr__(self):
         return f"<bus1py.Peer {self._id} on {self._bus.name!r}>"
 
+    def _attach(self):
+        """Record this process as a holder of the peer (once per process)."""
+        r = lib.b1_peer_attach(self._bus.base(), self._slot, self._id, os.getpid())
+        self._attached = True
+        if r == 0:
+            _held[(self._bus.name, self._slot, self._id)] = self
+
     # ---- nodes and handles ----
 
     def create_node(self) -> int:
         """A new node owned by this peer; returns the owner's handle id."""
+        if not self._attached:
+            self._attach()
         out = ffi.new("uint64_t *")
         r = lib.b1_node_create(self._bus.base(), self._slot, self._id, out)
         if r:
@@ -93,6 +122,8 @@ class Peer:
         if not isinstance(other, Peer) or other._bus.name != self._bus.name:
             raise ValueError(f"transfer target must be a Peer of bus {self._bus.name!r}, not {other!r}")
         _check_handle(handle, "handle")
+        if not self._attached:
+            self._attach()
         out = ffi.new("uint64_t *")
         r = lib.b1_handle_transfer(self._bus.base(), self._slot, self._id, handle,
                                    other._slot, other._id, out)
@@ -100,39 +131,67 @@ class Peer:
             raise bus_error(r, f"transferring handle {handle} of peer {self._id} to peer {other._id}")
         return out[0]
 
+    def release(self, handle: int) -> None:
+        """Drop one reference to `handle`.  The owner of the node gets NODE_RELEASE when
+        the last reference other than its own goes; releasing the owner's last reference
+        to a live node fails with EBUSY."""
+        _check_handle(handle, "handle")
+        if not self._attached:
+            self._attach()
+        r = lib.b1_handle_release(self._bus.base(), self._slot, self._id, handle)
+        if r:
+            raise bus_error(r, f"releasing handle {handle} of peer {self._id}")
+
+    def destroy(self, *handles: int, release: bool = False) -> None:
+        """Destroy the nodes behind these owner handles, in one transaction with one
+        destruction timestamp: the owner and every holder get NODE_DESTROY, each with its
+        own handle id.  With release=True the owner's handles are released as well."""
+        if not handles:
+            raise bus_error(errno.EINVAL, "destroy needs at least one handle")
+        for h in handles:
+            _check_handle(h, "handle")
+        if not self._attached:
+            self._attach()
+        arr = ffi.new("uint64_t[]", handles)
+        r = lib.b1_destroy(self._bus.base(), self._slot, self._id, arr, len(handles), bool(release))
+        if r:
+            raise bus_error(r, f"peer {self._id} destroying {handles!r}")
+
     # ---- messages ----
 
-    def send(self, destinations, payload, handles=()) -> tuple:
-        """Send `payload` to every node in `destinations` (handle ids) in one transaction.
+    def send(self, destinations, payload, handles=(), *, unreachable_error: bool = False) -> tuple:
+        """Send `payload` to every node in `destinations` (handle ids) in one transaction,
+        carrying `handles` (the sender's handle ids) to every receiver.
 
         Returns the message's stamp (timestamp, sender id, sequence).  Never blocks; raises
         with nothing sent when a handle is unknown (ENXIO), the payload too large
-        (EMSGSIZE) or the pool full (EXFULL).
+        (EMSGSIZE), the pool full (EXFULL) or a receiver's quota exhausted (EDQUOT).  A
+        message to a destroyed node is silently dropped, as bus1 does; with
+        unreachable_error=True the send fails with EHOSTUNREACH instead when the sender has
+        already received NODE_DESTROY for every destination.
         """
         bus = self._bus
         base = bus._base
         if base is None:
             bus.base()  # raises: closed
-        if handles:
-            raise bus_error(errno.EOPNOTSUPP, "carrying handles in messages is not supported yet")
-        dests, stamp, _, _ = bus.scratch()
+        if not self._attached:
+            self._attach()
+        dests, seq, _, _, _, _, carried = bus.scratch()
         if type(destinations) is int:
+            if destinations < 0 or destinations >= 1 << 64:
+                raise ValueError(f"destination must be a handle id (an int >= 0), not {destinations!r}")
             dests[0] = destinations
             n = 1
         else:
-            n = len(destinations)
-            if n > bus.limits.max_dests:
-                raise bus_error(errno.EINVAL, f"{n} destinations, more than max_dests={bus.limits.max_dests}")
-            try:
-                dests[0:n] = destinations
-            except (TypeError, OverflowError):
-                raise TypeError(f"destinations must be handle ids (ints >= 0), not {destinations!r}") from None
+            n = _fill(dests, destinations, bus.limits.max_dests, "destinations")
+        nh = _fill(carried, handles, bus.limits.max_msg_handles, "handles") if handles else 0
         if type(payload) is not bytes:
             payload = _as_bytes(payload)
-        r = lib.b1_send(base, self._slot, self._id, dests, n, payload, len(payload), stamp)
-        if r:
-            raise self._send_error(r, destinations, len(payload), n)
-        return (stamp[0], stamp[1], stamp[2])
+        ts = lib.b1_send(base, self._slot, self._id, dests, n, payload, len(payload), carried, nh,
+                         _UNREACHABLE if unreachable_error else 0, seq)
+        if ts < 0:
+            raise self._send_error(ts, destinations, len(payload), n, nh)
+        return (ts, self._id, seq[0])
 
     def recv(self, timeout: float | None = None) -> Message:
         """The next message: waits for one (None), fails at once (0, BlockingIOError), or
@@ -141,49 +200,60 @@ class Peer:
         base = bus._base
         if base is None:
             bus.base()
-        _, _, info, buf = bus.scratch()
+        if not self._attached:
+            self._attach()
+        _, _, info, info_words, buf, buflen, handles_out = bus.scratch()
         if timeout is None:
             ns, deadline = -1, None
         else:
+            if type(timeout) not in (int, float) or timeout != timeout:
+                raise TypeError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
             if timeout < 0:
                 raise ValueError(f"timeout must be None or >= 0, not {timeout!r}")
-            ns = int(timeout * 1e9)
+            # any positive timeout waits at least a nanosecond: 0 alone means non-blocking
+            ns = max(1, int(timeout * 1e9)) if timeout > 0 else 0
             deadline = time.monotonic() + timeout
-        buflen = bus.limits.max_payload
         while True:
-            r = lib.b1_recv_wait(base, self._slot, self._id, info, buf, buflen, ns)
+            r = lib.b1_recv_wait(base, self._slot, self._id, info, buf, buflen, handles_out, ns)
             if r == 0:
                 break
             if r != _EINTR:
                 raise self._recv_error(r, timeout)
-            # a signal arrived: its Python handler runs now; then wait out the rest
+            # a signal arrived: its Python handler has run; wait out the rest
             if deadline is not None:
-                ns = max(0, int((deadline - time.monotonic()) * 1e9))
-        return Message(MESSAGE_TYPES[info.type], info.destination, ffi.unpack(buf, info.len),
-                       (), (info.ts, info.sender, info.seq))
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    r = lib.b1_recv_wait(base, self._slot, self._id, info, buf, buflen, handles_out, 0)
+                    if r == 0:
+                        break
+                    raise self._recv_error(-errno.ETIMEDOUT if r == _EAGAIN else r, timeout)
+                ns = max(1, int(left * 1e9))
+        ts, sender, seq, destination, kind, length, nh, _ = ffi.unpack(info_words, 8)
+        carried = tuple(ffi.unpack(handles_out, nh)) if nh else ()
+        return _new_message(Message, (MESSAGE_TYPES[kind], destination, ffi.unpack(buf, length),
+                                      carried, (ts, sender, seq)))
 
     def query(self) -> PeerInfo:
         out = ffi.new("struct b1_peer_info *")
         r = lib.b1_peer_query(self._bus.base(), self._slot, self._id, out)
         if r:
             raise bus_error(r, f"peer {self._id}")
-        return PeerInfo(id=out.id, clock=out.clock, queued_entries=out.n_entries,
-                        queued_messages=out.n_messages, queued_bytes=out.n_bytes,
-                        held_handles=out.n_handles, quota_messages=out.quota_messages,
-                        quota_bytes=out.quota_bytes, quota_handles=out.quota_handles,
-                        front_ts=out.front_ts, sent=out.sent, received=out.received,
-                        lock_recoveries=out.lock_recoveries)
+        return PeerInfo.from_c(out)
 
     def disconnect(self) -> None:
-        """Disconnect the peer for every process: its queue is flushed and later calls
-        raise ESHUTDOWN (BrokenPipeError)."""
+        """Disconnect the peer for every process: its nodes are destroyed in one
+        transaction, its handles released, its queue flushed; later calls raise ESHUTDOWN
+        (BrokenPipeError).  Messages it already sent stay valid."""
         r = lib.b1_peer_disconnect(self._bus.base(), self._slot, self._id)
+        _held.pop((self._bus.name, self._slot, self._id), None)
         if r:
             raise bus_error(r, f"peer {self._id}")
 
     def fileno(self) -> int:
         """A file descriptor readable while a committed message is at the front of the
         queue (for select, poll, selectors and asyncio's add_reader)."""
+        if not self._attached:
+            self._attach()
         ready = self._ready
         if ready is None or ready.pid != os.getpid():
             ready = self._ready = _ReadyPipe(self)
@@ -191,15 +261,24 @@ class Peer:
 
     # ---- errors ----
 
-    def _send_error(self, r, destinations, length, n):
+    def _send_error(self, r, destinations, length, n, nh):
         code = -r
+        limits = self._bus.limits
         if code == errno.ENXIO:
-            return bus_error(r, f"peer {self._id} holds no handle {destinations!r}")
+            return bus_error(r, f"peer {self._id} holds no handle among destinations {destinations!r}"
+                                f"{' or carried handles' if nh else ''}")
         if code == errno.EMSGSIZE:
-            return bus_error(r, f"payload of {length} bytes exceeds max_payload={self._bus.limits.max_payload}")
+            if nh > limits.max_msg_handles:
+                return bus_error(r, f"{nh} handles exceed max_msg_handles={limits.max_msg_handles}")
+            return bus_error(r, f"payload of {length} bytes exceeds max_payload={limits.max_payload}")
         if code == errno.EXFULL:
             return bus_error(r, f"no room for {n} cop{'y' if n == 1 else 'ies'} of {length} bytes "
-                                f"(pool_size={self._bus.limits.pool_size}, max_entries={self._bus.limits.max_entries})")
+                                f"(pool_size={limits.pool_size}, max_entries={limits.max_entries})")
+        if code == errno.EDQUOT:
+            return bus_error(r, f"a receiver among {destinations!r} is at its quota of queued "
+                                f"messages, bytes or handles")
+        if code == errno.EHOSTUNREACH:
+            return bus_error(r, f"every destination in {destinations!r} is destroyed")
         if code == errno.EINVAL and n == 0:
             return bus_error(r, "no destinations")
         return bus_error(r, f"peer {self._id} sending to {destinations!r}")
@@ -212,18 +291,43 @@ class Peer:
         return bus_error(r, f"peer {self._id}")
 
 
-def send(peer: Peer, destinations, payload, handles=()) -> tuple:
+def send(peer: Peer, destinations, payload, handles=(), **flags) -> tuple:
     """`peer.send(destinations, payload, handles)` as a function."""
-    return peer.send(destinations, payload, handles)
+    return peer.send(destinations, payload, handles, **flags)
 
 
 def _restore(bus_name: str, slot: int, peer_id: int) -> Peer:
-    return Peer(Bus.attach(bus_name), slot, peer_id)
+    peer = Peer(Bus.attach(bus_name), slot, peer_id)
+    try:
+        peer._attach()
+    except OSError:
+        pass  # disconnected meanwhile: its calls will say so
+    return peer
 
 
 def _check_handle(handle, what):
-    if type(handle) is not int or handle < 0:
-        raise TypeError(f"{what} must be a handle id (int >= 0), not {handle!r}")
+    if type(handle) is not int or handle < 0 or handle >= 1 << 64:
+        raise TypeError(f"{what} must be a handle id (an int >= 0), not {handle!r}")
+
+
+def _fill(array, values, limit, what) -> int:
+    """Copy handle ids into a scratch array; a clear error for anything else."""
+    try:
+        n = len(values)
+    except TypeError:
+        raise TypeError(f"{what} must be a handle id or a sequence of them, not {values!r}") from None
+    if n > limit:
+        raise bus_error(errno.EINVAL if what == "destinations" else errno.EMSGSIZE,
+                        f"{n} {what}, more than the bus allows "
+                        f"({'max_dests' if what == 'destinations' else 'max_msg_handles'}={limit})")
+    for v in values:
+        if type(v) is not int or v < 0 or v >= 1 << 64:
+            raise TypeError(f"{what} must be handle ids (ints >= 0), not {values!r}")
+    if n == 1:
+        array[0] = values[0]
+    else:
+        array[0:n] = values
+    return n
 
 
 def _as_bytes(payload) -> bytes:
@@ -233,6 +337,51 @@ def _as_bytes(payload) -> bytes:
         return bytes(memoryview(payload).cast("B"))
     except TypeError:
         raise TypeError(f"payload must be bytes-like, not {type(payload).__name__}") from None
+
+
+# ---- the processes holding peers ----
+
+_peers: "weakref.WeakSet[Peer]" = weakref.WeakSet()  # every Peer object of this process
+_held: dict = {}  # (bus name, slot, id) -> Peer this process recorded itself as holding
+_exit_pid = [None]
+
+
+def _after_fork_in_child():
+    # the child holds nothing yet: it becomes a holder of a peer when it uses it
+    for peer in list(_peers):
+        peer._attached = False
+        peer._ready = None
+    _held.clear()
+
+
+def _release_held_at_exit():
+    """The last process holding a peer disconnects it as it exits."""
+    pid = os.getpid()
+    if _exit_pid[0] == pid:
+        return
+    _exit_pid[0] = pid
+    for (name, slot, peer_id), peer in list(_held.items()):
+        base = peer._bus._base
+        if base is None:
+            continue
+        if lib.b1_peer_detach(base, slot, peer_id, pid) == 0:
+            lib.b1_peer_disconnect(base, slot, peer_id)
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_release_held_at_exit)
+try:  # multiprocessing children leave through os._exit after running its finalizers
+    from multiprocessing import util as _mp_util
+
+    _mp_util.Finalize(None, _release_held_at_exit, exitpriority=100)
+
+    def _register_in_child():
+        _mp_util.Finalize(None, _release_held_at_exit, exitpriority=100)
+
+    os.register_at_fork(after_in_child=_register_in_child)
+except ImportError:  # pragma: no cover
+    pass
 
 
 class _ReadyPipe:
@@ -247,7 +396,7 @@ class _ReadyPipe:
         threading.Thread(target=self._watch, name=f"bus1py-ready-{peer.id}", daemon=True).start()
 
     def _watch(self):
-        peer, full = self._peer, False
+        peer = self._peer
         bus, slot, pid = peer._bus, peer._slot, peer._id
         # our own export of the mapping: while it exists Bus.close() cannot unmap it
         try:

@@ -23,16 +23,17 @@ STATES = ("prepared", "staged", "synced", "committed", "dropped")
 
 
 class Transaction:
-    def __init__(self, peer: Peer, destinations, payload=b""):
-        destinations = list(destinations)
+    def __init__(self, peer: Peer, destinations, payload=b"", handles=()):
+        destinations, handles = list(destinations), list(handles)
         payload = payload if type(payload) is bytes else _as_bytes(payload)
         self._bus = peer.bus
         self._dests = ffi.new("struct b1_dest[]", max(len(destinations), 1))
         self._tx = ffi.new("struct b1_tx *")
         self._tx.dests = self._dests
         arr = ffi.new("uint64_t[]", destinations or [0])
+        carried = ffi.new("uint64_t[]", handles or [0])
         r = lib.b1_tx_prepare(self._bus.base(), self._tx, peer._slot, peer.id, arr,
-                              len(destinations), payload, len(payload))
+                              len(destinations), payload, len(payload), carried, len(handles), 0)
         if r:
             raise bus_error(r, f"preparing a send from peer {peer.id} to {destinations!r}")
         self._open = True

@@ -61,7 +61,7 @@ void b1_free_index(b1_stack *stack, uint32_t index, _Atomic uint32_t *link) {
 
 uint32_t b1_entry_alloc(void *base) {
     struct b1_header *h = HDR(base);
-    uint32_t e = b1_alloc_index(base, &h->free_entries, &h->entries_bump, h->limits.max_entries,
+    uint32_t e = b1_alloc_index(base, &h->free_entries, &h->entries_bump, h->limits.max_entries + 1,
                                 offsetof(struct b1_entry, next_free), sizeof(struct b1_entry),
                                 (char *)ENTRY(base, 0));
     if (e) atomic_fetch_add_explicit(&h->entries_used, 1, memory_order_relaxed);
@@ -91,10 +91,9 @@ static uint32_t pool_pop(void *base, uint32_t cls) {
 
 /* A record of the smallest class that fits; larger classes serve when the pool is carved
  * out, so a pool fragmented into big free records still accepts small messages. */
-uint32_t b1_msg_alloc(void *base, uint32_t len, uint32_t refs) {
+uint32_t b1_msg_alloc(void *base, uint64_t size_needed, uint32_t len, uint32_t refs) {
     struct b1_header *h = HDR(base);
-    uint64_t need = sizeof(struct b1_msg) + (uint64_t)len;
-    uint32_t cls = size_class(need);
+    uint32_t cls = size_class(size_needed);
     if (cls >= B1_POOL_CLASSES) return 0;
     uint64_t size = (uint64_t)1 << (cls + B1_POOL_MIN_SHIFT);
     uint32_t unit = pool_pop(base, cls);
@@ -121,6 +120,9 @@ uint32_t b1_msg_alloc(void *base, uint32_t len, uint32_t refs) {
     atomic_store_explicit(&m->refs, refs, memory_order_relaxed);
     m->len = len;
     m->n_handles = 0;
+    m->n_dests = 0;
+    m->type = 0;
+    m->ts = 0;
     m->size_class = got;
     atomic_fetch_add_explicit(&h->pool_used, (uint64_t)1 << (got + B1_POOL_MIN_SHIFT),
                               memory_order_relaxed);

@@ -25,6 +25,9 @@
 #define B1_MSG_NODE_DESTROY 1
 #define B1_MSG_NODE_RELEASE 2
 
+/* send flags */
+#define B1_SEND_UNREACHABLE_ERROR 1  /* EHOSTUNREACH when every destination is known dead */
+
 /* fault injection (bus1py stress --inject): deliberately broken ordering paths */
 #define B1_INJECT_NONE 0
 #define B1_INJECT_NO_BLOCK 1
@@ -71,19 +74,20 @@ struct b1_tx {
     uint64_t max_ts;       /* running maximum of the destination clocks seen while staging */
     uint64_t ts;           /* the commit timestamp (even), 0 until stamped */
     uint32_t msg;          /* the message record in the pool */
-    uint32_t pad;
+    uint32_t type;         /* B1_MSG_* */
     struct b1_dest *dests;
 };
 
+/* all fields 64-bit, so Python reads the record with one ffi.unpack */
 struct b1_msg_info {
     uint64_t ts;
     uint64_t sender;
     uint64_t seq;
     uint64_t destination;  /* the receiver's own handle id for the node */
-    uint32_t type;
-    uint32_t len;
-    uint32_t n_handles;
-    uint32_t pad;
+    uint64_t type;
+    uint64_t len;
+    uint64_t n_handles;
+    uint64_t pad;
 };
 
 struct b1_peer_info {
@@ -101,7 +105,15 @@ struct b1_peer_info {
     uint64_t sent;
     uint64_t received;
     uint32_t lock_recoveries;  /* times a lock was taken over from a dead holder */
-    uint32_t pad;
+    uint32_t pinned;           /* used by more processes than are recorded: never reaped */
+    int32_t pids[8];           /* processes that used the peer (0: none) */
+};
+
+struct b1_gc_stats {
+    uint32_t peers_reaped;     /* peers whose processes had all died */
+    uint32_t blocks_completed; /* blocks of dead senders committed at their stamp */
+    uint32_t blocks_removed;   /* blocks of dead senders that had no stamp yet */
+    uint32_t live_peers;       /* connected peers with a live process (or never used) */
 };
 
 struct b1_bus_info {
@@ -123,35 +135,49 @@ void b1_process_init(void);
 
 int b1_peer_new(void *base, uint32_t quota_messages, uint32_t quota_handles,
                 uint64_t quota_bytes, uint32_t *slot, uint64_t *id);
+int b1_peer_attach(void *base, uint32_t slot, uint64_t id, int32_t pid);
+/* the number of other live processes still using the peer (0: the caller was the last) */
+int b1_peer_detach(void *base, uint32_t slot, uint64_t id, int32_t pid);
 int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id);
 int b1_peer_query(void *base, uint32_t slot, uint64_t id, struct b1_peer_info *out);
+/* any slot, connected or not (admin listing): -ENOENT past the last used slot */
+int b1_peer_at(void *base, uint32_t slot, struct b1_peer_info *out);
 int b1_peer_ready(void *base, uint32_t slot, uint64_t id);
 int b1_peer_wait_change(void *base, uint32_t slot, uint32_t seen, int64_t timeout_ns);
 uint32_t b1_peer_wake_seq(void *base, uint32_t slot);
+int b1_gc(void *base, struct b1_gc_stats *out);
 
 int b1_node_create(void *base, uint32_t slot, uint64_t id, uint64_t *handle);
 int b1_handle_transfer(void *base, uint32_t slot, uint64_t id, uint64_t handle,
                        uint32_t to_slot, uint64_t to_id, uint64_t *out);
+int b1_handle_release(void *base, uint32_t slot, uint64_t id, uint64_t handle);
+/* destroy the nodes behind the owner's handles, in one transaction */
+int b1_destroy(void *base, uint32_t slot, uint64_t id, const uint64_t *handles, uint32_t n,
+               int release);
 
 /* the transaction, step by step (each step is one queue operation) */
 int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,
-                  const uint64_t *dests, uint32_t n, const char *payload, uint32_t len);
+                  const uint64_t *dests, uint32_t n, const char *payload, uint32_t len,
+                  const uint64_t *handles, uint32_t n_handles, uint32_t flags);
 int b1_tx_stage(void *base, struct b1_tx *tx, uint32_t i);
 int b1_tx_stamp(void *base, struct b1_tx *tx);
 int b1_tx_sync(void *base, struct b1_tx *tx, uint32_t i);
 int b1_tx_commit(void *base, struct b1_tx *tx, uint32_t i);
 void b1_tx_abort(void *base, struct b1_tx *tx);
 
-/* the whole send in one call; stamp receives (ts, sender id, seq) */
-int b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, uint32_t n,
-            const char *payload, uint32_t len, uint64_t *stamp);
+/* the whole send in one call: returns the message's timestamp (> 0) and stores the
+ * transaction's sequence number in *seq, or returns -errno */
+int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, uint32_t n,
+                const char *payload, uint32_t len, const uint64_t *handles,
+                uint32_t n_handles, uint32_t flags, uint64_t *seq);
 
-/* receive the front entry if committed: -EAGAIN when empty or blocked */
+/* receive the front entry if committed: -EAGAIN when empty or blocked; the receiver's
+ * ids of carried handles go to handles_out (room for max_msg_handles) */
 int b1_recv(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *info,
-            char *buf, uint32_t buflen);
+            char *buf, uint32_t buflen, uint64_t *handles_out);
 /* the same, waiting: timeout_ns < 0 waits forever; -ETIMEDOUT, -EINTR */
 int b1_recv_wait(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *info,
-                 char *buf, uint32_t buflen, int64_t timeout_ns);
+                 char *buf, uint32_t buflen, uint64_t *handles_out, int64_t timeout_ns);
 
 /* queue internals exposed for tests and benchmarks */
 int b1_queue_check(void *base, uint32_t slot);   /* verifies tree order and counts */

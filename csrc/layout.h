@@ -32,7 +32,9 @@
 #define B1_POOL_MIN_SHIFT 6            /* smallest pool slot: 64 bytes */
 #define B1_POOL_CLASSES 22             /* up to 2^27 = 128 MiB slots */
 
-enum { B1_PEER_FREE = 0, B1_PEER_ACTIVE = 1, B1_PEER_DISCONNECTED = 2 };
+enum { B1_PEER_FREE = 0, B1_PEER_ACTIVE = 1, B1_PEER_DISCONNECTED = 2, B1_PEER_DISCONNECTING = 3 };
+enum { B1_NODE_FREE = 0, B1_NODE_ALIVE = 1, B1_NODE_DESTROYING = 2, B1_NODE_DESTROYED = 3 };
+#define B1_PEER_PIDS 8
 enum { B1_DEST_PREPARED, B1_DEST_STAGED, B1_DEST_SYNCED, B1_DEST_COMMITTED, B1_DEST_DROPPED };
 
 /* A lock-free stack of free slots: head = (tag << 32) | index. */
@@ -59,7 +61,9 @@ struct b1_header {
     b1_stack pool_free[B1_POOL_CLASSES];
 };
 
-/* A peer: one queue with its lock and clock, plus accounting. */
+/* A peer: one queue with its lock and clock, plus accounting.
+ * DISCONNECTING: the peer is destroying its nodes on its way out; nothing new is staged
+ * into its queue, but its own destruction transaction may still stamp. */
 struct b1_peer {
     pthread_mutex_t lock;
     /* --- guarded by lock --- */
@@ -69,15 +73,19 @@ struct b1_peer {
     uint32_t front;        /* leftmost entry, 0 when empty */
     uint32_t n_entries;
     uint64_t clock;
-    uint32_t n_messages, n_handles;
-    uint64_t n_bytes;
+    uint32_t n_messages;   /* data messages queued or staged here (quota_messages) */
     uint32_t quota_messages, quota_handles;
+    uint32_t lock_initialised;
+    uint64_t n_bytes;      /* their payload bytes (quota_bytes) */
     uint64_t quota_bytes;
     uint64_t fifo_counter; /* B1_INJECT_FIFO only: arrival order */
     uint64_t received;
     uint32_t lock_recoveries;
-    uint32_t lock_initialised;
+    uint32_t pinned;       /* more holder processes than pids[] records: never reaped */
+    int32_t pids[B1_PEER_PIDS];       /* processes that used the peer (0: none) */
+    uint64_t pid_starts[B1_PEER_PIDS]; /* their start times, so a reused pid is told apart */
     /* --- read without the lock --- */
+    _Atomic uint32_t n_handles; /* handle slots of this peer, held or in flight (quota_handles) */
     _Atomic uint64_t front_ts;  /* ts of the front entry, 0 when empty */
     _Atomic uint32_t wake_seq;  /* futex word: bumped whenever the front changes */
     _Atomic uint32_t waiters;   /* processes or threads sleeping on wake_seq */
@@ -85,18 +93,30 @@ struct b1_peer {
     _Atomic uint64_t sent;
 } __attribute__((aligned(64)));
 
-/* A node: owned by one peer forever. */
+/* A node: owned by one peer forever.  Guarded by the owner's lock.
+ * Its destruction is the key (destroy_ts, owner_id, destroy_seq): a message to the node,
+ * or carrying a handle to it, is before the destruction iff its key is below that one. */
 struct b1_node {
     uint64_t owner_id;
     uint32_t owner_slot;
     uint32_t gen;            /* bumped at each reuse of the slot */
     uint64_t owner_handle;   /* the owner's handle id */
-    uint64_t destroy_ts;     /* 0 while alive */
-    uint32_t holders;        /* list of non-owner handles, linked by b1_handle.next_holder */
+    uint64_t destroy_ts;     /* set when the destruction is stamped */
+    uint64_t destroy_seq;
+    uint32_t state;          /* B1_NODE_* */
+    uint32_t holders;        /* non-owner handles (held or in flight), via next_holder */
+    uint32_t holders_version;/* bumped whenever a holder is added: a destruction that saw
+                                an older version restarts, so it notifies every holder */
+    uint32_t release_pending;/* a NODE_RELEASE is queued and not yet read */
+    uint32_t owner_handle_live;
+    uint32_t owner_notified; /* the owner has read its NODE_DESTROY (or is gone) */
     _Atomic uint32_t next_free;
+    uint32_t pad;
 };
 
-/* A handle: a peer's reference to a node.  Its id is (gen << 24) | index. */
+/* A handle: a peer's reference to a node.  Its id is (gen << 24) | index.
+ * refs counts what the peer holds, pending what messages in flight carry to it; the slot
+ * is freed when both reach 0.  Guarded by the node owner's lock. */
 struct b1_handle {
     uint64_t peer_id;
     uint32_t peer_slot;
@@ -104,7 +124,9 @@ struct b1_handle {
     uint32_t node_gen;
     uint32_t gen;
     uint32_t refs;
+    uint32_t pending;
     uint32_t next_holder;
+    _Atomic uint32_t dead;   /* the peer has read NODE_DESTROY for it */
     _Atomic uint32_t next_free;
     uint32_t pad;
 };
@@ -124,20 +146,40 @@ struct b1_entry {
     uint32_t type;
     uint64_t destination; /* the receiver's handle id for the node */
     uint32_t node;
-    int32_t stager_pid;   /* process that staged it: reaping removes blocks of dead stagers */
+    uint32_t node_gen;
     uint64_t tiebreak;    /* B1_INJECT_ADDRESS_TIEBREAK / FIFO only */
+    int32_t stager_pid;   /* process that staged it: reaping removes blocks of dead stagers */
     _Atomic uint32_t next_free;
-    uint32_t pad;
 };
 
-/* A message record in the pool, shared by all destinations (refcounted). */
+/* A message record in the pool, shared by all destinations (refcounted):
+ *   [b1_msg | payload, padded to 8 | b1_carried x n_handles | u64 x n_dests x n_handles]
+ * the last array holds, per destination, the receiver's handle id for each carried node
+ * (B1_HANDLE_INVALID when the node was already destroyed at the send). */
 struct b1_msg {
     _Atomic uint32_t refs;
     uint32_t len;
     uint32_t n_handles;
     uint32_t size_class;
-    /* payload follows */
+    uint32_t n_dests;
+    uint32_t type;
+    uint64_t ts;          /* the commit timestamp once stamped: reaping completes the rest */
 };
+struct b1_carried {
+    uint32_t node;
+    uint32_t node_gen;
+};
+static inline char *msg_payload(struct b1_msg *m) { return (char *)(m + 1); }
+static inline struct b1_carried *msg_carried(struct b1_msg *m) {
+    return (struct b1_carried *)(msg_payload(m) + ((m->len + 7u) & ~7u));
+}
+static inline uint64_t *msg_handle_ids(struct b1_msg *m) {
+    return (uint64_t *)(msg_carried(m) + m->n_handles);
+}
+static inline uint64_t msg_record_size(uint32_t len, uint32_t n_dests, uint32_t n_handles) {
+    return sizeof(struct b1_msg) + ((len + 7u) & ~7u) + (uint64_t)n_handles * sizeof(struct b1_carried) +
+           (uint64_t)n_dests * n_handles * sizeof(uint64_t);
+}
 
 static inline struct b1_header *HDR(void *base) { return (struct b1_header *)base; }
 static inline struct b1_peer *PEER(void *base, uint32_t i) {
@@ -162,7 +204,7 @@ uint32_t b1_alloc_index(void *base, b1_stack *stack, _Atomic uint32_t *bump, uin
 void b1_free_index(b1_stack *stack, uint32_t index, _Atomic uint32_t *link);
 uint32_t b1_entry_alloc(void *base);
 void b1_entry_free(void *base, uint32_t e);
-uint32_t b1_msg_alloc(void *base, uint32_t len, uint32_t refs);
+uint32_t b1_msg_alloc(void *base, uint64_t size, uint32_t len, uint32_t refs);
 void b1_msg_put(void *base, uint32_t unit);
 
 /* queue.c: every function with _locked expects the peer's lock to be held */
@@ -171,12 +213,37 @@ void b1_unlock(struct b1_peer *p);
 /* insert and remove return 1 when the front changed (the caller wakes after unlocking) */
 int b1_queue_insert_locked(void *base, struct b1_peer *p, uint32_t e);
 int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e);
-uint32_t b1_handle_lookup(void *base, uint32_t slot, uint64_t peer_id, uint64_t id);
+int b1_queue_contains_locked(void *base, struct b1_peer *p, uint32_t e);
 int b1_queue_publish_front(void *base, struct b1_peer *p);
+int b1_key_less(const struct b1_entry *a, const struct b1_entry *b);
 void b1_wake(struct b1_peer *p);
 int b1_futex_wait(_Atomic uint32_t *word, uint32_t seen, int64_t timeout_ns);
 int32_t b1_pid(void);
 uint64_t b1_now_ns(void);
+
+/* peer.c */
+int b1_lock_live(void *base, uint32_t slot, uint64_t id, struct b1_peer **out);
+int b1_pid_alive(int32_t pid, uint64_t start);
+int b1_queue_reap(void *base, uint32_t slot);
+
+/* node.c */
+uint32_t b1_handle_lookup(void *base, uint32_t slot, uint64_t peer_id, uint64_t id);
+int b1_tx_register_handles(void *base, struct b1_tx *tx, const uint64_t *handles, uint32_t nh);
+void b1_tx_unregister_handles(void *base, struct b1_msg *m, uint32_t dest_index);
+void b1_resolve_handles(void *base, struct b1_entry *e, struct b1_msg *m, uint64_t *out);
+int b1_data_dropped_locked(void *base, struct b1_entry *e);
+void b1_destroy_delivered(void *base, struct b1_peer *p, struct b1_entry *e);
+int b1_release_wanted_locked(void *base, struct b1_peer *p, struct b1_entry *e);
+void b1_notify_release(void *base, uint32_t node, uint32_t gen);
+int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nodes, uint32_t n,
+                     int disconnecting);
+void b1_drop_peer_handles(void *base, uint32_t slot, uint64_t id);
+
+/* tx.c */
+int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *payload,
+                      uint32_t len, uint32_t n_handles);
+int b1_tx_stamp_as(void *base, struct b1_tx *tx, int allow_disconnecting, int (*check)(void *, struct b1_tx *, void *), void *arg);
+int b1_tx_run(void *base, struct b1_tx *tx);
 
 static inline uint64_t b1_sync_clock(struct b1_peer *p, uint64_t t) {
     if (p->clock < t) p->clock = t;

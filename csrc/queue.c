@@ -70,6 +70,8 @@ static inline int key_less(const struct b1_entry *a, const struct b1_entry *b) {
     return a->idx < b->idx;
 }
 
+int b1_key_less(const struct b1_entry *a, const struct b1_entry *b) { return key_less(a, b); }
+
 static inline uint32_t key_priority(const struct b1_entry *e) {
     uint64_t x = e->ts * 0x9e3779b97f4a7c15ull ^ e->sender * 0xbf58476d1ce4e5b9ull ^
                  e->seq * 0x94d049bb133111ebull ^ e->idx ^ e->tiebreak;
@@ -156,6 +158,17 @@ int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e) {
     p->n_entries--;
     if (p->front == e) p->front = leftmost(base, p->root);
     return b1_queue_publish_front(base, p);
+}
+
+/* Is entry e linked in p's tree (searched by its key)? */
+int b1_queue_contains_locked(void *base, struct b1_peer *p, uint32_t e) {
+    struct b1_entry *n = ENTRY(base, e);
+    for (uint32_t t = p->root; t;) {
+        if (t == e) return 1;
+        struct b1_entry *x = ENTRY(base, t);
+        t = key_less(n, x) ? x->left : x->right;
+    }
+    return 0;
 }
 
 /* ---- sleeping and waking ---- */

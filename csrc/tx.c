@@ -19,6 +19,11 @@
  *   - The message record holds one reference per destination not yet received or dropped.
  *   - A destination that disconnects mid-transaction flushes its queue; the transaction
  *     notices at its next step (peer no longer active) and frees its entry itself.
+ *   - Quotas are charged at the stage, under the destination's lock, so a commit never
+ *     fails; a send that would exceed one fails with EDQUOT and unwinds what it staged.
+ *   - At the front of a queue an entry may still be dropped rather than delivered: a data
+ *     message ordered after its node's destruction, a NODE_RELEASE withdrawn because the
+ *     node was re-acquired (node.c decides both under the owner's lock).
  *   - The B1_INJECT_* modes exist only to prove the checker; each breaks one rule above and
  *     is selected once, at bus creation.
  */
@@ -28,6 +33,8 @@
 #include <time.h>
 #include "layout.h"
 
+int b1_data_dropped_locked(void *base, struct b1_entry *e);
+
 static void inject_pause(void *base) {
     uint32_t ns = HDR(base)->limits.inject_pause_ns;
     if (ns) {
@@ -36,22 +43,88 @@ static void inject_pause(void *base) {
     }
 }
 
-static void drop_dest(void *base, struct b1_tx *tx, struct b1_dest *d) {
+static int stages_block(void *base) {
+    uint32_t inject = HDR(base)->limits.inject;
+    return inject != B1_INJECT_NO_BLOCK && inject != B1_INJECT_FIFO;
+}
+
+/* Give up one destination's copy: free its entry, its handle registrations, its reference. */
+static void drop_dest(void *base, struct b1_tx *tx, struct b1_dest *d, uint32_t i) {
+    struct b1_msg *m = MSG(base, tx->msg);
+    if (tx->type == B1_MSG_DATA) b1_tx_unregister_handles(base, m, i);
     b1_entry_free(base, d->entry);
     b1_msg_put(base, tx->msg);
     d->state = B1_DEST_DROPPED;
 }
 
-/* The destination's queue is the one the transaction staged into, and still connected. */
-static int dest_alive(struct b1_peer *p, const struct b1_dest *d) {
-    return p->id == d->peer_id && p->state == B1_PEER_ACTIVE;
+/* Take a staged copy out of a queue that is still its own (the peer's lock is held).
+ * A DISCONNECTED queue was flushed already: the copy is no longer in it. */
+static int unstage_locked(void *base, struct b1_tx *tx, struct b1_peer *p, struct b1_dest *d) {
+    if (p->id != d->peer_id || p->state == B1_PEER_DISCONNECTED) return 0;
+    int woke = 0;
+    if (stages_block(base) || d->state == B1_DEST_COMMITTED) woke = b1_queue_remove_locked(base, p, d->entry);
+    if (tx->type == B1_MSG_DATA) {
+        p->n_messages--;
+        p->n_bytes -= MSG(base, tx->msg)->len;
+    }
+    return woke;
+}
+
+/* Allocate the record and one entry per destination (tx->dests filled, n > 0). */
+int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *payload,
+                      uint32_t len, uint32_t n_handles) {
+    uint32_t n = tx->n;
+    tx->type = type;
+    tx->ts = 0;
+    tx->msg = b1_msg_alloc(base, msg_record_size(len, n, n_handles), len, n);
+    if (!tx->msg) return -EXFULL;
+    struct b1_msg *m = MSG(base, tx->msg);
+    m->n_handles = n_handles;
+    m->n_dests = n;
+    m->type = type;
+    if (len) memcpy(msg_payload(m), payload, len);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t e = b1_entry_alloc(base);
+        if (!e) {
+            while (i--) b1_entry_free(base, tx->dests[i].entry);
+            atomic_store(&m->refs, 1);
+            m->n_handles = 0;
+            b1_msg_put(base, tx->msg);
+            tx->msg = 0;
+            return -EXFULL;
+        }
+        tx->dests[i].entry = e;
+        tx->dests[i].state = B1_DEST_PREPARED;
+    }
+    struct b1_peer *sender = PEER(base, tx->sender_slot);
+    tx->seq = atomic_fetch_add(&sender->tx_seq, 1);
+    tx->max_ts = __atomic_load_n(&sender->clock, __ATOMIC_RELAXED); /* best first estimate */
+    int32_t pid = b1_pid();
+    for (uint32_t i = 0; i < n; i++) {
+        struct b1_dest *d = &tx->dests[i];
+        struct b1_entry *e = ENTRY(base, d->entry);
+        e->ts = 0;
+        e->sender = tx->sender_id;
+        e->seq = tx->seq;
+        e->idx = i;
+        e->msg = tx->msg;
+        e->type = type;
+        e->destination = d->owner_handle;
+        e->node = d->node;
+        e->node_gen = d->node_gen;
+        e->stager_pid = pid;
+        e->tiebreak = 0;
+    }
+    return 0;
 }
 
 int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,
-                  const uint64_t *dests, uint32_t n, const char *payload, uint32_t len) {
+                  const uint64_t *dests, uint32_t n, const char *payload, uint32_t len,
+                  const uint64_t *handles, uint32_t n_handles, uint32_t flags) {
     struct b1_header *h = HDR(base);
+    tx->msg = 0;
     if (n == 0 || n > h->limits.max_dests) return -EINVAL;
-    if (len > h->limits.max_payload) return -EMSGSIZE;
+    if (len > h->limits.max_payload || n_handles > h->limits.max_msg_handles) return -EMSGSIZE;
     if (slot == 0 || slot > h->limits.max_peers) return -EINVAL;
     struct b1_peer *sender = PEER(base, slot);
     if (sender->id != id) return -EINVAL;
@@ -60,53 +133,31 @@ int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,
     tx->sender_slot = slot;
     tx->sender_id = id;
     tx->n = n;
-    tx->ts = 0;
+    uint32_t dead = 0;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t hi = b1_handle_lookup(base, slot, id, dests[i]);
         if (!hi) return -ENXIO;
         struct b1_handle *hd = HANDLE(base, hi);
         struct b1_node *nd = NODE(base, hd->node);
-        struct b1_dest *d = &tx->dests[i];
-        d->handle = dests[i];
-        d->node = hd->node;
-        d->node_gen = hd->node_gen;
-        d->peer_slot = nd->owner_slot;
-        d->peer_id = nd->owner_id;
-        d->owner_handle = nd->owner_handle;
-        d->state = B1_DEST_PREPARED;
-        d->entry = 0;
+        dead += atomic_load(&hd->dead) != 0;
+        tx->dests[i] = (struct b1_dest){.handle = dests[i], .peer_id = nd->owner_id,
+                                        .owner_handle = nd->owner_handle, .peer_slot = nd->owner_slot,
+                                        .node = hd->node, .node_gen = hd->node_gen};
     }
-    tx->msg = b1_msg_alloc(base, len, n);
-    if (!tx->msg) return -EXFULL;
-    memcpy((char *)(MSG(base, tx->msg) + 1), payload, len);
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t e = b1_entry_alloc(base);
-        if (!e) {
-            while (i--) b1_entry_free(base, tx->dests[i].entry);
-            atomic_store(&MSG(base, tx->msg)->refs, 1);
+    if ((flags & B1_SEND_UNREACHABLE_ERROR) && dead == n) return -EHOSTUNREACH;
+    int r = b1_tx_prepare_raw(base, tx, B1_MSG_DATA, payload, len, n_handles);
+    if (!r && n_handles) {
+        r = b1_tx_register_handles(base, tx, handles, n_handles);
+        if (r) {
+            for (uint32_t i = 0; i < n; i++) b1_entry_free(base, tx->dests[i].entry);
+            struct b1_msg *m = MSG(base, tx->msg);
+            m->n_handles = 0;
+            atomic_store(&m->refs, 1);
             b1_msg_put(base, tx->msg);
-            return -EXFULL;
+            tx->msg = 0;
         }
-        tx->dests[i].entry = e;
     }
-    tx->seq = atomic_fetch_add(&sender->tx_seq, 1);
-    tx->max_ts = __atomic_load_n(&sender->clock, __ATOMIC_RELAXED); /* best first estimate */
-    int32_t pid = b1_pid();
-    for (uint32_t i = 0; i < n; i++) {
-        struct b1_dest *d = &tx->dests[i];
-        struct b1_entry *e = ENTRY(base, d->entry);
-        e->ts = 0;
-        e->sender = id;
-        e->seq = tx->seq;
-        e->idx = i;
-        e->msg = tx->msg;
-        e->type = B1_MSG_DATA;
-        e->destination = d->owner_handle;
-        e->node = d->node;
-        e->stager_pid = pid;
-        e->tiebreak = 0;
-    }
-    return 0;
+    return r;
 }
 
 int b1_tx_stage(void *base, struct b1_tx *tx, uint32_t i) {
@@ -117,15 +168,24 @@ int b1_tx_stage(void *base, struct b1_tx *tx, uint32_t i) {
     struct b1_entry *e = ENTRY(base, d->entry);
     int r = b1_lock(p);
     if (r) return r;
-    if (!dest_alive(p, d)) {
+    if (p->id != d->peer_id || p->state != B1_PEER_ACTIVE) {
         b1_unlock(p);
-        drop_dest(base, tx, d);
+        drop_dest(base, tx, d, i); /* the peer is gone: its nodes with it */
         return 0;
+    }
+    if (tx->type == B1_MSG_DATA) {
+        uint32_t len = MSG(base, tx->msg)->len;
+        if (p->n_messages + 1 > p->quota_messages || p->n_bytes + len > p->quota_bytes) {
+            b1_unlock(p);
+            return -EDQUOT;
+        }
+        p->n_messages++;
+        p->n_bytes += len;
     }
     uint64_t t = b1_sync_clock(p, tx->max_ts);
     int woke = 0;
     uint32_t inject = h->limits.inject;
-    if (inject != B1_INJECT_NO_BLOCK && inject != B1_INJECT_FIFO) {
+    if (stages_block(base)) {
         e->ts = t + 1;
         if (inject == B1_INJECT_ADDRESS_TIEBREAK) e->tiebreak = d->entry;
         woke = b1_queue_insert_locked(base, p, d->entry);
@@ -138,23 +198,35 @@ int b1_tx_stage(void *base, struct b1_tx *tx, uint32_t i) {
     return 0;
 }
 
-int b1_tx_stamp(void *base, struct b1_tx *tx) {
+/* Stamp the transaction under its sender's lock; `check` (if any) runs under that lock
+ * with tx->ts set and may refuse the stamp. */
+int b1_tx_stamp_as(void *base, struct b1_tx *tx, int allow_disconnecting,
+                   int (*check)(void *, struct b1_tx *, void *), void *arg) {
     if (tx->ts) return -EINVAL;
     for (uint32_t i = 0; i < tx->n; i++)
         if (tx->dests[i].state == B1_DEST_PREPARED) return -EINVAL;
     struct b1_peer *p = PEER(base, tx->sender_slot);
     int r = b1_lock(p);
     if (r) return r;
-    if (p->id != tx->sender_id || p->state != B1_PEER_ACTIVE) {
+    int ok = p->state == B1_PEER_ACTIVE || (allow_disconnecting && p->state == B1_PEER_DISCONNECTING);
+    if (p->id != tx->sender_id || !ok) {
         b1_unlock(p);
         return -ESHUTDOWN;
     }
-    b1_sync_clock(p, tx->max_ts);
-    p->clock += 2;
-    tx->ts = p->clock;
+    uint64_t ts = (p->clock > tx->max_ts ? p->clock : tx->max_ts) + 2;
+    tx->ts = ts;
+    if (check && (r = check(base, tx, arg))) {
+        tx->ts = 0;
+        b1_unlock(p);
+        return r;
+    }
+    p->clock = ts;
+    if (tx->msg) MSG(base, tx->msg)->ts = ts;
     b1_unlock(p);
     return 0;
 }
+
+int b1_tx_stamp(void *base, struct b1_tx *tx) { return b1_tx_stamp_as(base, tx, 0, NULL, NULL); }
 
 int b1_tx_sync(void *base, struct b1_tx *tx, uint32_t i) {
     if (i >= tx->n || !tx->ts) return -EINVAL;
@@ -165,7 +237,7 @@ int b1_tx_sync(void *base, struct b1_tx *tx, uint32_t i) {
         struct b1_peer *p = PEER(base, d->peer_slot);
         int r = b1_lock(p);
         if (r) return r;
-        if (dest_alive(p, d)) b1_sync_clock(p, tx->ts);
+        if (p->id == d->peer_id) b1_sync_clock(p, tx->ts);
         b1_unlock(p);
     }
     d->state = B1_DEST_SYNCED;
@@ -180,20 +252,20 @@ int b1_tx_commit(void *base, struct b1_tx *tx, uint32_t i) {
     if (d->state != B1_DEST_STAGED && d->state != B1_DEST_SYNCED) return -EINVAL;
     struct b1_peer *p = PEER(base, d->peer_slot);
     struct b1_entry *e = ENTRY(base, d->entry);
-    struct b1_msg *m = MSG(base, tx->msg);
     int r = b1_lock(p);
     if (r) return r;
-    if (!dest_alive(p, d)) {
-        /* disconnected since staging: the flush took the block out already */
+    if (p->id != d->peer_id || p->state != B1_PEER_ACTIVE) {
+        /* the peer left since staging: take the copy back out and drop it */
+        int woke = unstage_locked(base, tx, p, d);
         b1_unlock(p);
-        drop_dest(base, tx, d);
+        if (woke) b1_wake(p);
+        drop_dest(base, tx, d, i);
         return 0;
     }
     uint32_t inject = h->limits.inject;
     if (inject != B1_INJECT_NO_SYNC) b1_sync_clock(p, tx->ts); /* unicast: the sync round */
     int woke = 0; /* the front may change at the removal or at the insertion */
-    if (inject != B1_INJECT_NO_BLOCK && inject != B1_INJECT_FIFO)
-        woke = b1_queue_remove_locked(base, p, d->entry);
+    if (stages_block(base)) woke = b1_queue_remove_locked(base, p, d->entry);
     if (inject == B1_INJECT_FIFO) {
         e->ts = 2 * ++p->fifo_counter;
     } else {
@@ -201,8 +273,6 @@ int b1_tx_commit(void *base, struct b1_tx *tx, uint32_t i) {
         if (inject == B1_INJECT_ADDRESS_TIEBREAK) e->tiebreak = d->entry;
     }
     woke |= b1_queue_insert_locked(base, p, d->entry);
-    p->n_messages++;
-    p->n_bytes += m->len;
     b1_unlock(p);
     if (woke) b1_wake(p);
     d->state = B1_DEST_COMMITTED;
@@ -212,94 +282,114 @@ int b1_tx_commit(void *base, struct b1_tx *tx, uint32_t i) {
 
 /* Undo a transaction that has not been committed anywhere. */
 void b1_tx_abort(void *base, struct b1_tx *tx) {
-    uint32_t inject = HDR(base)->limits.inject;
+    if (!tx->msg) return;
     for (uint32_t i = 0; i < tx->n; i++) {
         struct b1_dest *d = &tx->dests[i];
         if (d->state == B1_DEST_STAGED || d->state == B1_DEST_SYNCED) {
             struct b1_peer *p = PEER(base, d->peer_slot);
             int woke = 0;
             if (b1_lock(p) == 0) {
-                if (dest_alive(p, d) && inject != B1_INJECT_NO_BLOCK && inject != B1_INJECT_FIFO)
-                    woke = b1_queue_remove_locked(base, p, d->entry);
+                woke = unstage_locked(base, tx, p, d);
                 b1_unlock(p);
             }
             if (woke) b1_wake(p);
-            drop_dest(base, tx, d);
+            drop_dest(base, tx, d, i);
         } else if (d->state == B1_DEST_PREPARED) {
-            drop_dest(base, tx, d);
+            drop_dest(base, tx, d, i);
         }
     }
 }
 
-int b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, uint32_t n,
-            const char *payload, uint32_t len, uint64_t *stamp) {
+/* Run a prepared transaction to the end: stage, stamp, sync, commit. */
+int b1_tx_run(void *base, struct b1_tx *tx) {
+    int r = 0;
+    for (uint32_t i = 0; i < tx->n && !r; i++) r = b1_tx_stage(base, tx, i);
+    if (!r) r = b1_tx_stamp(base, tx);
+    if (r) {
+        b1_tx_abort(base, tx);
+        return r;
+    }
+    if (tx->n > 1) /* a single destination is synced inside its commit */
+        for (uint32_t i = 0; i < tx->n; i++) b1_tx_sync(base, tx, i);
+    for (uint32_t i = 0; i < tx->n; i++) b1_tx_commit(base, tx, i);
+    return 0;
+}
+
+int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, uint32_t n,
+                const char *payload, uint32_t len, const uint64_t *handles,
+                uint32_t n_handles, uint32_t flags, uint64_t *seq) {
     if (n == 0 || n > HDR(base)->limits.max_dests) return -EINVAL;
     struct b1_dest ds[n];
     struct b1_tx tx = {.dests = ds};
-    int r = b1_tx_prepare(base, &tx, slot, id, dests, n, payload, len);
+    int r = b1_tx_prepare(base, &tx, slot, id, dests, n, payload, len, handles, n_handles, flags);
+    if (!r) r = b1_tx_run(base, &tx);
     if (r) return r;
-    for (uint32_t i = 0; i < n && !r; i++) r = b1_tx_stage(base, &tx, i);
-    if (!r) r = b1_tx_stamp(base, &tx);
-    if (r) {
-        b1_tx_abort(base, &tx);
-        return r;
-    }
-    if (n > 1) /* a single destination is synced inside its commit */
-        for (uint32_t i = 0; i < n; i++) b1_tx_sync(base, &tx, i);
-    for (uint32_t i = 0; i < n; i++) b1_tx_commit(base, &tx, i);
     atomic_fetch_add_explicit(&PEER(base, slot)->sent, 1, memory_order_relaxed);
-    stamp[0] = tx.ts;
-    stamp[1] = id;
-    stamp[2] = tx.seq;
-    return 0;
+    *seq = tx.seq;
+    return (int64_t)tx.ts;
 }
 
 /* ---- receiving ---- */
 
 int b1_recv(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *info,
-            char *buf, uint32_t buflen) {
+            char *buf, uint32_t buflen, uint64_t *handles_out) {
     struct b1_header *h = HDR(base);
     if (slot == 0 || slot > h->limits.max_peers) return -EINVAL;
     struct b1_peer *p = PEER(base, slot);
-    int r = b1_lock(p);
-    if (r) return r;
-    if (p->id != id) {
+    for (;;) {
+        int r = b1_lock(p);
+        if (r) return r;
+        if (p->id != id) {
+            b1_unlock(p);
+            return -EINVAL;
+        }
+        if (p->state != B1_PEER_ACTIVE) {
+            b1_unlock(p);
+            return -ESHUTDOWN;
+        }
+        uint32_t ei = p->front;
+        if (!ei || (ENTRY(base, ei)->ts & 1)) {
+            b1_unlock(p);
+            return -EAGAIN;
+        }
+        struct b1_entry *e = ENTRY(base, ei);
+        struct b1_msg *m = MSG(base, e->msg);
+        if (m->len > buflen) {
+            b1_unlock(p);
+            return -EMSGSIZE;
+        }
+        int woke = b1_queue_remove_locked(base, p, ei);
+        int deliver = 1;
+        if (e->type == B1_MSG_DATA) {
+            p->n_messages--;
+            p->n_bytes -= m->len;
+            deliver = !b1_data_dropped_locked(base, e);
+        } else if (e->type == B1_MSG_NODE_DESTROY) {
+            b1_destroy_delivered(base, p, e);
+        } else {
+            deliver = b1_release_wanted_locked(base, p, e);
+        }
+        if (deliver) p->received++;
         b1_unlock(p);
-        return -EINVAL;
+        if (woke) b1_wake(p);
+        if (deliver) {
+            /* the record is immutable and referenced by this entry: read it unlocked */
+            info->ts = e->ts;
+            info->sender = e->sender;
+            info->seq = e->seq;
+            info->destination = e->destination;
+            info->type = e->type;
+            info->len = m->len;
+            info->n_handles = m->n_handles;
+            memcpy(buf, msg_payload(m), m->len);
+            if (m->n_handles) b1_resolve_handles(base, e, m, handles_out);
+        } else if (e->type == B1_MSG_DATA && m->n_handles) {
+            b1_tx_unregister_handles(base, m, e->idx);
+        }
+        b1_msg_put(base, e->msg);
+        b1_entry_free(base, ei);
+        if (deliver) return 0;
     }
-    if (p->state != B1_PEER_ACTIVE) {
-        b1_unlock(p);
-        return -ESHUTDOWN;
-    }
-    uint32_t ei = p->front;
-    if (!ei || (ENTRY(base, ei)->ts & 1)) {
-        b1_unlock(p);
-        return -EAGAIN;
-    }
-    struct b1_entry *e = ENTRY(base, ei);
-    struct b1_msg *m = MSG(base, e->msg);
-    if (m->len > buflen) {
-        b1_unlock(p);
-        return -EMSGSIZE;
-    }
-    int woke = b1_queue_remove_locked(base, p, ei);
-    p->n_messages--;
-    p->n_bytes -= m->len;
-    p->received++;
-    b1_unlock(p);
-    if (woke) b1_wake(p);
-    /* the record is immutable and referenced by this entry: copy it out unlocked */
-    info->ts = e->ts;
-    info->sender = e->sender;
-    info->seq = e->seq;
-    info->destination = e->destination;
-    info->type = e->type;
-    info->len = m->len;
-    info->n_handles = m->n_handles;
-    memcpy(buf, (char *)(m + 1), m->len);
-    b1_msg_put(base, e->msg);
-    b1_entry_free(base, ei);
-    return 0;
 }
 
 static inline void cpu_relax(void) {
@@ -315,13 +405,15 @@ static inline int front_ready(struct b1_peer *p) {
     return ts && !(ts & 1);
 }
 
+#define REAP_CHECK_NS 200000000 /* a block at the front this long: is its sender alive? */
+
 int b1_recv_wait(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *info,
-                 char *buf, uint32_t buflen, int64_t timeout_ns) {
+                 char *buf, uint32_t buflen, uint64_t *handles_out, int64_t timeout_ns) {
     uint64_t deadline = timeout_ns > 0 ? b1_now_ns() + (uint64_t)timeout_ns : 0;
     uint32_t spin_ns = HDR(base)->limits.spin_ns;
     struct b1_peer *p = PEER(base, slot);
     for (;;) {
-        int r = b1_recv(base, slot, id, info, buf, buflen);
+        int r = b1_recv(base, slot, id, info, buf, buflen, handles_out);
         if (r != -EAGAIN || timeout_ns == 0) return r;
         /* spin briefly: a futex wake across CPUs costs tens of microseconds */
         uint64_t now = b1_now_ns(), spin_end = now + spin_ns;
@@ -331,11 +423,11 @@ int b1_recv_wait(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *inf
             if ((k & 63) == 63 && b1_now_ns() >= spin_end) break;
         }
         if (front_ready(p)) continue;
-        int64_t left = -1;
+        int64_t left = REAP_CHECK_NS;
         if (deadline) {
             now = b1_now_ns();
             if (now >= deadline) return -ETIMEDOUT;
-            left = (int64_t)(deadline - now);
+            if ((int64_t)(deadline - now) < left) left = (int64_t)(deadline - now);
         }
         uint32_t seen = atomic_load(&p->wake_seq);
         atomic_fetch_add(&p->waiters, 1);
@@ -346,8 +438,13 @@ int b1_recv_wait(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *inf
         atomic_fetch_sub(&p->waiters, 1);
         if (r == -EINTR) return r;
         if (r == -ETIMEDOUT) {
-            r = b1_recv(base, slot, id, info, buf, buflen);
-            return r == -EAGAIN ? -ETIMEDOUT : r;
+            /* a block that outlives its sender would hold the queue forever */
+            uint64_t fts = atomic_load(&p->front_ts);
+            if (fts & 1) b1_queue_reap(base, slot);
+            if (deadline && b1_now_ns() >= deadline) {
+                r = b1_recv(base, slot, id, info, buf, buflen, handles_out);
+                return r == -EAGAIN ? -ETIMEDOUT : r;
+            }
         }
     }
 }
