@@ -24,6 +24,8 @@ from ._b1 import ffi, lib
 from .errors import bus_error
 
 _NO_CLEAR = ffi.new_allocator(should_clear_after_alloc=False)
+_SHM_DIR = "/dev/shm"
+_MAGIC = 0x7962317375627962  # csrc/layout.h B1_MAGIC
 
 
 @dataclass(frozen=True)
@@ -229,6 +231,8 @@ class Bus:
             "pool_used": info.pool_used,
             "pool_size": info.pool_size,
             "inject": info.inject,
+            "creator_pid": info.creator_pid,
+            "creator_alive": bool(info.creator_alive),
         }
 
     # ---- lifetime ----
@@ -286,6 +290,24 @@ class Bus:
                 self.unlink()
             except FileNotFoundError:
                 pass
+
+    @staticmethod
+    def list_names() -> list:
+        """Names of the bus1py buses in /dev/shm that this user can read."""
+        names = []
+        try:
+            entries = os.listdir(_SHM_DIR)
+        except FileNotFoundError:
+            return names
+        for entry in sorted(entries):
+            try:
+                with open(os.path.join(_SHM_DIR, entry), "rb") as f:
+                    head = f.read(8)
+            except OSError:
+                continue
+            if len(head) == 8 and int.from_bytes(head, "little") == _MAGIC:
+                names.append("/" + entry)
+        return names
 
     def __repr__(self):
         state = "closed" if self._base is None else "open"

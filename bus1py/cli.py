@@ -12,6 +12,7 @@ import sys
 # module that provides register(subparsers) -> one or more subcommands
 SUBCOMMAND_MODULES = (
     "bus1py.demo",
+    "bus1py.admin",
     "bus1py.check.cli",
 )
 

@@ -57,6 +57,8 @@ int b1_init(void *base, uint64_t size, const struct b1_limits *l) {
     h->off_handles = off[2];
     h->off_entries = off[3];
     h->off_pool = off[4];
+    h->creator_pid = b1_pid();
+    h->creator_start = 0;
     atomic_store(&h->next_peer_id, 1);
     /* index 0 of each table stands for "none" */
     atomic_store(&h->peers_bump, 1);
@@ -82,9 +84,12 @@ int b1_bus_info(void *base, struct b1_bus_info *out) {
     out->inject = h->limits.inject;
     out->segment_size = h->segment_size;
     out->peers_used = atomic_load(&h->peers_bump) - 1;
-    out->entries_used = atomic_load(&h->entries_used);
+    uint32_t used = atomic_load(&h->entries_used);
+    out->entries_used = used;
     out->pool_used = atomic_load(&h->pool_used);
     out->pool_size = h->limits.pool_size;
+    out->creator_pid = h->creator_pid;
+    out->creator_alive = b1_pid_alive(h->creator_pid, 0);
     out->limits = h->limits;
     return 0;
 }

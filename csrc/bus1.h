@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 /* cdef-begin */
-#define B1_VERSION 1
+#define B1_VERSION 2
 #define B1_HANDLE_INVALID 0xffffffffffffffff
 
 #define B1_MSG_DATA 0
@@ -124,6 +124,8 @@ struct b1_bus_info {
     uint32_t entries_used;
     uint64_t pool_used;
     uint64_t pool_size;
+    int32_t creator_pid;
+    uint32_t creator_alive;
     struct b1_limits limits;
 };
 

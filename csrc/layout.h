@@ -48,6 +48,9 @@ struct b1_header {
     struct b1_limits limits;
     uint64_t off_peers, off_nodes, off_handles, off_entries, off_pool;
 
+    int32_t creator_pid;               /* the process that created the bus (admin listing) */
+    uint32_t pad1;
+    uint64_t creator_start;
     _Atomic uint64_t next_peer_id;     /* ids are unique and never reused */
     _Atomic uint32_t peers_bump;       /* next never-used slot of each table */
     _Atomic uint32_t nodes_bump;

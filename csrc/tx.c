@@ -145,6 +145,14 @@ int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,
                                         .node = hd->node, .node_gen = hd->node_gen};
     }
     if ((flags & B1_SEND_UNREACHABLE_ERROR) && dead == n) return -EHOSTUNREACH;
+    /* quotas, read without the locks: a refusal found here touches nothing, not even a
+     * clock; the stage re-checks under each lock (a race there unwinds the blocks) */
+    for (uint32_t i = 0; i < n; i++) {
+        struct b1_peer *p = PEER(base, tx->dests[i].peer_slot);
+        if (__atomic_load_n(&p->n_messages, __ATOMIC_RELAXED) + 1 > p->quota_messages ||
+            __atomic_load_n(&p->n_bytes, __ATOMIC_RELAXED) + len > p->quota_bytes)
+            return -EDQUOT;
+    }
     int r = b1_tx_prepare_raw(base, tx, B1_MSG_DATA, payload, len, n_handles);
     if (!r && n_handles) {
         r = b1_tx_register_handles(base, tx, handles, n_handles);

@@ -1,0 +1,139 @@
+"""`bus1py ls`, `bus1py rm`, `bus1py gc`: what ipcs and ipcrm are for System V IPC.
+
+Invariants:
+  - Listing and collecting only read or act through the bus's own calls (peer queries,
+    Bus.gc), so they are safe while the bus is in use.
+  - `gc` removes a bus only when no process that could use it is left: its creator is
+    gone and no peer has a live process.
+"""
+from __future__ import annotations
+
+import posix_ipc
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+from .bus import Bus
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def _procs(pids) -> str:
+    out = []
+    for pid in pids:
+        try:
+            out.append(f"{pid} {psutil.Process(pid).name()}")
+        except psutil.Error:
+            out.append(f"{pid} (gone)")
+    return ", ".join(out) or "-"
+
+
+def cmd_ls(args, console=None) -> int:
+    console = console or Console()
+    names = args.names or Bus.list_names()
+    if not names:
+        console.print("no bus1py buses")
+        return 0
+    status = 0
+    for name in names:
+        try:
+            bus = Bus.open(name)
+        except OSError as e:
+            console.print(f"[red]{name}: {e}[/red]")
+            status = 1
+            continue
+        try:
+            info, peers = bus.info(), bus.peers()
+        finally:
+            bus.close()
+        title = (f"{name}  segment {_fmt_bytes(info['segment_size'])}, pool "
+                 f"{_fmt_bytes(info['pool_used'])} / {_fmt_bytes(info['pool_size'])} used, "
+                 f"creator {_procs([info['creator_pid']])}")
+        if info["inject"]:
+            title += f"  [red]FAULT INJECTION {info['inject']}[/red]"
+        table = Table(title=title, title_justify="left")
+        for col in ("peer", "state", "processes", "queued", "quota msgs", "bytes", "handles", "sent", "received"):
+            table.add_column(col, justify="right" if col not in ("state", "processes") else "left")
+        for p in peers:
+            if p["state"] == "disconnected" and not args.all:
+                continue
+            table.add_row(str(p["id"]), p["state"], _procs(p["pids"]) + (" (pinned)" if p["pinned"] else ""),
+                          str(p["queued_entries"]), f"{p['queued_messages']}/{p['quota_messages']}",
+                          f"{_fmt_bytes(p['queued_bytes'])}/{_fmt_bytes(p['quota_bytes'])}",
+                          f"{p['held_handles']}/{p['quota_handles']}", str(p["sent"]), str(p["received"]))
+        console.print(table)
+    return status
+
+
+def cmd_rm(args, console=None) -> int:
+    console = console or Console()
+    status = 0
+    ours = set(Bus.list_names())  # bus1py segments of any layout version
+    for name in args.names:
+        shm_name = "/" + name.lstrip("/")
+        if shm_name not in ours:
+            console.print(f"[red]{name}: no bus1py bus of that name[/red]")
+            status = 1
+            continue
+        try:
+            posix_ipc.unlink_shared_memory(shm_name)
+            console.print(f"removed {shm_name}")
+        except posix_ipc.Error as e:
+            console.print(f"[red]{name}: {e}[/red]")
+            status = 1
+    return status
+
+
+def collect(name: str) -> dict:
+    """Reap one bus; unlink it if no process is left that could use it."""
+    bus = Bus.open(name)
+    try:
+        stats = bus.gc()
+        info = bus.info()
+        live = info["creator_alive"] or any(
+            p["state"] == "connected" and any(psutil.pid_exists(pid) and
+                                              psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                                              for pid in p["pids"])
+            for p in bus.peers())
+    finally:
+        bus.close()
+    if not live:
+        bus.unlink()
+    return {**stats, "removed": not live}
+
+
+def cmd_gc(args, console=None) -> int:
+    console = console or Console()
+    table = Table(title="bus1py gc")
+    for col in ("bus", "peers reaped", "blocks completed", "blocks removed", "bus removed"):
+        table.add_column(col)
+    status = 0
+    for name in args.names or Bus.list_names():
+        try:
+            s = collect(name)
+        except OSError as e:
+            console.print(f"[red]{name}: {e}[/red]")
+            status = 1
+            continue
+        table.add_row(name, str(s["peers_reaped"]), str(s["blocks_completed"]),
+                      str(s["blocks_removed"]), "yes" if s["removed"] else "no")
+    console.print(table)
+    return status
+
+
+def register(sub):
+    p = sub.add_parser("ls", help="list buses, peers, owning processes, queue depths and quota use")
+    p.add_argument("names", nargs="*", help="buses to show (default: every bus in /dev/shm)")
+    p.add_argument("--all", action="store_true", help="also show disconnected peers")
+    p.set_defaults(func=cmd_ls)
+    p = sub.add_parser("rm", help="remove buses by name (processes that mapped them keep them)")
+    p.add_argument("names", nargs="+")
+    p.set_defaults(func=cmd_rm)
+    p = sub.add_parser("gc", help="reap peers of dead processes; remove buses nobody can use")
+    p.add_argument("names", nargs="*", help="buses to collect (default: every bus)")
+    p.set_defaults(func=cmd_gc)
