@@ -47,12 +47,12 @@ def latency_stats(trace_dir: str) -> dict:
 
 
 def load_events(trace_dir: str):
-    """Per-process event lists in seq order: [(seq, kind, msg, dests)]."""
-    t = read_trace(trace_dir, columns=["process", "seq", "kind", "msg", "dests"])
+    """Per-process event lists in seq order: [(seq, kind, msg, dests, node)]."""
+    t = read_trace(trace_dir, columns=["process", "seq", "kind", "msg", "dests", "node"])
     d = t.to_pydict()
     per = defaultdict(list)
-    for p, s, k, m, ds in zip(d["process"], d["seq"], d["kind"], d["msg"], d["dests"]):
-        per[p].append((s, k, m, ds))
+    for p, s, k, m, ds, nd in zip(d["process"], d["seq"], d["kind"], d["msg"], d["dests"], d["node"]):
+        per[p].append((s, k, m, ds, nd))
     for evs in per.values():
         evs.sort(key=lambda e: e[0])
     return per
@@ -69,32 +69,37 @@ def wellformed(trace_dir: str, events=None) -> list:
         if seqs != list(range(len(seqs))):
             first = next(i for i, s in enumerate(seqs) if s != i)
             problems.append(f"process {p}: seq not 0..{len(seqs) - 1} without gaps (at position {first}: {seqs[first]})")
-        for s, k, m, ds in evs:
-            if k == "send":
+        for s, k, m, ds, nd in evs:
+            if k in ("send", "destroy"):
                 if m in sends:
                     problems.append(f"message {m:#x} sent twice (process {sends[m][0]} and {p})")
-                sends[m] = (p, s, list(ds or []))
+                sends[m] = (p, s, list(ds or []), nd)
             elif k == "signal_send":
                 if m in signals:
                     problems.append(f"signal {m:#x} sent twice")
                 signals[m] = (p, s, list(ds or []))
     got = defaultdict(list)
     sig_got = defaultdict(list)
+    destroyed_at = set()  # (process, node): the process delivered NODE_DESTROY for the node
     for p, evs in per.items():
-        for s, k, m, ds in evs:
-            if k == "deliver" and m is not None and not (m & DESTROY_BIT):
+        for s, k, m, ds, nd in evs:
+            if k == "deliver" and m is not None:
                 got[m].append(p)
+                if m & DESTROY_BIT:
+                    destroyed_at.add((p, nd))
             elif k == "signal_recv":
                 sig_got[m].append(p)
     for m, procs in got.items():
         if m not in sends:
             problems.append(f"process {procs[0]} delivered message {m:#x} that nobody sent")
             continue
-        if sorted(procs) != sorted(sends[m][2]):
+        # a message to a node destroyed before it may be dropped (SPEC section 4)
+        want = [q for q in sends[m][2] if q in procs or (q, sends[m][3]) not in destroyed_at]
+        if sorted(procs) != sorted(want):
             problems.append(f"message {m:#x} sent by {sends[m][0]} to {sorted(sends[m][2])} "
                             f"was delivered at {sorted(procs)}")
-    for m, (p, s, ds) in sends.items():
-        if m not in got:
+    for m, (p, s, ds, nd) in sends.items():
+        if m not in got and not all((q, nd) in destroyed_at for q in ds):
             problems.append(f"message {m:#x} sent by {p} (seq {s}) to {ds} was never delivered")
     for m, procs in sig_got.items():
         if m not in signals or procs != signals[m][2]:
@@ -129,8 +134,8 @@ def quick_order_check(trace_dir: str, events=None, limit: int = 20) -> dict:
             evs, i, v = per[p], pos[p], vc[p]
             me = ix[p]
             while i < len(evs):
-                s, k, m, ds = evs[i]
-                if k == "deliver" and in_sendable(m):
+                s, k, m, ds, *_ = evs[i]
+                if k == "deliver" and m is not None:
                     src = vc_of_send.get(m)
                     if src is None:
                         break  # its send is not processed yet: come back later
@@ -141,7 +146,7 @@ def quick_order_check(trace_dir: str, events=None, limit: int = 20) -> dict:
                         break
                     v[:] = [max(a, b) for a, b in zip(v, src)]
                 v[me] = s + 1
-                if k == "send":
+                if k in ("send", "destroy"):
                     vc_of_send[m] = list(v)
                 elif k == "signal_send":
                     vc_of_sig[m] = list(v)
@@ -153,13 +158,13 @@ def quick_order_check(trace_dir: str, events=None, limit: int = 20) -> dict:
                 pending.discard(p)
         if not progressed:
             break  # a deliver without a send: wellformed() reports it
-    sender = {m: (p, s) for p in procs for s, k, m, ds in per[p] if k == "send"}
+    sender = {m: (p, s) for p in procs for s, k, m, ds, *_ in per[p] if k in ("send", "destroy")}
     causal, consistent = [], []
     for q in procs:
         dl = [e for e in per[q] if e[1] == "deliver" and e[2] in sender]
         # scan from the end: min_later[p] = smallest send seq at p among later deliveries
         min_later = {}
-        for s, k, m, ds in reversed(dl):
+        for s, k, m, ds, *_ in reversed(dl):
             v = vc_of_send.get(m)
             if v is not None:
                 for p, (later, ls) in min_later.items():
@@ -188,6 +193,3 @@ def quick_order_check(trace_dir: str, events=None, limit: int = 20) -> dict:
                 break
     return {"causality": causal, "consistency": consistent}
 
-
-def in_sendable(m):
-    return m is not None and not (m & DESTROY_BIT)

@@ -88,7 +88,7 @@ def run_and_report(cfg: StressConfig, console: Console, progress: bool = True, v
         "latency_us": lat, "errors": errors_by_errno(res.results),
         "max_depth": max((r["max_depth"] for r in rs), default=0),
         "plans": {r["index"]: r["plan_sha256"] for r in rs}, "capabilities": res.capabilities,
-        "peaks": res.samples,
+        "peaks": res.samples, "per_process": res.results,
     }
     if json_path:
         with open(json_path, "w") as f:

@@ -150,7 +150,9 @@ class Run:
     def start(self):
         if self.cfg.trace_dir:
             # import (never use) pyarrow before forking: each child would otherwise spend
-            # ~0.3 s of CPU importing it, which at 256 processes is over a minute of CPU
+            # ~0.3 s of CPU importing it, which at 256 processes is over a minute of CPU.
+            # pandas too: pa.array(list) imports it on first use (another 0.3 s per child).
+            import pandas  # noqa: F401
             import pyarrow.parquet  # noqa: F401
         for spec in self.specs:
             p = self.ctx.Process(target=child_main, args=(spec,), name=f"bus1py-stress-{spec.index}")

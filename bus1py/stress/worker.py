@@ -69,7 +69,11 @@ class Worker:
         self.node_of = {h: node_id(p, 0) for p, h in s.handles.items()}  # our handle -> node id
         # our own nodes: owner handle -> node id; extra nodes (created while running)
         self.own = {s.own_handle: node_id(s.index, 0)}
-        self.extra = []
+        self.extra = []        # own extra node handles (alive)
+        self.destroyable = []  # ... of which we may destroy these
+        self.keep = []         # ... and never destroy these
+        self.refs = {}         # received handle -> references we hold (valid arrivals - releases)
+        self.stamp_wanted = {}  # destroyed node id -> trace row waiting for the stamp
         self.node_count = 1
         self.passed = {}  # own extra handle -> processes it was passed to
         self.signal_r = s.signal_read_fd
@@ -109,7 +113,11 @@ class Worker:
         elif t is _DESTROY:
             node = self.own.get(msg.destination, self.node_of.get(msg.destination))
             self.trace.record("deliver", DESTROY_BIT | (node or 0), now, node=node, stamp=msg.stamp)
-            self.forget_handle(msg.destination)
+            row = self.stamp_wanted.pop(node, None)
+            if row is not None and msg.destination in self.own:
+                self.trace.patch_stamp(row, msg.stamp)
+                self.trace.release_hold()
+            self.on_destroyed(msg.destination)
         else:  # NODE_RELEASE: nobody holds our node any more; local bookkeeping only
             self.trace.record("internal", None, now, node=self.own.get(msg.destination),
                               stamp=msg.stamp, action="node_release")
@@ -242,7 +250,15 @@ class Worker:
         self.signal(a.targets[0], "recv_signal")
 
     def do_node_create(self, a):
-        if len(self.extra) >= self.cfg.max_extra_nodes:
+        # Half the nodes we create may be destroyed and are never fully released by their
+        # holders; the other half are never destroyed and may be released by anyone.  The
+        # split keeps every destroy's recipient set exactly known to its owner: the owner
+        # plus everyone it passed the node to (handles are registered at the send, the
+        # pass precedes the destroy in the owner's order, and nobody drops its last
+        # reference to a destroyable node), so `dests` of a destroy row is exact.
+        destroyable = a.pick & 1
+        pool = self.destroyable if destroyable else self.keep
+        if len(pool) >= self.cfg.max_extra_nodes // 2:
             return  # cap reached: the action is a no-op, the plan is unchanged
         now = time.monotonic_ns()
         try:
@@ -250,14 +266,15 @@ class Worker:
         except OSError as e:
             self.error(e, "create_node")
             return
-        nid = node_id(self.index, self.node_count)
+        nid = node_id(self.index, self.node_count << 1 | destroyable)
         self.node_count += 1
         self.own[h] = nid
+        pool.append(h)
         self.extra.append(h)
         self.trace.record("internal", None, now, node=nid, action="node_create")
 
-    # The three below run only once the core has destroy / handles= / release
-    # (workload.capabilities); until then the plan never contains them.
+    # The three below need destroy / handles= / release from the core
+    # (workload.capabilities); without them the plan never contains them.
 
     def do_pass_handle(self, a):
         target = a.targets[0]
@@ -272,51 +289,73 @@ class Worker:
         count = int.from_bytes(payload[8:10], "little")
         for i, h in enumerate(handles[:count]):
             if h == HANDLE_INVALID:
-                continue
+                continue  # its node's destruction is ordered before this message
             nid = int.from_bytes(payload[10 + 8 * i:18 + 8 * i], "little")
-            owner = nid >> NODE_SHIFT
+            self.refs[h] = self.refs.get(h, 0) + 1  # one more reference (same id per node)
             if h not in self.node_of:
                 self.node_of[h] = nid
-                self.out_handles.setdefault(owner, []).append(h)
+                self.out_handles.setdefault(nid >> NODE_SHIFT, []).append(h)
 
     def forget_handle(self, h):
         nid = self.node_of.pop(h, None)
+        self.refs.pop(h, None)
         if nid is not None:
             hs = self.out_handles.get(nid >> NODE_SHIFT, [])
             if h in hs:
                 hs.remove(h)
 
+    def on_destroyed(self, h):
+        """NODE_DESTROY for a handle of ours: drop every reference we still hold."""
+        if h in self.own:
+            return  # our own node: its handle went with destroy(release=True)
+        for _ in range(self.refs.get(h, 0)):
+            try:
+                self.peer.release(h)
+            except OSError as e:
+                self.error(e, "release-destroyed")
+                break
+        self.forget_handle(h)
+
     def do_node_destroy(self, a):
-        if not self.extra:
+        if not self.destroyable:
             return
-        h = self.extra.pop(a.pick % len(self.extra))
+        h = self.destroyable.pop(a.pick % len(self.destroyable))
         nid = self.own[h]
         now = time.monotonic_ns()
         try:
-            stamp = self.peer.destroy(h)
+            stamp = self.peer.destroy(h, release=True)
         except OSError as e:
             self.error(e, "destroy")
-            self.extra.append(h)
+            self.destroyable.append(h)
             return
-        # NODE_DESTROY goes to the owner and every holder: we know whom we passed it to
+        self.extra.remove(h)
+        # NODE_DESTROY goes to the owner and every holder (see do_node_create)
         dests = sorted({self.index} | self.passed.pop(h, set()))
-        self.trace.record("destroy", DESTROY_BIT | nid, now, dests=dests, node=nid,
-                          stamp=stamp if isinstance(stamp, tuple) else None, action="node_destroy")
+        if not isinstance(stamp, tuple):
+            stamp = None
+        row = self.trace.record("destroy", DESTROY_BIT | nid, now, dests=dests, node=nid,
+                                stamp=stamp, action="node_destroy")
+        if stamp is None and row is not None:
+            # destroy() gives no stamp: take it from our own NODE_DESTROY when it arrives
+            self.trace.hold()
+            self.stamp_wanted[nid] = row
 
     def do_release(self, a):
-        received = [h for h, nid in self.node_of.items()
-                    if (nid & ((1 << NODE_SHIFT) - 1)) and h not in self.spec.handles.values()]
-        if not received:
+        # one reference of a node we hold more than once, or a never-destroyed node outright
+        cands = sorted(h for h, r in self.refs.items() if r >= 2 or not (self.node_of.get(h, 1) & 1))
+        if not cands:
             return
-        h = received[a.pick % len(received)]
+        h = cands[a.pick % len(cands)]
         now = time.monotonic_ns()
         try:
             self.peer.release(h)
         except OSError as e:
             self.error(e, "release")
             return
-        self.forget_handle(h)
-        self.trace.record("internal", None, now, node=None, action="release")
+        self.refs[h] -= 1
+        self.trace.record("internal", None, now, node=self.node_of.get(h), action="release")
+        if not self.refs[h]:
+            self.forget_handle(h)
 
     # ---- the run ----
 
@@ -375,10 +414,12 @@ class Worker:
             self.publish()
             if os.getppid() != ppid:
                 break
+        drain_at = time.monotonic()
         # everything is committed now: drain to empty
         while self.drain_signals() or self.drain():
             pass
         self.publish()
+        drained_at = time.monotonic()
         self.trace.flush()
         return {
             "index": self.index, "pid": os.getpid(), "actions": self.n_actions,
@@ -388,6 +429,7 @@ class Worker:
             "errors": self.errors, "max_depth": self.max_depth,
             "trace_rows": self.trace.seq, "trace_files": self.trace.files,
             "trace_bytes": self.trace.bytes, "start": start, "sent_at": sent_at,
+            "drain_at": drain_at, "drained_at": drained_at,
             "end": time.monotonic(), "cpu": sum(os.times()[:2]),
         }
 
