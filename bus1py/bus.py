@@ -23,6 +23,7 @@ import posix_ipc
 from ._b1 import ffi, lib
 from .errors import bus_error
 
+lib.b1_process_init()  # the C helper's cached pid is reset in forked children
 _NO_CLEAR = ffi.new_allocator(should_clear_after_alloc=False)
 _SHM_DIR = "/dev/shm"
 _MAGIC = 0x7962317375627962  # csrc/layout.h B1_MAGIC

@@ -100,6 +100,7 @@ class Peer:
         self._attached = True
         if r == 0:
             _held[(self._bus.name, self._slot, self._id)] = self
+            _register_exit_hook()
 
     # ---- nodes and handles ----
 
@@ -369,19 +370,24 @@ def _release_held_at_exit():
     _held.clear()
 
 
+def _register_exit_hook():
+    """Once per process: leave as a holder at exit.  Lazily, at the first attach, because a
+    multiprocessing child clears the finalizers it inherited before running its target,
+    and leaves through os._exit after running its own (so atexit alone would not do)."""
+    pid = os.getpid()
+    if _exit_hook_pid[0] == pid:
+        return
+    _exit_hook_pid[0] = pid
+    atexit.register(_release_held_at_exit)
+    try:
+        from multiprocessing import util as mp_util
+    except ImportError:  # pragma: no cover
+        return
+    mp_util.Finalize(None, _release_held_at_exit, exitpriority=100)
+
+
+_exit_hook_pid = [None]
 os.register_at_fork(after_in_child=_after_fork_in_child)
-atexit.register(_release_held_at_exit)
-try:  # multiprocessing children leave through os._exit after running its finalizers
-    from multiprocessing import util as _mp_util
-
-    _mp_util.Finalize(None, _release_held_at_exit, exitpriority=100)
-
-    def _register_in_child():
-        _mp_util.Finalize(None, _release_held_at_exit, exitpriority=100)
-
-    os.register_at_fork(after_in_child=_register_in_child)
-except ImportError:  # pragma: no cover
-    pass
 
 
 class _ReadyPipe:
