@@ -469,6 +469,10 @@ def test_disconnected_peer_is_eshutdown(world):
         e = _assert_shutdown(call)
         assert "disconnected" in str(e)
         assert world.snapshot() == before
+    # handles cannot go to or come from a disconnected peer
+    for call in (lambda: a.transfer(na, b), lambda: b.transfer(ha_b, c), lambda: c.transfer(world.nc, b)):
+        _assert_shutdown(call)
+        assert world.snapshot() == before
     # nothing sent by b arrived anywhere
     for p in (a, c):
         with pytest.raises(BlockingIOError):
