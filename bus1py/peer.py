@@ -229,6 +229,8 @@ class Peer:
                         break
                     raise self._recv_error(-errno.ETIMEDOUT if r == _EAGAIN else r, timeout)
                 ns = max(1, int(left * 1e9))
+        if self._ready is not None:
+            self._ready.sync()
         ts, sender, seq, destination, kind, length, nh, _ = ffi.unpack(info_words, 8)
         carried = tuple(ffi.unpack(handles_out, nh)) if nh else ()
         return _new_message(Message, (MESSAGE_TYPES[kind], destination, ffi.unpack(buf, length),
@@ -391,7 +393,13 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _ReadyPipe:
-    """A pipe kept readable exactly while the peer's front entry is committed."""
+    """A pipe kept readable exactly while the peer's front entry is committed.
+
+    A watcher thread follows changes made by other processes; a receive in this process
+    re-syncs the pipe at once (`sync`), so select never sees readiness this process itself
+    has just consumed.  Another process taking the message can leave the pipe readable for
+    the moment the watcher needs to wake: a reader then gets EAGAIN, as with any shared fd.
+    """
 
     def __init__(self, peer: Peer):
         self.pid = os.getpid()
@@ -399,7 +407,25 @@ class _ReadyPipe:
         os.set_blocking(self.read_fd, False)
         os.set_blocking(self._write_fd, False)
         self._peer = peer
+        self._lock = threading.Lock()
+        self._full = False
         threading.Thread(target=self._watch, name=f"bus1py-ready-{peer.id}", daemon=True).start()
+
+    def _set(self, ready: bool) -> None:
+        with self._lock:
+            if ready and not self._full:
+                os.write(self._write_fd, b"!")
+                self._full = True
+            elif not ready and self._full:
+                try:
+                    os.read(self.read_fd, 1)
+                except BlockingIOError:
+                    pass
+                self._full = False
+
+    def sync(self) -> None:
+        peer = self._peer
+        self._set(lib.b1_peer_ready(peer._bus.base(), peer._slot, peer._id) != 0)
 
     def _watch(self):
         peer = self._peer
@@ -410,26 +436,13 @@ class _ReadyPipe:
         except ValueError:
             return
         try:
-            self._loop(bus, base, slot, pid)
+            while bus._base is not None:
+                seen = lib.b1_peer_wake_seq(base, slot)
+                ready = lib.b1_peer_ready(base, slot, pid)
+                # disconnected (< 0): stay readable so the reader's recv reports it
+                self._set(ready != 0)
+                if ready < 0:
+                    return
+                lib.b1_peer_wait_change(base, slot, seen, 500_000_000)
         finally:
             ffi.release(base)
-
-    def _loop(self, bus, base, slot, pid):
-        full = False
-        while bus._base is not None:
-            seen = lib.b1_peer_wake_seq(base, slot)
-            ready = lib.b1_peer_ready(base, slot, pid)
-            if ready < 0:  # disconnected: stay readable so the reader's recv reports it
-                if not full:
-                    os.write(self._write_fd, b"!")
-                return
-            if ready and not full:
-                os.write(self._write_fd, b"!")
-                full = True
-            elif not ready and full:
-                try:
-                    os.read(self.read_fd, 1)
-                except BlockingIOError:
-                    pass
-                full = False
-            lib.b1_peer_wait_change(base, slot, seen, 500_000_000)
