@@ -1,0 +1,140 @@
+# Invariants: `bus1py check` exits 0 when every property holds, 1 when any is violated, 2 when
+# the trace cannot be read or is malformed (or the arguments are wrong); it prints one line
+# per property to stdout and nothing from Spark (log4j is set to ERROR by spark.py). The
+# progress display is a daemon thread that only *reads* the SparkContext status tracker; it
+# never affects the result and is off when stderr is not a terminal.
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+
+def register(subparsers):
+    p = subparsers.add_parser(
+        "check", help="check a trace for exactly-once, FIFO, causal and consistent delivery",
+        description="Check a bus1py trace (a directory of Parquet files, SPEC section 7) "
+                    "with Spark. Exit 0: every property holds; 1: a property is violated; "
+                    "2: the trace is malformed or unreadable.")
+    p.add_argument("trace", metavar="TRACE_DIR")
+    p.add_argument("--master", default=None,
+                   help="Spark master URL (default: local[*], an embedded session)")
+    p.add_argument("--json", metavar="FILE", help="write the JSON summary here ('-' = stdout)")
+    p.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report")
+    p.add_argument("--shiviz", metavar="FILE",
+                   help="also export the trace as a ShiViz log with vector clocks")
+    p.add_argument("--exact", action="store_true",
+                   help="skip the stamp witness and always run the exact formulations")
+    p.add_argument("--examples", type=int, default=3,
+                   help="counterexamples kept per property (default 3)")
+    p.add_argument("--partitions", type=int, default=None,
+                   help="spark.sql.shuffle.partitions (default: Spark's)")
+    p.add_argument("--driver-memory", default=None, help="driver memory for local masters")
+    p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
+                   help="show Spark stage progress (auto: when stderr is a terminal)")
+    p.set_defaults(func=run)
+
+
+class StageProgress:
+    """Polls the SparkContext status tracker from a thread and draws a rich progress bar."""
+
+    def __init__(self, spark, enabled):
+        self.spark = spark
+        self.enabled = enabled
+        self.phase = "starting"
+        self._stop = threading.Event()
+        self._thread = None
+
+    def set_phase(self, name):
+        self.phase = name
+
+    def __enter__(self):
+        if self.enabled:
+            self._thread = threading.Thread(target=self._loop, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=2)
+
+    def _loop(self):
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        tracker = self.spark.sparkContext.statusTracker()
+        with Progress(TextColumn("{task.description}"), BarColumn(),
+                      TextColumn("{task.completed}/{task.total} tasks"), TimeElapsedColumn(),
+                      console=Console(stderr=True), transient=True) as prog:
+            task = prog.add_task(self.phase, total=1)
+            while not self._stop.wait(0.25):
+                total = done = 0
+                stages = []
+                try:
+                    for sid in tracker.getActiveStageIds():
+                        info = tracker.getStageInfo(sid)
+                        if info is None:
+                            continue
+                        total += info.numTasks
+                        done += info.numCompletedTasks
+                        stages.append(str(sid))
+                except Exception:
+                    continue  # the context is shutting down
+                desc = self.phase + (f" [stage {','.join(stages)}]" if stages else "")
+                prog.update(task, description=desc, total=max(total, 1),
+                            completed=done if total else 0)
+
+
+def _print_summary(summary, out=sys.stdout):
+    for name, p in summary["properties"].items():
+        mark = "ok  " if p["ok"] else "FAIL"
+        extra = f" ({p.get('method')})" if p.get("method") else ""
+        print(f"{mark} {name:<13} {p['violations']:>8} violation(s){extra}", file=out)
+        for ex in p["examples"][:1]:
+            print(f"     e.g. {ex['why']}", file=out)
+    print(f"{'OK' if summary['ok'] else 'VIOLATED'}: {summary['events']} events, "
+          f"{summary['processes']} processes, {summary['seconds']} s", file=out)
+
+
+def run(args) -> int:
+    from .load import TraceError, load_trace, parquet_files
+
+    try:
+        parquet_files(args.trace)  # fail fast, before paying for a JVM
+    except TraceError as e:
+        print(f"bus1py check: error: {e}", file=sys.stderr)
+        return 2
+    from .spark import get_session
+    spark = get_session(args.master, shuffle_partitions=args.partitions,
+                        driver_memory=args.driver_memory)
+    enabled = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
+    from .properties import check_trace
+    from .report import write_report, write_shiviz
+    with StageProgress(spark, enabled) as prog:
+        prog.set_phase("reading and validating the trace")
+        try:
+            trace = load_trace(spark, args.trace)
+        except TraceError as e:
+            print(f"bus1py check: malformed trace: {e}", file=sys.stderr)
+            return 2
+        summary, checker = check_trace(spark, trace, exact=args.exact,
+                                       max_examples=args.examples, on_phase=prog.set_phase)
+        if args.shiviz:
+            prog.set_phase("exporting ShiViz log")
+            n = write_shiviz(checker, args.shiviz)
+            print(f"wrote ShiViz log of {n} events to {args.shiviz}", file=sys.stderr)
+    _print_summary(summary)
+    if args.json:
+        text = json.dumps(summary, indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    if args.report:
+        write_report(summary, args.report)
+        print(f"wrote report to {os.path.abspath(args.report)}", file=sys.stderr)
+    checker.unpersist()
+    return 0 if summary["ok"] else 1

@@ -1,0 +1,219 @@
+# Invariants: a trace is accepted only if every Parquet file has the SPEC section-7 columns
+# with the SPEC types (extra columns are ignored, the optional ones -- wall_ns and the three
+# stamp columns -- may be absent and then read as null), every row has a known kind and the
+# fields that kind needs, and each process's seq runs 0,1,2,... without gaps or duplicates.
+# Any failure raises TraceError whose message names the file, the column and the row problem;
+# the CLI maps it to exit code 2. Schema checks read Parquet footers only (pyarrow, no data);
+# row checks are Spark jobs that return at most a few offending rows to the driver, so a
+# 100M-event trace is never collected.
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+KINDS = ("send", "deliver", "signal_send", "signal_recv", "destroy", "internal")
+
+# column -> (arrow type test, human type name, required)
+_INT32 = (pa.types.is_int32, "int32")
+_INT64 = (pa.types.is_int64, "int64")
+_STRING = (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)
+           or (pa.types.is_dictionary(t) and pa.types.is_string(t.value_type)), "string")
+_LIST32 = (lambda t: (pa.types.is_list(t) or pa.types.is_large_list(t))
+           and pa.types.is_int32(t.value_type), "list<int32>")
+
+COLUMNS = {
+    "process": (_INT32, True),
+    "seq": (_INT64, True),
+    "kind": (_STRING, True),
+    "msg": (_INT64, True),
+    "dests": (_LIST32, True),
+    "node": (_INT64, True),
+    "wall_ns": (_INT64, False),
+    "stamp_ts": (_INT64, False),
+    "stamp_peer": (_INT64, False),
+    "stamp_tx": (_INT64, False),
+}
+
+
+class TraceError(Exception):
+    """The trace cannot be read or is malformed (exit code 2)."""
+
+
+@dataclass
+class Trace:
+    """A validated trace: the Spark DataFrame of its rows plus facts learnt while checking."""
+    path: str
+    df: object                      # pyspark DataFrame with exactly the COLUMNS above
+    files: list = field(default_factory=list)
+    rows: int = 0
+    processes: list = field(default_factory=list)   # sorted distinct process ids
+    has_stamps: bool = False        # every send/destroy row carries a full stamp
+
+
+def parquet_files(path: str) -> list[str]:
+    if not os.path.exists(path):
+        raise TraceError(f"{path}: no such trace directory")
+    if os.path.isfile(path):
+        return [path]
+    out = []
+    for root, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+        for f in sorted(files):
+            if f.endswith(".parquet") and not f.startswith((".", "_")):
+                out.append(os.path.join(root, f))
+    if not out:
+        raise TraceError(f"{path}: no .parquet files in the trace directory")
+    return out
+
+
+def check_schemas(files: list[str]) -> set[str]:
+    """Check every file's footer; return the optional columns absent from some file."""
+    absent = set()
+    for f in files:
+        try:
+            schema = pq.read_schema(f)
+        except Exception as e:  # pyarrow raises several types for corrupt files
+            raise TraceError(f"{f}: cannot read Parquet footer: {e}") from None
+        for name, ((test, tname), required) in COLUMNS.items():
+            idx = schema.get_field_index(name)
+            if idx < 0:
+                if required:
+                    raise TraceError(f"{f}: missing column '{name}' ({tname})")
+                absent.add(name)
+                continue
+            t = schema.field(idx).type
+            if not test(t):
+                raise TraceError(f"{f}: column '{name}' has type {t}, expected {tname}")
+    return absent
+
+
+def spark_schema():
+    from pyspark.sql import types as T
+    return T.StructType([
+        T.StructField("process", T.IntegerType()),
+        T.StructField("seq", T.LongType()),
+        T.StructField("kind", T.StringType()),
+        T.StructField("msg", T.LongType()),
+        T.StructField("dests", T.ArrayType(T.IntegerType())),
+        T.StructField("node", T.LongType()),
+        T.StructField("wall_ns", T.LongType()),
+        T.StructField("stamp_ts", T.LongType()),
+        T.StructField("stamp_peer", T.LongType()),
+        T.StructField("stamp_tx", T.LongType()),
+    ])
+
+
+def _fmt_row(r, cols=("process", "seq", "kind", "msg")) -> str:
+    return ", ".join(f"{c}={r[c]!r}" for c in cols if c in r.asDict())
+
+
+def load_trace(spark, path: str, validate: bool = True) -> Trace:
+    from pyspark.sql import functions as F
+    from pyspark.sql import Window
+
+    files = parquet_files(path)
+    check_schemas(files)
+    # An explicit schema makes files that lack an optional column read it as null, and keeps
+    # producers' extra columns out of every plan.
+    try:
+        df = spark.read.schema(spark_schema()).parquet(*files)
+    except Exception as e:
+        raise TraceError(f"{path}: cannot read trace: {e}") from None
+    trace = Trace(path=path, df=df, files=files)
+    if not validate:
+        return trace
+
+    # the hidden metadata column is deterministic (input_file_name() is not, and cannot be
+    # aggregated)
+    fname = F.col("_metadata.file_name")
+    kind = F.col("kind")
+    is_msg = kind.isin("send", "destroy")
+    stamp_cols = ("stamp_ts", "stamp_peer", "stamp_tx")
+    # One scan: the first failing rule of each row (CASE order is the rule order).
+    problem = (
+        F.when(F.col("process").isNull(), F.lit("column 'process' is null"))
+        .when(F.col("seq").isNull(), F.lit("column 'seq' is null"))
+        .when(F.col("seq") < 0, F.lit("column 'seq' is negative"))
+        .when(kind.isNull(), F.lit("column 'kind' is null"))
+        .when(~kind.isin(*KINDS), F.concat(F.lit("column 'kind' has unknown value '"), kind,
+                                           F.lit("'")))
+        .when((kind != "internal") & F.col("msg").isNull(),
+              F.concat(F.lit("column 'msg' is null for a "), kind, F.lit(" row")))
+        .when(is_msg & (F.col("dests").isNull() | (F.size("dests") == 0)),
+              F.concat(F.lit("column 'dests' is null or empty for a "), kind, F.lit(" row")))
+        .when(is_msg & F.exists("dests", lambda d: d.isNull()),
+              F.lit("column 'dests' contains a null process"))
+        .when((kind == "destroy") & F.col("node").isNull(),
+              F.lit("column 'node' is null for a destroy row"))
+    )
+    bad = (df.select(fname.alias("file"), "process", "seq", "kind", "msg",
+                     problem.alias("problem"))
+           .where(F.col("problem").isNotNull()).limit(5).collect())
+    if bad:
+        r = bad[0]
+        more = f" (and {len(bad) - 1}+ more rows)" if len(bad) > 1 else ""
+        raise TraceError(f"{r['file']}: row {_fmt_row(r)}: {r['problem']}{more}")
+
+    # Per-process numbering: seq must be exactly 0..n-1. A window over (process, seq) finds
+    # the first row that is not its predecessor + 1 (a duplicate or a gap), with its file.
+    w = Window.partitionBy("process").orderBy("seq")
+    seqbad = (df.select("process", "seq", fname.alias("file"))
+              .withColumn("prev", F.lag("seq").over(w))
+              .where(F.when(F.col("prev").isNull(), F.col("seq") != 0)
+                     .otherwise(F.col("seq") != F.col("prev") + 1))
+              .limit(5).collect())
+    if seqbad:
+        r = seqbad[0]
+        if r["prev"] is None:
+            what = f"first seq is {r['seq']}, expected 0"
+        elif r["seq"] == r["prev"]:
+            what = f"duplicate seq {r['seq']}"
+        else:
+            what = f"gap in seq: {r['prev']} is followed by {r['seq']}"
+        raise TraceError(f"{r['file']}: column 'seq' of process {r['process']}: {what}")
+
+    # Ids must name one event: a message (send/destroy) or a signal has exactly one origin.
+    dup = (df.where(kind.isin("send", "destroy", "signal_send"))
+           .groupBy(F.when(kind == "signal_send", "signal").otherwise("message").alias("space"),
+                    "msg")
+           .agg(F.count(F.lit(1)).alias("n"), F.min(fname).alias("file"))
+           .where("n > 1").limit(5).collect())
+    if dup:
+        r = dup[0]
+        raise TraceError(f"{r['file']}: column 'msg': {r['space']} id {r['msg']} is sent by "
+                         f"{r['n']} rows (ids must be unique in the trace)")
+
+    # A receive must name something that was sent; reported here so the properties never
+    # see a dangling edge.
+    origins = df.where(kind.isin("send", "destroy")).select("msg").distinct()
+    dangling = (df.where(kind == "deliver").select(fname.alias("file"), "process", "seq",
+                                                    "kind", "msg")
+                .join(origins, "msg", "left_anti").limit(5).collect())
+    if dangling:
+        r = dangling[0]
+        raise TraceError(f"{r['file']}: column 'msg': row {_fmt_row(r)} delivers unknown "
+                         f"message {r['msg']} (no send or destroy row has that id)")
+    sig_origins = df.where(kind == "signal_send").select("msg").distinct()
+    dangling = (df.where(kind == "signal_recv").select(fname.alias("file"), "process", "seq",
+                                                        "kind", "msg")
+                .join(sig_origins, "msg", "left_anti").limit(5).collect())
+    if dangling:
+        r = dangling[0]
+        raise TraceError(f"{r['file']}: column 'msg': row {_fmt_row(r)} receives unknown "
+                         f"signal {r['msg']} (no signal_send row has that id)")
+
+    stats = df.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.sort_array(F.collect_set("process")).alias("procs"),
+        F.sum(F.when(is_msg & (F.col("stamp_ts").isNull() | F.col("stamp_peer").isNull()
+                               | F.col("stamp_tx").isNull()), 1).otherwise(0)).alias("unstamped"),
+        F.sum(F.when(is_msg, 1).otherwise(0)).alias("msgs"),
+    ).collect()[0]
+    trace.rows = int(stats["rows"])
+    trace.processes = list(stats["procs"])
+    trace.has_stamps = bool(stats["msgs"]) and int(stats["unstamped"]) == 0
+    del stamp_cols
+    return trace

@@ -1,0 +1,513 @@
+# Invariants: every property is computed from the trace rows alone with built-in DataFrame
+# functions (no Python UDFs, no extra JARs); happened-before is derived from process order,
+# send->deliver and signal_send->signal_recv, never from stamps or wall clocks. Stamps are
+# used only as a *witness*: if the witness holds, `consistent` and `causal` hold (proof in
+# docs/CHECKER.md); if it fails or is absent, the exact formulations decide. Definitions
+# (the reference checker in reference.py implements the same ones by brute force):
+#   first delivery  = the lowest-seq deliver row of a message at a process; ordering
+#                     properties look at first deliveries only, duplicates are exactly_once's.
+#   exactly_once    = count of (message, process) pairs that are lost (a destination with no
+#                     delivery, unless it delivered NODE_DESTROY for the message's node),
+#                     duplicated (delivered more than once), or delivered to a non-destination.
+#   fifo            = count of first deliveries of m at p preceded at p by a first delivery of
+#                     a message the same sender sent later.
+#   causal          = count of first deliveries of m1 at p preceded at p by a first delivery
+#                     of some m2 with send(m1) happened-before send(m2).
+#   consistent      = count of strongly connected components with more than one message in
+#                     the graph whose edges join consecutive first deliveries of each process.
+#   node_rules      = count of deliver rows of data messages for node n at p after p's first
+#                     delivery of a NODE_DESTROY for n.
+# Only a handful of counterexample rows ever reach the driver; everything else stays in Spark
+# (persisted MEMORY_AND_DISK, so big traces spill instead of exhausting memory).
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from pyspark import StorageLevel
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+
+PROPERTIES = ("exactly_once", "fifo", "causal", "consistent", "node_rules")
+MAX_ROUNDS_FACTOR = 4      # rounds cap = 4*P + 16; convergence comes far earlier (docs)
+
+
+def _ev(process, seq, kind, msg, **extra):
+    d = {"process": int(process), "seq": int(seq), "kind": kind,
+         "msg": None if msg is None else int(msg)}
+    d.update({k: v for k, v in extra.items() if v is not None})
+    return d
+
+
+class Checker:
+    """One check of one trace. `phase` callbacks feed the CLI's progress display."""
+
+    def __init__(self, spark, trace, exact=False, max_examples=3, on_phase=None,
+                 keep_details=False):
+        self.spark = spark
+        self.trace = trace
+        self.force_exact = exact
+        self.max_examples = max_examples
+        self.on_phase = on_phase or (lambda name: None)
+        self.keep_details = keep_details
+        self.details = {}          # property -> violations DataFrame (tests group these)
+        self.timings = {}
+        self.rounds = {}
+        self._persisted = []
+        self.procs = list(trace.processes)
+        self.P = len(self.procs)
+
+    # ------------------------------------------------------------------ helpers
+    def _phase(self, name):
+        self.on_phase(name)
+        self.spark.sparkContext.setJobDescription(name)
+
+    def _persist(self, df):
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        self._persisted.append(df)
+        return df
+
+    def _checkpoint(self, df):
+        # localCheckpoint cuts the lineage of iterative rounds (otherwise each round's plan
+        # contains all previous ones and planning time grows quadratically).
+        return df.localCheckpoint(eager=True)
+
+    def _pidx(self, col):
+        # dense process index 0..P-1, without a join: P is small (one per process)
+        return (F.array_position(F.array(*[F.lit(p) for p in self.procs]), col) - 1).cast("int")
+
+    def unpersist(self):
+        for df in self._persisted:
+            try:
+                df.unpersist()
+            except Exception:
+                pass
+        self._persisted = []
+
+    # ------------------------------------------------------------------ base tables
+    def _base(self):
+        ev = self.trace.df
+        T = F.when(F.col("stamp_ts").isNotNull() & F.col("stamp_peer").isNotNull()
+                   & F.col("stamp_tx").isNotNull(),
+                   F.struct(F.col("stamp_ts").alias("ts"), F.col("stamp_peer").alias("peer"),
+                            F.col("stamp_tx").alias("tx")))
+        self.ev = ev.select("process", "seq", "kind", "msg", "dests", "node", T.alias("T"))
+        k = F.col("kind")
+        self.sends = self.ev.where(k.isin("send", "destroy")).select(
+            "msg", F.col("process").alias("sp"), F.col("seq").alias("ss"),
+            F.array_distinct("dests").alias("dests"), F.col("node").alias("snode"),
+            (k == "destroy").alias("destroy"), "T")
+        dels = self.ev.where(k == "deliver").select(
+            "msg", F.col("process").alias("p"), F.col("seq").alias("ds"),
+            F.col("node").alias("dnode"))
+        dj = dels.join(self.sends.drop("dests"), "msg", "inner")
+        wfirst = Window.partitionBy("msg", "p").orderBy("ds")
+        dj = (dj.withColumn("nnode", F.coalesce("dnode", "snode"))
+              .withColumn("first", F.row_number().over(wfirst) == 1))
+        self.dj = self._persist(dj)
+        self.fd = self.dj.where("first")
+
+    # ------------------------------------------------------------------ exactly_once
+    def exactly_once(self):
+        expected = self.sends.select("msg", F.explode("dests").alias("p"), "sp", "ss", "snode",
+                                     "destroy").withColumn("expected", F.lit(True))
+        got = self.dj.groupBy("msg", "p").agg(
+            F.count(F.lit(1)).alias("n"),
+            F.slice(F.sort_array(F.collect_list("ds")), 1, 3).alias("dss"),
+            F.first("sp").alias("gsp"), F.first("ss").alias("gss"),
+            F.first("destroy").alias("gdestroy"))
+        destroyed = (self.dj.where("destroy").select(F.col("p").alias("xp"),
+                                                      F.col("nnode").alias("xnode"))
+                     .distinct().withColumn("excused", F.lit(True)))
+        j = expected.join(got, ["msg", "p"], "full_outer")
+        j = j.join(destroyed, (F.col("p") == F.col("xp")) & (F.col("snode") == F.col("xnode"))
+                   & ~F.coalesce(F.col("destroy"), F.lit(True)), "left")
+        problem = (F.when(F.col("n").isNull() & ~F.coalesce("excused", F.lit(False)), "lost")
+                   .when(F.col("expected").isNull(), "not a destination")
+                   .when(F.col("n") > 1, "duplicated"))
+        v = (j.select("msg", F.col("p").alias("process"),
+                      F.coalesce("sp", "gsp").alias("sp"), F.coalesce("ss", "gss").alias("ss"),
+                      F.coalesce("destroy", "gdestroy").alias("destroy"), "n", "dss",
+                      problem.alias("problem"))
+             .where(F.col("problem").isNotNull()))
+        v = self._persist(v)
+        n = v.count()
+        examples = []
+        for r in v.orderBy("msg", "process").limit(self.max_examples).collect():
+            kind = "destroy" if r["destroy"] else "send"
+            evs = [_ev(r["sp"], r["ss"], kind, r["msg"])]
+            evs += [_ev(r["process"], d, "deliver", r["msg"]) for d in (r["dss"] or [])]
+            why = {"lost": f"message {r['msg']} was never delivered at destination "
+                           f"process {r['process']}",
+                   "duplicated": f"message {r['msg']} was delivered {r['n']} times at "
+                                 f"process {r['process']}",
+                   "not a destination": f"message {r['msg']} was delivered at process "
+                                        f"{r['process']}, which is not among its destinations"
+                   }[r["problem"]]
+            examples.append({"problem": r["problem"], "why": why, "events": evs})
+        return v, n, examples
+
+    # ------------------------------------------------------------------ fifo
+    def fifo(self):
+        w = (Window.partitionBy("p", "sp").orderBy("ds")
+             .rowsBetween(Window.unboundedPreceding, -1))
+        f = self.fd.select("p", "ds", "msg", "sp", "ss", "destroy").withColumn(
+            "prev", F.max(F.struct("ss", "msg", "ds", "destroy")).over(w))
+        v = self._persist(f.where(F.col("prev.ss") > F.col("ss"))
+                          .withColumnRenamed("p", "process"))
+        n = v.count()
+        examples = []
+        for r in v.orderBy("process", "ds").limit(self.max_examples).collect():
+            pr = r["prev"]
+            k1 = "destroy" if r["destroy"] else "send"
+            k2 = "destroy" if pr["destroy"] else "send"
+            examples.append({
+                "why": f"process {r['sp']} sent {r['msg']} before {pr['msg']}, but process "
+                       f"{r['process']} delivered {pr['msg']} first",
+                "events": [_ev(r["sp"], r["ss"], k1, r["msg"]),
+                           _ev(r["sp"], pr["ss"], k2, pr["msg"]),
+                           _ev(r["process"], pr["ds"], "deliver", pr["msg"]),
+                           _ev(r["process"], r["ds"], "deliver", r["msg"])],
+                "highlight": [int(r["msg"]), int(pr["msg"])]})
+        return v, n, examples
+
+    # ------------------------------------------------------------------ node_rules
+    def node_rules(self):
+        firstx = (self.dj.where("destroy").groupBy("p", "nnode")
+                  .agg(F.min(F.struct("ds", "msg", "sp", "ss")).alias("x")))
+        data = self.dj.where(~F.col("destroy") & F.col("nnode").isNotNull())
+        v = (data.join(firstx, ["p", "nnode"]).where(F.col("ds") > F.col("x.ds"))
+             .withColumnRenamed("p", "process"))
+        v = self._persist(v)
+        n = v.count()
+        examples = []
+        for r in v.orderBy("process", "ds").limit(self.max_examples).collect():
+            x = r["x"]
+            examples.append({
+                "why": f"process {r['process']} delivered NODE_DESTROY {x['msg']} for node "
+                       f"{r['nnode']} and afterwards data message {r['msg']} for that node",
+                "events": [_ev(x["sp"], x["ss"], "destroy", x["msg"], node=r["nnode"]),
+                           _ev(r["process"], x["ds"], "deliver", x["msg"], node=r["nnode"]),
+                           _ev(r["sp"], r["ss"], "send", r["msg"]),
+                           _ev(r["process"], r["ds"], "deliver", r["msg"], node=r["nnode"])],
+                "highlight": [int(r["msg"])]})
+        return v, n, examples
+
+    # ------------------------------------------------------------------ witness
+    def witness(self):
+        """(consistent_ok, causal_ok) as proved by stamps, or (False, False) if unproven."""
+        if not self.trace.has_stamps:
+            return False, False, "absent: some send/destroy row has no stamp"
+        # (1) every process delivers in strictly increasing stamp order
+        w = Window.partitionBy("p").orderBy("ds")
+        bad_order = (self.fd.select("p", "ds", "T").withColumn("prevT", F.lag("T").over(w))
+                     .where(F.col("prevT") >= F.col("T")).limit(1).count())
+        if bad_order:
+            return False, False, "failed: a process delivers against stamp order"
+        # (2) each send's stamp exceeds every stamp its process knows of: stamps of its own
+        # earlier sends and deliveries, and (through side channels) what signal senders knew.
+        k = F.col("kind")
+        local = (self.ev.where(k.isin("send", "destroy", "signal_send", "signal_recv"))
+                 .select("process", "seq", "kind", "msg", "T")
+                 .unionByName(self.dj.select(F.col("p").alias("process"),
+                                             F.col("ds").alias("seq"),
+                                             F.lit("deliver").alias("kind"), "msg", "T")))
+        wp = Window.partitionBy("process").orderBy("seq")
+        local = local.withColumn(
+            "LVprev", F.max("T").over(wp.rowsBetween(Window.unboundedPreceding, -1)))
+        local = local.withColumn("LV", F.greatest("LVprev", "T"))
+        bad_send = (local.where(k.isin("send", "destroy") & (F.col("LVprev") >= F.col("T")))
+                    .limit(1).count())
+        if bad_send:
+            return True, False, "partial: deliveries follow stamps, but a send's stamp is " \
+                                "not above what its process had seen"
+        sig = self._persist(local.where(k.isin("signal_send", "signal_recv"))
+                            .select("process", "seq", "kind", "msg", "LV"))
+        if sig.limit(1).count() == 0:
+            return True, True, "holds"
+        sends = local.where(k.isin("send", "destroy")).select("process", "seq", "T")
+        sv = sig.where(k == "signal_send").select("msg", F.col("LV").alias("SV"))
+        wsig = wp.rowsBetween(Window.unboundedPreceding, 0)
+        converged = False
+        for rnd in range(8):
+            rec = sig.join(sv.withColumnRenamed("SV", "inc"), "msg", "left").withColumn(
+                "inc", F.when(k == "signal_recv", F.col("inc")))
+            rec = rec.withColumn("V", F.greatest("LV", F.max("inc").over(wsig)))
+            rec = self._checkpoint(rec)
+            sv_new = rec.where(k == "signal_send").select("msg", F.col("V").alias("SV"))
+            changed = (sv_new.join(sv.withColumnRenamed("SV", "old"), "msg")
+                       .where(~F.col("SV").eqNullSafe(F.col("old"))).limit(1).count())
+            sv = sv_new
+            if not changed:
+                converged = True
+                break
+        self.rounds["witness_signal_rounds"] = rnd + 1
+        if not converged:
+            return True, False, "inconclusive: signal knowledge did not settle in 8 rounds"
+        incs = rec.where(k == "signal_recv").select("process", "seq", "inc")
+        u = (sends.withColumn("inc", F.lit(None).cast(incs.schema["inc"].dataType))
+             .unionByName(incs.withColumn("T", F.lit(None).cast(sends.schema["T"].dataType))))
+        u = u.withColumn("SK", F.max("inc").over(wp.rowsBetween(Window.unboundedPreceding, -1)))
+        bad_sig = u.where(F.col("T").isNotNull() & (F.col("SK") >= F.col("T"))).limit(1).count()
+        if bad_sig:
+            return True, False, "partial: a send's stamp is not above what a signal told " \
+                                "its process"
+        return True, True, "holds"
+
+    # ------------------------------------------------------------------ exact causal
+    def _vc_cols(self, prefix="c"):
+        return [f"{prefix}{i}" for i in range(self.P)]
+
+    def vector_clocks(self):
+        """Vector clocks at receive events, in rounds; returns (origins with lr, VCR)."""
+        k = F.col("kind")
+        space = F.when(k.isin("signal_send", "signal_recv"), F.lit("S")).otherwise(F.lit("M"))
+        origins = self.ev.where(k.isin("send", "destroy", "signal_send")).select(
+            space.alias("space"), "msg", F.col("process").alias("op"), F.col("seq").alias("os"))
+        recvs = self.ev.where(k.isin("deliver", "signal_recv")).select(
+            space.alias("space"), "msg", F.col("process").alias("p"), F.col("seq").alias("s"))
+        # lr = the last receive of the origin's process before the origin: the VC of an origin
+        # is that receive's VC plus its own position.
+        marks = (origins.select(F.col("op").alias("process"), F.col("os").alias("pos"),
+                                "space", "msg", F.lit(False).alias("isrecv"))
+                 .unionByName(recvs.select(F.col("p").alias("process"), F.col("s").alias("pos"),
+                                           F.lit(None).cast("string").alias("space"),
+                                           F.lit(None).cast("long").alias("msg"),
+                                           F.lit(True).alias("isrecv"))))
+        wl = (Window.partitionBy("process").orderBy("pos")
+              .rowsBetween(Window.unboundedPreceding, 0))
+        olr = (marks.withColumn("lr", F.last(F.when(F.col("isrecv"), F.col("pos")), True)
+                                .over(wl))
+               .where(~F.col("isrecv"))
+               .select("space", "msg", F.col("process").alias("op"), F.col("pos").alias("os"),
+                       "lr"))
+        olr = self._persist(olr)
+        R = self._persist(recvs.join(olr, ["space", "msg"]).select(
+            "p", "s", "op", self._pidx(F.col("op")).alias("opi"), "os", "lr"))
+        cols = self._vc_cols()
+        wp = Window.partitionBy("p").orderBy("s").rowsBetween(Window.unboundedPreceding, 0)
+        vcr = None
+        prev_total = None
+        cap = MAX_ROUNDS_FACTOR * self.P + 16
+        for rnd in range(1, cap + 1):
+            if vcr is None:
+                j = R.select("p", "s", "opi", "os", *[F.lit(None).cast("long").alias(f"k{i}")
+                                                      for i in range(self.P)])
+            else:
+                src = vcr.select(F.col("p").alias("op"), F.col("s").alias("lr"),
+                                 *[F.col(c).alias(f"k{i}") for i, c in enumerate(cols)])
+                j = R.join(src, ["op", "lr"], "left")
+            cand = [F.when(F.col("opi") == i, F.greatest(F.col(f"k{i}"), F.col("os")))
+                    .otherwise(F.col(f"k{i}")).alias(f"x{i}") for i in range(self.P)]
+            j = j.select("p", "s", *cand)
+            new = j.select("p", "s", *[F.max(f"x{i}").over(wp).alias(c)
+                                       for i, c in enumerate(cols)])
+            new = self._checkpoint(new)
+            total = new.select(sum(F.sum(F.coalesce(F.col(c), F.lit(-1))) for c in cols)
+                               .alias("t")).collect()[0]["t"]
+            vcr = new
+            if total == prev_total:
+                break
+            prev_total = total
+        self.rounds["vector_clock_rounds"] = rnd
+        return olr, vcr
+
+    def causal_exact(self):
+        olr, vcr = self.vector_clocks()
+        cols = self._vc_cols()
+        src = vcr.select(F.col("p").alias("op"), F.col("s").alias("lr"),
+                         *[F.col(c).alias(f"k{i}") for i, c in enumerate(cols)])
+        svc = (olr.where(F.col("space") == "M").join(src, ["op", "lr"], "left")
+               .withColumn("opi", self._pidx(F.col("op"))))
+        svc = svc.select("msg", *[F.when(F.col("opi") == i, F.col("os")).otherwise(F.col(f"k{i}"))
+                                  .alias(f"v{i}") for i in range(self.P)])
+        d = (self.fd.select("p", "ds", "msg", "sp", "ss", "destroy")
+             .withColumn("spi", self._pidx(F.col("sp"))).join(svc, "msg"))
+        d = self._persist(d)
+        wprev = Window.partitionBy("p").orderBy("ds").rowsBetween(Window.unboundedPreceding, -1)
+        m = d.select("p", "ds", "msg", "sp", "ss", "spi", "destroy",
+                     *[F.max(f"v{i}").over(wprev).alias(f"m{i}") for i in range(self.P)])
+        known = F.element_at(F.array(*[F.col(f"m{i}") for i in range(self.P)]),
+                             F.col("spi") + 1)
+        v = self._persist(m.where(known >= F.col("ss")).select(
+            F.col("p").alias("process"), "ds", "msg", "sp", "ss", "spi", "destroy"))
+        n = v.count()
+        examples = []
+        for r in v.orderBy("process", "ds").limit(self.max_examples).collect():
+            vcol = F.element_at(F.array(*[F.col(f"v{i}") for i in range(self.P)]),
+                                F.lit(int(r["spi"]) + 1))
+            w2 = (d.where((F.col("p") == r["process"]) & (F.col("ds") < r["ds"])
+                          & (vcol >= r["ss"]))
+                  .orderBy("ds").limit(1).collect())
+            if not w2:
+                continue
+            r2 = w2[0]
+            k1 = "destroy" if r["destroy"] else "send"
+            k2 = "destroy" if r2["destroy"] else "send"
+            examples.append({
+                "why": f"send of {r['msg']} happened-before send of {r2['msg']}, but process "
+                       f"{r['process']} delivered {r2['msg']} first",
+                "events": [_ev(r["sp"], r["ss"], k1, r["msg"]),
+                           _ev(r2["sp"], r2["ss"], k2, r2["msg"]),
+                           _ev(r["process"], r2["ds"], "deliver", r2["msg"]),
+                           _ev(r["process"], r["ds"], "deliver", r["msg"])],
+                "highlight": [int(r["msg"]), int(r2["msg"])]})
+        return v, n, examples
+
+    # ------------------------------------------------------------------ exact consistent
+    def consistent_exact(self):
+        cols = self._vc_cols("a")
+        fd = self._persist(self.fd.select("p", "ds", "msg").withColumn(
+            "pi", self._pidx(F.col("p"))))
+        wp = Window.partitionBy("p").orderBy("ds").rowsBetween(Window.unboundedPreceding, 0)
+        ma = None
+        prev_total = None
+        cap = MAX_ROUNDS_FACTOR * self.P + 16
+        for rnd in range(1, cap + 1):
+            if ma is None:
+                j = fd.select("p", "ds", "msg", "pi",
+                              *[F.lit(None).cast("long").alias(c) for c in cols])
+            else:
+                j = fd.join(ma, "msg", "left")
+            # a row's ancestor vector: its own chain position, plus the running max along the
+            # chain of the ancestor vectors of everything delivered there before it.
+            row = [F.when(F.col("pi") == i, F.greatest(F.col(c), F.col("ds")))
+                   .otherwise(F.col(c)).alias(c) for i, c in enumerate(cols)]
+            j = j.select("p", "ds", "msg", *row)
+            j = j.select("msg", *[F.max(c).over(wp).alias(c) for c in cols])
+            new = self._checkpoint(j.groupBy("msg").agg(*[F.max(c).alias(c) for c in cols]))
+            total = new.select(sum(F.sum(F.coalesce(F.col(c), F.lit(-1))) for c in cols)
+                               .alias("t")).collect()[0]["t"]
+            ma = new
+            if total == prev_total:
+                break
+            prev_total = total
+        self.rounds["consistency_rounds"] = rnd
+        # m lies on a cycle iff one of its ancestors sits later than m on a chain holding m.
+        own = F.element_at(F.array(*[F.col(c) for c in cols]), F.col("pi") + 1)
+        cyc = (fd.join(ma, "msg").where(own > F.col("ds"))
+               .select("msg", F.array(*[F.col(c) for c in cols]).alias("anc"), "p").distinct())
+        # Equal ancestor sets <=> same strongly connected component (for nodes on cycles).
+        sccs = cyc.groupBy("anc").agg(F.count_distinct("msg").alias("size"),
+                                      F.min("p").alias("process"),
+                                      F.min("msg").alias("minmsg"),
+                                      F.first(F.xxhash64("anc")).alias("h"))
+        v = self._persist(sccs)
+        n = v.count()
+        examples = []
+        for r in v.orderBy("size", "minmsg").limit(self.max_examples).collect():
+            members = (cyc.where(F.xxhash64("anc") == F.lit(r["h"]))
+                       .select("msg").distinct().limit(20000))
+            rows = (fd.join(F.broadcast(members), "msg").select("p", "ds", "msg")
+                    .limit(200000).collect())
+            cycle = shortest_cycle(rows)
+            if cycle:
+                examples.append(_cycle_example(cycle, r["size"]))
+        return v, n, examples
+
+    # ------------------------------------------------------------------ driver
+    def run(self):
+        t0 = time.perf_counter()
+        self._phase("joining deliveries to sends")
+        self._base()
+        props = {}
+        for name, fn in (("exactly_once", self.exactly_once), ("fifo", self.fifo),
+                         ("node_rules", self.node_rules)):
+            self._phase(f"checking {name}")
+            t = time.perf_counter()
+            v, n, ex = fn()
+            self.timings[name] = time.perf_counter() - t
+            props[name] = {"ok": n == 0, "violations": int(n), "examples": ex}
+            if self.keep_details:
+                self.details[name] = v
+        if self.force_exact:
+            cons_ok, caus_ok, wmsg = False, False, "skipped (--exact)"
+        else:
+            self._phase("checking the stamp witness")
+            t = time.perf_counter()
+            cons_ok, caus_ok, wmsg = self.witness()
+            self.timings["witness"] = time.perf_counter() - t
+        method = {}
+        for name, ok, fn in (("causal", caus_ok, self.causal_exact),
+                             ("consistent", cons_ok, self.consistent_exact)):
+            if ok:
+                props[name] = {"ok": True, "violations": 0, "examples": [],
+                               "method": "stamp witness"}
+                method[name] = "witness"
+                if self.keep_details:
+                    self.details[name] = None
+                continue
+            self._phase(f"checking {name} (exact)")
+            t = time.perf_counter()
+            v, n, ex = fn()
+            self.timings[name] = time.perf_counter() - t
+            props[name] = {"ok": n == 0, "violations": int(n), "examples": ex,
+                           "method": "exact"}
+            method[name] = "exact"
+            if self.keep_details:
+                self.details[name] = v
+        ordered = {k: props[k] for k in PROPERTIES}
+        self.elapsed = time.perf_counter() - t0
+        return {"trace": self.trace.path, "events": self.trace.rows,
+                "processes": len(self.procs), "witness": wmsg,
+                "ok": all(p["ok"] for p in ordered.values()),
+                "properties": ordered, "rounds": self.rounds,
+                "seconds": round(self.elapsed, 3)}
+
+
+def shortest_cycle(rows):
+    """Shortest cycle in the delivery-chain graph of one SCC (rows: p, ds, msg)."""
+    chains = {}
+    for r in rows:
+        chains.setdefault(r["p"], []).append((r["ds"], r["msg"]))
+    succ = {}
+    for p, lst in chains.items():
+        lst.sort()
+        for (d1, a), (d2, b) in zip(lst, lst[1:]):
+            succ.setdefault(a, []).append((b, p, d1, d2))
+    best = None
+    starts = sorted(succ)[:50]
+    for s in starts:
+        parent = {s: None}
+        dq = deque([s])
+        found = None
+        while dq and found is None:
+            a = dq.popleft()
+            for b, p, d1, d2 in succ.get(a, ()):
+                if b == s:
+                    found = (a, (b, p, d1, d2))
+                    break
+                if b not in parent:
+                    parent[b] = (a, p, d1, d2)
+                    dq.append(b)
+        if found is None:
+            continue
+        a, (b, p, d1, d2) = found
+        edges = [(a, b, p, d1, d2)]
+        while parent[a] is not None:
+            pa, pp, pd1, pd2 = parent[a]
+            edges.append((pa, a, pp, pd1, pd2))
+            a = pa
+        edges.reverse()
+        if best is None or len(edges) < len(best):
+            best = edges
+    return best
+
+
+def _cycle_example(edges, size):
+    cyc = [int(e[0]) for e in edges]
+    evs = []
+    for a, b, p, d1, d2 in edges:
+        evs.append(_ev(p, d1, "deliver", a))
+        evs.append(_ev(p, d2, "deliver", b))
+    why = ("no global order: " + " -> ".join(
+        f"{a} before {b} at process {p}" for a, b, p, _, _ in edges)
+        + f" (component of {size} messages)")
+    return {"why": why, "cycle": cyc, "events": evs, "highlight": cyc}
+
+
+def check_trace(spark, trace, exact=False, max_examples=3, on_phase=None, keep_details=False):
+    c = Checker(spark, trace, exact=exact, max_examples=max_examples, on_phase=on_phase,
+                keep_details=keep_details)
+    summary = c.run()
+    return summary, c

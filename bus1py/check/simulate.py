@@ -1,0 +1,248 @@
+# Invariants: simulate() produces traces of a *correct* bus1: every queue has a clock, a send
+# syncs to the destinations' clocks and ticks (Lamport stamps, ties broken by
+# (ts, sender, tx)), every queue delivers in stamp order, NODE_DESTROY is a multicast with its
+# own stamp, and data for a destroyed node is dropped at receive when its stamp is above the
+# destruction stamp. Side-channel signals carry no clock (as in bus1), so stamps alone do not
+# always witness causality across them -- which is what exercises the checker's exact path.
+# mutate() plants a violation of a chosen kind; write_trace() writes rows as SPEC section-7
+# Parquet. Pure Python, deterministic for a given random.Random.
+from __future__ import annotations
+
+import os
+import random
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+MUTATIONS = ("lose", "duplicate", "misdeliver", "swap", "adjacent_swap", "cycle3",
+             "scramble_stamps", "drop_stamps")
+
+
+def simulate(rng: random.Random, nprocs=4, steps=60, p_multicast=0.3, p_signal=0.15,
+             p_destroy=0.05, p_internal=0.05):
+    P = nprocs
+    rows = {p: [] for p in range(P)}
+    clock = [0] * P
+    tx = [0] * P
+    queue = {p: [] for p in range(P)}
+    inbox = {p: [] for p in range(P)}
+    ids = iter(range(1, 10 ** 9))
+    node_ids = iter(range(100, 10 ** 9))
+    perm = {p: next(node_ids) for p in range(P)}
+    eph, holders, dead_ts = {}, {}, {}
+
+    def new_eph(p):
+        n = next(node_ids)
+        eph[p] = n
+        holders[n] = {p} | {q for q in range(P) if rng.random() < 0.5}
+
+    for p in range(P):
+        new_eph(p)
+
+    def emit(p, kind, msg=None, dests=None, node=None, T=None):
+        rows[p].append({"process": p, "seq": len(rows[p]), "kind": kind, "msg": msg,
+                        "dests": dests, "node": node, "wall_ns": 0,
+                        "stamp_ts": T[0] if T else None, "stamp_peer": T[1] if T else None,
+                        "stamp_tx": T[2] if T else None})
+
+    def transaction(p, dests):
+        # stage (sync to each destination's clock), commit timestamp (tick), sync round
+        ts = max([clock[p]] + [clock[d] for d in dests])
+        ts += 2 - ts % 2
+        for d in dests:
+            clock[d] = max(clock[d], ts)
+        clock[p] = max(clock[p], ts)
+        T = (ts, p, tx[p])
+        tx[p] += 1
+        return T
+
+    def enqueue(d, entry):
+        queue[d].append(entry)
+        queue[d].sort(key=lambda e: e[0])
+
+    def deliver(p):
+        while queue[p]:
+            T, m, node, is_destroy = queue[p].pop(0)
+            if not is_destroy and node in dead_ts and dead_ts[node] < T:
+                continue  # dropped at recv by the node rule
+            emit(p, "deliver", m, node=node, T=T)
+            return True
+        return False
+
+    for _ in range(steps):
+        p = rng.randrange(P)
+        x = rng.random()
+        if x < p_signal:
+            if inbox[p] and rng.random() < 0.5:
+                emit(p, "signal_recv", inbox[p].pop(0))
+            else:
+                q = rng.randrange(P)
+                sid = next(ids)
+                emit(p, "signal_send", sid)
+                inbox[q].append(sid)
+        elif x < p_signal + p_destroy:
+            n = eph[p]
+            dests = sorted(holders[n])
+            T = transaction(p, dests)
+            m = next(ids)
+            dead_ts[n] = T
+            emit(p, "destroy", m, dests=dests, node=n, T=T)
+            for d in dests:
+                enqueue(d, (T, m, n, True))
+            new_eph(p)
+        elif x < p_signal + p_destroy + p_internal:
+            emit(p, "internal")
+        elif x < 0.6:
+            if P > 1 and rng.random() < p_multicast:
+                dests = sorted(rng.sample(range(P), rng.randint(2, P)))
+                T = transaction(p, dests)
+                m = next(ids)
+                emit(p, "send", m, dests=dests, node=None, T=T)
+                for d in dests:
+                    enqueue(d, (T, m, perm[d], False))
+            else:
+                d = rng.randrange(P)
+                cand = [n for n in (eph[d],) if p in holders[n]]
+                node = cand[0] if cand and rng.random() < 0.6 else perm[d]
+                T = transaction(p, [d])
+                m = next(ids)
+                emit(p, "send", m, dests=[d], node=node, T=T)
+                enqueue(d, (T, m, node, False))
+        else:
+            deliver(p)
+    # drain: every queue and inbox empties, in a random interleaving
+    live = [p for p in range(P) if queue[p] or inbox[p]]
+    while live:
+        p = rng.choice(live)
+        if inbox[p] and (not queue[p] or rng.random() < 0.3):
+            emit(p, "signal_recv", inbox[p].pop(0))
+        else:
+            deliver(p)
+        live = [p for p in range(P) if queue[p] or inbox[p]]
+    return [r for p in range(P) for r in rows[p]]
+
+
+def _renumber(rows):
+    by = {}
+    for r in rows:
+        by.setdefault(r["process"], []).append(r)
+    out = []
+    for p in sorted(by):
+        for i, r in enumerate(by[p]):
+            r = dict(r)
+            r["seq"] = i
+            out.append(r)
+    return out
+
+
+def _ordered(rows):
+    by = {}
+    for r in sorted(rows, key=lambda r: (r["process"], r["seq"])):
+        by.setdefault(r["process"], []).append(dict(r))
+    return by
+
+
+def _flatten(by):
+    return [r for p in sorted(by) for r in by[p]]
+
+
+def mutate(rows, how, rng: random.Random):
+    """Return a copy of rows with one planted fault of kind `how` (see MUTATIONS)."""
+    by = _ordered(rows)
+    dels = [(p, i) for p, lst in by.items() for i, r in enumerate(lst) if r["kind"] == "deliver"]
+    sends = [r for lst in by.values() for r in lst if r["kind"] in ("send", "destroy")]
+    procs = sorted(by)
+    if how == "lose" and dels:
+        p, i = rng.choice(dels)
+        del by[p][i]
+    elif how == "duplicate" and dels:
+        p, i = rng.choice(dels)
+        j = rng.randint(i + 1, len(by[p]))
+        by[p].insert(j, dict(by[p][i]))
+    elif how == "misdeliver" and sends:
+        s = rng.choice(sends)
+        others = [q for q in procs if q not in s["dests"]]
+        if others:
+            q = rng.choice(others)
+            j = rng.randint(0, len(by[q]))
+            by[q].insert(j, {"process": q, "seq": -1, "kind": "deliver", "msg": s["msg"],
+                             "dests": None, "node": s["node"], "wall_ns": 0,
+                             "stamp_ts": s["stamp_ts"], "stamp_peer": s["stamp_peer"],
+                             "stamp_tx": s["stamp_tx"]})
+    elif how in ("swap", "adjacent_swap") and dels:
+        p = rng.choice(sorted({p for p, _ in dels}))
+        idx = [i for i, r in enumerate(by[p]) if r["kind"] == "deliver"]
+        if len(idx) >= 2:
+            if how == "swap":
+                i, j = sorted(rng.sample(idx, 2))
+            else:
+                k = rng.randrange(len(idx) - 1)
+                i, j = idx[k], idx[k + 1]
+            a, b = by[p][i], by[p][j]
+            keep = ("process", "seq", "kind", "wall_ns")
+            by[p][i] = {**{k: a[k] for k in keep}, **{k: v for k, v in b.items()
+                                                        if k not in keep}}
+            by[p][j] = {**{k: b[k] for k in keep}, **{k: v for k, v in a.items()
+                                                        if k not in keep}}
+    elif how == "cycle3" and len(procs) >= 3:
+        p0, p1, p2 = rng.sample(procs, 3)
+        base = max((r["msg"] or 0) for r in rows) + 1000
+        a, b, c = base, base + 1, base + 2
+        # each process delivers two of the three: pairwise agreeable, globally cyclic
+        plan = {a: [p0, p2], b: [p0, p1], c: [p1, p2]}
+        for m, dests in plan.items():
+            snd = rng.choice(procs)
+            by[snd].append({"process": snd, "seq": -1, "kind": "send", "msg": m,
+                            "dests": sorted(dests), "node": None, "wall_ns": 0,
+                            "stamp_ts": None, "stamp_peer": None, "stamp_tx": None})
+        for p, order in ((p0, (a, b)), (p1, (b, c)), (p2, (c, a))):
+            for m in order:
+                by[p].append({"process": p, "seq": -1, "kind": "deliver", "msg": m,
+                              "dests": None, "node": None, "wall_ns": 0,
+                              "stamp_ts": None, "stamp_peer": None, "stamp_tx": None})
+    elif how == "scramble_stamps":
+        for lst in by.values():
+            for r in lst:
+                if r["stamp_ts"] is not None:
+                    r["stamp_ts"] = rng.randrange(1000)
+    elif how == "drop_stamps":
+        for lst in by.values():
+            for r in lst:
+                r["stamp_ts"] = r["stamp_peer"] = r["stamp_tx"] = None
+    return _renumber(_flatten(by))
+
+
+def offset_rows(rows, k, span=1000):
+    """Shift process, message, node and stamp-peer ids so that traces can share one check."""
+    out = []
+    for r in rows:
+        r = dict(r)
+        r["process"] = r["process"] + k * span
+        if r["msg"] is not None:
+            r["msg"] = r["msg"] + k * 10 ** 9
+        if r["node"] is not None:
+            r["node"] = r["node"] + k * 10 ** 9
+        if r["dests"] is not None:
+            r["dests"] = [d + k * span for d in r["dests"]]
+        if r["stamp_peer"] is not None:
+            r["stamp_peer"] = r["stamp_peer"] + k * span
+        out.append(r)
+    return out
+
+
+SCHEMA = pa.schema([
+    ("process", pa.int32()), ("seq", pa.int64()), ("kind", pa.string()), ("msg", pa.int64()),
+    ("dests", pa.list_(pa.int32())), ("node", pa.int64()), ("wall_ns", pa.int64()),
+    ("stamp_ts", pa.int64()), ("stamp_peer", pa.int64()), ("stamp_tx", pa.int64()),
+])
+
+
+def write_trace(rows, path, files=2, schema=SCHEMA):
+    os.makedirs(path, exist_ok=True)
+    files = max(1, min(files, len(rows) or 1))
+    per = -(-len(rows) // files) if rows else 0
+    for i in range(files):
+        chunk = rows[i * per:(i + 1) * per]
+        cols = {f.name: [r.get(f.name) for r in chunk] for f in schema}
+        pq.write_table(pa.table(cols, schema=schema), os.path.join(path, f"part-{i:04d}.parquet"))
+    return path
