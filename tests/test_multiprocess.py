@@ -158,14 +158,32 @@ def _recv_checked(peer, plans, nodes_to_rx, me):
     return (s, k, tuple(msg.stamp))
 
 
+def _send_retrying(peer, dests, payload, on_full=None):
+    """Send; on a full pool or entry table (a tight bus) retry until the receivers make room.
+    Returns (stamp, retries)."""
+    deadline, retries = time.monotonic() + WAIT, 0
+    while True:
+        try:
+            return tuple(peer.send(dests, payload)), retries
+        except OSError as e:
+            if e.errno != errno.EXFULL or time.monotonic() > deadline:
+                raise
+            retries += 1
+            if on_full is not None:
+                on_full()
+            os.sched_yield()
+
+
 def _mc_sender(peer, handles, me, plans, barrier):
     barrier.wait(WAIT)
-    stamps = []
+    stamps, retries = [], 0
     for k, (dests, pad) in enumerate(plans[me]):
-        stamps.append(tuple(peer.send([handles[r] for r in dests], _payload(me, k, pad))))
+        stamp, r = _send_retrying(peer, [handles[r] for r in dests], _payload(me, k, pad))
+        stamps.append(stamp)
+        retries += r
         if k % 4 == 3:
             os.sched_yield()  # let the other senders in: more interleaving on few cores
-    return stamps
+    return stamps, retries
 
 
 def _mc_receiver(peer, nodes_to_rx, me, plans, expected, barrier):
@@ -186,13 +204,20 @@ def _mc_hybrid(peer, handles, nodes_to_rx, me_tx, me_rx, plans, expected, barrie
     Returns its sends' stamps, with how many messages it had received before each."""
     barrier.wait(WAIT)
     got, sends = [], []
-    for k, (dests, pad) in enumerate(plans[me_tx]):
-        sends.append((tuple(peer.send([handles[r] for r in dests], _payload(me_tx, k, pad))), len(got)))
+
+    def drain():
         while len(got) < expected:
             try:
                 got.append(_recv_checked_nowait(peer, plans, nodes_to_rx, me_rx))
             except BlockingIOError:
                 break
+
+    for k, (dests, pad) in enumerate(plans[me_tx]):
+        # (on a full bus it must make room in its own queue too; what it receives while
+        # retrying is received before this send, and counted so)
+        stamp, _ = _send_retrying(peer, [handles[r] for r in dests], _payload(me_tx, k, pad), drain)
+        sends.append((stamp, len(got)))
+        drain()
     while len(got) < expected:
         got.append(_recv_checked(peer, plans, nodes_to_rx, me_rx))
     return got, sends
@@ -271,10 +296,16 @@ def _check_one_order(deliveries, plans, stamps, causes):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("method", METHODS)
-def test_concurrent_multicast_one_order(make_bus, tmp_path, method):
-    bus = make_bus(max_peers=16, max_nodes=64, max_handles=256, max_entries=8192,
-                   max_dests=8, max_payload=4096, pool_size=8 << 20)
+@pytest.mark.parametrize("method,tight", [("fork", False), ("spawn", False), ("fork", True)])
+def test_concurrent_multicast_one_order(make_bus, tmp_path, method, tight):
+    """tight: a pool of 24 records and 40 entries, so that the lock-free free lists are
+    recycled all the time by several processes (and senders meet EXFULL and retry)."""
+    if tight:
+        bus = make_bus(max_peers=16, max_nodes=64, max_handles=256, max_entries=40,
+                       max_dests=8, max_payload=4096, pool_size=24 * 4096 + 4096)
+    else:
+        bus = make_bus(max_peers=16, max_nodes=64, max_handles=256, max_entries=8192,
+                       max_dests=8, max_payload=4096, pool_size=8 << 20)
     n_senders = N_PURE_SENDERS + 1           # the last sender also receives (the hybrid)
     n_receivers = N_PURE_RECEIVERS + 1       # the last receiver is the hybrid
     senders = [bus.peer() for _ in range(N_PURE_SENDERS)]
@@ -298,7 +329,10 @@ def test_concurrent_multicast_one_order(make_bus, tmp_path, method):
         kids.start("H", _mc_hybrid, hybrid, handles[-1], nodes_to_rx, n_senders - 1,
                    n_receivers - 1, plans, expected[-1], barrier)
         res = kids.results()
-    stamps = {s: res[f"S{s}"] for s in range(N_PURE_SENDERS)}
+    stamps = {s: res[f"S{s}"][0] for s in range(N_PURE_SENDERS)}
+    retries = sum(res[f"S{s}"][1] for s in range(N_PURE_SENDERS))
+    if tight:
+        assert retries > 0, "the tight bus never filled up"
     hybrid_got, hybrid_sends = res["H"]
     stamps[n_senders - 1] = [st for st, _ in hybrid_sends]
     deliveries = {r: res[f"R{r}"][0] for r in range(N_PURE_RECEIVERS)}
