@@ -682,3 +682,39 @@ def test_bad_argument_messages_name_the_argument(world, call):
     e = fails_cleanly(world, (TypeError, ValueError), None, calls[call])
     assert ("destination" if call.startswith("send") else "timeout") in str(e), str(e)
     world.still_works()
+
+
+def test_failed_sends_leave_no_gap_in_the_senders_sequence(make_bus):
+    """A refused send takes no transaction sequence number: the next accepted send follows
+    the last accepted one directly, whatever the error was."""
+    bus = make_bus(pool_size=4096, max_payload=1000, max_entries=16, max_dests=4)
+    w = World(bus)
+    full = bus.peer(quota_messages=1)
+    hf = full.transfer(full.create_node(), w.a)
+    w.a.send([hf], b"fills its quota")
+    last = w.a.send([w.hb], b"first")[2]
+    assert w.b.recv(timeout=0).payload == b"first"
+    refused = [
+        (errno.ENXIO, lambda: w.a.send([w.hb, 12345], b"x")),
+        (errno.EMSGSIZE, lambda: w.a.send([w.hb], b"x" * 1001)),
+        (errno.EDQUOT, lambda: w.a.send([w.hb, hf], b"x")),
+        (errno.EINVAL, lambda: w.a.send([], b"x")),
+        (errno.EINVAL, lambda: w.a.send([w.hb] * 5, b"x")),
+    ]
+    for err, call in refused:
+        fails_cleanly(w, OSError, err, call, full)
+        stamp = w.a.send([w.hb], b"next")
+        assert stamp[2] == last + 1, f"errno {err}: sequence {last} -> {stamp[2]}"
+        last = stamp[2]
+        assert w.b.recv(timeout=0).stamp == stamp
+    # EXFULL: fill the pool with big messages, then one more
+    n = 0
+    with pytest.raises(OSError) as info:
+        for _ in range(20):
+            last = w.a.send([w.hb], b"y" * 1000)[2]
+            n += 1
+    assert info.value.errno == errno.EXFULL
+    fails_cleanly(w, OSError, errno.EXFULL, lambda: w.a.send([w.hb], b"y" * 1000), full)
+    for _ in range(n):
+        w.b.recv(timeout=0)
+    assert w.a.send([w.hb], b"after")[2] == last + 1

@@ -391,18 +391,35 @@ def _side_a(a, c_peer, h_b, h_c, rounds, d_to_a, c_to_a):
 
 
 def _side_b(b, rounds, b_to_d):
+    kind, chan = b_to_d
     for r in range(rounds):
         msg = b.recv(timeout=WAIT)
         if msg.payload != b"m1:%d" % r:
             raise AssertionError(f"B expected m1 of round {r}, got {msg.payload!r}")
-        b_to_d.send(r)                         # the side channel: outside the bus
+        # the side channel, outside the bus: a pipe, or a flag in shared memory
+        if kind == "pipe":
+            chan.send(r)
+        else:
+            chan.value = r
     return None
+
+
+def _side_wait(b_to_d, r):
+    kind, chan = b_to_d
+    if kind == "pipe":
+        return _poll(chan, f"B's signal of round {r}")
+    deadline = time.monotonic() + WAIT
+    while chan.value < r:  # spin: the fastest side channel there is
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"B's flag for round {r} not set within {WAIT} s")
+        os.sched_yield()
+    return chan.value
 
 
 def _side_d(d, h_c, rounds, b_to_d, d_to_a):
     stamps = []
     for r in range(rounds):
-        if _poll(b_to_d, f"B's signal of round {r}") != r:
+        if _side_wait(b_to_d, r) != r:
             raise AssertionError("rounds out of step")
         stamps.append(tuple(d.send([h_c], b"m2:%d" % r)))
         d_to_a.send(r)
@@ -422,8 +439,8 @@ def _side_c(c, rounds, c_to_a):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("method", METHODS)
-def test_side_channel_causality(bus, tmp_path, method):
+@pytest.mark.parametrize("method,channel", [("fork", "pipe"), ("spawn", "pipe"), ("fork", "flag")])
+def test_side_channel_causality(bus, tmp_path, method, channel):
     # D gets the lowest peer id: should the effect m2 ever tie with its cause m1 on the
     # timestamp, the tie-break would put m2 first and the test would see it
     d, c, b, a = (bus.peer() for _ in range(4))
@@ -433,7 +450,11 @@ def test_side_channel_causality(bus, tmp_path, method):
     h_c_d = c.transfer(nc, d)
     with Children(method, tmp_path) as kids:
         ctx = kids.ctx
-        b_to_d_r, b_to_d_w = ctx.Pipe(duplex=False)
+        if channel == "pipe":
+            b_to_d_r, b_to_d_w = (("pipe", end) for end in ctx.Pipe(duplex=False))
+        else:
+            flag = ctx.RawValue("q", -1)
+            b_to_d_r = b_to_d_w = ("flag", flag)
         d_to_a_r, d_to_a_w = ctx.Pipe(duplex=False)
         c_to_a_r, c_to_a_w = ctx.Pipe(duplex=False)
         kids.start("A", _side_a, a, c, h_b, h_c, SIDE_ROUNDS, d_to_a_r, c_to_a_r)
