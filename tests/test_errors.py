@@ -718,3 +718,69 @@ def test_failed_sends_leave_no_gap_in_the_senders_sequence(make_bus):
     for _ in range(n):
         w.b.recv(timeout=0)
     assert w.a.send([w.hb], b"after")[2] == last + 1
+
+
+def test_open_of_something_that_is_not_a_bus(shm_name):
+    """A shared-memory object that is not a bus segment: EBADMSG, nothing mapped."""
+    import posix_ipc
+
+    for size, fill in ((0, b""), (4096, b"\0"), (4096, b"not a bus, just bytes " * 20)):
+        name = shm_name("notabus")
+        shm = posix_ipc.SharedMemory("/" + name, posix_ipc.O_CREX, mode=0o600, size=size)
+        try:
+            if fill:
+                os.pwrite(shm.fd, fill, 0)
+            with pytest.raises(OSError) as info:
+                bus1py.Bus.open(name)
+            assert info.value.errno == errno.EBADMSG, info.value
+            assert name in str(info.value)
+        finally:
+            shm.close_fd()
+            posix_ipc.unlink_shared_memory("/" + name)
+
+
+def _unpickle_and_send(data, h, conn):
+    import pickle
+
+    try:
+        peer = pickle.loads(data)
+        conn.send(("ok", peer.send([h], b"from the child")))
+    except OSError as e:
+        conn.send((type(e).__name__, e.errno, str(e)))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_peer_of_an_unlinked_bus_in_a_child(shm_name, method):
+    """Once the name is unlinked, a forked child still shares the mapping, but a spawned
+    child cannot open the bus by name: FileNotFoundError naming it."""
+    import pickle
+
+    name = shm_name("unlinked")
+    ctx = mp.get_context(method)
+    with bus1py.Bus.create(name) as bus:
+        a, b = bus.peer(), bus.peer()
+        h = b.transfer(b.create_node(), a)
+        data = pickle.dumps(a)
+        bus.unlink()
+        parent_end, child_end = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_unpickle_and_send, args=(data, h, child_end))
+        p.start()
+        try:
+            assert parent_end.poll(45), "the child did not answer"
+            res = parent_end.recv()
+            p.join(15)
+            assert p.exitcode == 0
+        finally:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+        if method == "fork":
+            assert res[0] == "ok"
+            msg = b.recv(timeout=10)
+            assert (msg.payload, msg.stamp) == (b"from the child", res[1])
+        else:
+            assert res[:2] == ("FileNotFoundError", errno.ENOENT), res
+            assert name in res[2]
+            with pytest.raises(BlockingIOError):
+                b.recv(timeout=0)
