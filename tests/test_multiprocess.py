@@ -3,12 +3,21 @@ and the `spawn` start methods:
 
   - concurrent multicasts from several processes to several receivers are delivered in one
     order (pairwise the same relative order, and no cycle overall), per-sender FIFO, exactly
-    once, and causally after whatever the sender had received before sending;
-  - side channel: A multicasts m1 to B and C; B receives it and signals D through a pipe
-    outside the bus; D sends m2 to C; C receives m1 before m2 -- hundreds of rounds, some of
-    them forcing the worst interleaving (m1 committed at B but still a block at C);
-  - fileno() with select() across processes;
-  - one peer received from by two processes: every message exactly once.
+    once, and causally after whatever the sender had received before sending -- on a roomy
+    bus and on a tight one (free lists recycled all the time, EXFULL retried);
+  - side channel: A multicasts m1 to B and C; B receives it and signals D outside the bus
+    (a pipe, or a flag in shared memory); D sends m2 to C; C receives m1 before m2 --
+    hundreds of rounds, every third forcing the worst interleaving (m1 committed at B but
+    still a block at C while m2 is committed behind it);
+  - fileno() with select() across processes, in the parent and in a child;
+  - one peer received from by two processes: every message exactly once;
+  - failures under concurrency: senders in several processes on a full pool get EXFULL and
+    nothing else, and lose nothing; a receiver disconnected while multicasts to it are in
+    flight leaves the senders unharmed, the other receiver complete, nothing allocated.
+
+Each scenario was checked to fail on the core's deliberately broken orderings
+(`Bus.create(inject=...)`: no-block, no-sync, fifo, address-tiebreak for the multicast
+test; no-block, no-sync, fifo for the side channel).
 
 Children run `_child_entry`, which writes ("ok", result) or ("error", traceback) to a file;
 the parent waits on all of them with one deadline and kills the rest as soon as one fails.
@@ -298,8 +307,8 @@ def _check_one_order(deliveries, plans, stamps, causes):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("method,tight", [("fork", False), ("spawn", False), ("fork", True)])
 def test_concurrent_multicast_one_order(make_bus, tmp_path, method, tight):
-    """tight: a pool of 24 records and 40 entries, so that the lock-free free lists are
-    recycled all the time by several processes (and senders meet EXFULL and retry)."""
+    """tight: a 100 KiB pool and 40 entries, so that the lock-free free lists are recycled
+    all the time by several processes (and senders meet EXFULL and retry)."""
     if tight:
         bus = make_bus(max_peers=16, max_nodes=64, max_handles=256, max_entries=40,
                        max_dests=8, max_payload=4096, pool_size=24 * 4096 + 4096)
