@@ -784,3 +784,32 @@ def test_peer_of_an_unlinked_bus_in_a_child(shm_name, method):
             assert name in res[2]
             with pytest.raises(BlockingIOError):
                 b.recv(timeout=0)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "core bug: bus1py/peer.py Peer.recv computes ns = max(1, int(timeout * 1e9)) unguarded: "
+    "recv(timeout=float('inf')) raises OverflowError ('cannot convert float infinity to "
+    "integer') and recv(timeout=1e30) raises OverflowError from cffi (int64 timeout_ns), even "
+    "with a message waiting; a timeout beyond int64 ns should wait like None (or be a "
+    "ValueError)"))
+@pytest.mark.parametrize("timeout", [float("inf"), 1e30, 1e10])
+def test_huge_timeout_waits_like_none(world, timeout):
+    world.a.send([world.hb], b"waiting")
+    assert world.b.recv(timeout=timeout).payload == b"waiting"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "unclear messages: bus1py/peer.py _fill indexes values[0] after len() and iteration "
+    "succeeded, so send({h}, ...) raises \"'set' object is not subscriptable\"; _as_bytes "
+    "reports a non-contiguous memoryview as \"payload must be bytes-like, not memoryview\" "
+    "(it is bytes-like: bytes(view) would copy it)"))
+@pytest.mark.parametrize("call", ["set-destinations", "strided-payload"])
+def test_unusual_argument_types(world, call):
+    if call == "set-destinations":
+        e = fails_cleanly(world, (TypeError, ValueError), None, lambda: world.a.send({world.hb}, b"x"))
+        assert "destination" in str(e) and "sequence" in str(e), str(e)
+    else:
+        view = memoryview(b"abcdef")[::2]
+        stamp = world.a.send([world.hb], view)
+        msg = world.b.recv(timeout=0)
+        assert (msg.payload, msg.stamp) == (b"ace", stamp)
