@@ -813,3 +813,47 @@ def test_unusual_argument_types(world, call):
         stamp = world.a.send([world.hb], view)
         msg = world.b.recv(timeout=0)
         assert (msg.payload, msg.stamp) == (b"ace", stamp)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("timeout", [None, 20.0])
+def test_recv_keeps_waiting_through_repeated_signals(world, timeout):
+    """EINTR is not an error: a blocking (or long timed) recv interrupted by a stream of
+    signals whose handlers return still gets the message sent after them."""
+    import threading
+
+    hits, enough = [], threading.Event()
+
+    def handler(*_):
+        hits.append(1)
+        if len(hits) >= 5:
+            enough.set()
+
+    def later():
+        if enough.wait(15):
+            world.a.send([world.hb], b"after the signals")
+
+    old = signal.signal(signal.SIGALRM, handler)
+    t = threading.Thread(target=later)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)
+        t.start()
+        msg = world.b.recv(timeout=timeout)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        t.join(15)
+    assert msg.payload == b"after the signals"
+    assert len(hits) >= 5
+
+
+def test_segment_mode_is_0600_unless_asked(shm_name):
+    import stat
+
+    umask = os.umask(0)
+    os.umask(umask)
+    for mode, want in ((None, 0o600), (0o640, 0o640 & ~umask)):
+        name = shm_name("mode")
+        kw = {} if mode is None else {"mode": mode}
+        with bus1py.Bus.create(name, **kw):
+            assert stat.S_IMODE(os.stat(f"/dev/shm/{name}").st_mode) == want
