@@ -818,3 +818,53 @@ def test_receiver_disconnected_during_concurrent_multicasts(bus, tmp_path, metho
         assert ks == list(range(len(stamps))), "FIFO broken or messages lost at the other destination"
     info = bus.info()
     assert (info["entries_in_use"], info["pool_used"]) == (0, 0), info
+
+
+def _paced_sender(peer, h, n, acks):
+    for i in range(n):
+        peer.send([h], b"%d" % i)
+        if i % 10 == 9:  # now and then wait until the reader has caught up
+            if _poll(acks, "the reader catching up") < i + 1:
+                raise AssertionError("acknowledged too few")
+    return n
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("method", METHODS)
+def test_asyncio_add_reader_across_processes(bus, tmp_path, method):
+    """peer.fileno() in an asyncio loop: messages from a child wake the reader callback."""
+    import asyncio
+
+    rx, tx = bus.peer(), bus.peer()
+    h = rx.transfer(rx.create_node(), tx)
+    n = 100
+    got = []
+
+    async def main(acks_w):
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def readable():
+            while True:
+                try:
+                    msg = rx.recv(timeout=0)
+                except BlockingIOError:
+                    break
+                got.append(msg.payload)
+                if len(got) % 10 == 0:
+                    acks_w.send(len(got))
+            if len(got) == n and not done.done():
+                done.set_result(None)
+
+        loop.add_reader(rx.fileno(), readable)
+        try:
+            await asyncio.wait_for(done, 30)
+        finally:
+            loop.remove_reader(rx.fileno())
+
+    with Children(method, tmp_path) as kids:
+        acks_r, acks_w = kids.ctx.Pipe(duplex=False)
+        kids.start("sender", _paced_sender, tx, h, n, acks_r)
+        asyncio.run(main(acks_w))
+        assert kids.results() == {"sender": n}
+    assert got == [b"%d" % i for i in range(n)]
