@@ -848,3 +848,28 @@ def test_segment_mode_is_0600_unless_asked(shm_name):
         kw = {} if mode is None else {"mode": mode}
         with bus1py.Bus.create(name, **kw):
             assert stat.S_IMODE(os.stat(f"/dev/shm/{name}").st_mode) == want
+
+
+@pytest.mark.parametrize("table", ["peers", "nodes", "handles"])
+def test_full_tables_are_enospc(make_bus, table):
+    """The segment's fixed tables: one peer, node or handle too many is ENOSPC, and the
+    failed call changes nothing (the World itself uses 3 peers, 2 nodes and 4 handles)."""
+    limits = {"peers": dict(max_peers=4), "nodes": dict(max_nodes=3),
+              "handles": dict(max_handles=6)}[table]
+    bus = make_bus(**limits)
+    w = World(bus)
+    if table == "peers":
+        d = bus.peer()
+        peers = bus.info()["peers"]
+        fails_cleanly(w, OSError, errno.ENOSPC, bus.peer, d)
+        assert bus.info()["peers"] == peers
+    elif table == "nodes":
+        w.a.create_node()
+        fails_cleanly(w, OSError, errno.ENOSPC, w.b.create_node)
+    else:
+        na = w.a.create_node()                  # the 5th handle
+        w.a.transfer(na, w.b)                   # the 6th
+        fails_cleanly(w, OSError, errno.ENOSPC, lambda: w.a.transfer(na, w.c))
+        fails_cleanly(w, OSError, errno.ENOSPC, w.c.create_node)
+        assert w.a.transfer(na, w.b) == w.a.transfer(na, w.b), "a second transfer needs no slot"
+    w.still_works()
