@@ -502,16 +502,16 @@ class Config:
     quick: bool = False
     reps: int = 5
     lat_reps: int = 3
-    n_small: int = 100_000       # one-way messages per repetition, 64 B
-    n_big: int = 40_000          # one-way messages per repetition, 4 KiB
-    n_rtt: int = 10_000          # round trips per repetition
+    n_small: int = 60_000        # one-way messages per repetition, 64 B
+    n_big: int = 20_000          # one-way messages per repetition, 4 KiB
+    n_rtt: int = 5_000           # round trips per repetition
     mc_ks: tuple = (1, 2, 4, 8)
-    mc_n: int = 40_000           # messages per receiver per repetition (multicast)
+    mc_n: int = 30_000           # messages per receiver per repetition (multicast)
     mc_reps: int = 3
     qc_ms: tuple = (10, 100, 1_000, 10_000, 100_000, 1_000_000)
     qc_pairs: int = 10_000
     qc_reps: int = 9
-    prof_n: int = 100_000
+    prof_n: int = 50_000
     perf: bool = True
     pin: bool = True
     peers: tuple = PEERS
@@ -673,71 +673,83 @@ class RawOps:
 def bench_queue_cost(cfg, progress=None, task=None, size=64):
     """Section 3: steady-state send+recv pairs on a queue holding m committed entries.
 
-    In-process (one thread, no wakeups): peer a sends to peer b's node, b receives; the
-    queue is filled to m first, so every pair inserts behind m entries and dequeues the
-    front.  Timed through the raw C calls (lib.b1_send + lib.b1_recv via cffi) and through
-    the Python API; `c_ns` is min(raw) minus the min cost of two empty cffi calls."""
-    top = max(cfg.qc_ms)
-    cap = top + max(100_000, top // 10)
+    In one process (no wakeups): one receiver peer per m, each queue filled to its m first
+    (all of them live in the same segment at once: 1.1M entries for m up to 1M); then, for
+    every repetition, each queue in turn gets P pairs of (a send from another peer, a recv),
+    so every pair inserts behind m entries and dequeues the front, and the queue stays at m.
+    Interleaving the queues within each repetition makes a burst of load from elsewhere hit
+    every m alike.  Timed through the raw C calls (RawOps: lib.b1_send + lib.b1_recv) and
+    through the API (Peer.send + Peer.recv(0)); `c_ns` is min(raw) minus the min cost of two
+    empty cffi calls.  All times are this thread's CPU time (CLOCK_THREAD_CPUTIME_ID), so
+    being preempted by other jobs on the machine does not count."""
+    ms = list(cfg.qc_ms)
+    total = sum(ms)
+    cap = total + max(100_000, total // 10)
     rec = 1 << (16 + size - 1).bit_length()  # the pool's size class for one record
     limits = dict(max_entries=cap, pool_size=cap * max(rec, 64) + (16 << 20),
                   quota_messages=cap, quota_bytes=1 << 40)
     res = {"limits": limits, "rows": []}
     payload = bytes(size)
+    pc = time.thread_time_ns  # CPU time: time spent preempted by other jobs is not counted
+    P = cfg.qc_pairs
     with bus1py.Bus.create(**limits) as bus:
-        a, b = bus.peer(), bus.peer()
-        node = b.create_node()
-        h = b.transfer(node, a)
-        base = bus.base()
-        ops = RawOps(bus, a, b, h, payload)
-        send, recv, noop = ops.send, ops.recv, ops.empty_call
-        b_slot = b._slot
-        queued = 0
-        pc = time.perf_counter_ns
+        a = bus.peer()
+        queues = []
+        for m in ms:
+            b = bus.peer()
+            h = b.transfer(b.create_node(), a)
+            ops = RawOps(bus, a, b, h, payload)
+            queues.append({"m": m, "b": b, "h": [h], "ops": ops, "raw": [], "api": [], "call": []})
         gc.disable()
         try:
-            for m in cfg.qc_ms:
-                t_fill = pc()
-                for _ in range(m - queued):
+            for q in queues:
+                send = q["ops"].send
+                t = pc()
+                for _ in range(q["m"]):
                     r = send()
                     if r < 0:  # b1_send: -errno on failure (0 or the timestamp on success)
-                        raise bus1py.bus_error(r, f"filling the queue to {m}")
-                queued = m
-                fill_s = (pc() - t_fill) / 1e9
-                P = cfg.qc_pairs
-                for _ in range(P):  # warm up (caches, branch predictors, CPU clock)
+                        raise bus1py.bus_error(r, f"filling a queue to {q['m']}")
+                q["fill_s"] = (pc() - t) / 1e9
+            for q in queues:  # warm up (caches, branch predictors, CPU clock)
+                send, recv = q["ops"].send, q["ops"].recv
+                for _ in range(P):
                     send()
                     recv()
-                raw, api, call = [], [], []
-                for _ in range(cfg.qc_reps):
+            for _ in range(cfg.qc_reps):
+                for q in queues:
+                    ops = q["ops"]
+                    send, recv, noop = ops.send, ops.recv, ops.empty_call
                     t = pc()
                     for _ in range(P):
                         send()
                         recv()
-                    raw.append((pc() - t) / P)
+                    q["raw"].append((pc() - t) / P)
                     t = pc()
                     for _ in range(P):
                         noop()
                         noop()
-                    call.append((pc() - t) / P)
-                    asend, arecv, hl = a.send, b.recv, [h]
+                    q["call"].append((pc() - t) / P)
+                    asend, arecv, hl = a.send, q["b"].recv, q["h"]
                     t = pc()
                     for _ in range(P):
                         asend(hl, payload)
                         arecv(0)
-                    api.append((pc() - t) / P)
-                depth = lib.b1_queue_depth(base, b_slot)
-                q = b.query().queued_entries
-                if q != m:
-                    raise RuntimeError(f"queue holds {q} entries, expected {m}")
-                raw_ns = statistics.median(raw)
-                res["rows"].append({"m": m, "raw_ns": raw_ns, "api_ns": statistics.median(api),
-                                    "c_ns": max(min(raw) - min(call), 1.0), "depth": depth,
-                                    "raw_min_ns": min(raw), "fill_s": fill_s})
+                    q["api"].append((pc() - t) / P)
                 if progress is not None:
                     progress.advance(task)
         finally:
             gc.enable()
+        for q in queues:
+            b, m = q["b"], q["m"]
+            depth = lib.b1_queue_depth(bus.base(), b._slot)
+            n_q = b.query().queued_entries
+            if n_q != m:
+                raise RuntimeError(f"queue holds {n_q} entries, expected {m}")
+            raw = q["raw"]
+            res["rows"].append({"m": m, "raw_ns": statistics.median(raw), "raw_min_ns": min(raw),
+                                "api_ns": statistics.median(q["api"]),
+                                "c_ns": max(min(raw) - min(q["call"]), 1.0), "depth": depth,
+                                "fill_s": q["fill_s"]})
     rows = res["rows"]
     for key in ("raw_ns", "api_ns", "c_ns", "raw_min_ns"):
         res[f"ratio_{key}"] = rows[-1][key] / rows[0][key]
@@ -781,6 +793,7 @@ def bench_profile(cfg, size=64):
         mc_peers = [b] + extra
         ops = RawOps(bus, a, b, h, payload)
         pc = time.perf_counter_ns
+        cpu = time.thread_time_ns
         hl = [h]
         raw_send, raw_recv, raw_wait = ops.send, ops.recv, ops.recv_wait
 
@@ -801,10 +814,10 @@ def bench_profile(cfg, size=64):
 
         def empty_call():
             f = ops.empty_call
-            t = pc()
+            t = cpu()
             for _ in range(n):
                 f()
-            return (pc() - t) / n
+            return (cpu() - t) / n
 
         def alternate(snd, rcv):
             """(ns per snd, ns per rcv), each timed alone inside an alternating loop.  The
@@ -823,11 +836,11 @@ def bench_profile(cfg, size=64):
             runs = [once() for _ in range(5)]
             return min(r[0] for r in runs) - tmr, min(r[1] for r in runs) - tmr
 
-        def pair(fn):
+        def pair(fn):  # whole loops: timed in CPU time (preemption does not count)
             def once():
-                t = pc()
+                t = cpu()
                 fn(n)
-                return (pc() - t) / n
+                return (cpu() - t) / n
             return min(once() for _ in range(5))
 
         def api_pair(k):
@@ -901,7 +914,7 @@ def _peer_pair_costs(n, payload, batch):
     r, w = os.pipe()
     try:
         def t_pipe():
-            pc, write, read = time.perf_counter_ns, os.write, os.read
+            pc, write, read = time.thread_time_ns, os.write, os.read
             t = pc()
             for _ in range(n):
                 write(w, payload)
@@ -917,7 +930,7 @@ def _peer_pair_costs(n, payload, batch):
             q = mq.qs[0]
 
             def t_mq():
-                pc, send, receive = time.perf_counter_ns, q.send, q.receive
+                pc, send, receive = time.thread_time_ns, q.send, q.receive
                 t = pc()
                 for _ in range(n):
                     send(payload)
@@ -1218,7 +1231,7 @@ def make_plots(out, uni, mc, qc):
         ax.plot(ms, [r["api_ns"] for r in rows], "^-", label="Peer.send + Peer.recv (API), median")
         a0, b0 = qc["fit"]
         ax.plot(ms, [a0 + b0 * math.log2(m) for m in ms], "k--", lw=1,
-                label=f"fit {a0:.0f} + {b0:.1f}*log2(m) ns")
+                label=f"C-side fit {a0:.0f} {'+' if b0 >= 0 else '-'} {abs(b0):.1f}*log2(m) ns")
         ax.set_xscale("log")
         ax.set_ylim(bottom=0)
         ax.set_xlabel("entries already queued m")
@@ -1356,8 +1369,10 @@ def summary_lines(uni, mc, qc, prof, perf_rows):
         rows = qc["rows"]
         L.append(f"- **Queue length**: a send+recv pair costs {rows[0]['raw_ns']:.0f} ns at m={rows[0]['m']} and "
                  f"{rows[-1]['raw_ns']:.0f} ns at m={rows[-1]['m']:,} ({qc['ratio_raw_ns']:.2f}x); the C side fits "
-                 f"{a0:.0f} + {b0:.1f} x log2(m) ns, so the log m term is small next to the fixed cost "
-                 "(locks, allocation, the cffi calls).")
+                 f"{a0:.0f} {'+' if b0 >= 0 else '-'} {abs(b0):.1f} x log2(m) ns: "
+                 + ("the log m term is small next to the fixed cost (locks, allocation, the cffi calls)."
+                    if b0 * 20 < a0 else "the log m term (tree walks, cache misses on a big tree) matters.")
+                 )
     return L
 
 
@@ -1482,9 +1497,11 @@ def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, target
         rows = qc["rows"]
         add("## 3. Queue operation cost vs queue length")
         add("")
-        add("In one process: the receiver's queue is first filled with m committed entries, then "
-            f"{cfg.qc_pairs:,} steady-state pairs (one send from another peer, one recv) are timed, "
-            f"{cfg.qc_reps} times, median reported; the queue stays at m. `raw cffi` calls "
+        add("In one process, one receiver peer per m, all in one segment: each queue is first filled "
+            f"with m committed entries, then {cfg.qc_pairs:,} steady-state pairs (one send from another "
+            f"peer, one recv) are timed on each queue in turn, {cfg.qc_reps} rounds (interleaved, so "
+            "load from elsewhere hits every m alike), median reported; each queue stays at its m. "
+            "`raw cffi` calls "
             "`lib.b1_send` + `lib.b1_recv` directly; `C side` is the minimum over the "
             "repetitions minus the minimum cost of two empty cffi calls; `API` is `Peer.send` + `Peer.recv(0)`. `treap depth` is the length of the "
             "front's path (what a dequeue walks). Bus limits: "
@@ -1498,7 +1515,7 @@ def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, target
         a0, b0 = qc["fit"]
         add(f"cost(m={rows[-1]['m']:,}) / cost(m={rows[0]['m']}): raw **{qc['ratio_raw_ns']:.2f}x**, "
             f"(of the minima {qc['ratio_raw_min_ns']:.2f}x), C side {qc['ratio_c_ns']:.2f}x, API {qc['ratio_api_ns']:.2f}x. Least-squares fit of the "
-            f"C side: {a0:.0f} + {b0:.1f} x log2(m) ns.")
+            f"C side: {a0:.0f} {'+' if b0 >= 0 else '-'} {abs(b0):.1f} x log2(m) ns.")
         add("")
         add("![queue cost](queue_cost.png)")
         add("")
@@ -1521,7 +1538,8 @@ def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, target
             "alternates one send and one recv, so the queue holds 0 or 1 message as in a ping-pong. "
             "`send:`/`recv:`/`step` rows time each call alone with `perf_counter_ns` around it, minus "
             "one timer read (they include one empty Python function call of the harness); `pair` rows "
-            "time a whole send+recv loop with no timer inside. `raw cffi` rows call the C helper "
+            "time a whole send+recv loop with no timer inside, in this thread's CPU time (so time "
+            "preempted by other jobs does not count), as do the `peer pair` and empty-call rows. `raw cffi` rows call the C helper "
             "directly with prepared arguments; `API` rows go through `Peer.send`/`Peer.recv`.")
         add("")
         add("| what | ns |")
@@ -1618,7 +1636,7 @@ def run_all(cfg, out: Path, cmd: str, console=None, sections=("unicast", "multic
             t = progress.add_task("2. multicast k receivers", total=n_mc)
             mc = bench_multicast(cfg, progress, t)
         if "queue" in sections:
-            t = progress.add_task("3. queue op cost vs m", total=len(cfg.qc_ms))
+            t = progress.add_task("3. queue op cost vs m", total=cfg.qc_reps)
             qc = bench_queue_cost(cfg, progress, t)
         if "memory" in sections:
             t = progress.add_task("4. memory per peer", total=1)
