@@ -806,11 +806,13 @@ def bench_profile(cfg, size=64):
         def api_recv0():
             b.recv(0)
 
-        def timer():
-            t = pc()
-            for _ in range(n):
-                pc()
-            return (pc() - t) / n
+        def timer():  # what one perf_counter_ns() adds to an interval: median of back-to-back reads
+            d = array("q", bytes(8 * n))
+            for i in range(n):
+                t0 = pc()
+                t1 = pc()
+                d[i] = t1 - t0
+            return statistics.median(d)
 
         def empty_call():
             f = ops.empty_call
@@ -820,21 +822,19 @@ def bench_profile(cfg, size=64):
             return (cpu() - t) / n
 
         def alternate(snd, rcv):
-            """(ns per snd, ns per rcv), each timed alone inside an alternating loop.  The
-            wrappers' own Python call (~ an empty function call) is included in both."""
-            def once():
-                ts = tr = 0
-                for _ in range(n):
-                    t0 = pc()
-                    snd()
-                    t1 = pc()
-                    rcv()
-                    t2 = pc()
-                    ts += t1 - t0
-                    tr += t2 - t1
-                return ts / n, tr / n
-            runs = [once() for _ in range(5)]
-            return min(r[0] for r in runs) - tmr, min(r[1] for r in runs) - tmr
+            """(ns per snd, ns per rcv): the median of each call timed alone inside an
+            alternating loop, minus one timer read (a preemption hits one sample, not the
+            median).  The harness wrappers' own Python call is included in both."""
+            ds, dr = array("q", bytes(8 * n)), array("q", bytes(8 * n))
+            for i in range(n):
+                t0 = pc()
+                snd()
+                t1 = pc()
+                rcv()
+                t2 = pc()
+                ds[i] = t1 - t0
+                dr[i] = t2 - t1
+            return statistics.median(ds) - tmr, statistics.median(dr) - tmr
 
         def pair(fn):  # whole loops: timed in CPU time (preemption does not count)
             def once():
@@ -853,10 +853,10 @@ def bench_profile(cfg, size=64):
                 raw_send()
                 raw_wait()
 
-        def steps():
+        def steps():  # medians, as in alternate()
             prep, stage, stmp, commit = ops.prepare, ops.stage, ops.stamp, ops.commit
-            sums = [0, 0, 0, 0]
-            for _ in range(n):
+            d = [array("q", bytes(8 * n)) for _ in range(4)]
+            for i in range(n):
                 t0 = pc()
                 prep()
                 t1 = pc()
@@ -867,23 +867,23 @@ def bench_profile(cfg, size=64):
                 commit()
                 t4 = pc()
                 raw_recv()
-                sums[0] += t1 - t0
-                sums[1] += t2 - t1
-                sums[2] += t3 - t2
-                sums[3] += t4 - t3
-            return [x / n - tmr for x in sums]
+                d[0][i] = t1 - t0
+                d[1][i] = t2 - t1
+                d[2][i] = t3 - t2
+                d[3][i] = t4 - t3
+            return [statistics.median(x) - tmr for x in d]
 
         gc.disable()
         try:
-            tmr = min(timer() for _ in range(5))
+            tmr = timer()
             call = min(empty_call() for _ in range(5))
             rows["pair: Peer.send + Peer.recv (API), depth 0/1"] = pair(api_pair)
             rows["pair: lib.b1_send + lib.b1_recv_wait (raw cffi)"] = pair(raw_pair)
             rows["send: Peer.send (API)"] = alternate(api_send, raw_recv)[0]
             rows["send: lib.b1_send (raw cffi)"] = alternate(raw_send, raw_recv)[0]
-            st = [steps() for _ in range(5)]
+            st = steps()
             for i, nm in enumerate(("prepare", "stage", "stamp", "commit")):
-                rows[f"send step: b1_tx_{nm} (raw cffi)"] = min(x[i] for x in st)
+                rows[f"send step: b1_tx_{nm} (raw cffi)"] = st[i]
             rows["recv: Peer.recv() (API)"] = alternate(raw_send, api_recv)[1]
             rows["recv: Peer.recv(0) (API)"] = alternate(raw_send, api_recv0)[1]
             rows["recv: lib.b1_recv_wait (raw cffi)"] = alternate(raw_send, raw_wait)[1]
@@ -1533,14 +1533,14 @@ def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, target
         add("")
         add("### Per call, in-process (queue depth 0 or 1, no other process, no wakeups)")
         add("")
-        add(f"Mean ns per call, minimum of 5 batches of {cfg.prof_n:,} (a CPU-bound loop in one "
-            "process on a shared machine: noise only adds, so the minimum is the cost). Every loop "
-            "alternates one send and one recv, so the queue holds 0 or 1 message as in a ping-pong. "
-            "`send:`/`recv:`/`step` rows time each call alone with `perf_counter_ns` around it, minus "
-            "one timer read (they include one empty Python function call of the harness); `pair` rows "
-            "time a whole send+recv loop with no timer inside, in this thread's CPU time (so time "
-            "preempted by other jobs does not count), as do the `peer pair` and empty-call rows. `raw cffi` rows call the C helper "
-            "directly with prepared arguments; `API` rows go through `Peer.send`/`Peer.recv`.")
+        add(f"In-process, {cfg.prof_n:,} iterations per row. Every loop alternates one send and one "
+            "recv, so the queue holds 0 or 1 message as in a ping-pong. `send:`/`recv:`/`step` rows "
+            "time each call alone with `perf_counter_ns` around it and give the **median** call "
+            "minus one timer read (a preemption by another job hits one sample, not the median; "
+            "the harness's own wrapper call, ~50 ns, is included). `pair`, `peer pair` and "
+            "empty-call rows time whole loops in this thread's CPU time (preemption does not "
+            "count), minimum of 5 loops. `raw cffi` rows call the C helper directly with prepared "
+            "arguments; `API` rows go through `Peer.send`/`Peer.recv`.")
         add("")
         add("| what | ns |")
         add("|---|---:|")
