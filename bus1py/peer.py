@@ -315,10 +315,12 @@ def _check_handle(handle, what):
 
 def _fill(array, values, limit, what) -> int:
     """Copy handle ids into a scratch array; a clear error for anything else."""
-    try:
-        n = len(values)
-    except TypeError:
-        raise TypeError(f"{what} must be a handle id or a sequence of them, not {values!r}") from None
+    if type(values) is not list and type(values) is not tuple:
+        try:
+            values = tuple(values)  # sets, generators, ...
+        except TypeError:
+            raise TypeError(f"{what} must be a handle id or a sequence of them, not {values!r}") from None
+    n = len(values)
     if n > limit:
         raise bus_error(errno.EINVAL if what == "destinations" else errno.EMSGSIZE,
                         f"{n} {what}, more than the bus allows "
@@ -337,7 +339,7 @@ def _as_bytes(payload) -> bytes:
     if isinstance(payload, str):
         raise TypeError("payload must be bytes-like, not str (encode it first)")
     try:
-        return bytes(memoryview(payload).cast("B"))
+        return memoryview(payload).tobytes()  # any buffer, strided ones too
     except TypeError:
         raise TypeError(f"payload must be bytes-like, not {type(payload).__name__}") from None
 

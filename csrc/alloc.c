@@ -59,18 +59,34 @@ void b1_free_index(b1_stack *stack, uint32_t index, _Atomic uint32_t *link) {
     stack_push(stack, index, link);
 }
 
+static inline __typeof__(&((struct b1_header *)0)->usage[0]) shard(struct b1_header *h) {
+    return &h->usage[(uint32_t)b1_pid() % B1_USAGE_SHARDS];
+}
+
+int64_t b1_usage_entries(void *base) {
+    int64_t sum = 0;
+    for (int i = 0; i < B1_USAGE_SHARDS; i++) sum += atomic_load(&HDR(base)->usage[i].entries);
+    return sum;
+}
+
+int64_t b1_usage_pool(void *base) {
+    int64_t sum = 0;
+    for (int i = 0; i < B1_USAGE_SHARDS; i++) sum += atomic_load(&HDR(base)->usage[i].pool);
+    return sum;
+}
+
 uint32_t b1_entry_alloc(void *base) {
     struct b1_header *h = HDR(base);
     uint32_t e = b1_alloc_index(base, &h->free_entries, &h->entries_bump, h->limits.max_entries + 1,
                                 offsetof(struct b1_entry, next_free), sizeof(struct b1_entry),
                                 (char *)ENTRY(base, 0));
-    if (e) atomic_fetch_add_explicit(&h->entries_used, 1, memory_order_relaxed);
+    if (e) atomic_fetch_add_explicit(&shard(h)->entries, 1, memory_order_relaxed);
     return e;
 }
 
 void b1_entry_free(void *base, uint32_t e) {
     struct b1_header *h = HDR(base);
-    atomic_fetch_sub_explicit(&h->entries_used, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&shard(h)->entries, 1, memory_order_relaxed);
     b1_free_index(&h->free_entries, e, &ENTRY(base, e)->next_free);
 }
 
@@ -124,7 +140,7 @@ uint32_t b1_msg_alloc(void *base, uint64_t size_needed, uint32_t len, uint32_t r
     m->type = 0;
     m->ts = 0;
     m->size_class = got;
-    atomic_fetch_add_explicit(&h->pool_used, (uint64_t)1 << (got + B1_POOL_MIN_SHIFT),
+    atomic_fetch_add_explicit(&shard(h)->pool, (int64_t)1 << (got + B1_POOL_MIN_SHIFT),
                               memory_order_relaxed);
     return unit;
 }
@@ -134,7 +150,7 @@ void b1_msg_put(void *base, uint32_t unit) {
     struct b1_header *h = HDR(base);
     struct b1_msg *m = MSG(base, unit);
     if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
-    atomic_fetch_sub_explicit(&h->pool_used, (uint64_t)1 << (m->size_class + B1_POOL_MIN_SHIFT),
+    atomic_fetch_sub_explicit(&shard(h)->pool, (int64_t)1 << (m->size_class + B1_POOL_MIN_SHIFT),
                               memory_order_relaxed);
     stack_push(&h->pool_free[m->size_class], unit, &m->refs);
 }

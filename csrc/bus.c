@@ -84,9 +84,8 @@ int b1_bus_info(void *base, struct b1_bus_info *out) {
     out->inject = h->limits.inject;
     out->segment_size = h->segment_size;
     out->peers_used = atomic_load(&h->peers_bump) - 1;
-    uint32_t used = atomic_load(&h->entries_used);
-    out->entries_used = used;
-    out->pool_used = atomic_load(&h->pool_used);
+    out->entries_used = (uint32_t)b1_usage_entries(base);
+    out->pool_used = (uint64_t)b1_usage_pool(base);
     out->pool_size = h->limits.pool_size;
     out->creator_pid = h->creator_pid;
     out->creator_alive = b1_pid_alive(h->creator_pid, 0);

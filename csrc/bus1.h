@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 /* cdef-begin */
-#define B1_VERSION 2
+#define B1_VERSION 3
 #define B1_HANDLE_INVALID 0xffffffffffffffff
 
 #define B1_MSG_DATA 0

@@ -31,6 +31,7 @@
 #define B1_MAGIC 0x7962317375627962ULL /* "bybus1by" */
 #define B1_POOL_MIN_SHIFT 6            /* smallest pool slot: 64 bytes */
 #define B1_POOL_CLASSES 22             /* up to 2^27 = 128 MiB slots */
+#define B1_USAGE_SHARDS 64
 
 enum { B1_PEER_FREE = 0, B1_PEER_ACTIVE = 1, B1_PEER_DISCONNECTED = 2, B1_PEER_DISCONNECTING = 3 };
 enum { B1_NODE_FREE = 0, B1_NODE_ALIVE = 1, B1_NODE_DESTROYING = 2, B1_NODE_DESTROYED = 3 };
@@ -56,12 +57,16 @@ struct b1_header {
     _Atomic uint32_t nodes_bump;
     _Atomic uint32_t handles_bump;
     _Atomic uint32_t entries_bump;
-    _Atomic uint32_t entries_used;
-    uint32_t pad0;
     b1_stack free_nodes, free_handles, free_entries;
     _Atomic uint64_t pool_bump;        /* bytes of the pool carved so far */
-    _Atomic uint64_t pool_used;        /* bytes in live message records */
     b1_stack pool_free[B1_POOL_CLASSES];
+    /* usage counters, sharded by process so that senders and receivers on different CPUs
+     * do not bounce one cache line; their sums are the bus's usage */
+    struct {
+        _Atomic int64_t entries;       /* entries in use */
+        _Atomic int64_t pool;          /* bytes in live message records */
+        char pad[48];
+    } usage[B1_USAGE_SHARDS] __attribute__((aligned(64)));
 };
 
 /* A peer: one queue with its lock and clock, plus accounting.
@@ -209,6 +214,8 @@ uint32_t b1_entry_alloc(void *base);
 void b1_entry_free(void *base, uint32_t e);
 uint32_t b1_msg_alloc(void *base, uint64_t size, uint32_t len, uint32_t refs);
 void b1_msg_put(void *base, uint32_t unit);
+int64_t b1_usage_entries(void *base);
+int64_t b1_usage_pool(void *base);
 
 /* queue.c: every function with _locked expects the peer's lock to be held */
 int b1_lock(struct b1_peer *p);
