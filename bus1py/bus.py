@@ -48,6 +48,24 @@ class Limits:
     inject: int = 0
     inject_pause_ns: int = 0
 
+    def check(self) -> None:
+        """Raise ValueError naming the first limit that cannot work (the rules of
+        csrc/bus.c limits_valid)."""
+        for name in ("max_peers", "max_nodes", "max_handles", "max_entries", "max_dests"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"bus limit {name} must be at least 1")
+        if self.max_handles >= (1 << 24) - 1:
+            raise ValueError(f"bus limit max_handles={self.max_handles} must be below {(1 << 24) - 1}")
+        if self.max_dests > min(self.max_entries, 65536):
+            raise ValueError(f"bus limit max_dests={self.max_dests} must be at most "
+                             f"max_entries={self.max_entries} and 65536")
+        if not 4096 <= self.pool_size <= 1 << 38:
+            raise ValueError(f"bus limit pool_size={self.pool_size} must be from 4096 to 2**38 bytes")
+        if self.max_payload + 32 > 1 << 27:
+            raise ValueError(f"bus limit max_payload={self.max_payload} must be at most {(1 << 27) - 32}")
+        if self.inject > lib.B1_INJECT_FIFO:
+            raise ValueError(f"bus limit inject={self.inject} is not a known fault kind")
+
     def to_c(self):
         c = ffi.new("struct b1_limits *")
         for f in fields(self):
@@ -116,8 +134,9 @@ class Bus:
             inject = INJECT_KINDS[inject]
         lim = Limits(**limits, inject=inject)
         c_limits = lim.to_c()
+        lim.check()
         size = lib.b1_segment_size(c_limits)
-        if size == 0:
+        if size == 0:  # csrc/bus.c limits_valid and Limits.check disagree: a bug
             raise ValueError(f"inconsistent bus limits: {asdict(lim)}")
         shm_name = _shm_name(name) if name is not None else f"/bus1py-{os.getpid()}-{secrets.token_hex(6)}"
         try:

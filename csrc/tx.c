@@ -29,6 +29,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "layout.h"
@@ -327,10 +328,13 @@ int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, u
                 const char *payload, uint32_t len, const uint64_t *handles,
                 uint32_t n_handles, uint32_t flags, uint64_t *seq) {
     if (n == 0 || n > HDR(base)->limits.max_dests) return -EINVAL;
-    struct b1_dest ds[n];
+    /* small multicasts on the stack, large ones on the heap (threads have small stacks) */
+    struct b1_dest small[16], *ds = n <= 16 ? small : malloc(n * sizeof *ds);
+    if (!ds) return -ENOMEM;
     struct b1_tx tx = {.dests = ds};
     int r = b1_tx_prepare(base, &tx, slot, id, dests, n, payload, len, handles, n_handles, flags);
     if (!r) r = b1_tx_run(base, &tx);
+    if (ds != small) free(ds);
     if (r) return r;
     atomic_fetch_add_explicit(&PEER(base, slot)->sent, 1, memory_order_relaxed);
     *seq = tx.seq;
