@@ -372,7 +372,19 @@ def unicast_channels():
 
 # --------------------------------------------------------------------------- workers
 
-def _sender_proc(ch, payload, n, warm, cpu, warm_done, ts):
+def _usage():
+    """(process CPU ns, involuntary context switches, voluntary ones) so far."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return time.process_time_ns(), ru.ru_nivcsw, ru.ru_nvcsw
+
+
+def _put_usage(acct, j, before):
+    after = _usage()
+    for x in range(3):
+        acct[3 * j + x] = after[x] - before[x]
+
+
+def _sender_proc(ch, payload, n, warm, cpu, warm_done, ts, acct):
     _set_comm("b1b-sender")
     gc.disable()
     pin(cpu)
@@ -380,16 +392,18 @@ def _sender_proc(ch, payload, n, warm, cpu, warm_done, ts):
     for _ in range(warm):
         send(payload)
     warm_done.wait()
+    u0 = _usage()
     t0 = time.perf_counter_ns()
     for _ in range(n):
         send(payload)
     t1 = time.perf_counter_ns()
+    _put_usage(acct, 0, u0)
     ts[0] = t0
     ts[1] = t1
     ts[len(ts) - 1] = getattr(send, "retries", [0])[0]
 
 
-def _receiver_proc(ch, i, n, warm, size, cpu, warm_left, warm_done, ts, errs):
+def _receiver_proc(ch, i, n, warm, size, cpu, warm_left, warm_done, ts, errs, acct):
     _set_comm("b1b-receiver")
     gc.disable()
     pin(cpu)
@@ -401,11 +415,13 @@ def _receiver_proc(ch, i, n, warm, size, cpu, warm_left, warm_done, ts, errs):
         if warm_left.value == 0:
             warm_done.set()
     bad = 0
+    u0 = _usage()
     for _ in range(n - 1):
         recv()
     if len(recv()) != size:
         bad += 1
     ts[2 + i] = time.perf_counter_ns()
+    _put_usage(acct, 1 + i, u0)
     errs[i] = bad
 
 
@@ -429,12 +445,13 @@ def run_oneway(ch, size, n, warm, tx_cpu=0, rx_cpus=(1,), timeout=120.0):
     payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
     ts = CTX.Array("q", 3 + k, lock=False)  # t0, sender done, k receivers done, retries
     errs = CTX.Array("i", k, lock=False)
+    acct = CTX.Array("q", 3 * (k + 1), lock=False)  # per process: CPU ns, invol., vol. switches
     warm_left = CTX.Value("i", k)
     warm_done = CTX.Event()
     procs = [CTX.Process(target=_receiver_proc,
                          args=(ch, i, n, warm, size, rx_cpus[i % len(rx_cpus)] if rx_cpus else None,
-                               warm_left, warm_done, ts, errs), daemon=True) for i in range(k)]
-    procs.append(CTX.Process(target=_sender_proc, args=(ch, payload, n, warm, tx_cpu, warm_done, ts),
+                               warm_left, warm_done, ts, errs, acct), daemon=True) for i in range(k)]
+    procs.append(CTX.Process(target=_sender_proc, args=(ch, payload, n, warm, tx_cpu, warm_done, ts, acct),
                              daemon=True))
     for p in procs:
         p.start()
@@ -443,8 +460,12 @@ def run_oneway(ch, size, n, warm, tx_cpu=0, rx_cpus=(1,), timeout=120.0):
         raise RuntimeError(f"{ch.name}: a receiver got a payload of the wrong size")
     t0, t_send = ts[0], ts[1]
     t_end = max(ts[2:2 + k])
+    rx = range(1, k + 1)
     return {"rate": n / ((t_end - t0) / 1e9), "send_rate": n / ((t_send - t0) / 1e9),
-            "retries": ts[2 + k]}
+            "retries": ts[2 + k], "wall_ns": (t_end - t0) / n,
+            "tx_cpu_ns": acct[0] / n, "tx_invol": acct[1], "tx_vol": acct[2],
+            "rx_cpu_ns": sum(acct[3 * j] for j in rx) / k / n,
+            "rx_invol": sum(acct[3 * j + 1] for j in rx) / k, "rx_vol": sum(acct[3 * j + 2] for j in rx) / k}
 
 
 def _echo_proc(fwd, back, total, size, cpu):
@@ -547,7 +568,7 @@ def bench_unicast(cfg, progress=None, task=None):
     unpinned = [None, None]
     for size in SIZES:
         n = cfg.n_small if size <= 64 else cfg.n_big
-        acc = {name: {"rates": [], "srates": [], "retries": 0, "lat": []} for name in chans}
+        acc = {name: {"rates": [], "srates": [], "retries": 0, "lat": [], "runs": []} for name in chans}
         for _ in range(cfg.reps):
             for name, make in chans.items():
                 cpus = unpinned if name.endswith("unpinned") else pinned
@@ -559,6 +580,7 @@ def bench_unicast(cfg, progress=None, task=None):
                 acc[name]["rates"].append(r["rate"])
                 acc[name]["srates"].append(r["send_rate"])
                 acc[name]["retries"] += r["retries"]
+                acc[name]["runs"].append(r)
                 if progress is not None:
                     progress.advance(task)
         for _ in range(cfg.lat_reps):
@@ -580,6 +602,8 @@ def bench_unicast(cfg, progress=None, task=None):
                 "send_rate": statistics.median(a["srates"]), "retries": a["retries"] / cfg.reps / n,
                 "rtt_med": pct(lat, 0.5) / 1e3, "rtt_p99": pct(lat, 0.99) / 1e3,
                 "rtt_p999": pct(lat, 0.999) / 1e3, "rtt_n": len(lat),
+                **{key: statistics.median(x[key] for x in a["runs"])
+                   for key in ("wall_ns", "tx_cpu_ns", "rx_cpu_ns", "tx_invol", "rx_invol", "tx_vol", "rx_vol")},
             }
     return res
 
@@ -1018,6 +1042,19 @@ def bench_perf(kind="loop", seconds=4.0):
 
 # --------------------------------------------------------------------------- reporting
 
+def cpu_times():
+    """(busy, steal, total) jiffies of all CPUs, from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    steal = v[7] if len(v) > 7 else 0
+    total = sum(v[:8])
+    return total - idle - steal, steal, total
+
+
 def machine_info():
     model = "?"
     try:
@@ -1032,7 +1069,7 @@ def machine_info():
         load = os.getloadavg()
     except OSError:
         load = (float("nan"),) * 3
-    return {"nproc": NCPU, "cpu": model, "kernel": platform.release(),
+    return {"nproc": NCPU, "cpu": model, "cpu_times": cpu_times(), "kernel": platform.release(),
             "python": platform.python_version(), "load": load,
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
@@ -1311,14 +1348,24 @@ def summary_lines(uni, mc, qc, prof, perf_rows):
                  + (f" and {mqp:.0f} ns for a posix_ipc MQ send+receive" if mqp else "") + ". "
                  f"The {slow} is the slower side: even with perfect overlap one-way cannot pass "
                  f"~{fmt_rate(1e9 / slow_ns)}msg/s.")
-        if b:
-            per = 1e9 / b["rate"]
-            L.append(f"- **Across processes** each 64 B message took {per:.0f} ns of wall time at the "
-                     f"one-way rate, vs {slow_ns:.0f} ns of CPU for the {slow} in-process: the "
-                     f"difference (~{max(0, per - slow_ns):.0f} ns) is what crossing processes adds: the "
-                     "cache lines of the receiver's queue (its lock, tree, front, the entry and pool "
-                     "free lists) moving between the two CPUs at every send and recv, and waiting "
-                     "whenever the receiver catches up with the sender.")
+        if b and b.get("wall_ns"):
+            extra_rx, extra_tx = b["rx_cpu_ns"] - R, b["tx_cpu_ns"] - S
+            L.append(f"- **Across processes** (64 B one-way, section 1) a message took {b['wall_ns']:.0f} ns "
+                     f"of wall time; the sender used {b['tx_cpu_ns']:.0f} ns of CPU per message "
+                     f"({S:.0f} in-process) and the receiver {b['rx_cpu_ns']:.0f} ns ({R:.0f} in-process), "
+                     f"busy {b['rx_cpu_ns'] / b['wall_ns']:.0%} of the time. "
+                     + (f"The extra CPU per message ({extra_tx:+.0f} ns sender, {extra_rx:+.0f} ns receiver) "
+                        "is what sharing one queue between two CPUs costs: its lock, tree, front and "
+                        "the entry/pool free lists move between the CPUs' caches at every operation, "
+                        "and the receiver spins whenever it has caught up. "
+                        if max(extra_rx, extra_tx) > 0.2 * min(S, R) else "")
+                     + (f"The remaining {b['wall_ns'] - max(b['rx_cpu_ns'], b['tx_cpu_ns']):.0f} ns per message "
+                        "of wall time neither process was on a CPU: it was preempted by other jobs "
+                        f"({b['tx_invol']:.0f} times the sender, {b['rx_invol']:.0f} the receiver, per "
+                        f"repetition) or asleep ({b['tx_vol']:.0f} / {b['rx_vol']:.0f} sleeps)."
+                        if b['wall_ns'] > 1.25 * max(b['rx_cpu_ns'], b['tx_cpu_ns']) else
+                        f"Preemptions by other jobs per repetition: sender {b['tx_invol']:.0f}, "
+                        f"receiver {b['rx_invol']:.0f}."))
     for pr in perf_rows or ():
         if pr["kind"] == "loop":
             g = {k[-1]: p for p, k, _ in pr["groups"]}
@@ -1385,12 +1432,15 @@ def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, target
         "one run, so the comparisons are like for like. The machine is a noisy shared VM: read "
         "the ratios and medians, not the absolute values.")
     add("")
-    add(f"- command: `{cmd}`")
+    add(f"- command: `{cmd}`" + (" (what `make bench` runs), from the repository root"
+                                  if cmd.strip() == ".venv/bin/python tools/bench.py" else ""))
     add(f"- date: {mi['date']}; run time {elapsed:.0f} s{' (QUICK smoke mode: toy sizes, not a result)' if cfg.quick else ''}")
     add(f"- machine: nproc = {mi['nproc']}, CPU `{mi['cpu']}`, Linux {mi['kernel']}, Python {mi['python']}, "
         f"load average (1 min) at start {mi['load'][0]:.2f}"
         + (f", at end {mi['load_end'][0]:.2f}" if "load_end" in mi else "")
-        + " (other engineers' jobs share this machine)")
+        + " (other engineers' jobs share this machine)"
+        + (f"; during the run the CPUs were {mi['busy']:.0%} busy (this run included) and "
+           f"{mi['steal']:.0%} stolen by the hypervisor" if "busy" in mi else ""))
     pinned = cfg.pin and NCPU >= 2
     add(f"- pinning: {'two-process tests pin the sender/pinger to CPU 0 and the receiver/echo to CPU 1 (os.sched_setaffinity): it keeps a spinning receiver off the sender`s core and makes runs comparable; the `bus1py unpinned` row shows bus1py without it. Multicast (k+1 processes on 2 cores) is not pinned' if pinned else 'none'}; "
         "processes forked; every transport used through its per-message Python API with `bytes`; repetitions interleaved across transports")
@@ -1450,6 +1500,21 @@ def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, target
                 "because the receiver is the slower side) per message sent: "
                 + ", ".join(f"{n} {s_} B: {x:.2f}" for n, s_, x in rt) + ".")
             add("")
+        add("### Where the one-way time went, per message")
+        add("")
+        add("Measured inside the one-way runs above (median of the repetitions): wall time per "
+            "message, and each process's CPU time per message (all its threads, user + kernel) "
+            "during the timed part. A receiver that spins while waiting counts as busy. "
+            "`preempted` is the number of involuntary context switches (the process was runnable "
+            "and another job got its CPU); `slept` the voluntary ones (it blocked in the kernel).")
+        add("")
+        add("| size | transport | wall ns/msg | sender CPU ns/msg | receiver CPU ns/msg | receiver busy | preempted tx / rx | slept tx / rx |")
+        add("|---:|---|---:|---:|---:|---:|---:|---:|")
+        for (name, s_), r in uni.items():
+            busy = r["rx_cpu_ns"] / r["wall_ns"] if r["wall_ns"] else 0
+            add(f"| {s_} | {name} | {r['wall_ns']:.0f} | {r['tx_cpu_ns']:.0f} | {r['rx_cpu_ns']:.0f} | "
+                f"{busy:.0%} | {r['tx_invol']:.0f} / {r['rx_invol']:.0f} | {r['tx_vol']:.0f} / {r['rx_vol']:.0f} |")
+        add("")
         if "unicast.png" in [p.name for p in plots]:
             add("![throughput and round trip](unicast.png)")
             add("")
@@ -1653,6 +1718,10 @@ def run_all(cfg, out: Path, cmd: str, console=None, sections=("unicast", "multic
         mi["load_end"] = os.getloadavg()
     except OSError:
         mi["load_end"] = (float("nan"),) * 3
+    end, start = cpu_times(), mi.get("cpu_times")
+    if end and start and end[2] > start[2]:
+        mi["busy"] = (end[0] - start[0]) / (end[2] - start[2])
+        mi["steal"] = (end[1] - start[1]) / (end[2] - start[2])
     targets = evaluate_targets(uni or {}, mc or {}, qc, mem)
     render_tables(console, uni, mc, qc, mem, prof, perf_rows, targets)
     out.mkdir(parents=True, exist_ok=True)
