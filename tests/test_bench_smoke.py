@@ -48,7 +48,9 @@ def test_multicast_every_receiver_gets_every_message(bench):
 
 def test_queue_cost_memory_profile_and_report(bench, tmp_path):
     cfg = bench.Config.tiny_config()
-    out = bench.run_all(cfg, tmp_path, "tools/bench.py --tiny", sections=("queue", "memory", "profile"))
+    out = bench.run_all(cfg, tmp_path, "tools/bench.py --tiny", sections=("queue", "memory", "profile"),
+                        strict=True)
+    assert not out["errors"]
     rows = out["queue"]["rows"]
     assert [r["m"] for r in rows] == list(cfg.qc_ms)
     assert all(r["raw_ns"] > 0 and r["api_ns"] > 0 for r in rows)

@@ -1427,7 +1427,7 @@ def summary_lines(uni, mc, qc, prof, perf_rows):
     return L
 
 
-def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, targets, plots, elapsed):
+def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, targets, plots, elapsed, errors=()):
     L = []
     add = L.append
     add("# Benchmarks")
@@ -1459,6 +1459,12 @@ def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, target
         add("|---|---|---|")
         for name, val, ok in targets:
             add(f"| {name} | {val} | {mark(ok)} |")
+        add("")
+    if errors:
+        add("## Sections that failed in this run")
+        add("")
+        for what, msg, tb in errors:
+            add(f"- section {what}: `{msg}`")
         add("")
     summ = summary_lines(uni, mc, qc, prof, perf_rows)
     if summ:
@@ -1685,7 +1691,8 @@ def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, target
 
 # --------------------------------------------------------------------------- main
 
-def run_all(cfg, out: Path, cmd: str, console=None, sections=("unicast", "multicast", "queue", "memory", "profile")):
+def run_all(cfg, out: Path, cmd: str, console=None, sections=("unicast", "multicast", "queue", "memory", "profile"),
+            strict=False):
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -1696,27 +1703,43 @@ def run_all(cfg, out: Path, cmd: str, console=None, sections=("unicast", "multic
     uni = mc = qc = mem = prof = perf_rows = None
     n_uni = len([n for n in unicast_channels() if n in cfg.peers]) * len(SIZES) * (cfg.reps + cfg.lat_reps)
     n_mc = len(cfg.mc_ks) * len(multicast_variants()) * cfg.mc_reps
+    errors = []
+
+    def guarded(what, fn, *args):
+        """Run one section; a failing section is reported, not fatal to the others (the bus
+        core changes under this harness), unless strict (the smoke test)."""
+        try:
+            return fn(*args)
+        except Exception as e:  # noqa: BLE001 - reported in the output and the markdown
+            if strict:
+                raise
+            import traceback
+            errors.append((what, f"{type(e).__name__}: {e}", traceback.format_exc(limit=4)))
+            console.print(f"[red]section {what} failed: {type(e).__name__}: {e}[/]")
+            return None
+
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=False) as progress:
         if "unicast" in sections:
             t = progress.add_task("1. two-process throughput + round trip", total=n_uni)
-            uni = bench_unicast(cfg, progress, t)
+            uni = guarded("1 (two processes)", bench_unicast, cfg, progress, t)
         if "multicast" in sections:
             t = progress.add_task("2. multicast k receivers", total=n_mc)
-            mc = bench_multicast(cfg, progress, t)
+            mc = guarded("2 (multicast)", bench_multicast, cfg, progress, t)
         if "queue" in sections:
             t = progress.add_task("3. queue op cost vs m", total=cfg.qc_reps)
-            qc = bench_queue_cost(cfg, progress, t)
+            qc = guarded("3 (queue cost)", bench_queue_cost, cfg, progress, t)
         if "memory" in sections:
             t = progress.add_task("4. memory per peer", total=1)
-            mem = bench_memory()
+            mem = guarded("4 (memory)", bench_memory)
             progress.advance(t)
         if "profile" in sections:
             t = progress.add_task("5. profile", total=2)
-            prof = bench_profile(cfg)
+            prof = guarded("5 (profile)", bench_profile, cfg)
             progress.advance(t)
             if cfg.perf:
-                perf_rows = [r for r in (bench_perf("loop", 4.0), bench_perf("oneway", 3.0)) if r]
+                perf_rows = [r for r in (guarded("5 (perf loop)", bench_perf, "loop", 4.0),
+                                         guarded("5 (perf one-way)", bench_perf, "oneway", 3.0)) if r]
             progress.advance(t)
     try:
         mi["load_end"] = os.getloadavg()
@@ -1732,10 +1755,10 @@ def run_all(cfg, out: Path, cmd: str, console=None, sections=("unicast", "multic
     plots = make_plots(out, uni, mc, qc)
     elapsed = time.monotonic() - t_start
     md = out / "BENCHMARKS.md"
-    write_markdown(md, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, targets, plots, elapsed)
+    write_markdown(md, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, targets, plots, elapsed, errors)
     console.print(f"wrote {md} and {', '.join(p.name for p in plots)} in {elapsed:.0f} s")
     return {"unicast": uni, "multicast": mc, "queue": qc, "memory": mem, "profile": prof,
-            "perf": perf_rows, "targets": targets, "plots": plots, "markdown": md}
+            "perf": perf_rows, "targets": targets, "plots": plots, "markdown": md, "errors": errors}
 
 
 def main(argv=None):
@@ -1759,8 +1782,8 @@ def main(argv=None):
     cfg.pin = not args.no_pin
     cfg.perf = cfg.perf and not args.no_perf
     cmd = ".venv/bin/python tools/bench.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
-    run_all(cfg, args.out, cmd, sections=tuple(args.only.split(",")))
-    return 0
+    res = run_all(cfg, args.out, cmd, sections=tuple(args.only.split(",")))
+    return 1 if res["errors"] else 0
 
 
 if __name__ == "__main__":
