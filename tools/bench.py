@@ -989,6 +989,19 @@ def _set_comm(name):
         pass
 
 
+def _profile_raw(seconds=4.0, size=64):
+    """Target for `perf record`: raw C send + recv_wait (RawOps) in a loop, in-process."""
+    with bus1py.Bus.create() as bus:
+        a, b = bus.peer(), bus.peer()
+        ops = RawOps(bus, a, b, b.transfer(b.create_node(), a), bytes(size))
+        send, recv = ops.send, ops.recv_wait
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for _ in range(20_000):
+                send()
+                recv()
+
+
 def _profile_oneway(seconds=4.0, size=64):
     """Target for `perf record`: bus1py one-way, 2 pinned processes, about `seconds` long."""
     ch = BusChannel(size)
@@ -1021,8 +1034,8 @@ def bench_perf(kind="loop", seconds=4.0):
     perf = shutil.which("perf")
     if not perf:
         return None
-    keys = "dso" if kind == "loop" else "comm,dso"
-    flag = "--profile-loop" if kind == "loop" else "--profile-oneway"
+    keys = "comm,dso" if kind == "oneway" else "dso"
+    flag = {"loop": "--profile-loop", "raw": "--profile-raw", "oneway": "--profile-oneway"}[kind]
     with tempfile.TemporaryDirectory() as d:
         data = os.path.join(d, "perf.data")
         cmd = [perf, "record", "-q", "-e", "cpu-clock", "-F", "2999", "-D", "1200", "-o", data, "--",
@@ -1302,6 +1315,7 @@ def multicast_cpu_bound(prof, ks):
 
 
 PERF_TITLES = {"loop": "in-process `Peer.send` + `Peer.recv` loop",
+               "raw": "in-process raw C `b1_send` + `b1_recv_wait` loop (no Python layer)",
                "oneway": "two-process bus1py one-way run (64 B)"}
 _WHAT = {"libpython": "the Python interpreter (bytecode, objects, argument parsing)",
          "_cffi_backend": "cffi: converting arguments and results, making the call",
@@ -1381,6 +1395,18 @@ def summary_lines(uni, mc, qc, prof, perf_rows):
                      f"bus1py's C helper {c:.0f} %, libc (mutexes) {lc:.0f} % of the samples. The queue "
                      "work itself is a small part of a message's cost; the Python and cffi layers "
                      "around the two C calls dominate.")
+        if pr["kind"] == "raw":
+            g = {k[-1]: p for p, k, _ in pr["groups"]}
+            c = sum(p for d, p in g.items() if "_b1" in d)
+            cf = sum(p for d, p in g.items() if "_cffi_backend" in d)
+            py = sum(p for d, p in g.items() if "libpython" in d)
+            mutex = sum(p for p, k, sym in pr["symbols"] if "pthread_mutex" in sym)
+            top = [(p, sym) for p, k, sym in pr["symbols"] if "_b1" in k[-1]][:5]
+            L.append(f"- **perf, raw C calls without the Python layer**: cffi's argument conversion "
+                     f"{cf:.0f} %, bus1py's C helper {c:.0f} %, pthread mutex lock/unlock {mutex:.0f} % "
+                     f"(robust mutexes always take glibc's slow `_full` path), the loop itself {py:.0f} %. "
+                     "Hottest helper functions: "
+                     + ", ".join(f"`{sym}` {p:.1f} %" for p, sym in top) + ".")
         if pr["kind"] == "oneway":
             per = {}
             for p, k, _ in pr["groups"]:
@@ -1658,12 +1684,14 @@ def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, target
         kind = pr["kind"]
         add(f"### perf: {PERF_TITLES[kind]}")
         add("")
-        flag = "--profile-loop 4" if kind == "loop" else "--profile-oneway 3"
+        flag = {"loop": "--profile-loop 4", "raw": "--profile-raw 4", "oneway": "--profile-oneway 3"}[kind]
         add(f"`perf record -e cpu-clock -F 2999 -D 1200 -- .venv/bin/python tools/bench.py {flag}` "
             "(a software clock: the VM exposes no cycle counter; `-D` skips interpreter start-up). "
             + ("Processes: `b1b-sender` runs `Peer.send` in a loop, `b1b-receiver` `Peer.recv`, "
                "pinned to CPU 0 and CPU 1; percentages are of all samples of both." if kind == "oneway" else
-               "One process, `Peer.send` then `Peer.recv` on the same queue, in a loop."))
+               "One process, `Peer.send` then `Peer.recv` on the same queue, in a loop." if kind == "loop" else
+               "One process, the C calls bound with functools.partial (cffi still converts the "
+               "arguments), send then recv on the same queue: what the C helper itself costs."))
         add("")
         add("Samples by " + ("process and " if kind == "oneway" else "") + "object:")
         add("")
@@ -1739,6 +1767,7 @@ def run_all(cfg, out: Path, cmd: str, console=None, sections=("unicast", "multic
             progress.advance(t)
             if cfg.perf:
                 perf_rows = [r for r in (guarded("5 (perf loop)", bench_perf, "loop", 4.0),
+                                         guarded("5 (perf raw)", bench_perf, "raw", 4.0),
                                          guarded("5 (perf one-way)", bench_perf, "oneway", 3.0)) if r]
             progress.advance(t)
     try:
@@ -1771,9 +1800,13 @@ def main(argv=None):
                     help="comma-separated sections to run")
     ap.add_argument("--profile-loop", type=float, metavar="SECONDS", help=argparse.SUPPRESS)
     ap.add_argument("--profile-oneway", type=float, metavar="SECONDS", help=argparse.SUPPRESS)
+    ap.add_argument("--profile-raw", type=float, metavar="SECONDS", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.profile_loop:
         _profile_loop(args.profile_loop)
+        return 0
+    if args.profile_raw:
+        _profile_raw(args.profile_raw)
         return 0
     if args.profile_oneway:
         _profile_oneway(args.profile_oneway)
