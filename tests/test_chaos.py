@@ -21,11 +21,11 @@ TOLERATED = {errno.ENXIO, errno.ESTALE, errno.EDQUOT, errno.EXFULL, errno.EHOSTU
              errno.EBUSY, errno.ESHUTDOWN}
 
 
-def _worker(index, peers, seconds, seed, out):
+def _worker(index, peers, given, seconds, seed, out):
     rng = random.Random(seed * 1000 + index)
     me = peers[index]
     nodes = [me.create_node() for _ in range(2)]
-    held = {n: 1 for n in nodes}  # handle id -> references this process holds
+    held = {n: 1 for n in nodes + given}  # handle id -> references this process holds
     counts = {"sent": 0, "recv": 0, "errors": 0}
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -76,13 +76,14 @@ def test_random_concurrent_use_leaks_nothing(seed):
     with bus1py.Bus.create(spin_ns=0, quota_messages=2000, max_entries=1 << 16) as bus:
         peers = [bus.peer() for _ in range(n_proc)]
         # every peer gets a handle to one node of every other peer up front
+        given = [[] for _ in peers]
         for owner in peers:
             node = owner.create_node()
-            for other in peers:
+            for i, other in enumerate(peers):
                 if other is not owner:
-                    owner.transfer(node, other)
+                    given[i].append(owner.transfer(node, other))
         out = FORK.Queue()
-        procs = [FORK.Process(target=_worker, args=(i, peers, 2.0, seed, out)) for i in range(n_proc)]
+        procs = [FORK.Process(target=_worker, args=(i, peers, given[i], 2.0, seed, out)) for i in range(n_proc)]
         try:
             for p in procs:
                 p.start()
@@ -95,6 +96,7 @@ def test_random_concurrent_use_leaks_nothing(seed):
                 if p.is_alive():
                     p.kill()
         assert sum(r["sent"] for r in results.values()) > 100
+        assert sum(r["recv"] for r in results.values()) > 100
         for p in peers:  # sound trees
             assert lib.b1_queue_check(bus.base(), p._slot) >= 0
         # the parent created the peers and still holds them: disconnect them all, which
