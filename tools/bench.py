@@ -1481,7 +1481,7 @@ def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, target
         + (f"; during the run the CPUs were {mi['busy']:.0%} busy (this run included) and "
            f"{mi['steal']:.0%} stolen by the hypervisor" if "busy" in mi else ""))
     pinned = cfg.pin and NCPU >= 2
-    add(f"- pinning: {'two-process tests pin the sender/pinger to CPU 0 and the receiver/echo to CPU 1 (os.sched_setaffinity): it keeps a spinning receiver off the sender`s core and makes runs comparable; the `bus1py unpinned` row shows bus1py without it. Multicast (k+1 processes on 2 cores) is not pinned' if pinned else 'none'}; "
+    add(f"- pinning: {'two-process tests pin the sender/pinger to CPU 0 and the receiver/echo to CPU 1 (os.sched_setaffinity), so the two never share a core (a spinning receiver would steal the sender`s time slice) and every transport runs in the same placement; the `bus1py unpinned` row shows bus1py without pinning (on a loaded machine pinning can also cost: a pinned process cannot move away from another job). Multicast (k+1 processes on 2 cores) is not pinned' if pinned else 'none'}; "
         "processes forked; every transport used through its per-message Python API with `bytes`; repetitions interleaved across transports")
     add(f"- repetitions: one-way {cfg.reps} x {cfg.n_small:,} msgs (64 B) / {cfg.n_big:,} msgs (4 KiB), median "
         f"reported; round trip {cfg.lat_reps} x {cfg.n_rtt:,} samples pooled; multicast {cfg.mc_reps} x "
