@@ -15,15 +15,22 @@ What is measured (every number comes from this one run, on this one machine):
   3. the cost of one queue operation (a steady-state send + recv pair) with m = 10 .. 1M
      committed entries already queued (must grow like log m);
   4. segment bytes per idle peer, from the layout (two max_peers values, differenced);
-  5. where bus1py's time goes per send and per recv (in-process step timing, and a perf
-     profile when `perf` is available).
+  5. where bus1py's time goes per send and per recv (per-call timing in one process, CPU
+     time and context switches of each process in the one-way runs, and perf profiles of
+     the Python-API loop, the raw C loop and the two-process run when `perf` is available).
 
-Method: processes are forked (multiprocessing "fork" context) and, for the two-process
-tests, pinned with os.sched_setaffinity to different cores (sender/pinger on CPU 0,
-receiver/echo on CPU 1).  Timestamps are time.perf_counter_ns (CLOCK_MONOTONIC, comparable
-across processes).  Every transport is used through its ordinary per-message Python API,
-sending and receiving `bytes`; bus1py's sender retries when the bus reports EXFULL/EDQUOT
-(send never blocks by design; the retry stands in for a blocking send).
+Method: processes are forked (multiprocessing "fork" context); for the two-process tests
+they are pinned with os.sched_setaffinity to different cores (sender/pinger on CPU 0,
+receiver/echo on CPU 1); the k+1 multicast processes are not pinned.  Cross-process times
+are time.perf_counter_ns (CLOCK_MONOTONIC, comparable across processes); in-process loops
+are timed in thread CPU time or as medians of single calls, so preemption by other jobs on
+this shared machine does not count.  Repetitions are interleaved across transports (and
+across queue lengths) so a burst of outside load hits all alike.  Every transport is used
+through its ordinary per-message Python API, sending and receiving `bytes`; bus1py's
+sender retries when the bus reports EXFULL/EDQUOT (send never blocks by design; the retry
+stands in for a blocking send).  The bus core under test changes while this harness is
+used: the raw C calls go through RawOps, which adapts to the helper's signatures, and a
+section that fails is reported in the output instead of stopping the run.
 """
 from __future__ import annotations
 
@@ -46,7 +53,7 @@ import sys
 import tempfile
 import time
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
