@@ -32,6 +32,7 @@ _EINTR = -errno.EINTR
 _EAGAIN = -errno.EAGAIN
 _new_message = tuple.__new__  # Message(...) through its generated __new__ costs 3x more
 _UNREACHABLE = lib.B1_SEND_UNREACHABLE_ERROR
+_send, _recv_wait, _unpack = lib.b1_send, lib.b1_recv_wait, ffi.unpack
 
 
 @dataclass(frozen=True)
@@ -177,19 +178,27 @@ class Peer:
             bus.base()  # raises: closed
         if not self._attached:
             self._attach()
-        dests, seq, _, _, _, _, carried = bus.scratch()
-        if type(destinations) is int:
-            if destinations < 0 or destinations >= 1 << 64:
-                raise ValueError(f"destination must be a handle id (an int >= 0), not {destinations!r}")
-            dests[0] = destinations
-            n = 1
-        else:
-            n = _fill(dests, destinations, bus.limits.max_dests, "destinations")
-        nh = _fill(carried, handles, bus.limits.max_msg_handles, "handles") if handles else 0
+        try:
+            dests, seq, _, _, _, _, carried = bus._tls.scratch
+        except AttributeError:
+            dests, seq, _, _, _, _, carried = bus.scratch()
+        try:
+            if type(destinations) is int:
+                dests[0] = destinations
+                n = 1
+            elif type(destinations) is list and len(destinations) == 1:
+                dests[0] = destinations[0]
+                n = 1
+            else:
+                n = _fill(dests, destinations, bus.limits.max_dests, "destinations")
+            nh = _fill(carried, handles, bus.limits.max_msg_handles, "handles") if handles else 0
+        except (TypeError, OverflowError):
+            raise TypeError(f"destinations and handles must be handle ids (ints >= 0) or "
+                            f"sequences of them, not {destinations!r} and {handles!r}") from None
         if type(payload) is not bytes:
             payload = _as_bytes(payload)
-        ts = lib.b1_send(base, self._slot, self._id, dests, n, payload, len(payload), carried, nh,
-                         _UNREACHABLE if unreachable_error else 0, seq)
+        ts = _send(base, self._slot, self._id, dests, n, payload, len(payload), carried, nh,
+                   _UNREACHABLE if unreachable_error else 0, seq)
         if ts < 0:
             raise self._send_error(ts, destinations, len(payload), n, nh)
         return (ts, self._id, seq[0])
@@ -203,38 +212,48 @@ class Peer:
             bus.base()
         if not self._attached:
             self._attach()
-        _, _, info, info_words, buf, buflen, handles_out = bus.scratch()
+        try:
+            _, _, info, info_words, buf, buflen, handles_out = bus._tls.scratch
+        except AttributeError:
+            _, _, info, info_words, buf, buflen, handles_out = bus.scratch()
         if timeout is None:
-            ns, deadline = -1, None
-        else:
-            if type(timeout) not in (int, float) or timeout != timeout:
-                raise TypeError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
-            if timeout < 0:
-                raise ValueError(f"timeout must be None or >= 0, not {timeout!r}")
+            r = _recv_wait(base, self._slot, self._id, info, buf, buflen, handles_out, -1)
+        elif type(timeout) in (int, float) and timeout >= 0:
             # any positive timeout waits at least a nanosecond: 0 alone means non-blocking
-            ns = max(1, int(timeout * 1e9)) if timeout > 0 else 0
-            deadline = time.monotonic() + timeout
-        while True:
-            r = lib.b1_recv_wait(base, self._slot, self._id, info, buf, buflen, handles_out, ns)
-            if r == 0:
-                break
-            if r != _EINTR:
-                raise self._recv_error(r, timeout)
-            # a signal arrived: its Python handler has run; wait out the rest
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    r = lib.b1_recv_wait(base, self._slot, self._id, info, buf, buflen, handles_out, 0)
-                    if r == 0:
-                        break
-                    raise self._recv_error(-errno.ETIMEDOUT if r == _EAGAIN else r, timeout)
-                ns = max(1, int(left * 1e9))
+            r = _recv_wait(base, self._slot, self._id, info, buf, buflen, handles_out,
+                           max(1, int(timeout * 1e9)) if timeout > 0 else 0)
+        elif type(timeout) in (int, float) and timeout < 0:
+            raise ValueError(f"timeout must be None or >= 0, not {timeout!r}")
+        else:
+            raise TypeError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
+        if r:
+            r = self._recv_slow(r, timeout, base, info, buf, buflen, handles_out)
         if self._ready is not None:
             self._ready.sync()
-        ts, sender, seq, destination, kind, length, nh, _ = ffi.unpack(info_words, 8)
-        carried = tuple(ffi.unpack(handles_out, nh)) if nh else ()
-        return _new_message(Message, (MESSAGE_TYPES[kind], destination, ffi.unpack(buf, length),
-                                      carried, (ts, sender, seq)))
+        ts, sender, seq, destination, kind, length, nh, _ = _unpack(info_words, 8)
+        return _new_message(Message, (MESSAGE_TYPES[kind], destination, _unpack(buf, length),
+                                      tuple(_unpack(handles_out, nh)) if nh else (),
+                                      (ts, sender, seq)))
+
+    def _recv_slow(self, r, timeout, base, info, buf, buflen, handles_out):
+        """A receive interrupted by a signal (EINTR: its Python handler has run by now,
+        so wait out the rest), or an error to raise."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while r:
+            if r != _EINTR:
+                raise self._recv_error(r, timeout)
+            if deadline is None:
+                ns = -1
+            else:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    r = _recv_wait(base, self._slot, self._id, info, buf, buflen, handles_out, 0)
+                    if r == _EAGAIN:
+                        r = -errno.ETIMEDOUT
+                    continue
+                ns = max(1, int(left * 1e9))
+            r = _recv_wait(base, self._slot, self._id, info, buf, buflen, handles_out, ns)
+        return r
 
     def query(self) -> PeerInfo:
         out = ffi.new("struct b1_peer_info *")
@@ -314,20 +333,15 @@ def _check_handle(handle, what):
 
 
 def _fill(array, values, limit, what) -> int:
-    """Copy handle ids into a scratch array; a clear error for anything else."""
+    """Copy handle ids into a scratch array.  Anything but ints from 0 to 2**64-1 makes
+    cffi raise TypeError or OverflowError, which the caller words for the user."""
     if type(values) is not list and type(values) is not tuple:
-        try:
-            values = tuple(values)  # sets, generators, ...
-        except TypeError:
-            raise TypeError(f"{what} must be a handle id or a sequence of them, not {values!r}") from None
+        values = tuple(values)  # sets, generators, ...; TypeError for non-iterables
     n = len(values)
     if n > limit:
         raise bus_error(errno.EINVAL if what == "destinations" else errno.EMSGSIZE,
                         f"{n} {what}, more than the bus allows "
                         f"({'max_dests' if what == 'destinations' else 'max_msg_handles'}={limit})")
-    for v in values:
-        if type(v) is not int or v < 0 or v >= 1 << 64:
-            raise TypeError(f"{what} must be handle ids (ints >= 0), not {values!r}")
     if n == 1:
         array[0] = values[0]
     else:
