@@ -113,7 +113,9 @@ class Run:
         self.go = ctx.Event()
         self.result_dir = tempfile.mkdtemp(prefix="bus1py-stress-")
         self.procs = []
+        self.pipe_fds = []
         self.bus = None
+        self.bus_name = ""
         self.t_go = None
 
     # ---- setup ----
@@ -271,6 +273,7 @@ def run_stress(cfg: StressConfig, monitor=None) -> StressResult:
                 monitor(run, "done")
     except BaseException:
         run.abort()
+        shutil.rmtree(run.result_dir, ignore_errors=True)
         raise
     finally:
         run.reap(grace=5.0 if not failures else 3.0)
