@@ -145,12 +145,15 @@ class BusChannel(Channel):
 
     name = "bus1py"
 
-    def __init__(self, size, k=1, multicast=True, bus=None, **limits):
+    def __init__(self, size, k=1, multicast=True, bus=None, peers=None, **limits):
         self.size, self.k, self.multicast = size, k, multicast
         self._own = bus is None
         self.bus = bus or bus1py.Bus.create(**{**_bus_limits(size), **limits})
-        self.tx = self.bus.peer()
-        self.rx = [self.bus.peer() for _ in range(k)]
+        if peers:
+            self.tx, self.rx = peers
+        else:
+            self.tx = self.bus.peer()
+            self.rx = [self.bus.peer() for _ in range(k)]
         self.handles = []
         for p in self.rx:
             node = p.create_node()
@@ -196,8 +199,9 @@ class BusChannel(Channel):
         return r
 
     def reverse(self):
-        # the same bus, the other direction: a new pair of peers
-        return BusChannel(self.size, 1, True, bus=self.bus)
+        # the same bus and the same two peers, the other direction: each process of a
+        # ping-pong holds one peer, sending to the other's node and receiving on its own
+        return BusChannel(self.size, 1, True, bus=self.bus, peers=(self.rx[0], [self.tx]))
 
     def close(self):
         if self._own:
