@@ -25,6 +25,9 @@ def add_workload_options(p):
     g.add_argument("--duration", type=float, help="seconds of workload (default 10 unless --messages)")
     g.add_argument("--messages", type=int, help="message-sending actions per process")
     p.add_argument("--seed", type=int, default=0, help="fixes every process's action sequence")
+    p.add_argument("--rate", type=float,
+                   help="actions per second per process (default: as fast as possible; pacing "
+                        "measures latency without saturating the CPUs)")
     p.add_argument("--fanout", type=int, default=4, help="most destinations of a multicast (default 4)")
     p.add_argument("--reach", type=int, default=8,
                    help="how many other processes each can send and signal to (a ring window; default 8)")
@@ -43,7 +46,7 @@ def add_workload_options(p):
 
 def config_from_args(a) -> StressConfig:
     return StressConfig(
-        processes=a.processes, duration=a.duration, messages=a.messages, seed=a.seed,
+        processes=a.processes, duration=a.duration, messages=a.messages, seed=a.seed, rate=a.rate,
         trace_dir=None if getattr(a, "no_trace", False) else a.trace, inject=a.inject,
         inject_pause_ns=a.inject_pause_ns, fanout=a.fanout, reach=a.reach,
         sizes=PayloadSizes.parse(a.payload), mix=parse_mix(a.mix), spin_ns=a.spin_ns,

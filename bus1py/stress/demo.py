@@ -44,7 +44,12 @@ def run_checker(trace_dir: str, report: str | None = None, json_out: str | None 
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
-def run_demo(processes=16, duration=20.0, seed=None, out=None, console=None) -> int:
+# Paced, so the trace stays a size the checker digests in a few minutes on a small machine
+# (16 x 150 actions/s x 20 s is ~50k actions, ~150k trace rows); --rate 0: full speed.
+DEMO_RATE = 150.0
+
+
+def run_demo(processes=16, duration=20.0, seed=None, out=None, console=None, rate=DEMO_RATE) -> int:
     from .cli import run_and_report
 
     console = console or Console()
@@ -53,9 +58,10 @@ def run_demo(processes=16, duration=20.0, seed=None, out=None, console=None) -> 
     os.makedirs(out, exist_ok=True)
     trace = os.path.join(out, "trace")
     report = os.path.join(out, "report.html")
-    cfg = StressConfig(processes=processes, duration=duration, seed=seed, trace_dir=trace,
+    cfg = StressConfig(processes=processes, duration=duration, seed=seed, trace_dir=trace, rate=rate or None,
                        mix=dict(DEFAULT_MIX), sizes=PayloadSizes("lognormal", 64, 4096))
-    console.rule(f"bus1py demo: {processes} processes for {duration:g} s, seed {seed}")
+    console.rule(f"bus1py demo: {processes} processes for {duration:g} s, seed {seed}"
+                 + (f", {rate:g} actions/s each" if rate else ", full speed"))
     res, summary = run_and_report(cfg, console, progress=True, json_path=os.path.join(out, "stress.json"))
     if not res.ok:
         console.print("[red]the stress run failed; not checking its trace[/red]")
@@ -85,5 +91,7 @@ def register(sub):
     p.add_argument("--processes", "-n", type=int, default=16)
     p.add_argument("--duration", type=float, default=20.0)
     p.add_argument("--seed", type=int, help="default: from the clock (printed)")
+    p.add_argument("--rate", type=float, default=DEMO_RATE,
+                   help=f"actions per second per process (default {DEMO_RATE:g}; 0: as fast as possible)")
     p.add_argument("--out", metavar="DIR", help="where the trace and report go (default: a new temp dir)")
-    p.set_defaults(func=lambda a: run_demo(a.processes, a.duration, a.seed, a.out))
+    p.set_defaults(func=lambda a: run_demo(a.processes, a.duration, a.seed, a.out, rate=a.rate))

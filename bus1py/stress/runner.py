@@ -36,6 +36,7 @@ class StressConfig:
     duration: float | None = None      # seconds of workload per process ...
     messages: int | None = None        # ... or this many message-sending actions per process
     seed: int = 0
+    rate: float | None = None          # actions per second per process (None: as fast as possible)
     trace_dir: str | None = None       # None: no trace (raw speed)
     inject: str | None = None          # a bus1py.INJECT_KINDS key
     inject_pause_ns: int = 200_000     # pause between destinations in injected modes

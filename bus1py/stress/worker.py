@@ -154,6 +154,15 @@ class Worker:
         self.n_sig_recv += whole // 8
         return whole // 8
 
+    def wait_recv(self, timeout):
+        """Wait up to `timeout` s for one message (the pipe is polled by the caller)."""
+        try:
+            self.on_message(self.peer.recv(timeout))
+        except TimeoutError:
+            pass
+        except OSError as e:
+            self.error(e, "recv")
+
     def publish(self):
         c, b = self.counters, self.base
         c[b + SENT] = self.n_sent
@@ -374,6 +383,7 @@ class Worker:
         budget = cfg.messages if not cfg.duration else None
         ctl = spec.control
         ppid = os.getppid()
+        rate = cfg.rate
         it = 0
         while True:
             it += 1
@@ -384,6 +394,11 @@ class Worker:
                     break
             self.drain_signals()
             self.drain()
+            if rate:  # paced: receive while ahead of schedule (latency without saturation)
+                wait = start + self.n_actions / rate - time.monotonic()
+                if wait > 0:
+                    self.wait_recv(min(wait, 0.002))
+                    continue
             if deadline is not None:
                 if time.monotonic() >= deadline:
                     break
