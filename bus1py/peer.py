@@ -452,13 +452,12 @@ class _ReadyPipe:
         except ValueError:
             return
         try:
+            ready = None
             while bus._base is not None:
-                seen = lib.b1_peer_wake_seq(base, slot)
-                ready = lib.b1_peer_ready(base, slot, pid)
+                ready = lib.b1_peer_watch(base, slot, pid, -1000 if ready is None else ready, 500_000_000)
                 # disconnected (< 0): stay readable so the reader's recv reports it
                 self._set(ready != 0)
                 if ready < 0:
                     return
-                lib.b1_peer_wait_change(base, slot, seen, 500_000_000)
         finally:
             ffi.release(base)

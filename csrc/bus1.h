@@ -145,8 +145,8 @@ int b1_peer_query(void *base, uint32_t slot, uint64_t id, struct b1_peer_info *o
 /* any slot, connected or not (admin listing): -ENOENT past the last used slot */
 int b1_peer_at(void *base, uint32_t slot, struct b1_peer_info *out);
 int b1_peer_ready(void *base, uint32_t slot, uint64_t id);
-int b1_peer_wait_change(void *base, uint32_t slot, uint32_t seen, int64_t timeout_ns);
-uint32_t b1_peer_wake_seq(void *base, uint32_t slot);
+int b1_peer_watch(void *base, uint32_t slot, uint64_t id, int last, int64_t timeout_ns);
+uint32_t b1_peer_wake_seq(void *base, uint32_t slot);  /* trivial: benchmarks time a bare call */
 int b1_gc(void *base, struct b1_gc_stats *out);
 
 int b1_node_create(void *base, uint32_t slot, uint64_t id, uint64_t *handle);

@@ -261,13 +261,17 @@ uint32_t b1_peer_wake_seq(void *base, uint32_t slot) {
     return atomic_load(&PEER(base, slot)->wake_seq);
 }
 
-/* Sleep until the peer's front changes after the caller saw wake_seq == seen. */
-int b1_peer_wait_change(void *base, uint32_t slot, uint32_t seen, int64_t timeout_ns) {
-    struct b1_peer *p = PEER(base, slot);
+/* Wait until the peer's readiness (b1_peer_ready) differs from `last`, at most timeout_ns;
+ * returns the readiness then.  Registers as a waiter before reading wake_seq (b1_wake). */
+int b1_peer_watch(void *base, uint32_t slot, uint64_t id, int last, int64_t timeout_ns) {
+    struct b1_peer *p = peer_at(base, slot);
+    if (!p) return -EINVAL;
     atomic_fetch_add(&p->waiters, 1);
-    int r = b1_futex_wait(&p->wake_seq, seen, timeout_ns);
+    uint32_t seen = atomic_load(&p->wake_seq);
+    int ready = b1_peer_ready(base, slot, id);
+    if (ready == last) b1_futex_wait(&p->wake_seq, seen, timeout_ns);
     atomic_fetch_sub(&p->waiters, 1);
-    return r;
+    return ready == last ? b1_peer_ready(base, slot, id) : ready;
 }
 
 /* ---- reaping ---- */

@@ -10,8 +10,10 @@
  *   - p->front is the leftmost entry and p->front_ts its timestamp (0 when empty); both are
  *     updated under the lock by every change, front_ts is read without it by spinners.
  *   - Only a committed (even) front can be dequeued; an odd front blocks the whole queue.
- *   - wake_seq is bumped after every change of the front, so a sleeper that read wake_seq
- *     before checking front_ts cannot miss the change (see b1_recv_wait).
+ *   - A sleeper first registers in `waiters`, then reads wake_seq, then re-checks front_ts;
+ *     a change of the front publishes front_ts and then, if anyone is registered, bumps
+ *     wake_seq and wakes.  Either the sleeper sees the new front or its futex word has
+ *     changed: no wake-up is lost, and without sleepers a change costs no shared write.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -173,10 +175,14 @@ int b1_queue_contains_locked(void *base, struct b1_peer *p, uint32_t e) {
 
 /* ---- sleeping and waking ---- */
 
+/* Called after a change of the front was published (front_ts, seq_cst).  A sleeper
+ * registers in `waiters` before it reads wake_seq and re-checks front_ts, so when no one is
+ * registered the change needs no write here -- the common case costs one shared read. */
 void b1_wake(struct b1_peer *p) {
-    atomic_fetch_add_explicit(&p->wake_seq, 1, memory_order_seq_cst);
-    if (atomic_load_explicit(&p->waiters, memory_order_seq_cst))
+    if (atomic_load_explicit(&p->waiters, memory_order_seq_cst)) {
+        atomic_fetch_add_explicit(&p->wake_seq, 1, memory_order_seq_cst);
         syscall(SYS_futex, &p->wake_seq, FUTEX_WAKE, 0x7fffffff, NULL, NULL, 0);
+    }
 }
 
 /* Sleep while *word == seen (shared futex: the word lives in shared memory). */

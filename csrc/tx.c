@@ -146,9 +146,10 @@ int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,
                                         .node = hd->node, .node_gen = hd->node_gen};
     }
     if ((flags & B1_SEND_UNREACHABLE_ERROR) && dead == n) return -EHOSTUNREACH;
-    /* quotas, read without the locks: a refusal found here touches nothing, not even a
-     * clock; the stage re-checks under each lock (a race there unwinds the blocks) */
-    for (uint32_t i = 0; i < n; i++) {
+    /* quotas of a multicast, read without the locks: a refusal found here touches nothing,
+     * not even a clock; the stage re-checks under each lock (a race there unwinds the
+     * blocks).  A unicast's stage checks before it changes anything. */
+    for (uint32_t i = 0; i < n && n > 1; i++) {
         struct b1_peer *p = PEER(base, tx->dests[i].peer_slot);
         if (__atomic_load_n(&p->n_messages, __ATOMIC_RELAXED) + 1 > p->quota_messages ||
             __atomic_load_n(&p->n_bytes, __ATOMIC_RELAXED) + len > p->quota_bytes)
@@ -441,8 +442,8 @@ int b1_recv_wait(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *inf
             if (now >= deadline) return -ETIMEDOUT;
             if ((int64_t)(deadline - now) < left) left = (int64_t)(deadline - now);
         }
+        atomic_fetch_add(&p->waiters, 1); /* register first: see b1_wake */
         uint32_t seen = atomic_load(&p->wake_seq);
-        atomic_fetch_add(&p->waiters, 1);
         if (!front_ready(p) && p->id == id && p->state == B1_PEER_ACTIVE)
             r = b1_futex_wait(&p->wake_seq, seen, left);
         else
