@@ -62,6 +62,10 @@ class StressConfig:
             raise ValueError("duration must be positive")
         if self.messages is not None and self.messages < 0:
             raise ValueError("message count must be >= 0")
+        if self.max_peers is not None and self.max_peers < self.processes:
+            raise ValueError(f"max_peers={self.max_peers} is below processes={self.processes}")
+        if self.rate is not None and self.rate <= 0:
+            raise ValueError("rate must be positive")
 
 
 @dataclass
@@ -136,7 +140,8 @@ class Run:
         peers = [bus.peer() for _ in range(n)]
         own = [p.create_node() for p in peers]
         reach = self.topology.reach
-        handles = [{i: peers[i].transfer(own[i], peers[j]) for i in reach[j]} for j in range(n)]
+        handles = [{i: own[i] if i == j else peers[i].transfer(own[i], peers[j]) for i in reach[j]}
+                   for j in range(n)]
         pipes = [os.pipe() for _ in range(n)]
         for r, w in pipes:  # O_NONBLOCK lives on the shared open file: set once, here
             os.set_blocking(r, False)

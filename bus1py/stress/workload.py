@@ -160,7 +160,9 @@ class Topology:
 
     @classmethod
     def ring(cls, n: int, k: int) -> "Topology":
-        k = max(1, min(k, n - 1)) if n > 1 else 0
+        if n == 1:  # a lone process talks to itself
+            return cls(1, 1, [(0,)])
+        k = max(1, min(k, n - 1))
         return cls(n, k, [tuple((i + d) % n for d in range(1, k + 1)) for i in range(n)])
 
     def reached_by(self, j: int) -> list:
@@ -179,10 +181,7 @@ class Planner:
         self.kinds = [k for k in ACTION_KINDS if mix.get(k, 0) > 0]
         self.weights = [mix[k] for k in self.kinds]
         self.sizes = sizes
-        self.fanout = max(1, min(fanout, len(self.reach))) if self.reach else 0
-        if not self.reach:  # one process alone: it can only talk to itself
-            self.kinds = [k for k in self.kinds if k not in ("unicast", "multicast", "signal", "recv_signal")] or ["node_create"]
-            self.weights = [mix.get(k, 1) or 1 for k in self.kinds]
+        self.fanout = max(1, min(fanout, len(self.reach)))
 
     def __iter__(self):
         return self
@@ -193,7 +192,7 @@ class Planner:
         if kind == "unicast":
             return Action(kind, (rng.choice(self.reach),), self.sizes.draw(rng), rng.getrandbits(32))
         if kind == "multicast":
-            k = rng.randint(min(2, self.fanout), self.fanout)
+            k = rng.randint(min(2, self.fanout), self.fanout)  # 1 only if just one is reachable
             return Action(kind, tuple(sorted(rng.sample(self.reach, k))), self.sizes.draw(rng))
         if kind in ("signal", "recv_signal"):
             return Action(kind, (rng.choice(self.reach),))
