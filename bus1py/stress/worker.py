@@ -300,6 +300,8 @@ class Worker:
             if h == HANDLE_INVALID:
                 continue  # its node's destruction is ordered before this message
             nid = int.from_bytes(payload[10 + 8 * i:18 + 8 * i], "little")
+            if h in self.own:
+                continue  # our own node came back (a lone process): we track it as its owner
             self.refs[h] = self.refs.get(h, 0) + 1  # one more reference (same id per node)
             if h not in self.node_of:
                 self.node_of[h] = nid
