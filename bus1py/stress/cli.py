@@ -110,6 +110,8 @@ def main(a) -> int:
         console.print(f"[red]{e}[/red]")
         return 2
     res, summary = run_and_report(cfg, console, progress=not a.quiet, verify=a.verify, json_path=a.json)
+    if res.ok and cfg.trace_dir:
+        console.print(f"check the order: bus1py check {cfg.trace_dir} --report report.html")
     return 0 if summary["ok"] else 1
 
 
