@@ -29,6 +29,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -428,12 +429,19 @@ int b1_recv_wait(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *inf
     for (;;) {
         int r = b1_recv(base, slot, id, info, buf, buflen, handles_out);
         if (r != -EAGAIN || timeout_ns == 0) return r;
-        /* spin briefly: a futex wake across CPUs costs tens of microseconds */
+        /* spin briefly: a futex wake across CPUs costs tens of microseconds.  After a
+         * short pure spin, yield instead: when processes outnumber CPUs the sender we wait
+         * for may need this one (on an idle CPU sched_yield returns at once). */
         uint64_t now = b1_now_ns(), spin_end = now + spin_ns;
         if (deadline && spin_end > deadline) spin_end = deadline;
         for (uint32_t k = 0; !front_ready(p); k++) {
-            cpu_relax();
-            if ((k & 63) == 63 && b1_now_ns() >= spin_end) break;
+            if (k < 512) {
+                cpu_relax();
+                if ((k & 63) == 63 && b1_now_ns() >= spin_end) break;
+            } else {
+                sched_yield();
+                if (b1_now_ns() >= spin_end) break;
+            }
         }
         if (front_ready(p)) continue;
         int64_t left = REAP_CHECK_NS;
