@@ -219,9 +219,7 @@ class Peer:
         if timeout is None:
             r = _recv_wait(base, self._slot, self._id, info, buf, buflen, handles_out, -1)
         elif type(timeout) in (int, float) and timeout >= 0:
-            # any positive timeout waits at least a nanosecond: 0 alone means non-blocking
-            r = _recv_wait(base, self._slot, self._id, info, buf, buflen, handles_out,
-                           max(1, int(timeout * 1e9)) if timeout > 0 else 0)
+            r = _recv_wait(base, self._slot, self._id, info, buf, buflen, handles_out, _timeout_ns(timeout))
         elif type(timeout) in (int, float) and timeout < 0:
             raise ValueError(f"timeout must be None or >= 0, not {timeout!r}")
         else:
@@ -251,7 +249,7 @@ class Peer:
                     if r == _EAGAIN:
                         r = -errno.ETIMEDOUT
                     continue
-                ns = max(1, int(left * 1e9))
+                ns = _timeout_ns(left)
             r = _recv_wait(base, self._slot, self._id, info, buf, buflen, handles_out, ns)
         return r
 
@@ -325,6 +323,16 @@ def _restore(bus_name: str, slot: int, peer_id: int) -> Peer:
     except OSError:
         pass  # disconnected meanwhile: its calls will say so
     return peer
+
+
+def _timeout_ns(seconds) -> int:
+    """Seconds as the C helper's nanoseconds: 0 is non-blocking, any positive time waits at
+    least 1 ns, and a time past int64 nanoseconds (292 years, inf) waits forever (-1)."""
+    if seconds <= 0:
+        return 0
+    if seconds >= 9.2e9:
+        return -1
+    return max(1, int(seconds * 1e9))
 
 
 def _check_handle(handle, what):
