@@ -87,7 +87,8 @@ class StageProgress:
                             completed=done if total else 0)
 
 
-def _print_summary(summary, out=sys.stdout):
+def _print_summary(summary, out=None):
+    out = out or sys.stdout
     for name, p in summary["properties"].items():
         mark = "ok  " if p["ok"] else "FAIL"
         extra = f" ({p.get('method')})" if p.get("method") else ""

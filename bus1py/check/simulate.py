@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 MUTATIONS = ("lose", "duplicate", "misdeliver", "swap", "adjacent_swap", "cycle3",
-             "scramble_stamps", "drop_stamps")
+             "late_data", "scramble_stamps", "drop_stamps")
 
 
 def simulate(rng: random.Random, nprocs=4, steps=60, p_multicast=0.3, p_signal=0.15,
@@ -200,6 +200,27 @@ def mutate(rows, how, rng: random.Random):
                 by[p].append({"process": p, "seq": -1, "kind": "deliver", "msg": m,
                               "dests": None, "node": None, "wall_ns": 0,
                               "stamp_ts": None, "stamp_peer": None, "stamp_tx": None})
+    elif how == "late_data" and procs:
+        # a data message for a node delivered after that node's NODE_DESTROY
+        notes = [r for lst in by.values() for r in lst if r["kind"] == "deliver"
+                 and any(s["msg"] == r["msg"] and s["kind"] == "destroy" for s in sends)]
+        base = max([(r["msg"] or 0) for r in rows] + [0]) + 5000
+        blank = {"dests": None, "node": None, "wall_ns": 0, "stamp_ts": None,
+                 "stamp_peer": None, "stamp_tx": None, "seq": -1}
+        if notes:
+            note = rng.choice(notes)
+            p, node = note["process"], note["node"]
+        else:
+            p = rng.choice(procs)
+            node = base + 1
+            by[p].append({**blank, "process": p, "kind": "destroy", "msg": base + 2,
+                          "dests": [p], "node": node})
+            by[p].append({**blank, "process": p, "kind": "deliver", "msg": base + 2,
+                          "node": node})
+        q = rng.choice(procs)
+        by[q].append({**blank, "process": q, "kind": "send", "msg": base + 3, "dests": [p],
+                      "node": node})
+        by[p].append({**blank, "process": p, "kind": "deliver", "msg": base + 3, "node": node})
     elif how == "scramble_stamps":
         for lst in by.values():
             for r in lst:

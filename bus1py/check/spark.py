@@ -44,7 +44,8 @@ def _log4j_file() -> str:
 
 
 def get_session(master: str | None = None, shuffle_partitions: int | None = None,
-                driver_memory: str | None = None, app_name: str = "bus1py-check"):
+                driver_memory: str | None = None, app_name: str = "bus1py-check",
+                extra_conf: dict | None = None):
     """Return the process-wide SparkSession, creating it on first use.
 
     Environment must be set before the JVM starts, so it is done here, before the import of
@@ -72,6 +73,8 @@ def get_session(master: str | None = None, shuffle_partitions: int | None = None
                .config("spark.sql.optimizer.maxIterations", "200"))
     if shuffle_partitions:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    for k, v in (extra_conf or {}).items():
+        builder = builder.config(k, v)
     if driver_memory and master.startswith("local"):
         builder = builder.config("spark.driver.memory", driver_memory)
     spark = builder.getOrCreate()

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Benchmark `bus1py check` on generated traces: events/s for the whole check.
+
+Invariants: the timed part is exactly what `bus1py check TRACE` does after the JVM is up
+(read + validate + all five properties); session start-up is reported separately because it
+is a fixed ~5-15 s cost, not a per-event one. Traces come from tools/gen_trace.py and are
+reused when already present with the same parameters (generation is not timed).
+
+    tools/bench_checker.py --events 1e6 10e6 --procs 64 [--exact] [--master local[2]]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--events", type=float, nargs="+", default=[1e6])
+    ap.add_argument("--procs", type=int, default=64)
+    ap.add_argument("--exact", action="store_true",
+                    help="traces without stamps, so the exact formulations run")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--partitions", type=int, default=None)
+    ap.add_argument("--driver-memory", default="8g")
+    ap.add_argument("--dir", default="/tmp/bus1py-bench-traces")
+    ap.add_argument("--out", default=None, help="append JSON lines with results here")
+    a = ap.parse_args(argv)
+
+    import gen_trace
+    from bus1py.check.load import load_trace
+    from bus1py.check.properties import check_trace
+    from bus1py.check.spark import get_session
+
+    t = time.perf_counter()
+    spark = get_session(a.master, shuffle_partitions=a.partitions,
+                        driver_memory=a.driver_memory)
+    spark.range(1).count()
+    startup = time.perf_counter() - t
+    print(f"session start-up: {startup:.1f} s", flush=True)
+    for ev in a.events:
+        n = int(ev)
+        path = os.path.join(a.dir, f"e{n}-p{a.procs}-{'nostamps' if a.exact else 'stamps'}")
+        stamp = os.path.join(path, "_GENERATED")
+        if not os.path.exists(stamp):
+            t = time.perf_counter()
+            gen_trace.generate(path, n, a.procs, stamps=not a.exact, quiet=True)
+            open(stamp, "w").write("ok\n")
+            print(f"generated {path} in {time.perf_counter() - t:.1f} s", flush=True)
+        t = time.perf_counter()
+        trace = load_trace(spark, path)
+        t_load = time.perf_counter() - t
+        summary, checker = check_trace(spark, trace, exact=a.exact)
+        total = time.perf_counter() - t
+        checker.unpersist()
+        res = {"events": trace.rows, "procs": a.procs, "exact": a.exact, "master": a.master,
+               "load_validate_s": round(t_load, 2), "check_s": round(total - t_load, 2),
+               "total_s": round(total, 2), "events_per_s": round(trace.rows / total),
+               "ok": summary["ok"], "witness": summary["witness"],
+               "rounds": summary["rounds"],
+               "timings": {k: round(v, 2) for k, v in checker.timings.items()}}
+        print(json.dumps(res), flush=True)
+        if a.out:
+            with open(a.out, "a") as f:
+                f.write(json.dumps(res) + "\n")
+
+
+if __name__ == "__main__":
+    main()
