@@ -11,7 +11,8 @@ import sys
 
 # module that provides register(subparsers) -> one or more subcommands
 SUBCOMMAND_MODULES = (
-    "bus1py.demo",
+    "bus1py.stress.demo",
+    "bus1py.stress.cli",
     "bus1py.admin",
     "bus1py.check.cli",
 )
