@@ -33,7 +33,7 @@ def checker_available() -> bool:
 
 
 def run_checker(trace_dir: str, report: str | None = None, json_out: str | None = None,
-                timeout: float = 900, extra=()) -> subprocess.CompletedProcess:
+                timeout: float | None = None, extra=()) -> subprocess.CompletedProcess:
     """`bus1py check TRACE_DIR [--report FILE] [--json FILE]` in a child process."""
     cmd = [sys.executable, "-m", "bus1py.cli", "check", trace_dir]
     if report:
