@@ -13,6 +13,7 @@ and the `spawn` start methods:
   - fileno() with select() across processes, in the parent and in a child, and with
     asyncio's add_reader;
   - one peer received from by two processes: every message exactly once;
+  - wake-ups across processes are prompt (a lost one would show as a 200 ms round trip);
   - failures under concurrency: senders in several processes on a full pool get EXFULL and
     nothing else, and lose nothing; a receiver disconnected while multicasts to it are in
     flight leaves the senders unharmed, the other receiver complete, nothing allocated.
@@ -871,3 +872,41 @@ def test_asyncio_add_reader_across_processes(bus, tmp_path, method):
         asyncio.run(main(acks_w))
         assert kids.results() == {"sender": n}
     assert got == [b"%d" % i for i in range(n)]
+
+
+# ---------------------------------------------------------------- wake-ups
+
+
+def _echo(peer, h, n):
+    for _ in range(n):
+        peer.send([h], peer.recv(timeout=WAIT).payload)
+    return n
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("method", METHODS)
+def test_cross_process_wakeups_are_prompt(make_bus, tmp_path, method):
+    """Ping-pong with spin_ns=0, so every receive sleeps on the futex and needs the other
+    process's wake-up.  A lost wake-up does not hang (a sleeping recv looks for dead
+    senders' blocks every 200 ms) but shows as a round of ~200 ms: allow a few slow rounds
+    for a busy machine, not a pattern."""
+    bus = make_bus(spin_ns=0)
+    a, b = bus.peer(), bus.peer()
+    na, nb = a.create_node(), b.create_node()
+    h_ab, h_ba = b.transfer(nb, a), a.transfer(na, b)
+    n = 300
+    lat = []
+    with Children(method, tmp_path) as kids:
+        kids.start("echo", _echo, b, h_ba, n)
+        a.send([h_ab], b"warm-up")                 # the child may still be starting
+        assert a.recv(timeout=WAIT).payload == b"warm-up"
+        for i in range(n - 1):
+            t0 = time.monotonic()
+            a.send([h_ab], b"%d" % i)
+            assert a.recv(timeout=WAIT).payload == b"%d" % i
+            lat.append(time.monotonic() - t0)
+        assert kids.results() == {"echo": n}
+    lat.sort()
+    slow = sum(x >= 0.15 for x in lat)
+    assert lat[len(lat) // 2] < 0.02, f"median round trip {lat[len(lat) // 2] * 1e3:.1f} ms"
+    assert slow <= len(lat) * 0.03, f"{slow} of {len(lat)} round trips took >= 150 ms: lost wake-ups?"
