@@ -234,22 +234,17 @@ class Peer:
                                       (ts, sender, seq)))
 
     def _recv_slow(self, r, timeout, base, info, buf, buflen, handles_out):
-        """A receive interrupted by a signal (EINTR: its Python handler has run by now,
-        so wait out the rest), or an error to raise."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        """A receive interrupted by a signal (EINTR: its Python handler has run by now, so
+        wait out the time the C helper says is left), or an error to raise."""
         while r:
             if r != _EINTR:
                 raise self._recv_error(r, timeout)
-            if deadline is None:
-                ns = -1
-            else:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    r = _recv_wait(base, self._slot, self._id, info, buf, buflen, handles_out, 0)
-                    if r == _EAGAIN:
-                        r = -errno.ETIMEDOUT
-                    continue
-                ns = _timeout_ns(left)
+            ns = -1 if timeout is None else info.left_ns
+            if ns == 0:  # the deadline passed while the handler ran: one last look
+                r = _recv_wait(base, self._slot, self._id, info, buf, buflen, handles_out, 0)
+                if r == _EAGAIN:
+                    r = -errno.ETIMEDOUT
+                continue
             r = _recv_wait(base, self._slot, self._id, info, buf, buflen, handles_out, ns)
         return r
 

@@ -87,7 +87,7 @@ struct b1_msg_info {
     uint64_t type;
     uint64_t len;
     uint64_t n_handles;
-    uint64_t pad;
+    uint64_t left_ns;      /* after -EINTR from b1_recv_wait with a timeout: the time left */
 };
 
 struct b1_peer_info {

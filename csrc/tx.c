@@ -457,7 +457,12 @@ int b1_recv_wait(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *inf
         else
             r = 0;
         atomic_fetch_sub(&p->waiters, 1);
-        if (r == -EINTR) return r;
+        if (r == -EINTR) {
+            /* the caller runs its signal handlers and calls again with the time left */
+            uint64_t t = b1_now_ns();
+            info->left_ns = deadline ? (deadline > t ? deadline - t : 0) : 0;
+            return r;
+        }
         if (r == -ETIMEDOUT) {
             /* a block that outlives its sender would hold the queue forever */
             uint64_t fts = atomic_load(&p->front_ts);
