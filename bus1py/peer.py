@@ -197,10 +197,15 @@ class Peer:
                             f"sequences of them, not {destinations!r} and {handles!r}") from None
         if type(payload) is not bytes:
             payload = _as_bytes(payload)
-        ts = _send(base, self._slot, self._id, dests, n, payload, len(payload), carried, nh,
-                   _UNREACHABLE if unreachable_error else 0, seq)
+        flags = _UNREACHABLE if unreachable_error else 0
+        ts = _send(base, self._slot, self._id, dests, n, payload, len(payload), carried, nh, flags, seq)
         if ts < 0:
-            raise self._send_error(ts, destinations, len(payload), n, nh)
+            # a receiver at its quota may be a peer whose processes died: reap and retry once
+            if ts != -errno.EDQUOT or not _reap_dead(bus):
+                raise self._send_error(ts, destinations, len(payload), n, nh)
+            ts = _send(base, self._slot, self._id, dests, n, payload, len(payload), carried, nh, flags, seq)
+            if ts < 0:
+                raise self._send_error(ts, destinations, len(payload), n, nh)
         return (ts, self._id, seq[0])
 
     def recv(self, timeout: float | None = None) -> Message:
@@ -318,6 +323,19 @@ def _restore(bus_name: str, slot: int, peer_id: int) -> Peer:
     except OSError:
         pass  # disconnected meanwhile: its calls will say so
     return peer
+
+
+_last_reap = {}  # bus name -> monotonic time of this process's last reaping
+
+
+def _reap_dead(bus: Bus) -> bool:
+    """Reap the bus's dead peers (at most once a second per process: it reads /proc);
+    True if any was reaped."""
+    now = time.monotonic()
+    if now - _last_reap.get(bus.name, -1.0) < 1.0:
+        return False
+    _last_reap[bus.name] = now
+    return bus.gc()["peers_reaped"] > 0
 
 
 def _timeout_ns(seconds) -> int:

@@ -283,6 +283,28 @@ def test_dead_senders_blocks_are_noticed_by_a_waiting_recv(stamped):
             assert got_p == [b"behind the block"] and got_q == []
 
 
+def _killed_receiver(bus_name, sender, conn):
+    me = bus1py.Bus.attach(bus_name).peer(quota_messages=10)
+    conn.send(me.transfer(me.create_node(), sender))
+    time.sleep(60)
+
+
+@pytest.mark.timeout(60)
+def test_sender_to_a_killed_receiver_notices_at_its_quota():
+    """No gc needed: the send that finds a dead receiver's queue full reaps it, and from
+    then on its messages are dropped like any message to a destroyed node."""
+    with bus1py.Bus.create(spin_ns=0) as bus:
+        sender = bus.peer()
+        mine, theirs = FORK.Pipe()
+        with children(FORK.Process(target=_killed_receiver, args=(bus.name, sender, theirs))) as (proc,):
+            h = mine.recv()
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.join(timeout=10)
+        for i in range(50):  # far past the dead receiver's quota of 10: never EDQUOT
+            sender.send([h], b"to the dead")
+        assert sender.recv(timeout=1).type == DESTROY
+
+
 # ---- exit ----
 
 def _exiting_owner(bus_name, parent, conn):
