@@ -53,6 +53,11 @@ def main(argv=None):
             gen_trace.generate(path, n, a.procs, stamps=not a.exact, quiet=True)
             open(stamp, "w").write("ok\n")
             print(f"generated {path} in {time.perf_counter() - t:.1f} s", flush=True)
+        from bus1py.check.load import parquet_files
+        from bus1py.check.spark import auto_partitions
+        parts = a.partitions or auto_partitions(parquet_files(path),
+                                                spark.sparkContext.defaultParallelism)
+        spark.conf.set("spark.sql.shuffle.partitions", str(parts))
         t = time.perf_counter()
         trace = load_trace(spark, path)
         t_load = time.perf_counter() - t
@@ -60,6 +65,7 @@ def main(argv=None):
         total = time.perf_counter() - t
         checker.unpersist()
         res = {"events": trace.rows, "procs": a.procs, "exact": a.exact, "master": a.master,
+               "partitions": parts,
                "load_validate_s": round(t_load, 2), "check_s": round(total - t_load, 2),
                "total_s": round(total, 2), "events_per_s": round(trace.rows / total),
                "ok": summary["ok"], "witness": summary["witness"],

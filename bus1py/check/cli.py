@@ -9,7 +9,6 @@ import json
 import os
 import sys
 import threading
-import time
 
 
 def register(subparsers):
@@ -30,7 +29,8 @@ def register(subparsers):
     p.add_argument("--examples", type=int, default=3,
                    help="counterexamples kept per property (default 3)")
     p.add_argument("--partitions", type=int, default=None,
-                   help="spark.sql.shuffle.partitions (default: Spark's)")
+                   help="spark.sql.shuffle.partitions (default: ~8 MB of Parquet each, "
+                        "at least 2 per core)")
     p.add_argument("--driver-memory", default=None, help="driver memory for local masters")
     p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
                    help="show Spark stage progress (auto: when stderr is a terminal)")
@@ -107,9 +107,12 @@ def run(args) -> int:
     except TraceError as e:
         print(f"bus1py check: error: {e}", file=sys.stderr)
         return 2
-    from .spark import get_session
-    spark = get_session(args.master, shuffle_partitions=args.partitions,
-                        driver_memory=args.driver_memory)
+    from .spark import auto_partitions, get_session
+    spark = get_session(args.master, driver_memory=args.driver_memory)
+    # a runtime SQL setting: also right when the session already existed (tests, notebooks)
+    spark.conf.set("spark.sql.shuffle.partitions",
+                   str(args.partitions or auto_partitions(parquet_files(args.trace),
+                                                          spark.sparkContext.defaultParallelism)))
     enabled = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
     from .properties import check_trace
     from .report import write_report, write_shiviz

@@ -131,7 +131,6 @@ def load_trace(spark, path: str, validate: bool = True) -> Trace:
     fname = F.col("_metadata.file_name")
     kind = F.col("kind")
     is_msg = kind.isin("send", "destroy")
-    stamp_cols = ("stamp_ts", "stamp_peer", "stamp_tx")
     # One scan: the first failing rule of each row (CASE order is the rule order).
     problem = (
         F.when(F.col("process").isNull(), F.lit("column 'process' is null"))
@@ -149,22 +148,29 @@ def load_trace(spark, path: str, validate: bool = True) -> Trace:
         .when((kind == "destroy") & F.col("node").isNull(),
               F.lit("column 'node' is null for a destroy row"))
     )
-    bad = (df.select(fname.alias("file"), "process", "seq", "kind", "msg",
-                     problem.alias("problem"))
-           .where(F.col("problem").isNotNull()).limit(5).collect())
-    if bad:
-        r = bad[0]
-        more = f" (and {len(bad) - 1}+ more rows)" if len(bad) > 1 else ""
-        raise TraceError(f"{r['file']}: row {_fmt_row(r)}: {r['problem']}{more}")
+    # Pass 1 (one scan): the first offending row, plus the facts the checker needs.
+    row = F.struct(fname.alias("file"), "process", "seq", "kind", "msg",
+                   problem.alias("problem"))
+    stats = df.agg(
+        F.min(F.when(problem.isNotNull(), row)).alias("bad"),
+        F.count(F.lit(1)).alias("rows"),
+        F.sort_array(F.collect_set("process")).alias("procs"),
+        F.sum(F.when(is_msg & (F.col("stamp_ts").isNull() | F.col("stamp_peer").isNull()
+                               | F.col("stamp_tx").isNull()), 1).otherwise(0)).alias("unstamped"),
+        F.sum(F.when(is_msg, 1).otherwise(0)).alias("msgs"),
+    ).collect()[0]
+    if stats["bad"] is not None:
+        r = stats["bad"]
+        raise TraceError(f"{r['file']}: row {_fmt_row(r)}: {r['problem']}")
 
-    # Per-process numbering: seq must be exactly 0..n-1. A window over (process, seq) finds
-    # the first row that is not its predecessor + 1 (a duplicate or a gap), with its file.
+    # Pass 2 (one shuffle by process): seq must be exactly 0..n-1. A window over
+    # (process, seq) finds the first row that is not its predecessor + 1, with its file.
     w = Window.partitionBy("process").orderBy("seq")
     seqbad = (df.select("process", "seq", fname.alias("file"))
               .withColumn("prev", F.lag("seq").over(w))
               .where(F.when(F.col("prev").isNull(), F.col("seq") != 0)
                      .otherwise(F.col("seq") != F.col("prev") + 1))
-              .limit(5).collect())
+              .limit(1).collect())
     if seqbad:
         r = seqbad[0]
         if r["prev"] is None:
@@ -175,45 +181,32 @@ def load_trace(spark, path: str, validate: bool = True) -> Trace:
             what = f"gap in seq: {r['prev']} is followed by {r['seq']}"
         raise TraceError(f"{r['file']}: column 'seq' of process {r['process']}: {what}")
 
-    # Ids must name one event: a message (send/destroy) or a signal has exactly one origin.
-    dup = (df.where(kind.isin("send", "destroy", "signal_send"))
-           .groupBy(F.when(kind == "signal_send", "signal").otherwise("message").alias("space"),
-                    "msg")
-           .agg(F.count(F.lit(1)).alias("n"), F.min(fname).alias("file"))
-           .where("n > 1").limit(5).collect())
-    if dup:
-        r = dup[0]
-        raise TraceError(f"{r['file']}: column 'msg': {r['space']} id {r['msg']} is sent by "
-                         f"{r['n']} rows (ids must be unique in the trace)")
+    # Pass 3 (one shuffle by id): a message or signal id has exactly one origin row
+    # (send/destroy, or signal_send), and every deliver/signal_recv names an existing one.
+    origin = kind.isin("send", "destroy", "signal_send")
+    space = F.when(kind.isin("signal_send", "signal_recv"), F.lit("signal")) \
+        .otherwise(F.lit("message"))
+    ids = (df.where(kind != "internal")
+           .select(space.alias("space"), "msg", origin.alias("origin"),
+                   F.struct(fname.alias("file"), "process", "seq", "kind", "msg").alias("r"))
+           .groupBy("space", "msg")
+           .agg(F.sum(F.col("origin").cast("int")).alias("n"),
+                F.min(F.when(F.col("origin"), F.col("r"))).alias("o"),
+                F.min(F.when(~F.col("origin"), F.col("r"))).alias("x"))
+           .where("n != 1").limit(1).collect())
+    if ids:
+        i = ids[0]
+        if i["n"] > 1:
+            raise TraceError(f"{i['o']['file']}: column 'msg': {i['space']} id {i['msg']} is "
+                             f"sent by {i['n']} rows (ids must be unique in the trace)")
+        r = i["x"]
+        what = ("delivers unknown message" if i["space"] == "message"
+                else "receives unknown signal")
+        src = "no send or destroy row" if i["space"] == "message" else "no signal_send row"
+        raise TraceError(f"{r['file']}: column 'msg': row {_fmt_row(r)} {what} {i['msg']} "
+                         f"({src} has that id)")
 
-    # A receive must name something that was sent; reported here so the properties never
-    # see a dangling edge.
-    origins = df.where(kind.isin("send", "destroy")).select("msg").distinct()
-    dangling = (df.where(kind == "deliver").select(fname.alias("file"), "process", "seq",
-                                                    "kind", "msg")
-                .join(origins, "msg", "left_anti").limit(5).collect())
-    if dangling:
-        r = dangling[0]
-        raise TraceError(f"{r['file']}: column 'msg': row {_fmt_row(r)} delivers unknown "
-                         f"message {r['msg']} (no send or destroy row has that id)")
-    sig_origins = df.where(kind == "signal_send").select("msg").distinct()
-    dangling = (df.where(kind == "signal_recv").select(fname.alias("file"), "process", "seq",
-                                                        "kind", "msg")
-                .join(sig_origins, "msg", "left_anti").limit(5).collect())
-    if dangling:
-        r = dangling[0]
-        raise TraceError(f"{r['file']}: column 'msg': row {_fmt_row(r)} receives unknown "
-                         f"signal {r['msg']} (no signal_send row has that id)")
-
-    stats = df.agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.sort_array(F.collect_set("process")).alias("procs"),
-        F.sum(F.when(is_msg & (F.col("stamp_ts").isNull() | F.col("stamp_peer").isNull()
-                               | F.col("stamp_tx").isNull()), 1).otherwise(0)).alias("unstamped"),
-        F.sum(F.when(is_msg, 1).otherwise(0)).alias("msgs"),
-    ).collect()[0]
     trace.rows = int(stats["rows"])
     trace.processes = list(stats["procs"])
     trace.has_stamps = bool(stats["msgs"]) and int(stats["unstamped"]) == 0
-    del stamp_cols
     return trace

@@ -80,3 +80,14 @@ def get_session(master: str | None = None, shuffle_partitions: int | None = None
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def auto_partitions(files, cores=None) -> int:
+    """Shuffle partitions for a trace: ~8 MB of Parquet per partition, at least 2 per core.
+
+    Spark's default of 200 is far too many for small traces on few cores (each task costs
+    tens of milliseconds, and there are a dozen shuffles) and too few for 100M events.
+    """
+    cores = cores or os.cpu_count() or 2
+    size = sum(os.path.getsize(f) for f in files)
+    return int(max(2 * cores, min(4000, -(-size // (8 << 20)))))
