@@ -21,9 +21,11 @@ def our_buses():
 @pytest.fixture(autouse=True)
 def no_leftovers():
     before = set(our_buses())
-    yield
     me = psutil.Process()
-    kids = me.children(recursive=True)
+    # only processes this test started: others (a session's Spark JVM) are not ours to judge
+    older = {k.pid for k in me.children(recursive=True)}
+    yield
+    kids = [k for k in me.children(recursive=True) if k.pid not in older]
     for k in kids:  # only our own descendants, by pid
         try:
             k.kill()
