@@ -8,6 +8,9 @@ Invariants:
 """
 from __future__ import annotations
 
+import errno
+import re
+
 import posix_ipc
 import psutil
 from rich.console import Console
@@ -89,9 +92,21 @@ def cmd_rm(args, console=None) -> int:
     return status
 
 
+_AUTO_NAME = re.compile(r"^/bus1py-(\d+)-[0-9a-f]+$")
+
+
 def collect(name: str) -> dict:
-    """Reap one bus; unlink it if no process is left that could use it."""
-    bus = Bus.open(name)
+    """Reap one bus; unlink it if no process is left that could use it.  A segment of
+    another layout version cannot be read: an automatically named one (bus1py-PID-...) is
+    removed when its creator is gone, any other is left for `bus1py rm`."""
+    try:
+        bus = Bus.open(name)
+    except OSError as e:
+        match = _AUTO_NAME.match("/" + name.lstrip("/"))
+        if e.errno != errno.EPROTO or not match or psutil.pid_exists(int(match.group(1))):
+            raise
+        posix_ipc.unlink_shared_memory("/" + name.lstrip("/"))
+        return {"peers_reaped": 0, "blocks_completed": 0, "blocks_removed": 0, "removed": True}
     try:
         stats = bus.gc()
         info = bus.info()

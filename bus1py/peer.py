@@ -144,20 +144,22 @@ class Peer:
         if r:
             raise bus_error(r, f"releasing handle {handle} of peer {self._id}")
 
-    def destroy(self, *handles: int, release: bool = False) -> None:
+    def destroy(self, *handles: int, release: bool = False) -> tuple:
         """Destroy the nodes behind these owner handles, in one transaction with one
         destruction timestamp: the owner and every holder get NODE_DESTROY, each with its
-        own handle id.  With release=True the owner's handles are released as well."""
+        own handle id.  With release=True the owner's handles are released as well.
+        Returns the destruction's stamp (timestamp, owner id, sequence), like `send`."""
         if not handles:
             raise bus_error(errno.EINVAL, "destroy needs at least one handle")
         for h in handles:
             _check_handle(h, "handle")
         if not self._attached:
             self._attach()
-        arr = ffi.new("uint64_t[]", handles)
-        r = lib.b1_destroy(self._bus.base(), self._slot, self._id, arr, len(handles), bool(release))
+        arr, stamp = ffi.new("uint64_t[]", handles), ffi.new("uint64_t[2]")
+        r = lib.b1_destroy(self._bus.base(), self._slot, self._id, arr, len(handles), bool(release), stamp)
         if r:
             raise bus_error(r, f"peer {self._id} destroying {handles!r}")
+        return (stamp[0], self._id, stamp[1])
 
     # ---- messages ----
 

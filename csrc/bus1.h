@@ -153,9 +153,10 @@ int b1_node_create(void *base, uint32_t slot, uint64_t id, uint64_t *handle);
 int b1_handle_transfer(void *base, uint32_t slot, uint64_t id, uint64_t handle,
                        uint32_t to_slot, uint64_t to_id, uint64_t *out);
 int b1_handle_release(void *base, uint32_t slot, uint64_t id, uint64_t handle);
-/* destroy the nodes behind the owner's handles, in one transaction */
+/* destroy the nodes behind the owner's handles, in one transaction; stamp receives the
+ * destruction's (timestamp, transaction seq) */
 int b1_destroy(void *base, uint32_t slot, uint64_t id, const uint64_t *handles, uint32_t n,
-               int release);
+               int release, uint64_t *stamp);
 
 /* the transaction, step by step (each step is one queue operation) */
 int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,

@@ -246,7 +246,7 @@ void b1_destroy_delivered(void *base, struct b1_peer *p, struct b1_entry *e);
 int b1_release_wanted_locked(void *base, struct b1_peer *p, struct b1_entry *e);
 void b1_notify_release(void *base, uint32_t node, uint32_t gen);
 int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nodes, uint32_t n,
-                     int disconnecting);
+                     int disconnecting, uint64_t *stamp);
 void b1_drop_peer_handles(void *base, uint32_t slot, uint64_t id);
 
 /* tx.c */

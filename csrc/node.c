@@ -435,7 +435,7 @@ static int destroy_stamp_check(void *base, struct b1_tx *tx, void *arg) {
 }
 
 int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nodes, uint32_t n,
-                     int disconnecting) {
+                     int disconnecting, uint64_t *stamp) {
     uint32_t *versions = malloc(n * sizeof *versions);
     if (!versions) return -ENOMEM;
     struct b1_peer *p = PEER(base, slot);
@@ -490,6 +490,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
             tx.seq = atomic_fetch_add(&p->tx_seq, 1);
             r = b1_tx_stamp_as(base, &tx, disconnecting, destroy_stamp_check, &dc);
             if (r == -EAGAIN) continue;
+            if (!r && stamp) stamp[0] = tx.ts, stamp[1] = tx.seq;
             break;
         }
         struct b1_tx tx = {.sender_slot = slot, .sender_id = id, .n = count, .dests = dests};
@@ -504,6 +505,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
         }
         for (uint32_t i = 0; i < count && count > 1; i++) b1_tx_sync(base, &tx, i);
         for (uint32_t i = 0; i < count; i++) b1_tx_commit(base, &tx, i);
+        if (stamp) stamp[0] = tx.ts, stamp[1] = tx.seq;
         free(dests);
         break;
     }
@@ -520,7 +522,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
 }
 
 int b1_destroy(void *base, uint32_t slot, uint64_t id, const uint64_t *handles, uint32_t n,
-               int release) {
+               int release, uint64_t *stamp) {
     if (n == 0 || n > HDR(base)->limits.max_dests) return -EINVAL;
     struct b1_peer *p;
     int r = b1_lock_live(base, slot, id, &p);
@@ -538,7 +540,7 @@ int b1_destroy(void *base, uint32_t slot, uint64_t id, const uint64_t *handles, 
             if (NODE(base, nodes[i])->owner_handle != handles[i]) r = -EREMOTE;
         }
     }
-    if (!r) r = b1_destroy_nodes(base, slot, id, nodes, n, 0);
+    if (!r) r = b1_destroy_nodes(base, slot, id, nodes, n, 0, stamp);
     if (!r && release) {
         for (uint32_t i = 0; i < n; i++) {
             uint32_t hi = b1_handle_lookup(base, slot, id, handles[i]);

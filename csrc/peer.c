@@ -196,7 +196,7 @@ int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id) {
         }
         b1_unlock(p);
     }
-    if (n) b1_destroy_nodes(base, slot, id, nodes, n, 1);
+    if (n) b1_destroy_nodes(base, slot, id, nodes, n, 1, NULL);
     free(nodes);
 
     r = b1_lock(p);
