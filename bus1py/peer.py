@@ -188,7 +188,7 @@ class Peer:
             if type(destinations) is int:
                 dests[0] = destinations
                 n = 1
-            elif type(destinations) is list and len(destinations) == 1:
+            elif type(destinations) is list and len(destinations) == 1 and type(destinations[0]) is int:
                 dests[0] = destinations[0]
                 n = 1
             else:
@@ -361,6 +361,8 @@ def _fill(array, values, limit, what) -> int:
     if type(values) is not list and type(values) is not tuple:
         values = tuple(values)  # sets, generators, ...; TypeError for non-iterables
     n = len(values)
+    if any(type(v) is bool for v in values):
+        raise TypeError(f"{what} must be handle ids, not booleans: {values!r}")
     if n > limit:
         raise bus_error(errno.EINVAL if what == "destinations" else errno.EMSGSIZE,
                         f"{n} {what}, more than the bus allows "
