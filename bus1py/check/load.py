@@ -107,7 +107,15 @@ def spark_schema():
 
 
 def _fmt_row(r, cols=("process", "seq", "kind", "msg")) -> str:
-    return ", ".join(f"{c}={r[c]!r}" for c in cols if c in r.asDict())
+    d = r if isinstance(r, dict) else r.asDict()
+    return ", ".join(f"{c}={d[c]!r}" for c in cols if c in d)
+
+
+def _file_of(df, fname, process, seq) -> str:
+    from pyspark.sql import functions as F
+    got = (df.where((F.col("process") == process) & (F.col("seq") == seq))
+           .select(fname.alias("file")).limit(1).collect())
+    return got[0]["file"] if got else "?"
 
 
 def load_trace(spark, path: str, validate: bool = True) -> Trace:
@@ -165,14 +173,17 @@ def load_trace(spark, path: str, validate: bool = True) -> Trace:
 
     # Pass 2 (one shuffle by process): seq must be exactly 0..n-1. A window over
     # (process, seq) finds the first row that is not its predecessor + 1, with its file.
+    # File names are looked up afterwards for the one offending row: shuffling a string per
+    # row would cost more than the check itself.
     w = Window.partitionBy("process").orderBy("seq")
-    seqbad = (df.select("process", "seq", fname.alias("file"))
+    seqbad = (df.select("process", "seq")
               .withColumn("prev", F.lag("seq").over(w))
               .where(F.when(F.col("prev").isNull(), F.col("seq") != 0)
                      .otherwise(F.col("seq") != F.col("prev") + 1))
               .limit(1).collect())
     if seqbad:
-        r = seqbad[0]
+        r = seqbad[0].asDict()
+        r["file"] = _file_of(df, fname, r["process"], r["seq"])
         if r["prev"] is None:
             what = f"first seq is {r['seq']}, expected 0"
         elif r["seq"] == r["prev"]:
@@ -188,7 +199,7 @@ def load_trace(spark, path: str, validate: bool = True) -> Trace:
         .otherwise(F.lit("message"))
     ids = (df.where(kind != "internal")
            .select(space.alias("space"), "msg", origin.alias("origin"),
-                   F.struct(fname.alias("file"), "process", "seq", "kind", "msg").alias("r"))
+                   F.struct("process", "seq", "kind", "msg").alias("r"))
            .groupBy("space", "msg")
            .agg(F.sum(F.col("origin").cast("int")).alias("n"),
                 F.min(F.when(F.col("origin"), F.col("r"))).alias("o"),
@@ -197,9 +208,12 @@ def load_trace(spark, path: str, validate: bool = True) -> Trace:
     if ids:
         i = ids[0]
         if i["n"] > 1:
-            raise TraceError(f"{i['o']['file']}: column 'msg': {i['space']} id {i['msg']} is "
-                             f"sent by {i['n']} rows (ids must be unique in the trace)")
-        r = i["x"]
+            o = i["o"]
+            raise TraceError(f"{_file_of(df, fname, o['process'], o['seq'])}: column 'msg': "
+                             f"{i['space']} id {i['msg']} is sent by {i['n']} rows "
+                             f"(ids must be unique in the trace)")
+        r = i["x"].asDict()
+        r["file"] = _file_of(df, fname, r["process"], r["seq"])
         what = ("delivers unknown message" if i["space"] == "message"
                 else "receives unknown signal")
         src = "no send or destroy row" if i["space"] == "message" else "no signal_send row"

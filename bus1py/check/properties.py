@@ -156,7 +156,8 @@ class Checker:
                    "not a destination": f"message {r['msg']} was delivered at process "
                                         f"{r['process']}, which is not among its destinations"
                    }[r["problem"]]
-            examples.append({"problem": r["problem"], "why": why, "events": evs})
+            examples.append({"problem": r["problem"], "why": why, "events": evs,
+                             "highlight": [int(r["msg"])]})
         return v, n, examples
 
     # ------------------------------------------------------------------ fifo
