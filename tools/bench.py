@@ -1013,13 +1013,60 @@ def _profile_raw(seconds=4.0, size=64):
                 recv()
 
 
+def _oneway_n(seconds):
+    return int(400_000 * seconds), 2_000  # timed messages, warm-up messages
+
+
 def _profile_oneway(seconds=4.0, size=64):
     """Target for `perf record`: bus1py one-way, 2 pinned processes, about `seconds` long."""
     ch = BusChannel(size)
+    n, warm = _oneway_n(seconds)
     try:
-        run_oneway(ch, size, int(400_000 * seconds), 2_000, 0, (1,), timeout=seconds * 20 + 60)
+        run_oneway(ch, size, n, warm, 0, (1,), timeout=seconds * 20 + 60)
     finally:
         ch.close()
+
+
+def bench_futex(seconds=1.0):
+    """Section 5c: every futex syscall of the two-process bus1py one-way run (perf's
+    syscalls:sys_enter_futex tracepoint), per process and kind, per message.
+
+    Kinds: a robust mutex's FUTEX_WAIT carries the owner's tid with FUTEX_WAITERS (bit 31)
+    set and its unlock wakes 1; the queue's reader wake-up (b1_wake) wakes INT_MAX and
+    its sleeper waits on a small sequence number.  Returns {comm: {kind: per message}} or
+    None when perf or the tracepoint is unavailable."""
+    perf = shutil.which("perf")
+    if not perf:
+        return None
+    n, warm = _oneway_n(seconds)
+    with tempfile.TemporaryDirectory() as d:
+        data = os.path.join(d, "futex.data")
+        try:
+            subprocess.run([perf, "record", "-q", "-e", "syscalls:sys_enter_futex", "-o", data, "--",
+                            sys.executable, str(Path(__file__).resolve()), "--profile-oneway", str(seconds)],
+                           check=True, capture_output=True, timeout=seconds * 30 + 120)
+            out = subprocess.run([perf, "script", "-i", data, "-F", "comm,trace"], check=True,
+                                 capture_output=True, text=True, timeout=300).stdout
+        except (subprocess.SubprocessError, OSError):
+            return None
+    counts = {}
+    for line in out.splitlines():
+        mt = re.search(r"(b1b-\w+)\s+uaddr: 0x[0-9a-f]+, op: (0x[0-9a-f]+), val: (0x[0-9a-f]+)", line)
+        if not mt:
+            continue
+        comm, op, val = mt.group(1), int(mt.group(2), 16) & 0x7F, int(mt.group(3), 16)
+        if op in (0, 9):  # FUTEX_WAIT, FUTEX_WAIT_BITSET
+            kind = "mutex wait (lock contended)" if val & 0x80000000 else "reader sleep (queue empty)"
+        elif op in (1, 10):  # FUTEX_WAKE, FUTEX_WAKE_BITSET
+            kind = "mutex unlock wake" if val == 1 else "reader wake-up (b1_wake)" if val >= 0x7FFFFFFF else "other wake"
+        else:
+            kind = f"other (op {op})"
+        counts.setdefault(comm, {}).setdefault(kind, 0)
+        counts[comm][kind] += 1
+    if not counts:
+        return None
+    total = n + warm
+    return {c: {k: v / total for k, v in sorted(ks.items())} for c, ks in sorted(counts.items(), reverse=True)}
 
 
 def _perf_parse(text):
@@ -1342,7 +1389,7 @@ def _short(dso):
     return re.sub(r"\.cpython-\d+-[^.]+\.so$", ".so", dso)
 
 
-def summary_lines(uni, mc, qc, prof, perf_rows):
+def summary_lines(uni, mc, qc, prof, perf_rows, futex=None):
     """Plain-words reading of the numbers: where bus1py stands and what is in the way."""
     L = []
     uni, prof = uni or {}, prof or {}
@@ -1439,6 +1486,17 @@ def summary_lines(uni, mc, qc, prof, perf_rows):
                 L.append("- **perf, two-process one-way** (samples of both CPUs): " + "; ".join(parts) + ". "
                          "In the C helper the hot spots are the tree insert (sender) and remove "
                          "(receiver), which touch lines the other process just wrote.")
+    if futex:
+        tot = {c: sum(v.values()) for c, v in futex.items()}
+        mw = {c: v.get("mutex wait (lock contended)", 0) for c, v in futex.items()}
+        L.append("- **Lock contention goes through the kernel**: in the two-process one-way run the "
+                 "sender and the receiver make "
+                 + " and ".join(f"{tot[c]:.2f} ({c[4:]})" for c in tot)
+                 + " futex syscalls per message, nearly all on the receiver's queue mutex: "
+                 + " and ".join(f"{mw[c]:.3f} ({c[4:]})" for c in mw)
+                 + " contended-lock waits per message plus the matching unlock wakes. glibc's robust "
+                 "mutexes never spin before sleeping, so every collision between a send's stage/commit "
+                 "and a recv on the same queue costs a FUTEX_WAIT and a FUTEX_WAKE syscall.")
     bound = multicast_cpu_bound(prof, sorted({k for _, k in mc})) if mc else None
     if mc and bound:
         r4 = mc.get(("bus1py multicast", 4))
@@ -1473,7 +1531,8 @@ def summary_lines(uni, mc, qc, prof, perf_rows):
     return L
 
 
-def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, targets, plots, elapsed, errors=()):
+def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, targets, plots, elapsed, errors=(),
+                   futex=None):
     L = []
     add = L.append
     add("# Benchmarks")
@@ -1512,7 +1571,7 @@ def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, target
         for what, msg, tb in errors:
             add(f"- section {what}: `{msg}`")
         add("")
-    summ = summary_lines(uni, mc, qc, prof, perf_rows)
+    summ = summary_lines(uni, mc, qc, prof, perf_rows, futex)
     if summ:
         add("## Summary: where bus1py stands and what is in the way")
         add("")
@@ -1728,6 +1787,21 @@ def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, target
         for p, keys, sym in pr["symbols"][:25]:
             add(f"| {p:.1f} | " + ("".join(f"{k} | " for k in keys[:-1])) + f"{_short(keys[-1])} | `{sym}` |")
         add("")
+    if futex:
+        add("### Futex syscalls in the two-process one-way run")
+        add("")
+        add("`perf record -e syscalls:sys_enter_futex -- .venv/bin/python tools/bench.py --profile-oneway 1` "
+            "(64 B, pinned as in section 1), every futex call of the two processes, per message. A "
+            "robust mutex's FUTEX_WAIT carries the owner's tid with FUTEX_WAITERS set and its unlock "
+            "wakes 1; the queue's reader wake-up (`b1_wake`) wakes all, its sleeper waits on the "
+            "queue's wake sequence number.")
+        add("")
+        kinds = sorted({k for v in futex.values() for k in v})
+        add("| process | " + " | ".join(kinds) + " | all |")
+        add("|---|" + "---:|" * (len(kinds) + 1))
+        for comm, v in futex.items():
+            add(f"| {comm} | " + " | ".join(f"{v.get(k, 0):.4f}" for k in kinds) + f" | {sum(v.values()):.3f} |")
+        add("")
     text = "\n".join(L) + "\n"
     # keep another engineer's `## Checker` section (always at the end) when rewriting
     old = path.read_text() if path.exists() else ""
@@ -1748,7 +1822,7 @@ def run_all(cfg, out: Path, cmd: str, console=None, sections=("unicast", "multic
     _raise_mq_rlimit()
     mi = machine_info()
     t_start = time.monotonic()
-    uni = mc = qc = mem = prof = perf_rows = None
+    uni = mc = qc = mem = prof = perf_rows = futex = None
     n_uni = len([n for n in unicast_channels() if n in cfg.peers]) * len(SIZES) * (cfg.reps + cfg.lat_reps)
     n_mc = len(cfg.mc_ks) * len(multicast_variants()) * cfg.mc_reps
     errors = []
@@ -1789,6 +1863,7 @@ def run_all(cfg, out: Path, cmd: str, console=None, sections=("unicast", "multic
                 perf_rows = [r for r in (guarded("5 (perf loop)", bench_perf, "loop", 4.0),
                                          guarded("5 (perf raw)", bench_perf, "raw", 4.0),
                                          guarded("5 (perf one-way)", bench_perf, "oneway", 3.0)) if r]
+                futex = guarded("5 (futex trace)", bench_futex, 1.0)
             progress.advance(t)
     try:
         mi["load_end"] = os.getloadavg()
@@ -1804,7 +1879,8 @@ def run_all(cfg, out: Path, cmd: str, console=None, sections=("unicast", "multic
     plots = make_plots(out, uni, mc, qc)
     elapsed = time.monotonic() - t_start
     md = out / "BENCHMARKS.md"
-    write_markdown(md, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, targets, plots, elapsed, errors)
+    write_markdown(md, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, targets, plots, elapsed, errors,
+                   futex)
     console.print(f"wrote {md} and {', '.join(p.name for p in plots)} in {elapsed:.0f} s")
     return {"unicast": uni, "multicast": mc, "queue": qc, "memory": mem, "profile": prof,
             "perf": perf_rows, "targets": targets, "plots": plots, "markdown": md, "errors": errors}
