@@ -532,14 +532,14 @@ def run_pingpong(fwd, back, size, n, warm, cpus=(0, 1), timeout=120.0):
 @dataclass
 class Config:
     quick: bool = False
-    reps: int = 5
+    reps: int = 7
     lat_reps: int = 3
     n_small: int = 60_000        # one-way messages per repetition, 64 B
     n_big: int = 20_000          # one-way messages per repetition, 4 KiB
     n_rtt: int = 5_000           # round trips per repetition
     mc_ks: tuple = (1, 2, 4, 8)
     mc_n: int = 30_000           # messages per receiver per repetition (multicast)
-    mc_reps: int = 3
+    mc_reps: int = 5
     qc_ms: tuple = (10, 100, 1_000, 10_000, 100_000, 1_000_000)
     qc_pairs: int = 10_000
     qc_reps: int = 9
