@@ -48,10 +48,28 @@ uint64_t b1_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* A holder that died mid-operation leaves the mutex EOWNERDEAD: take it over.  The
+static inline void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+#define LOCK_SPINS 64 /* trylock attempts before sleeping in the kernel */
+
+/* Every hold of a queue lock is one short queue operation (~100 ns), so a collision is
+ * better waited out spinning than with glibc's robust mutex, which goes straight to
+ * FUTEX_WAIT (and makes the unlocker pay a FUTEX_WAKE).  After LOCK_SPINS tries, sleep.
+ * A holder that died mid-operation leaves the mutex EOWNERDEAD: take it over.  The
  * operations under it are short and update the tree last, so the state is usable. */
 int b1_lock(struct b1_peer *p) {
-    int r = pthread_mutex_lock(&p->lock);
+    int r = pthread_mutex_trylock(&p->lock);
+    for (int i = 0; r == EBUSY && i < LOCK_SPINS; i++) {
+        for (int k = 0; k < 4 << (i < 4 ? i : 4); k++) relax(); /* back off: 4..64 pauses */
+        r = pthread_mutex_trylock(&p->lock);
+    }
+    if (r == EBUSY) r = pthread_mutex_lock(&p->lock);
     if (r == EOWNERDEAD) {
         pthread_mutex_consistent(&p->lock);
         p->lock_recoveries++;
