@@ -40,6 +40,7 @@ def schema():
 def generate(out, events, procs, multicast=0.1, signals=0.02, stamps=True, seed=1,
              segment_events=4_000_000, max_lag=256, quiet=False):
     rng = np.random.default_rng(seed)
+    _TX_BY_MSG.clear()  # message ids restart at 1 in every trace
     if os.path.exists(out):
         shutil.rmtree(out)
     os.makedirs(out)

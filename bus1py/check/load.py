@@ -119,9 +119,6 @@ def _file_of(df, fname, process, seq) -> str:
 
 
 def load_trace(spark, path: str, validate: bool = True) -> Trace:
-    from pyspark.sql import functions as F
-    from pyspark.sql import Window
-
     files = parquet_files(path)
     check_schemas(files)
     # An explicit schema makes files that lack an optional column read it as null, and keeps
@@ -133,6 +130,19 @@ def load_trace(spark, path: str, validate: bool = True) -> Trace:
     trace = Trace(path=path, df=df, files=files)
     if not validate:
         return trace
+    try:
+        _validate(df, trace)
+    except TraceError:
+        raise
+    except Exception as e:  # a file that passed its footer check but fails to decode
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TraceError(f"{path}: cannot read trace rows: {first[:500]}") from None
+    return trace
+
+
+def _validate(df, trace):
+    from pyspark.sql import functions as F
+    from pyspark.sql import Window
 
     # the hidden metadata column is deterministic (input_file_name() is not, and cannot be
     # aggregated)
@@ -223,4 +233,3 @@ def load_trace(spark, path: str, validate: bool = True) -> Trace:
     trace.rows = int(stats["rows"])
     trace.processes = list(stats["procs"])
     trace.has_stamps = bool(stats["msgs"]) and int(stats["unstamped"]) == 0
-    return trace
