@@ -1459,10 +1459,13 @@ def summary_lines(uni, mc, qc, prof, perf_rows, futex=None):
             cf = sum(p for d, p in g.items() if "_cffi_backend" in d)
             py = sum(p for d, p in g.items() if "libpython" in d)
             mutex = sum(p for p, k, sym in pr["symbols"] if "pthread_mutex" in sym)
+            full = any("mutex_lock_full" in sym or "mutex_unlock_full" in sym for _, _, sym in pr["symbols"])
             top = [(p, sym) for p, k, sym in pr["symbols"] if "_b1" in k[-1]][:5]
             L.append(f"- **perf, raw C calls without the Python layer**: cffi's argument conversion "
-                     f"{cf:.0f} %, bus1py's C helper {c:.0f} %, pthread mutex lock/unlock {mutex:.0f} % "
-                     f"(robust mutexes always take glibc's slow `_full` path), the loop itself {py:.0f} %. "
+                     f"{cf:.0f} %, bus1py's C helper {c:.0f} %, pthread mutex calls {mutex:.0f} % "
+                     + ("(robust mutexes take glibc's generic `_full` path, not the inlined fast path), "
+                        if full else "")
+                     + f"the loop itself {py:.0f} %. "
                      "Hottest helper functions: "
                      + ", ".join(f"`{sym}` {p:.1f} %" for p, sym in top) + ".")
         if pr["kind"] == "oneway":
@@ -1489,14 +1492,16 @@ def summary_lines(uni, mc, qc, prof, perf_rows, futex=None):
     if futex:
         tot = {c: sum(v.values()) for c, v in futex.items()}
         mw = {c: v.get("mutex wait (lock contended)", 0) for c, v in futex.items()}
-        L.append("- **Lock contention goes through the kernel**: in the two-process one-way run the "
-                 "sender and the receiver make "
-                 + " and ".join(f"{tot[c]:.2f} ({c[4:]})" for c in tot)
-                 + " futex syscalls per message, nearly all on the receiver's queue mutex: "
-                 + " and ".join(f"{mw[c]:.3f} ({c[4:]})" for c in mw)
-                 + " contended-lock waits per message plus the matching unlock wakes. glibc's robust "
-                 "mutexes never spin before sleeping, so every collision between a send's stage/commit "
-                 "and a recv on the same queue costs a FUTEX_WAIT and a FUTEX_WAKE syscall.")
+        waits = sum(mw.values())
+        head = ("- **Lock contention goes through the kernel**" if waits >= 0.01 else
+                "- **Lock contention rarely reaches the kernel**")
+        L.append(head + ": in the two-process one-way run the sender and the receiver make "
+                 + " and ".join(f"{tot[c]:.3f} ({c[4:]})" for c in tot)
+                 + " futex syscalls per message, of which contended-lock waits: "
+                 + " and ".join(f"{mw[c]:.3f} ({c[4:]})" for c in mw) + " per message"
+                 + (", each with a matching unlock wake: a collision between a send's stage/commit and "
+                    "a recv on the same queue costs two syscalls and a cross-CPU wake-up."
+                    if waits >= 0.01 else "."))
     bound = multicast_cpu_bound(prof, sorted({k for _, k in mc})) if mc else None
     if mc and bound:
         r4 = mc.get(("bus1py multicast", 4))
