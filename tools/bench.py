@@ -1485,10 +1485,14 @@ def summary_lines(uni, mc, qc, prof, perf_rows, futex=None):
                     kn = sum(v for x, v in d.items() if "kernel" in x)
                     parts.append(f"{comm[4:]}: {tot:.0f} % of all samples (interpreter {py:.0f}, cffi {cf:.0f}, "
                                  f"C helper {c:.0f}, kernel {kn:.0f})")
+            hot = []
+            for comm in ("b1b-sender", "b1b-receiver"):
+                top = [(p, sym) for p, k, sym in pr["symbols"] if k[0] == comm and "_b1" in k[-1]][:3]
+                if top:
+                    hot.append(f"{comm[4:]} " + ", ".join(f"`{sym}` {p:.1f} %" for p, sym in top))
             if parts:
                 L.append("- **perf, two-process one-way** (samples of both CPUs): " + "; ".join(parts) + ". "
-                         "In the C helper the hot spots are the tree insert (sender) and remove "
-                         "(receiver), which touch lines the other process just wrote.")
+                         + ("Hottest C-helper functions: " + "; ".join(hot) + "." if hot else ""))
     if futex:
         tot = {c: sum(v.values()) for c, v in futex.items()}
         mw = {c: v.get("mutex wait (lock contended)", 0) for c, v in futex.items()}
