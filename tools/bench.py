@@ -1509,9 +1509,9 @@ def summary_lines(uni, mc, qc, prof, perf_rows, futex=None):
         head = ("- **Lock contention goes through the kernel**" if waits >= 0.01 else
                 "- **Lock contention rarely reaches the kernel**")
         L.append(head + ": in the two-process one-way run the sender and the receiver make "
-                 + " and ".join(f"{tot[c]:.3f} ({c[4:]})" for c in tot)
-                 + " futex syscalls per message, of which contended-lock waits: "
-                 + " and ".join(f"{mw[c]:.3f} ({c[4:]})" for c in mw) + " per message"
+                 + " and ".join(f"{1000 * tot[c]:.1f} ({c[4:]})" for c in tot)
+                 + " futex syscalls per 1,000 messages, of which contended-lock waits: "
+                 + " and ".join(f"{1000 * mw[c]:.1f} ({c[4:]})" for c in mw) + " per 1,000 messages"
                  + (", each with a matching unlock wake: a collision between a send's stage/commit and "
                     "a recv on the same queue costs two syscalls and a cross-CPU wake-up."
                     if waits >= 0.01 else "."))
