@@ -310,11 +310,12 @@ def _check_one_order(deliveries, plans, stamps, causes):
 @pytest.mark.parametrize("method,tight,n_pure_receivers",
                          [("fork", False, 5), ("spawn", False, 2), ("fork", True, 2)])
 def test_concurrent_multicast_one_order(make_bus, tmp_path, method, tight, n_pure_receivers):
-    """tight: a 100 KiB pool and 40 entries, so that the lock-free free lists are recycled
-    all the time by several processes (and senders meet EXFULL and retry)."""
+    """tight: a 36 KiB pool and 12 entries, so that the lock-free free lists are recycled
+    all the time by several processes and senders meet EXFULL and retry (with room for a
+    few messages only, faster receivers cannot keep it from filling)."""
     if tight:
-        bus = make_bus(max_peers=16, max_nodes=64, max_handles=256, max_entries=40,
-                       max_dests=8, max_payload=4096, pool_size=24 * 4096 + 4096)
+        bus = make_bus(max_peers=16, max_nodes=64, max_handles=256, max_entries=12,
+                       max_dests=8, max_payload=4096, pool_size=8 * 4096 + 4096)
     else:
         bus = make_bus(max_peers=16, max_nodes=64, max_handles=256, max_entries=8192,
                        max_dests=8, max_payload=4096, pool_size=8 << 20)
