@@ -347,20 +347,10 @@ int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, u
 
 int b1_recv(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *info,
             char *buf, uint32_t buflen, uint64_t *handles_out) {
-    struct b1_header *h = HDR(base);
-    if (slot == 0 || slot > h->limits.max_peers) return -EINVAL;
-    struct b1_peer *p = PEER(base, slot);
     for (;;) {
-        int r = b1_lock(p);
+        struct b1_peer *p;
+        int r = b1_lock_live(base, slot, id, &p);
         if (r) return r;
-        if (p->id != id) {
-            b1_unlock(p);
-            return -EINVAL;
-        }
-        if (p->state != B1_PEER_ACTIVE) {
-            b1_unlock(p);
-            return -ESHUTDOWN;
-        }
         uint32_t ei = p->front;
         if (!ei || (ENTRY(base, ei)->ts & 1)) {
             b1_unlock(p);
