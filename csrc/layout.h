@@ -233,6 +233,7 @@ uint64_t b1_now_ns(void);
 
 /* peer.c */
 int b1_lock_live(void *base, uint32_t slot, uint64_t id, struct b1_peer **out);
+int b1_check_live(void *base, uint32_t slot, uint64_t id);
 int b1_pid_alive(int32_t pid, uint64_t start);
 int b1_queue_reap(void *base, uint32_t slot);
 

@@ -203,17 +203,14 @@ int b1_node_create(void *base, uint32_t slot, uint64_t id, uint64_t *out) {
 
 int b1_handle_transfer(void *base, uint32_t slot, uint64_t id, uint64_t handle,
                        uint32_t to_slot, uint64_t to_id, uint64_t *out) {
-    struct b1_peer *p;
-    int r = b1_lock_live(base, slot, id, &p);
+    int r = b1_check_live(base, slot, id);
     if (r) return r;
-    b1_unlock(p);
     uint32_t src = b1_handle_lookup(base, slot, id, handle);
     if (!src) return -ENXIO;
     /* the receiving peer must be connected (checked under its own lock, then released:
      * never two locks at once) */
-    r = b1_lock_live(base, to_slot, to_id, &p);
+    r = b1_check_live(base, to_slot, to_id);
     if (r) return r == -ESHUTDOWN ? r : -EINVAL;
-    b1_unlock(p);
     uint32_t n = HANDLE(base, src)->node, gen = HANDLE(base, src)->node_gen;
     struct b1_peer *owner = lock_owner(base, n, gen);
     if (!owner) return -ESTALE;
@@ -232,10 +229,8 @@ int b1_handle_transfer(void *base, uint32_t slot, uint64_t id, uint64_t handle,
 }
 
 int b1_handle_release(void *base, uint32_t slot, uint64_t id, uint64_t handle) {
-    struct b1_peer *p;
-    int r = b1_lock_live(base, slot, id, &p);
+    int r = b1_check_live(base, slot, id);
     if (r) return r;
-    b1_unlock(p);
     uint32_t hi = b1_handle_lookup(base, slot, id, handle);
     if (!hi) return -ENXIO;
     struct b1_handle *hd = HANDLE(base, hi);
@@ -336,6 +331,16 @@ int b1_tx_register_handles(void *base, struct b1_tx *tx, const uint64_t *handles
     return 0;
 }
 
+/* Is the node's destruction key (destroy_ts, owner id, destroy_seq) below the entry's
+ * message key (owner lock held)? */
+static int destroyed_before(const struct b1_node *nd, const struct b1_entry *e) {
+    if (nd->state != B1_NODE_DESTROYED) return 0;
+    struct b1_entry destruction = {.ts = nd->destroy_ts, .sender = nd->owner_id,
+                                   .seq = nd->destroy_seq, .idx = 0};
+    struct b1_entry message = {.ts = e->ts, .sender = e->sender, .seq = e->seq, .idx = 1};
+    return b1_key_less(&destruction, &message);
+}
+
 /* The receiver's ids for the handles an entry carries, deciding validity now. */
 void b1_resolve_handles(void *base, struct b1_entry *e, struct b1_msg *m, uint64_t *out) {
     uint32_t nh = m->n_handles;
@@ -350,10 +355,7 @@ void b1_resolve_handles(void *base, struct b1_entry *e, struct b1_msg *m, uint64
         uint32_t hi = handle_index(base, ids[k]);
         int put = 0;
         if (hi && HANDLE(base, hi)->pending) {
-            struct b1_entry destruction = {.ts = nd->destroy_ts, .sender = nd->owner_id,
-                                           .seq = nd->destroy_seq, .idx = 0};
-            struct b1_entry message = {.ts = e->ts, .sender = e->sender, .seq = e->seq, .idx = 1};
-            if (nd->state == B1_NODE_DESTROYED && b1_key_less(&destruction, &message)) {
+            if (destroyed_before(nd, e)) {
                 put = handle_put_locked(base, hi, 0, 1);
             } else {
                 HANDLE(base, hi)->pending--;
@@ -371,11 +373,7 @@ void b1_resolve_handles(void *base, struct b1_entry *e, struct b1_msg *m, uint64
 int b1_data_dropped_locked(void *base, struct b1_entry *e) {
     struct b1_node *nd = NODE(base, e->node);
     if (nd->gen != e->node_gen || nd->state == B1_NODE_FREE) return 1;
-    if (nd->state != B1_NODE_DESTROYED) return 0;
-    struct b1_entry destruction = {.ts = nd->destroy_ts, .sender = nd->owner_id,
-                                   .seq = nd->destroy_seq, .idx = 0};
-    struct b1_entry message = {.ts = e->ts, .sender = e->sender, .seq = e->seq, .idx = 1};
-    return b1_key_less(&destruction, &message);
+    return destroyed_before(nd, e);
 }
 
 /* A NODE_DESTROY was read by peer p (its lock held). */
@@ -524,10 +522,9 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
 int b1_destroy(void *base, uint32_t slot, uint64_t id, const uint64_t *handles, uint32_t n,
                int release, uint64_t *stamp) {
     if (n == 0 || n > HDR(base)->limits.max_dests) return -EINVAL;
-    struct b1_peer *p;
-    int r = b1_lock_live(base, slot, id, &p);
+    int r = b1_check_live(base, slot, id);
     if (r) return r;
-    b1_unlock(p);
+    struct b1_peer *p = PEER(base, slot);
     uint32_t *nodes = malloc(n * sizeof *nodes);
     if (!nodes) return -ENOMEM;
     for (uint32_t i = 0; i < n && !r; i++) {

@@ -113,6 +113,14 @@ int b1_lock_live(void *base, uint32_t slot, uint64_t id, struct b1_peer **out) {
     return 0;
 }
 
+/* Is the peer (slot, id) still connected?  0, or the error of b1_lock_live. */
+int b1_check_live(void *base, uint32_t slot, uint64_t id) {
+    struct b1_peer *p;
+    int r = b1_lock_live(base, slot, id, &p);
+    if (!r) b1_unlock(p);
+    return r;
+}
+
 int b1_peer_attach(void *base, uint32_t slot, uint64_t id, int32_t pid) {
     struct b1_peer *p;
     int r = b1_lock_live(base, slot, id, &p);
@@ -152,7 +160,7 @@ int b1_peer_detach(void *base, uint32_t slot, uint64_t id, int32_t pid) {
 }
 
 /* Take every entry out of a disconnecting peer's queue. */
-static void flush_queue(void *base, struct b1_peer *p, uint32_t slot) {
+static void flush_queue(void *base, struct b1_peer *p) {
     uint32_t cap = p->n_entries, n = 0;
     uint32_t *taken = cap ? malloc(cap * sizeof *taken) : NULL;
     while (p->root) {
@@ -173,7 +181,6 @@ static void flush_queue(void *base, struct b1_peer *p, uint32_t slot) {
         b1_entry_free(base, taken[i]);
     }
     free(taken);
-    (void)slot;
 }
 
 int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id) {
@@ -202,7 +209,7 @@ int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id) {
     r = b1_lock(p);
     if (r) return r;
     p->state = B1_PEER_DISCONNECTED;
-    flush_queue(base, p, slot); /* unlocks */
+    flush_queue(base, p); /* unlocks */
     b1_drop_peer_handles(base, slot, id);
     return 0;
 }
