@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import errno
 import os
+import struct
 import threading
 import time
 import weakref
@@ -32,7 +33,8 @@ _EINTR = -errno.EINTR
 _EAGAIN = -errno.EAGAIN
 _new_message = tuple.__new__  # Message(...) through its generated __new__ costs 3x more
 _UNREACHABLE = lib.B1_SEND_UNREACHABLE_ERROR
-_send, _recv_wait, _unpack = lib.b1_send, lib.b1_recv_wait, ffi.unpack
+_send, _recv, _unpack = lib.b1_frame_send, lib.b1_frame_recv, ffi.unpack
+_unpack_info = struct.Struct("=8Q").unpack_from  # struct b1_msg_info, all words at once
 
 
 @dataclass(frozen=True)
@@ -175,85 +177,78 @@ class Peer:
         already received NODE_DESTROY for every destination.
         """
         bus = self._bus
-        base = bus._base
-        if base is None:
-            bus.base()  # raises: closed
+        try:
+            frame, dests, carried, _, _, seq, _ = bus._tls.scratch
+        except AttributeError:
+            frame, dests, carried, _, _, seq, _ = bus.scratch()  # raises: closed
         if not self._attached:
             self._attach()
-        try:
-            dests, seq, _, _, _, _, carried = bus._tls.scratch
-        except AttributeError:
-            dests, seq, _, _, _, _, carried = bus.scratch()
-        try:
-            if type(destinations) is int:
-                dests[0] = destinations
-                n = 1
-            elif type(destinations) is list and len(destinations) == 1 and type(destinations[0]) is int:
-                dests[0] = destinations[0]
-                n = 1
-            else:
-                n = _fill(dests, destinations, bus.limits.max_dests, "destinations")
-            nh = _fill(carried, handles, bus.limits.max_msg_handles, "handles") if handles else 0
-        except (TypeError, OverflowError):
-            raise TypeError(f"destinations and handles must be handle ids (ints >= 0) or "
-                            f"sequences of them, not {destinations!r} and {handles!r}") from None
         if type(payload) is not bytes:
             payload = _as_bytes(payload)
         flags = _UNREACHABLE if unreachable_error else 0
-        ts = _send(base, self._slot, self._id, dests, n, payload, len(payload), carried, nh, flags, seq)
+        try:
+            if type(destinations) is int:
+                dest, n = destinations, 0  # n == 0: the one destination is `dest`
+            elif type(destinations) is list and len(destinations) == 1 and type(destinations[0]) is int:
+                dest, n = destinations[0], 0
+            else:
+                dest, n = 0, _fill(dests, destinations, bus.limits.max_dests, "destinations")
+                if n == 0:
+                    raise bus_error(-errno.EINVAL, "no destinations")
+            nh = _fill(carried, handles, bus.limits.max_msg_handles, "handles") if handles else 0
+            ts = _send(frame, self._slot, self._id, dest, n, payload, len(payload), nh, flags)
+        except (TypeError, OverflowError):  # cffi's words for a bad id: say it for the user
+            raise TypeError(f"destinations and handles must be handle ids (ints >= 0) or "
+                            f"sequences of them, not {destinations!r} and {handles!r}") from None
         if ts < 0:
             # a receiver at its quota may be a peer whose processes died: reap and retry once
             if ts != -errno.EDQUOT or not _reap_dead(bus):
-                raise self._send_error(ts, destinations, len(payload), n, nh)
-            ts = _send(base, self._slot, self._id, dests, n, payload, len(payload), carried, nh, flags, seq)
+                raise self._send_error(ts, destinations, len(payload), n or 1, nh)
+            ts = _send(frame, self._slot, self._id, dest, n, payload, len(payload), nh, flags)
             if ts < 0:
-                raise self._send_error(ts, destinations, len(payload), n, nh)
+                raise self._send_error(ts, destinations, len(payload), n or 1, nh)
         return (ts, self._id, seq[0])
 
     def recv(self, timeout: float | None = None) -> Message:
         """The next message: waits for one (None), fails at once (0, BlockingIOError), or
         waits at most `timeout` seconds (TimeoutError)."""
         bus = self._bus
-        base = bus._base
-        if base is None:
-            bus.base()
+        try:
+            frame, _, handles, info, payload, _, _ = bus._tls.scratch
+        except AttributeError:
+            frame, _, handles, info, payload, _, _ = bus.scratch()  # raises: closed
         if not self._attached:
             self._attach()
-        try:
-            _, _, info, info_words, buf, buflen, handles_out = bus._tls.scratch
-        except AttributeError:
-            _, _, info, info_words, buf, buflen, handles_out = bus.scratch()
         if timeout is None:
-            r = _recv_wait(base, self._slot, self._id, info, buf, buflen, handles_out, -1)
+            r = _recv(frame, self._slot, self._id, -1)
         elif type(timeout) in (int, float) and timeout >= 0:
-            r = _recv_wait(base, self._slot, self._id, info, buf, buflen, handles_out, _timeout_ns(timeout))
+            r = _recv(frame, self._slot, self._id, _timeout_ns(timeout))
         elif type(timeout) in (int, float) and timeout < 0:
             raise ValueError(f"timeout must be None or >= 0, not {timeout!r}")
         else:
             raise TypeError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
         if r:
-            r = self._recv_slow(r, timeout, base, info, buf, buflen, handles_out)
+            self._recv_slow(r, timeout, frame)
         if self._ready is not None:
             self._ready.sync()
-        ts, sender, seq, destination, kind, length, nh, _ = _unpack(info_words, 8)
-        return _new_message(Message, (MESSAGE_TYPES[kind], destination, _unpack(buf, length),
-                                      tuple(_unpack(handles_out, nh)) if nh else (),
+        ts, sender, seq, destination, kind, length, nh, _ = _unpack_info(info)
+        return _new_message(Message, (MESSAGE_TYPES[kind], destination, payload[:length],
+                                      tuple(_unpack(handles, nh)) if nh else (),
                                       (ts, sender, seq)))
 
-    def _recv_slow(self, r, timeout, base, info, buf, buflen, handles_out):
+    def _recv_slow(self, r, timeout, frame):
         """A receive interrupted by a signal (EINTR: its Python handler has run by now, so
         wait out the time the C helper says is left), or an error to raise."""
         while r:
             if r != _EINTR:
                 raise self._recv_error(r, timeout)
-            ns = -1 if timeout is None else info.left_ns
+            ns = -1 if timeout is None else frame.info.left_ns
             if ns == 0:  # the deadline passed while the handler ran: one last look
-                r = _recv_wait(base, self._slot, self._id, info, buf, buflen, handles_out, 0)
+                r = _recv(frame, self._slot, self._id, 0)
                 if r == _EAGAIN:
                     r = -errno.ETIMEDOUT
                 continue
-            r = _recv_wait(base, self._slot, self._id, info, buf, buflen, handles_out, ns)
-        return r
+            r = _recv(frame, self._slot, self._id, ns)
 
     def query(self) -> PeerInfo:
         out = ffi.new("struct b1_peer_info *")

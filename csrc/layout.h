@@ -79,6 +79,7 @@ struct b1_peer {
     uint32_t state;
     uint32_t root;         /* treap root (entry index) */
     uint32_t front;        /* leftmost entry, 0 when empty */
+    uint32_t back;         /* rightmost entry, 0 when empty */
     uint32_t n_entries;
     uint64_t clock;
     uint32_t n_messages;   /* data messages queued or staged here (quota_messages) */
@@ -223,6 +224,7 @@ void b1_unlock(struct b1_peer *p);
 /* insert and remove return 1 when the front changed (the caller wakes after unlocking) */
 int b1_queue_insert_locked(void *base, struct b1_peer *p, uint32_t e);
 int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e);
+int b1_queue_rekey_locked(void *base, struct b1_peer *p, uint32_t e, uint64_t ts);
 int b1_queue_contains_locked(void *base, struct b1_peer *p, uint32_t e);
 int b1_queue_publish_front(void *base, struct b1_peer *p);
 int b1_key_less(const struct b1_entry *a, const struct b1_entry *b);

@@ -4,11 +4,15 @@
  * Invariants:
  *   - The tree is ordered by the key (ts, sender, seq, idx): the same total order at every
  *     queue, never by address.  Keys are unique because (sender, seq, idx) is.
- *   - Priorities are a hash of the key, so the tree's shape depends only on the set of keys
- *     (reproducible), and its expected depth is O(log m): insert, remove and finding the
- *     front cost O(log m).
+ *   - Priorities are a hash of the entry's identity (sender, seq, idx), the part of the key
+ *     that never changes, so the tree's shape depends only on the set of keys
+ *     (reproducible) and its expected depth is O(log m): insert, remove and finding the
+ *     front cost O(log m).  Because the priority ignores ts, a commit that raises the ts of
+ *     the rightmost entry keeps the tree valid in place (b1_queue_rekey_locked): the usual
+ *     unicast walks the tree once, at its stage, instead of three times.
  *   - p->front is the leftmost entry and p->front_ts its timestamp (0 when empty); both are
  *     updated under the lock by every change, front_ts is read without it by spinners.
+ *   - p->back is the rightmost entry (0 when empty), also updated by every change.
  *   - Only a committed (even) front can be dequeued; an odd front blocks the whole queue.
  *   - A sleeper first registers in `waiters`, then reads wake_seq, then re-checks front_ts;
  *     a change of the front publishes front_ts and then, if anyone is registered, bumps
@@ -93,8 +97,8 @@ static inline int key_less(const struct b1_entry *a, const struct b1_entry *b) {
 int b1_key_less(const struct b1_entry *a, const struct b1_entry *b) { return key_less(a, b); }
 
 static inline uint32_t key_priority(const struct b1_entry *e) {
-    uint64_t x = e->ts * 0x9e3779b97f4a7c15ull ^ e->sender * 0xbf58476d1ce4e5b9ull ^
-                 e->seq * 0x94d049bb133111ebull ^ e->idx ^ e->tiebreak;
+    uint64_t x = e->sender * 0xbf58476d1ce4e5b9ull ^ e->seq * 0x94d049bb133111ebull ^
+                 (uint64_t)e->idx * 0x9e3779b97f4a7c15ull ^ e->tiebreak;
     x ^= x >> 31;
     x *= 0xd6e8feb86659fd93ull;
     x ^= x >> 32;
@@ -144,6 +148,12 @@ static uint32_t leftmost(void *base, uint32_t t) {
     return t;
 }
 
+static uint32_t rightmost(void *base, uint32_t t) {
+    if (!t) return 0;
+    while (ENTRY(base, t)->right) t = ENTRY(base, t)->right;
+    return t;
+}
+
 int b1_queue_publish_front(void *base, struct b1_peer *p) {
     uint64_t ts = p->front ? ENTRY(base, p->front)->ts : 0;
     if (atomic_load_explicit(&p->front_ts, memory_order_relaxed) == ts) return 0;
@@ -164,20 +174,47 @@ int b1_queue_insert_locked(void *base, struct b1_peer *p, uint32_t e) {
     *slot = e;
     p->n_entries++;
     if (!p->front || key_less(n, ENTRY(base, p->front))) p->front = e;
+    if (!p->back || key_less(ENTRY(base, p->back), n)) p->back = e;
     return b1_queue_publish_front(base, p);
 }
 
 int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e) {
     struct b1_entry *n = ENTRY(base, e);
+    p->n_entries--;
+    if (e == p->front) {
+        /* the dequeue: the front has no left child, so it sits at the end of the left
+         * spine; its right subtree takes its place and holds the next front, if any */
+        uint32_t *slot = &p->root, parent = 0;
+        while (*slot != e) {
+            parent = *slot;
+            slot = &ENTRY(base, parent)->left;
+        }
+        *slot = n->right;
+        p->front = n->right ? leftmost(base, n->right) : parent;
+        if (e == p->back) p->back = 0; /* it was the only entry */
+        return b1_queue_publish_front(base, p);
+    }
     uint32_t *slot = &p->root;
     while (*slot != e) {
         struct b1_entry *t = ENTRY(base, *slot);
         slot = key_less(n, t) ? &t->left : &t->right;
     }
     *slot = merge(base, n->left, n->right);
-    p->n_entries--;
-    if (p->front == e) p->front = leftmost(base, p->root);
+    if (e == p->back) p->back = rightmost(base, p->root);
     return b1_queue_publish_front(base, p);
+}
+
+/* Give entry e (linked in p's tree) the timestamp ts > its current one.  The rightmost
+ * entry keeps its place (nothing is above it, and its priority ignores ts); any other
+ * moves.  Returns whether the front changed. */
+int b1_queue_rekey_locked(void *base, struct b1_peer *p, uint32_t e, uint64_t ts) {
+    if (e == p->back) {
+        ENTRY(base, e)->ts = ts;
+        return b1_queue_publish_front(base, p);
+    }
+    int woke = b1_queue_remove_locked(base, p, e);
+    ENTRY(base, e)->ts = ts;
+    return b1_queue_insert_locked(base, p, e) | woke;
 }
 
 /* Is entry e linked in p's tree (searched by its key)? */
@@ -239,6 +276,7 @@ int b1_queue_check(void *base, uint32_t slot) {
     r = check_subtree(base, p->root, NULL, NULL, &count);
     if (!r && count != p->n_entries) r = -EUCLEAN;
     if (!r && p->front != leftmost(base, p->root)) r = -EUCLEAN;
+    if (!r && p->back != rightmost(base, p->root)) r = -EUCLEAN;
     b1_unlock(p);
     return r ? r : (int)count;
 }

@@ -275,15 +275,15 @@ int b1_tx_commit(void *base, struct b1_tx *tx, uint32_t i) {
     }
     uint32_t inject = h->limits.inject;
     if (inject != B1_INJECT_NO_SYNC) b1_sync_clock(p, tx->ts); /* unicast: the sync round */
-    int woke = 0; /* the front may change at the removal or at the insertion */
-    if (stages_block(base)) woke = b1_queue_remove_locked(base, p, d->entry);
-    if (inject == B1_INJECT_FIFO) {
-        e->ts = 2 * ++p->fifo_counter;
+    /* the block takes the timestamp (ADDRESS_TIEBREAK set its tiebreak at the stage) */
+    uint64_t ts = inject == B1_INJECT_FIFO ? 2 * ++p->fifo_counter : tx->ts;
+    int woke;
+    if (stages_block(base)) {
+        woke = b1_queue_rekey_locked(base, p, d->entry, ts);
     } else {
-        e->ts = tx->ts;
-        if (inject == B1_INJECT_ADDRESS_TIEBREAK) e->tiebreak = d->entry;
+        e->ts = ts;
+        woke = b1_queue_insert_locked(base, p, d->entry);
     }
-    woke |= b1_queue_insert_locked(base, p, d->entry);
     b1_unlock(p);
     if (woke) b1_wake(p);
     d->state = B1_DEST_COMMITTED;
@@ -463,4 +463,16 @@ int b1_recv_wait(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *inf
             }
         }
     }
+}
+
+/* ---- the hot calls over a per-thread frame (see struct b1_frame) ---- */
+
+int64_t b1_frame_send(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t dest, uint32_t n,
+                      const char *payload, uint32_t len, uint32_t n_handles, uint32_t flags) {
+    return b1_send(f->base, slot, id, n ? f->dests : &dest, n ? n : 1, payload, len,
+                   f->handles, n_handles, flags, &f->seq);
+}
+
+int b1_frame_recv(struct b1_frame *f, uint32_t slot, uint64_t id, int64_t timeout_ns) {
+    return b1_recv_wait(f->base, slot, id, &f->info, f->buf, f->buflen, f->handles, timeout_ns);
 }
