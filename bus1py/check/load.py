@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+STAMPS = ("stamp_ts", "stamp_peer", "stamp_tx")
 KINDS = ("send", "deliver", "signal_send", "signal_recv", "destroy", "internal")
 
 # column -> (arrow type test, human type name, required)
@@ -51,6 +52,7 @@ class Trace:
     rows: int = 0
     processes: list = field(default_factory=list)   # sorted distinct process ids
     has_stamps: bool = False        # every send/destroy row carries a full stamp
+    stamp_ranges: dict = field(default_factory=dict)  # stamp column -> (min, max) over sends
 
 
 def parquet_files(path: str) -> list[str]:
@@ -176,6 +178,8 @@ def _validate(df, trace):
         F.sum(F.when(is_msg & (F.col("stamp_ts").isNull() | F.col("stamp_peer").isNull()
                                | F.col("stamp_tx").isNull()), 1).otherwise(0)).alias("unstamped"),
         F.sum(F.when(is_msg, 1).otherwise(0)).alias("msgs"),
+        *[F.min(F.when(is_msg, F.col(c))).alias(f"min_{c}") for c in STAMPS],
+        *[F.max(F.when(is_msg, F.col(c))).alias(f"max_{c}") for c in STAMPS],
     ).collect()[0]
     if stats["bad"] is not None:
         r = stats["bad"]
@@ -233,3 +237,6 @@ def _validate(df, trace):
     trace.rows = int(stats["rows"])
     trace.processes = list(stats["procs"])
     trace.has_stamps = bool(stats["msgs"]) and int(stats["unstamped"]) == 0
+    if trace.has_stamps:
+        trace.stamp_ranges = {c: (int(stats[f"min_{c}"]), int(stats[f"max_{c}"]))
+                              for c in STAMPS}

@@ -97,25 +97,51 @@ class Checker:
         self._persisted = []
 
     # ------------------------------------------------------------------ base tables
+    def _stamp(self):
+        """The send stamp (ts, peer, tx) packed into one order-preserving long, or None.
+
+        Each component is offset by its minimum over the trace's sends and given the bits its
+        range needs; the packing is injective and monotone for the lexicographic order, so
+        comparisons of packed stamps are comparisons of stamps. Wider stamps (more than 62
+        bits in all) leave the witness inconclusive and the exact path decides.
+        """
+        r = self.trace.stamp_ranges
+        if not self.trace.has_stamps or not r:
+            return None
+        names = ("stamp_tx", "stamp_peer", "stamp_ts")          # least significant first
+        bits = [max(1, (r[c][1] - r[c][0]).bit_length()) for c in names]
+        if sum(bits) > 62:
+            return None
+        expr, shift = None, 0
+        for c, b in zip(names, bits):
+            part = (F.col(c) - F.lit(r[c][0])).cast("long")
+            part = F.shiftleft(part, shift) if shift else part
+            expr = part if expr is None else expr + part
+            shift += b
+        return expr
+
     def _base(self):
         ev = self.trace.df
-        T = F.when(F.col("stamp_ts").isNotNull() & F.col("stamp_peer").isNotNull()
-                   & F.col("stamp_tx").isNotNull(),
-                   F.struct(F.col("stamp_ts").alias("ts"), F.col("stamp_peer").alias("peer"),
-                            F.col("stamp_tx").alias("tx")))
-        self.ev = ev.select("process", "seq", "kind", "msg", "dests", "node", T.alias("T"))
         k = F.col("kind")
+        packed = self._stamp()
+        self.stamps_packed = packed is not None
+        T = (F.when(k.isin("send", "destroy"), packed) if packed is not None
+             else F.lit(None).cast("long"))
+        self.ev = ev.select("process", "seq", "kind", "msg", "dests", "node", T.alias("T"),
+                            F.col("wall_ns").alias("wall"))
         self.sends = self.ev.where(k.isin("send", "destroy")).select(
             "msg", F.col("process").alias("sp"), F.col("seq").alias("ss"),
             F.array_distinct("dests").alias("dests"), F.col("node").alias("snode"),
-            (k == "destroy").alias("destroy"), "T")
+            (k == "destroy").alias("destroy"), "T", F.col("wall").alias("sw"))
         dels = self.ev.where(k == "deliver").select(
             "msg", F.col("process").alias("p"), F.col("seq").alias("ds"),
-            F.col("node").alias("dnode"))
-        dj = dels.join(self.sends.drop("dests"), "msg", "inner")
+            F.col("node").alias("dnode"), F.col("wall").alias("dwall"))
+        dj = dels.join(self.sends, "msg", "inner")
         wfirst = Window.partitionBy("msg", "p").orderBy("ds")
         dj = (dj.withColumn("nnode", F.coalesce("dnode", "snode"))
-              .withColumn("first", F.row_number().over(wfirst) == 1))
+              .withColumn("first", F.row_number().over(wfirst) == 1)
+              .withColumn("isdest", F.array_contains("dests", F.col("p")))
+              .drop("dests"))
         self.dj = self._persist(dj)
         self.fd = self.dj.where("first")
 
@@ -208,70 +234,198 @@ class Checker:
 
     # ------------------------------------------------------------------ witness
     def witness(self):
-        """(consistent_ok, causal_ok) as proved by stamps, or (False, False) if unproven."""
+        """(consistent_ok, causal_ok, message) as proved by stamps; unproven -> not ok.
+
+        W1, W2 and the delivery-to-destination check are one sort of each process's events;
+        W3 (per-destination signal knowledge) runs only when signals exist. Proof of
+        soundness in docs/CHECKER.md ("The stamp witness").
+        """
         if not self.trace.has_stamps:
             return False, False, "absent: some send/destroy row has no stamp"
-        # One sort of each process's events answers both local conditions:
-        # (1) every process delivers in strictly increasing stamp order (first deliveries);
-        # (2) each send's stamp exceeds every stamp its process has seen (own sends and
-        #     deliveries); what side channels told it is added below.
+        if not self.stamps_packed:
+            return False, False, "inconclusive: stamps too wide to pack into 62 bits"
         k = F.col("kind")
         local = (self.ev.where(k.isin("send", "destroy", "signal_send", "signal_recv"))
-                 .select("process", "seq", "kind", "msg", "T", F.lit(False).alias("first"))
+                 .select("process", "seq", "kind", "msg", "T", "dests", "wall",
+                         F.lit(False).alias("first"), F.lit(True).alias("isdest"),
+                         F.lit(None).cast("long").alias("sw"))
                  .unionByName(self.dj.select(F.col("p").alias("process"),
                                              F.col("ds").alias("seq"),
                                              F.lit("deliver").alias("kind"), "msg", "T",
-                                             "first")))
+                                             F.lit(None).cast("array<int>").alias("dests"),
+                                             F.col("dwall").alias("wall"), "first", "isdest",
+                                             "sw")))
         wp = Window.partitionBy("process").orderBy("seq")
         before = wp.rowsBetween(Window.unboundedPreceding, -1)
-        local = (local.withColumn("LVprev", F.max("T").over(before))
+        local = (local.withColumn("Lprev", F.max("T").over(before))
                  .withColumn("DVprev", F.max(F.when(F.col("first"), F.col("T"))).over(before))
-                 .withColumn("LV", F.greatest("LVprev", "T")))
+                 .withColumn("wprev", F.lag("wall").over(wp))
+                 .withColumn("L", F.greatest("Lprev", "T")))
         local = self._persist(local)
+        one = F.lit(1)
         bad = local.agg(
-            F.sum(F.when(F.col("first") & (F.col("DVprev") >= F.col("T")), 1).otherwise(0))
-            .alias("order"),
-            F.sum(F.when(k.isin("send", "destroy") & (F.col("LVprev") >= F.col("T")), 1)
-                  .otherwise(0)).alias("send"),
-            F.sum(F.when(k.isin("signal_send", "signal_recv"), 1).otherwise(0)).alias("sig"),
+            F.count(F.when(F.col("first") & (F.col("DVprev") >= F.col("T")), one)).alias("order"),
+            F.count(F.when(k.isin("send", "destroy") & (F.col("Lprev") >= F.col("T")), one))
+            .alias("send"),
+            F.count(F.when(k.isin("signal_send", "signal_recv"), one)).alias("sig"),
+            F.count(F.when(~F.col("isdest"), one)).alias("mis"),
+            # the wall-clock acyclicity certificate (only used to sharpen W3, see docs)
+            F.count(F.when(F.col("wall").isNull() | (F.col("wall") < F.col("wprev"))
+                           | (F.col("wall") < F.col("sw")), one)).alias("wall"),
         ).collect()[0]
         if bad["order"]:
             return False, False, "failed: a process delivers against stamp order"
         if bad["send"]:
             return True, False, "partial: deliveries follow stamps, but a send's stamp is " \
-                                "not above what its process had seen"
+                                "not above what its process had sent or delivered"
+        if bad["mis"]:
+            return True, False, "partial: a message was delivered to a process not among " \
+                                "its destinations"
         if not bad["sig"]:
             return True, True, "holds"
-        sig = self._persist(local.where(k.isin("signal_send", "signal_recv"))
-                            .select("process", "seq", "kind", "msg", "LV"))
-        sends = local.where(k.isin("send", "destroy")).select("process", "seq", "T")
-        sv = sig.where(k == "signal_send").select("msg", F.col("LV").alias("SV"))
-        wsig = wp.rowsBetween(Window.unboundedPreceding, 0)
-        converged = False
-        for rnd in range(8):
-            rec = sig.join(sv.withColumnRenamed("SV", "inc"), "msg", "left").withColumn(
-                "inc", F.when(k == "signal_recv", F.col("inc")))
-            rec = rec.withColumn("V", F.greatest("LV", F.max("inc").over(wsig)))
-            rec = self._checkpoint(rec)
-            sv_new = rec.where(k == "signal_send").select("msg", F.col("V").alias("SV"))
-            changed = (sv_new.join(sv.withColumnRenamed("SV", "old"), "msg")
-                       .where(~F.col("SV").eqNullSafe(F.col("old"))).limit(1).count())
-            sv = sv_new
-            if not changed:
-                converged = True
+        ok, why = self._signal_witness(local, wall_ok=bad["wall"] == 0)
+        return True, ok, why
+
+    def _dest_of(self, i_col, p_col):
+        """Process id of destination index i, for an entry held at process p."""
+        if self.span:
+            return (self._group(p_col) * F.lit(self.span) + i_col).cast("int")
+        return F.element_at(F.array(*[F.lit(p) for p in self.procs]), i_col + 1).cast("int")
+
+    def _signal_witness(self, local, wall_ok):
+        """W3: per-destination knowledge carried across side channels (docs/CHECKER.md)."""
+        k = F.col("kind")
+        P = self.P
+        ss = local.where(k == "signal_send").select(
+            "msg", F.col("process").alias("xp"), F.col("seq").alias("xs"),
+            F.col("L").alias("Lx"), F.col("wall").alias("xw"))
+        sr = local.where(k == "signal_recv").select(
+            "msg", F.col("process").alias("yp"), F.col("seq").alias("ys"),
+            F.col("L").alias("Ly"), F.col("wall").alias("yw"))
+        sj = self._persist(ss.join(sr, "msg"))
+        live = sj.where(F.col("Lx").isNotNull()
+                        & (F.col("Ly").isNull() | (F.col("Lx") > F.col("Ly"))))
+        st = sj.agg(F.count(F.when(F.col("yw") <= F.col("xw"), 1)).alias("wallbad"),
+                    F.count(F.when(F.col("Lx").isNotNull() & (F.col("Ly").isNull()
+                                                             | (F.col("Lx") > F.col("Ly"))),
+                                   1)).alias("live"),
+                    F.max(F.when(F.col("Lx") > F.coalesce(F.col("Ly"), F.lit(-1)), F.col("Lx")))
+                    .alias("hi"),
+                    F.min(F.when(F.col("Lx") > F.coalesce(F.col("Ly"), F.lit(-1)),
+                                 F.coalesce(F.col("Ly"), F.lit(-1)))).alias("lo")).collect()[0]
+        if not st["live"]:
+            self.rounds["witness_signal_rounds"] = 0
+            return True, "holds"
+        excl = wall_ok and st["wallbad"] == 0
+        # Seeds: for each live signal and destination d, G'_d(Lx) = the largest stamp <= Lx of
+        # a message to d not sent by the receiver y (the exclusion needs the wall-clock
+        # acyclicity certificate; without it G_d counts every sender). One as-of sort by
+        # (d, stamp) over the message-destination pairs in the stamp window that matters.
+        lo = F.col("T") > F.lit(st["lo"]) if st["lo"] is not None else F.lit(True)
+        md = (self.sends.where((F.col("T") <= F.lit(st["hi"])) & lo)
+              .select(F.explode("dests").alias("d"), F.col("T").alias("key"),
+                      F.col("sp").alias("sender"))
+              .select("d", "key", F.lit(0).alias("isq"), "sender",
+                      F.lit(None).cast("int").alias("yp"), F.lit(None).cast("long").alias("ys"),
+                      F.lit(None).cast("long").alias("Ly")))
+        q = (live.select(F.explode(F.sequence(F.lit(0), F.lit(P - 1))).alias("i"),
+                         "Lx", "yp", "ys", "Ly")
+             .select(self._dest_of(F.col("i"), F.col("yp")).alias("d"), F.col("Lx").alias("key"),
+                     F.lit(1).alias("isq"), F.lit(None).cast("int").alias("sender"),
+                     "yp", "ys", "Ly"))
+        w = Window.partitionBy("d").orderBy("key", "isq")
+        wb = w.rowsBetween(Window.unboundedPreceding, -1)
+        wc = w.rowsBetween(Window.unboundedPreceding, 0)
+        ismsg = F.col("isq") == 0
+        u = md.unionByName(q)
+        u = u.withColumn("ps", F.last(F.when(ismsg, F.col("sender")), True).over(wb)) \
+             .withColumn("pk", F.last(F.when(ismsg, F.col("key")), True).over(wb))
+        u = u.withColumn("other", F.when(ismsg & (F.col("ps").isNull()
+                                                  | (F.col("ps") != F.col("sender"))),
+                                         F.col("pk")))
+        u = u.withColumn("po", F.last("other", True).over(wc))
+        u = u.withColumn("best", F.last(F.when(ismsg, F.struct(F.col("key").alias("T"),
+                                                               "sender", "po")), True).over(wc))
+        g = (F.when(F.col("best.sender") == F.col("yp"), F.col("best.po"))
+             .otherwise(F.col("best.T"))) if excl else F.col("best.T")
+        seeds = (u.where(F.col("isq") == 1)
+                 .select(F.col("yp").alias("p"), F.col("ys").alias("s"), "d", g.alias("st"))
+                 .where(F.col("st").isNotNull()
+                        & (F.col("Ly").isNull() | (F.col("st") > F.col("Ly")))))
+        seeds = self._checkpoint(seeds.groupBy("p", "s", "d").agg(F.max("st").alias("st")))
+        # Rounds: entries arrive at receive events, every process sweeps them forward
+        # (running max per destination column, pruned at each read by L), sends and
+        # signal_sends forward what is still alive to their receivers.
+        reads = local.where(k.isin("send", "destroy", "signal_send")).select(
+            F.col("process").alias("p"), F.col("seq").alias("s"), "kind", "msg", "T", "dests",
+            F.when(k == "signal_send", F.col("L")).otherwise(F.col("Lprev")).alias("thr"))
+        dl = local.where(k == "deliver").select("msg", F.col("process").alias("p"),
+                                                F.col("seq").alias("s"), "L")
+        srj = sj.select("msg", "yp", "ys", "Ly")
+        cols = [f"c{i}" for i in range(P)]
+        A = seeds
+        s0 = A.agg(F.count(F.lit(1)).alias("n"), F.sum("st").alias("t")).collect()[0]
+        prev = (s0["n"], s0["t"])
+        if not prev[0]:
+            self.rounds["witness_signal_rounds"] = 0
+            return True, "holds"
+        cap = MAX_ROUNDS_FACTOR * P + 16
+        wsw = (Window.partitionBy("p").orderBy("s")
+               .rowsBetween(Window.unboundedPreceding, 0))
+        for rnd in range(1, cap + 1):
+            agg = A.groupBy("p").agg(F.min("s").alias("amin"), F.max("st").alias("amax"))
+            rd = (reads.join(F.broadcast(agg), "p")
+                  .where((F.col("s") > F.col("amin"))
+                         & (F.col("thr").isNull() | (F.col("thr") < F.col("amax"))))
+                  .select("p", "s", "kind", "msg", "T", "dests", "thr",
+                          *[F.lit(None).cast("long").alias(c) for c in cols]))
+            wide = (A.groupBy("p", "s")
+                    .agg(*[F.max(F.when(self._pidx(F.col("d")) == i, F.col("st"))).alias(c)
+                           for i, c in enumerate(cols)])
+                    .select("p", "s", F.lit(None).cast("string").alias("kind"),
+                            F.lit(None).cast("long").alias("msg"),
+                            F.lit(None).cast("long").alias("T"),
+                            F.lit(None).cast("array<int>").alias("dests"),
+                            F.lit(None).cast("long").alias("thr"), *cols))
+            x = wide.unionByName(rd).select(
+                "p", "s", "kind", "msg", "T", "dests", "thr",
+                *[F.max(c).over(wsw).alias(c) for c in cols])
+            x = x.where(F.col("kind").isNotNull()).select(
+                "p", "s", "kind", "msg", "T", "dests",
+                F.array(*[F.when(F.col("thr").isNull() | (F.col(c) > F.col("thr")), F.col(c))
+                          for c in cols]).alias("X"))
+            x = self._checkpoint(x)
+            ent = x.select("p", "kind", "msg", "T", F.posexplode("X").alias("i", "st")).where(
+                F.col("st").isNotNull()
+                & ((F.col("kind") == "signal_send") | (F.col("st") > F.col("T"))))
+            ent = ent.select("kind", "msg", self._dest_of(F.col("i"), F.col("p")).alias("d"),
+                             "st")
+            via_msg = (ent.where(F.col("kind") != "signal_send").join(dl, "msg")
+                       .where(F.col("st") > F.col("L")).select("p", "s", "d", "st"))
+            via_sig = (ent.where(F.col("kind") == "signal_send").join(srj, "msg")
+                       .where(F.col("Ly").isNull() | (F.col("st") > F.col("Ly")))
+                       .select(F.col("yp").alias("p"), F.col("ys").alias("s"), "d", "st"))
+            newA = self._checkpoint(seeds.unionByName(via_msg).unionByName(via_sig)
+                                    .groupBy("p", "s", "d").agg(F.max("st").alias("st")))
+            sig = newA.agg(F.count(F.lit(1)).alias("n"), F.sum("st").alias("t")).collect()[0]
+            sig = (sig["n"], sig["t"])
+            A = newA
+            if sig == prev:
                 break
-        self.rounds["witness_signal_rounds"] = rnd + 1
-        if not converged:
-            return True, False, "inconclusive: signal knowledge did not settle in 8 rounds"
-        incs = rec.where(k == "signal_recv").select("process", "seq", "inc")
-        u = (sends.withColumn("inc", F.lit(None).cast(incs.schema["inc"].dataType))
-             .unionByName(incs.withColumn("T", F.lit(None).cast(sends.schema["T"].dataType))))
-        u = u.withColumn("SK", F.max("inc").over(wp.rowsBetween(Window.unboundedPreceding, -1)))
-        bad_sig = u.where(F.col("T").isNotNull() & (F.col("SK") >= F.col("T"))).limit(1).count()
-        if bad_sig:
-            return True, False, "partial: a send's stamp is not above what a signal told " \
-                                "its process"
-        return True, True, "holds"
+            prev = sig
+        else:
+            self.rounds["witness_signal_rounds"] = rnd
+            return False, "inconclusive: signal knowledge did not settle"
+        self.rounds["witness_signal_rounds"] = rnd
+        # W3 on the settled sweep: a send to d must be stamped above what is known for d.
+        bad = x.where(F.col("kind").isin("send", "destroy")).where(F.exists(
+            "dests", lambda d: F.when(self._pidx(d) >= 0,
+                                      F.element_at("X", self._pidx(d) + 1) >= F.col("T"))
+            .otherwise(F.lit(False)))).limit(1).count()
+        if bad:
+            return False, "partial: a send's stamp is not above what a side channel told " \
+                          "its process about one of its destinations"
+        return True, "holds"
 
     # ------------------------------------------------------------------ exact causal
     def _vc_cols(self, prefix="c"):

@@ -2,8 +2,10 @@
 # syncs to the destinations' clocks and ticks (Lamport stamps, ties broken by
 # (ts, sender, tx)), every queue delivers in stamp order, NODE_DESTROY is a multicast with its
 # own stamp, and data for a destroyed node is dropped at receive when its stamp is above the
-# destruction stamp. Side-channel signals carry no clock (as in bus1), so stamps alone do not
-# always witness causality across them -- which is what exercises the checker's exact path.
+# destruction stamp. Side-channel signals carry no clock (as in bus1): after a signal a
+# process may send with a stamp below what the signaller knew, which the checker's
+# per-destination witness must accept (a correct bus is causal there). wall_ns is one global
+# step clock, so it increases along every happened-before edge, as CLOCK_MONOTONIC does.
 # mutate() plants a violation of a chosen kind; write_trace() writes rows as SPEC section-7
 # Parquet. Pure Python, deterministic for a given random.Random.
 from __future__ import annotations
@@ -39,9 +41,11 @@ def simulate(rng: random.Random, nprocs=4, steps=60, p_multicast=0.3, p_signal=0
     for p in range(P):
         new_eph(p)
 
+    wall = iter(range(1000, 10 ** 12, 7))   # one global clock: strictly increasing
+
     def emit(p, kind, msg=None, dests=None, node=None, T=None):
         rows[p].append({"process": p, "seq": len(rows[p]), "kind": kind, "msg": msg,
-                        "dests": dests, "node": node, "wall_ns": 0,
+                        "dests": dests, "node": node, "wall_ns": next(wall),
                         "stamp_ts": T[0] if T else None, "stamp_peer": T[1] if T else None,
                         "stamp_tx": T[2] if T else None})
 
