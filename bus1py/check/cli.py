@@ -123,8 +123,13 @@ def run(args) -> int:
         except TraceError as e:
             print(f"bus1py check: malformed trace: {e}", file=sys.stderr)
             return 2
-        summary, checker = check_trace(spark, trace, exact=args.exact,
-                                       max_examples=args.examples, on_phase=prog.set_phase)
+        try:
+            summary, checker = check_trace(spark, trace, exact=args.exact,
+                                           max_examples=args.examples,
+                                           on_phase=prog.set_phase)
+        except TraceError as e:   # the seq and id rules are checked in the main pass
+            print(f"bus1py check: malformed trace: {e}", file=sys.stderr)
+            return 2
         if args.shiviz:
             prog.set_phase("exporting ShiViz log")
             n = write_shiviz(checker, args.shiviz)

@@ -1,8 +1,10 @@
 # Invariants: a trace is accepted only if every Parquet file has the SPEC section-7 columns
 # with the SPEC types (extra columns are ignored, the optional ones -- wall_ns and the three
 # stamp columns -- may be absent and then read as null), every row has a known kind and the
-# fields that kind needs, and each process's seq runs 0,1,2,... without gaps or duplicates.
-# Any failure raises TraceError whose message names the file, the column and the row problem;
+# fields that kind needs (checked here, one scan), and each process's seq runs 0,1,2,...
+# without gaps or duplicates and every id has one origin (checked by the checker's main pass,
+# which shuffles by process and by id anyway: properties.Checker._base). Any failure raises
+# TraceError whose message names the file, the column and the row problem;
 # the CLI maps it to exit code 2. Schema checks read Parquet footers only (pyarrow, no data);
 # row checks are Spark jobs that return at most a few offending rows to the driver, so a
 # 100M-event trace is never collected.
@@ -52,6 +54,7 @@ class Trace:
     rows: int = 0
     processes: list = field(default_factory=list)   # sorted distinct process ids
     has_stamps: bool = False        # every send/destroy row carries a full stamp
+    has_destroy: bool = False       # some row is a destroy (node_rules has work to do)
     stamp_ranges: dict = field(default_factory=dict)  # stamp column -> (min, max) over sends
 
 
@@ -144,7 +147,6 @@ def load_trace(spark, path: str, validate: bool = True) -> Trace:
 
 def _validate(df, trace):
     from pyspark.sql import functions as F
-    from pyspark.sql import Window
 
     # the hidden metadata column is deterministic (input_file_name() is not, and cannot be
     # aggregated)
@@ -178,6 +180,7 @@ def _validate(df, trace):
         F.sum(F.when(is_msg & (F.col("stamp_ts").isNull() | F.col("stamp_peer").isNull()
                                | F.col("stamp_tx").isNull()), 1).otherwise(0)).alias("unstamped"),
         F.sum(F.when(is_msg, 1).otherwise(0)).alias("msgs"),
+        F.count(F.when(kind == "destroy", 1)).alias("destroys"),
         *[F.min(F.when(is_msg, F.col(c))).alias(f"min_{c}") for c in STAMPS],
         *[F.max(F.when(is_msg, F.col(c))).alias(f"max_{c}") for c in STAMPS],
     ).collect()[0]
@@ -185,58 +188,15 @@ def _validate(df, trace):
         r = stats["bad"]
         raise TraceError(f"{r['file']}: row {_fmt_row(r)}: {r['problem']}")
 
-    # Pass 2 (one shuffle by process): seq must be exactly 0..n-1. A window over
-    # (process, seq) finds the first row that is not its predecessor + 1, with its file.
-    # File names are looked up afterwards for the one offending row: shuffling a string per
-    # row would cost more than the check itself.
-    w = Window.partitionBy("process").orderBy("seq")
-    seqbad = (df.select("process", "seq")
-              .withColumn("prev", F.lag("seq").over(w))
-              .where(F.when(F.col("prev").isNull(), F.col("seq") != 0)
-                     .otherwise(F.col("seq") != F.col("prev") + 1))
-              .limit(1).collect())
-    if seqbad:
-        r = seqbad[0].asDict()
-        r["file"] = _file_of(df, fname, r["process"], r["seq"])
-        if r["prev"] is None:
-            what = f"first seq is {r['seq']}, expected 0"
-        elif r["seq"] == r["prev"]:
-            what = f"duplicate seq {r['seq']}"
-        else:
-            what = f"gap in seq: {r['prev']} is followed by {r['seq']}"
-        raise TraceError(f"{r['file']}: column 'seq' of process {r['process']}: {what}")
-
-    # Pass 3 (one shuffle by id): a message or signal id has exactly one origin row
-    # (send/destroy, or signal_send), and every deliver/signal_recv names an existing one.
-    origin = kind.isin("send", "destroy", "signal_send")
-    space = F.when(kind.isin("signal_send", "signal_recv"), F.lit("signal")) \
-        .otherwise(F.lit("message"))
-    ids = (df.where(kind != "internal")
-           .select(space.alias("space"), "msg", origin.alias("origin"),
-                   F.struct("process", "seq", "kind", "msg").alias("r"))
-           .groupBy("space", "msg")
-           .agg(F.sum(F.col("origin").cast("int")).alias("n"),
-                F.min(F.when(F.col("origin"), F.col("r"))).alias("o"),
-                F.min(F.when(~F.col("origin"), F.col("r"))).alias("x"))
-           .where("n != 1").limit(1).collect())
-    if ids:
-        i = ids[0]
-        if i["n"] > 1:
-            o = i["o"]
-            raise TraceError(f"{_file_of(df, fname, o['process'], o['seq'])}: column 'msg': "
-                             f"{i['space']} id {i['msg']} is sent by {i['n']} rows "
-                             f"(ids must be unique in the trace)")
-        r = i["x"].asDict()
-        r["file"] = _file_of(df, fname, r["process"], r["seq"])
-        what = ("delivers unknown message" if i["space"] == "message"
-                else "receives unknown signal")
-        src = "no send or destroy row" if i["space"] == "message" else "no signal_send row"
-        raise TraceError(f"{r['file']}: column 'msg': row {_fmt_row(r)} {what} {i['msg']} "
-                         f"({src} has that id)")
-
+    # The other row rules -- each process's seq is 0, 1, 2, ... without gaps or duplicates;
+    # every message or signal id has exactly one origin row and every deliver/signal_recv
+    # names one -- need a shuffle by process and one by id. The checker's main pass makes
+    # exactly those two shuffles anyway, so it checks them there (Checker._base) and raises
+    # TraceError before reporting any property.
     trace.rows = int(stats["rows"])
     trace.processes = list(stats["procs"])
     trace.has_stamps = bool(stats["msgs"]) and int(stats["unstamped"]) == 0
+    trace.has_destroy = int(stats["destroys"]) > 0
     if trace.has_stamps:
         trace.stamp_ranges = {c: (int(stats[f"min_{c}"]), int(stats[f"max_{c}"]))
                               for c in STAMPS}
