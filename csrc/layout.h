@@ -149,17 +149,20 @@ struct b1_entry {
     uint64_t sender;
     uint64_t seq;
     uint32_t idx;
-    uint32_t prio;        /* treap priority, a hash of the key */
+    union {
+        uint32_t prio;              /* treap priority while queued, a hash of the identity */
+        _Atomic uint32_t next_free; /* free-stack link while free */
+    };
     uint32_t left, right;
     uint32_t msg;         /* message record, in pool units (64 bytes) from the pool start */
     uint32_t type;
     uint64_t destination; /* the receiver's handle id for the node */
     uint32_t node;
     uint32_t node_gen;
-    uint64_t tiebreak;    /* B1_INJECT_ADDRESS_TIEBREAK / FIFO only */
-    int32_t stager_pid;   /* process that staged it: reaping removes blocks of dead stagers */
-    _Atomic uint32_t next_free;
 };
+/* one cache line per entry (the table is 64-aligned): a message moves two lines between
+ * the sender's and the receiver's CPU, its entry and its record's head */
+_Static_assert(sizeof(struct b1_entry) == 64, "an entry fills one cache line");
 
 /* A message record in the pool, shared by all destinations (refcounted):
  *   [b1_msg | payload, padded to 8 | b1_carried x n_handles | u64 x n_dests x n_handles]
@@ -169,9 +172,10 @@ struct b1_msg {
     _Atomic uint32_t refs;
     uint32_t len;
     uint32_t n_handles;
-    uint32_t size_class;
+    uint16_t size_class;
+    uint16_t type;
     uint32_t n_dests;
-    uint32_t type;
+    int32_t stager_pid;   /* process running the transaction: reaping removes blocks of the dead */
     uint64_t ts;          /* the commit timestamp once stamped: reaping completes the rest */
 };
 struct b1_carried {

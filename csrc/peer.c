@@ -292,7 +292,7 @@ struct dead_block {
 static void collect_dead(void *base, uint32_t t, struct dead_block *out, uint32_t cap, uint32_t *n) {
     while (t && *n < cap) {
         struct b1_entry *e = ENTRY(base, t);
-        if ((e->ts & 1) && !b1_pid_alive(e->stager_pid, 0))
+        if ((e->ts & 1) && !b1_pid_alive(MSG(base, e->msg)->stager_pid, 0))
             out[(*n)++] = (struct dead_block){t, e->ts, e->sender, e->seq, e->idx};
         collect_dead(base, e->left, out, cap, n);
         t = e->right;

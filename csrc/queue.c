@@ -86,19 +86,27 @@ void b1_unlock(struct b1_peer *p) { pthread_mutex_unlock(&p->lock); }
 
 /* ---- the treap ---- */
 
-static inline int key_less(const struct b1_entry *a, const struct b1_entry *b) {
+/* The key (ts, sender, seq, idx), the same total order at every queue. */
+int b1_key_less(const struct b1_entry *a, const struct b1_entry *b) {
     if (a->ts != b->ts) return a->ts < b->ts;
-    if (a->tiebreak != b->tiebreak) return a->tiebreak < b->tiebreak; /* 0 unless injected */
     if (a->sender != b->sender) return a->sender < b->sender;
     if (a->seq != b->seq) return a->seq < b->seq;
     return a->idx < b->idx;
 }
 
-int b1_key_less(const struct b1_entry *a, const struct b1_entry *b) { return key_less(a, b); }
+/* The queue's order: the key, except on a bus created with B1_INJECT_ADDRESS_TIEBREAK,
+ * which breaks timestamp ties by entry address (wrongly: each queue's copy has its own). */
+static inline int key_less(void *base, const struct b1_entry *a, const struct b1_entry *b) {
+    if (a->ts != b->ts) return a->ts < b->ts;
+    if (HDR(base)->limits.inject == B1_INJECT_ADDRESS_TIEBREAK) return a < b;
+    if (a->sender != b->sender) return a->sender < b->sender;
+    if (a->seq != b->seq) return a->seq < b->seq;
+    return a->idx < b->idx;
+}
 
 static inline uint32_t key_priority(const struct b1_entry *e) {
     uint64_t x = e->sender * 0xbf58476d1ce4e5b9ull ^ e->seq * 0x94d049bb133111ebull ^
-                 (uint64_t)e->idx * 0x9e3779b97f4a7c15ull ^ e->tiebreak;
+                 (uint64_t)e->idx * 0x9e3779b97f4a7c15ull;
     x ^= x >> 31;
     x *= 0xd6e8feb86659fd93ull;
     x ^= x >> 32;
@@ -109,7 +117,7 @@ static inline uint32_t key_priority(const struct b1_entry *e) {
 static void split(void *base, uint32_t t, const struct b1_entry *e, uint32_t *l, uint32_t *r) {
     while (t) {
         struct b1_entry *n = ENTRY(base, t);
-        if (key_less(n, e)) {
+        if (key_less(base, n, e)) {
             *l = t;
             l = &n->right;
             t = n->right;
@@ -168,13 +176,13 @@ int b1_queue_insert_locked(void *base, struct b1_peer *p, uint32_t e) {
     uint32_t *slot = &p->root;
     while (*slot && ENTRY(base, *slot)->prio >= n->prio) {
         struct b1_entry *t = ENTRY(base, *slot);
-        slot = key_less(n, t) ? &t->left : &t->right;
+        slot = key_less(base, n, t) ? &t->left : &t->right;
     }
     split(base, *slot, n, &n->left, &n->right);
     *slot = e;
     p->n_entries++;
-    if (!p->front || key_less(n, ENTRY(base, p->front))) p->front = e;
-    if (!p->back || key_less(ENTRY(base, p->back), n)) p->back = e;
+    if (!p->front || key_less(base, n, ENTRY(base, p->front))) p->front = e;
+    if (!p->back || key_less(base, ENTRY(base, p->back), n)) p->back = e;
     return b1_queue_publish_front(base, p);
 }
 
@@ -197,7 +205,7 @@ int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e) {
     uint32_t *slot = &p->root;
     while (*slot != e) {
         struct b1_entry *t = ENTRY(base, *slot);
-        slot = key_less(n, t) ? &t->left : &t->right;
+        slot = key_less(base, n, t) ? &t->left : &t->right;
     }
     *slot = merge(base, n->left, n->right);
     if (e == p->back) p->back = rightmost(base, p->root);
@@ -223,7 +231,7 @@ int b1_queue_contains_locked(void *base, struct b1_peer *p, uint32_t e) {
     for (uint32_t t = p->root; t;) {
         if (t == e) return 1;
         struct b1_entry *x = ENTRY(base, t);
-        t = key_less(n, x) ? x->left : x->right;
+        t = key_less(base, n, x) ? x->left : x->right;
     }
     return 0;
 }
@@ -260,7 +268,7 @@ static int check_subtree(void *base, uint32_t t, const struct b1_entry *lo,
                          const struct b1_entry *hi, uint32_t *count) {
     if (!t) return 0;
     struct b1_entry *n = ENTRY(base, t);
-    if ((lo && !key_less(lo, n)) || (hi && !key_less(n, hi))) return -EUCLEAN;
+    if ((lo && !key_less(base, lo, n)) || (hi && !key_less(base, n, hi))) return -EUCLEAN;
     if (n->left && ENTRY(base, n->left)->prio > n->prio) return -EUCLEAN;
     if (n->right && ENTRY(base, n->right)->prio > n->prio) return -EUCLEAN;
     (*count)++;

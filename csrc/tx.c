@@ -101,7 +101,7 @@ int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *p
     struct b1_peer *sender = PEER(base, tx->sender_slot);
     tx->seq = atomic_fetch_add(&sender->tx_seq, 1);
     tx->max_ts = __atomic_load_n(&sender->clock, __ATOMIC_RELAXED); /* best first estimate */
-    int32_t pid = b1_pid();
+    m->stager_pid = b1_pid();
     for (uint32_t i = 0; i < n; i++) {
         struct b1_dest *d = &tx->dests[i];
         struct b1_entry *e = ENTRY(base, d->entry);
@@ -114,8 +114,6 @@ int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *p
         e->destination = d->owner_handle;
         e->node = d->node;
         e->node_gen = d->node_gen;
-        e->stager_pid = pid;
-        e->tiebreak = 0;
     }
     return 0;
 }
@@ -198,7 +196,6 @@ int b1_tx_stage(void *base, struct b1_tx *tx, uint32_t i) {
     uint32_t inject = h->limits.inject;
     if (stages_block(base)) {
         e->ts = t + 1;
-        if (inject == B1_INJECT_ADDRESS_TIEBREAK) e->tiebreak = d->entry;
         woke = b1_queue_insert_locked(base, p, d->entry);
     }
     tx->max_ts = t;
@@ -275,7 +272,7 @@ int b1_tx_commit(void *base, struct b1_tx *tx, uint32_t i) {
     }
     uint32_t inject = h->limits.inject;
     if (inject != B1_INJECT_NO_SYNC) b1_sync_clock(p, tx->ts); /* unicast: the sync round */
-    /* the block takes the timestamp (ADDRESS_TIEBREAK set its tiebreak at the stage) */
+    /* the block takes the timestamp */
     uint64_t ts = inject == B1_INJECT_FIFO ? 2 * ++p->fifo_counter : tx->ts;
     int woke;
     if (stages_block(base)) {
