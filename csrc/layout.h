@@ -73,6 +73,11 @@ struct b1_header {
  * DISCONNECTING: the peer is destroying its nodes on its way out; nothing new is staged
  * into its queue, but its own destruction transaction may still stamp. */
 struct b1_peer {
+    /* Grouped by cache line: a message crosses from the sender's CPU to the receiver's
+     * through the receiving peer's first two lines only (the lock and the tree; the
+     * clock, quota use and the front's publication), so a send and a receive each move
+     * two lines of it.  The rest is cold. */
+    /* line 0 */
     pthread_mutex_t lock;
     /* --- guarded by lock --- */
     uint64_t id;
@@ -80,27 +85,32 @@ struct b1_peer {
     uint32_t root;         /* treap root (entry index) */
     uint32_t front;        /* leftmost entry, 0 when empty */
     uint32_t back;         /* rightmost entry, 0 when empty */
-    uint32_t n_entries;
+    /* line 1 */
     uint64_t clock;
-    uint32_t n_messages;   /* data messages queued or staged here (quota_messages) */
-    uint32_t quota_messages, quota_handles;
-    uint32_t lock_initialised;
-    uint64_t n_bytes;      /* their payload bytes (quota_bytes) */
+    uint64_t n_bytes;      /* payload bytes of data messages queued or staged (quota_bytes) */
     uint64_t quota_bytes;
-    uint64_t fifo_counter; /* B1_INJECT_FIFO only: arrival order */
     uint64_t received;
+    uint32_t n_entries;
+    uint32_t n_messages;   /* data messages queued or staged here (quota_messages) */
+    uint32_t quota_messages;
+    /* --- read without the lock --- */
+    _Atomic uint32_t wake_seq;  /* futex word: bumped whenever the front changes */
+    _Atomic uint64_t front_ts;  /* ts of the front entry, 0 when empty */
+    _Atomic uint32_t waiters;   /* processes or threads sleeping on wake_seq */
+    /* cold */
+    uint32_t quota_handles;
+    uint32_t lock_initialised;
     uint32_t lock_recoveries;
+    uint64_t fifo_counter; /* B1_INJECT_FIFO only: arrival order (guarded by lock) */
     uint32_t pinned;       /* more holder processes than pids[] records: never reaped */
     int32_t pids[B1_PEER_PIDS];       /* processes that used the peer (0: none) */
     uint64_t pid_starts[B1_PEER_PIDS]; /* their start times, so a reused pid is told apart */
-    /* --- read without the lock --- */
     _Atomic uint32_t n_handles; /* handle slots of this peer, held or in flight (quota_handles) */
-    _Atomic uint64_t front_ts;  /* ts of the front entry, 0 when empty */
-    _Atomic uint32_t wake_seq;  /* futex word: bumped whenever the front changes */
-    _Atomic uint32_t waiters;   /* processes or threads sleeping on wake_seq */
     _Atomic uint64_t tx_seq;    /* the peer's next transaction sequence number */
     _Atomic uint64_t sent;
 } __attribute__((aligned(64)));
+_Static_assert(offsetof(struct b1_peer, clock) == 64 && offsetof(struct b1_peer, waiters) < 128,
+               "the lock and the tree fill line 0, the rest of a message's path line 1");
 
 /* A node: owned by one peer forever.  Guarded by the owner's lock.
  * Its destruction is the key (destroy_ts, owner_id, destroy_seq): a message to the node,
