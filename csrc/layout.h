@@ -57,8 +57,11 @@ struct b1_header {
     _Atomic uint32_t nodes_bump;
     _Atomic uint32_t handles_bump;
     _Atomic uint32_t entries_bump;
-    b1_stack free_nodes, free_handles, free_entries;
+    b1_stack free_nodes, free_handles;
     _Atomic uint64_t pool_bump;        /* bytes of the pool carved so far */
+    /* a send pops an entry and a record, a receive pushes both back: those stack heads
+     * share one cache line (records up to 4 KiB), so a message moves one line for both */
+    b1_stack free_entries __attribute__((aligned(64)));
     b1_stack pool_free[B1_POOL_CLASSES];
     /* usage counters, sharded by process so that senders and receivers on different CPUs
      * do not bounce one cache line; their sums are the bus's usage */
