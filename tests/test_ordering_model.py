@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import bus1py
+from bus1py._b1 import lib
 
 N_PEERS = 4
 
@@ -215,6 +216,12 @@ class BusOrdering(RuleBasedStateMachine):
             info = p.query()
             assert info.clock == q.clock
             assert info.queued_entries == len(q.keys)
+
+    @invariant()
+    def trees_are_sound(self):
+        # key order, heap order of the priorities, entry count, cached front and back
+        for p, q in zip(self.peers, self.queues):
+            assert lib.b1_queue_check(self.bus.base(), p._slot) == len(q.keys)
 
     @invariant()
     def consistent(self):
