@@ -1768,8 +1768,9 @@ def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, target
         if api_s and raw_s and api_r and raw_r:
             add(f"- **per send**: {api_s:.0f} ns through `Peer.send`, of which {raw_s:.0f} ns is the "
                 f"`b1_send` call (an empty cffi call costs {call:.0f} ns of that) and {api_s - raw_s:.0f} ns "
-                "is Python in `Peer.send` (scratch lookup, copying the destinations into the C array, "
-                "checks, building the returned stamp tuple)."
+                "is Python in `Peer.send` (the per-thread frame lookup, the type checks of destinations and "
+                "payload, building the returned stamp tuple; `Peer.send` reaches the same C code through "
+                "`b1_frame_send`, with fewer arguments than the raw call converts)."
                 + (" Run step by step the same send costs prepare {:.0f} + stage {:.0f} + stamp {:.0f} + "
                    "commit {:.0f} ns (each with its own cffi call): resolving the handle and allocating "
                    "the entry and pool record, then one lock/unlock per queue operation "
@@ -1777,7 +1778,8 @@ def write_markdown(path, cmd, mi, cfg, uni, mc, qc, mem, prof, perf_rows, target
             add(f"- **per recv**: {api_r:.0f} ns through `Peer.recv`, of which {raw_r:.0f} ns is the "
                 f"`b1_recv_wait` call (one lock/unlock, the tree removal, the payload copy, freeing the "
                 f"entry and record) and {api_r - raw_r:.0f} ns is Python in `Peer.recv` (timeout "
-                "handling, reading the info record, `ffi.unpack` of the payload, building the `Message`).")
+                "handling, one `struct.unpack_from` of the frame's info words, slicing the payload out of "
+                "the frame's buffer, building the `Message`).")
             pair_api = prof.get("pair: Peer.send + Peer.recv (API), depth 0/1")
             b = uni.get(("bus1py", 64)) if uni else None
             if b and pair_api:
