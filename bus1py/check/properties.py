@@ -237,7 +237,8 @@ class Checker:
                             "sp", "ss", "destroy", "nnode", "first", "T")
         self.fd = self.dj.where("first")
         self.sends = r.where(kc <= 1).select(
-            "msg", "sp", "ss", "dests", F.col("nnode").alias("snode"), "destroy", "T")
+            "msg", "sp", "ss", "dests", F.col("nnode").alias("snode"), "destroy", "T",
+            F.col("wall").alias("sw"))
 
     def _deferred_validation(self):
         """Raise TraceError for the row rules the main pass checks (seq numbering, ids)."""
@@ -475,7 +476,7 @@ class Checker:
         sj = self._persist(ss.join(sr, "msg"))
         live = sj.where(F.col("Lx").isNotNull()
                         & (F.col("Ly").isNull() | (F.col("Lx") > F.col("Ly"))))
-        st = sj.agg(F.count(F.when(F.col("yw") <= F.col("xw"), 1)).alias("wallbad"),
+        st = sj.agg(F.count(F.when(F.col("yw") < F.col("xw"), 1)).alias("wallbad"),
                     F.count(F.when(F.col("Lx").isNotNull() & (F.col("Ly").isNull()
                                                              | (F.col("Lx") > F.col("Ly"))),
                                    1)).alias("live"),
@@ -486,38 +487,31 @@ class Checker:
         if not st["live"]:
             self.rounds["witness_signal_rounds"] = 0
             return True, "holds"
-        excl = wall_ok and st["wallbad"] == 0
-        # Seeds: for each live signal and destination d, G'_d(Lx) = the largest stamp <= Lx of
-        # a message to d not sent by the receiver y (the exclusion needs the wall-clock
-        # acyclicity certificate; without it G_d counts every sender). One as-of sort by
-        # (d, stamp) over the message-destination pairs in the stamp window that matters.
+        by_wall = wall_ok and st["wallbad"] == 0
+        # Seeds: for each live signal and destination d, an upper bound of the stamps of
+        # messages to d that the signal_send x knows. With the wall-clock certificate (wall
+        # never decreases along any edge, so send(m) -> x implies wall(send m) <= wall(x)):
+        # min(L(x), the largest stamp of a message to d sent at wall time <= wall(x)).
+        # Without it: the largest stamp <= L(x) of a message to d. One as-of sort per
+        # destination over the message-destination pairs (stamps <= min L(y) cannot matter).
         lo = F.col("T") > F.lit(st["lo"]) if st["lo"] is not None else F.lit(True)
-        md = (self.sends.where((F.col("T") <= F.lit(st["hi"])) & lo)
-              .select(F.explode("dests").alias("d"), F.col("T").alias("key"),
-                      F.col("sp").alias("sender"))
-              .select("d", "key", F.lit(0).alias("isq"), "sender",
+        src = self.sends.where(lo) if by_wall else \
+            self.sends.where((F.col("T") <= F.lit(st["hi"])) & lo)
+        key_m = F.col("sw") if by_wall else F.col("T")
+        key_q = F.col("xw") if by_wall else F.col("Lx")
+        md = (src.select(F.explode("dests").alias("d"), key_m.alias("key"), "T")
+              .select("d", "key", F.lit(0).alias("isq"), "T",
                       F.lit(None).cast("int").alias("yp"), F.lit(None).cast("long").alias("ys"),
-                      F.lit(None).cast("long").alias("Ly")))
+                      F.lit(None).cast("long").alias("Ly"), F.lit(None).cast("long").alias("Lx")))
         q = (live.select(F.explode(F.sequence(F.lit(0), F.lit(P - 1))).alias("i"),
-                         "Lx", "yp", "ys", "Ly")
-             .select(self._dest_of(F.col("i"), F.col("yp")).alias("d"), F.col("Lx").alias("key"),
-                     F.lit(1).alias("isq"), F.lit(None).cast("int").alias("sender"),
-                     "yp", "ys", "Ly"))
-        w = Window.partitionBy("d").orderBy("key", "isq")
-        wb = w.rowsBetween(Window.unboundedPreceding, -1)
-        wc = w.rowsBetween(Window.unboundedPreceding, 0)
-        ismsg = F.col("isq") == 0
-        u = md.unionByName(q)
-        u = u.withColumn("ps", F.last(F.when(ismsg, F.col("sender")), True).over(wb)) \
-             .withColumn("pk", F.last(F.when(ismsg, F.col("key")), True).over(wb))
-        u = u.withColumn("other", F.when(ismsg & (F.col("ps").isNull()
-                                                  | (F.col("ps") != F.col("sender"))),
-                                         F.col("pk")))
-        u = u.withColumn("po", F.last("other", True).over(wc))
-        u = u.withColumn("best", F.last(F.when(ismsg, F.struct(F.col("key").alias("T"),
-                                                               "sender", "po")), True).over(wc))
-        g = (F.when(F.col("best.sender") == F.col("yp"), F.col("best.po"))
-             .otherwise(F.col("best.T"))) if excl else F.col("best.T")
+                         "Lx", "xw", "yp", "ys", "Ly")
+             .select(self._dest_of(F.col("i"), F.col("yp")).alias("d"), key_q.alias("key"),
+                     F.lit(1).alias("isq"), F.lit(None).cast("long").alias("T"),
+                     "yp", "ys", "Ly", "Lx"))
+        w = (Window.partitionBy("d").orderBy("key", "isq")
+             .rowsBetween(Window.unboundedPreceding, 0))
+        u = md.unionByName(q).withColumn("best", F.max("T").over(w))
+        g = F.when(F.col("best").isNotNull(), F.least(F.col("best"), F.col("Lx")))
         seeds = (u.where(F.col("isq") == 1)
                  .select(F.col("yp").alias("p"), F.col("ys").alias("s"), "d", g.alias("st"))
                  .where(F.col("st").isNotNull()
@@ -587,6 +581,7 @@ class Checker:
             self.rounds["witness_signal_rounds"] = rnd
             return False, "inconclusive: signal knowledge did not settle"
         self.rounds["witness_signal_rounds"] = rnd
+        self._w3x = x  # the settled sweep (kept for diagnostics)
         # W3 on the settled sweep: a send to d must be stamped above what is known for d.
         bad = x.where(F.col("kind").isin("send", "destroy")).where(F.exists(
             "dests", lambda d: F.when(self._pidx(d) >= 0,
