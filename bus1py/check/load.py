@@ -1,9 +1,10 @@
 # Invariants: a trace is accepted only if every Parquet file has the SPEC section-7 columns
 # with the SPEC types (extra columns are ignored, the optional ones -- wall_ns and the three
 # stamp columns -- may be absent and then read as null), every row has a known kind and the
-# fields that kind needs (checked here, one scan), and each process's seq runs 0,1,2,...
-# without gaps or duplicates and every id has one origin (checked by the checker's main pass,
-# which shuffles by process and by id anyway: properties.Checker._base). Any failure raises
+# fields that kind needs, each process's seq runs 0,1,2,... without gaps or duplicates and
+# every id has one origin. Schemas, the row count and the stamp ranges come from the footers
+# here; the row rules are checked by the checker's main pass, which reads every row and
+# shuffles by process and by id anyway (properties.Checker._base). Any failure raises
 # TraceError whose message names the file, the column and the row problem;
 # the CLI maps it to exit code 2. Schema checks read Parquet footers only (pyarrow, no data);
 # row checks are Spark jobs that return at most a few offending rows to the driver, so a
@@ -55,7 +56,7 @@ class Trace:
     processes: list = field(default_factory=list)   # sorted distinct process ids
     has_stamps: bool = False        # every send/destroy row carries a full stamp
     has_destroy: bool = False       # some row is a destroy (node_rules has work to do)
-    stamp_ranges: dict = field(default_factory=dict)  # stamp column -> (min, max) over sends
+    stamp_ranges: dict = field(default_factory=dict)  # stamp column -> (min, max), all rows
 
 
 def parquet_files(path: str) -> list[str]:
@@ -135,8 +136,13 @@ def load_trace(spark, path: str, validate: bool = True) -> Trace:
     trace = Trace(path=path, df=df, files=files)
     if not validate:
         return trace
+    # Footers only: the row count and the stamp ranges (for packing stamps). The row rules
+    # are checked by the checker's main pass (Checker._base), which reads every row anyway;
+    # a trace loaded here is not yet known to be well formed.
     try:
-        _validate(df, trace)
+        _footer_facts(files, trace)
+        if trace.stamp_ranges is None:
+            _scan_ranges(df, trace)
     except TraceError:
         raise
     except Exception as e:  # a file that passed its footer check but fails to decode
@@ -145,58 +151,91 @@ def load_trace(spark, path: str, validate: bool = True) -> Trace:
     return trace
 
 
-def _validate(df, trace):
-    from pyspark.sql import functions as F
+def _footer_facts(files, trace):
+    """Row count and min/max of the stamp columns from the Parquet footers (no data)."""
+    rows = 0
+    lo = dict.fromkeys(STAMPS)
+    hi = dict.fromkeys(STAMPS)
+    complete = True
+    for f in files:
+        md = pq.ParquetFile(f).metadata
+        rows += md.num_rows
+        names = [md.schema.column(i).name for i in range(md.num_columns)]
+        for c in STAMPS:
+            if c not in names:
+                continue
+            j = names.index(c)
+            for g in range(md.num_row_groups):
+                col = md.row_group(g).column(j)
+                st = col.statistics
+                if col.num_values == 0 or (st is not None and st.null_count == col.num_values):
+                    continue
+                if st is None or not st.has_min_max:
+                    complete = False
+                    continue
+                lo[c] = st.min if lo[c] is None else min(lo[c], st.min)
+                hi[c] = st.max if hi[c] is None else max(hi[c], st.max)
+    trace.rows = rows
+    if complete:
+        trace.stamp_ranges = {c: (int(lo[c]), int(hi[c])) for c in STAMPS
+                              if lo[c] is not None}
+        if len(trace.stamp_ranges) < len(STAMPS):
+            trace.stamp_ranges = {}
+    else:
+        trace.stamp_ranges = None
 
-    # the hidden metadata column is deterministic (input_file_name() is not, and cannot be
-    # aggregated)
-    fname = F.col("_metadata.file_name")
+
+def _scan_ranges(df, trace):
+    """Stamp ranges by a scan, for files written without column statistics."""
+    from pyspark.sql import functions as F
+    r = df.agg(*[F.min(c).alias(f"min_{c}") for c in STAMPS],
+               *[F.max(c).alias(f"max_{c}") for c in STAMPS]).collect()[0]
+    if all(r[f"min_{c}"] is not None for c in STAMPS):
+        trace.stamp_ranges = {c: (int(r[f"min_{c}"]), int(r[f"max_{c}"])) for c in STAMPS}
+    else:
+        trace.stamp_ranges = {}
+
+
+def row_problem_code():
+    """The first failing per-row rule as a small int (null when the row is fine); the
+    checker's main pass carries it, and raise_row_problem() names the file and row."""
+    from pyspark.sql import functions as F
+    return _problem_expr(lambda i, msg: F.lit(i)).cast("byte")
+
+
+def _problem_expr(out):
+    from pyspark.sql import functions as F
     kind = F.col("kind")
     is_msg = kind.isin("send", "destroy")
-    # One scan: the first failing rule of each row (CASE order is the rule order).
-    problem = (
-        F.when(F.col("process").isNull(), F.lit("column 'process' is null"))
-        .when(F.col("seq").isNull(), F.lit("column 'seq' is null"))
-        .when(F.col("seq") < 0, F.lit("column 'seq' is negative"))
-        .when(kind.isNull(), F.lit("column 'kind' is null"))
-        .when(~kind.isin(*KINDS), F.concat(F.lit("column 'kind' has unknown value '"), kind,
-                                           F.lit("'")))
-        .when((kind != "internal") & F.col("msg").isNull(),
-              F.concat(F.lit("column 'msg' is null for a "), kind, F.lit(" row")))
-        .when(is_msg & (F.col("dests").isNull() | (F.size("dests") == 0)),
-              F.concat(F.lit("column 'dests' is null or empty for a "), kind, F.lit(" row")))
-        .when(is_msg & F.exists("dests", lambda d: d.isNull()),
-              F.lit("column 'dests' contains a null process"))
-        .when((kind == "destroy") & F.col("node").isNull(),
-              F.lit("column 'node' is null for a destroy row"))
-    )
-    # Pass 1 (one scan): the first offending row, plus the facts the checker needs.
+    rules = [
+        (F.col("process").isNull(), F.lit("column 'process' is null")),
+        (F.col("seq").isNull(), F.lit("column 'seq' is null")),
+        (F.col("seq") < 0, F.lit("column 'seq' is negative")),
+        (kind.isNull(), F.lit("column 'kind' is null")),
+        (~kind.isin(*KINDS), F.concat(F.lit("column 'kind' has unknown value '"), kind,
+                                      F.lit("'"))),
+        ((kind != "internal") & F.col("msg").isNull(),
+         F.concat(F.lit("column 'msg' is null for a "), kind, F.lit(" row"))),
+        (is_msg & (F.col("dests").isNull() | (F.size("dests") == 0)),
+         F.concat(F.lit("column 'dests' is null or empty for a "), kind, F.lit(" row"))),
+        (is_msg & F.exists("dests", lambda d: d.isNull()),
+         F.lit("column 'dests' contains a null process")),
+        ((kind == "destroy") & F.col("node").isNull(),
+         F.lit("column 'node' is null for a destroy row")),
+    ]
+    e = None
+    for i, (cond, msg) in enumerate(rules):
+        e = F.when(cond, out(i, msg)) if e is None else e.when(cond, out(i, msg))
+    return e
+
+
+def raise_row_problem(df):
+    """Find the first row breaking a per-row rule (one scan) and raise its TraceError."""
+    from pyspark.sql import functions as F
+    fname = F.col("_metadata.file_name")
+    problem = _problem_expr(lambda i, msg: msg)
     row = F.struct(fname.alias("file"), "process", "seq", "kind", "msg",
                    problem.alias("problem"))
-    stats = df.agg(
-        F.min(F.when(problem.isNotNull(), row)).alias("bad"),
-        F.count(F.lit(1)).alias("rows"),
-        F.sort_array(F.collect_set("process")).alias("procs"),
-        F.sum(F.when(is_msg & (F.col("stamp_ts").isNull() | F.col("stamp_peer").isNull()
-                               | F.col("stamp_tx").isNull()), 1).otherwise(0)).alias("unstamped"),
-        F.sum(F.when(is_msg, 1).otherwise(0)).alias("msgs"),
-        F.count(F.when(kind == "destroy", 1)).alias("destroys"),
-        *[F.min(F.when(is_msg, F.col(c))).alias(f"min_{c}") for c in STAMPS],
-        *[F.max(F.when(is_msg, F.col(c))).alias(f"max_{c}") for c in STAMPS],
-    ).collect()[0]
-    if stats["bad"] is not None:
-        r = stats["bad"]
+    r = df.agg(F.min(F.when(problem.isNotNull(), row)).alias("bad")).collect()[0]["bad"]
+    if r is not None:
         raise TraceError(f"{r['file']}: row {_fmt_row(r)}: {r['problem']}")
-
-    # The other row rules -- each process's seq is 0, 1, 2, ... without gaps or duplicates;
-    # every message or signal id has exactly one origin row and every deliver/signal_recv
-    # names one -- need a shuffle by process and one by id. The checker's main pass makes
-    # exactly those two shuffles anyway, so it checks them there (Checker._base) and raises
-    # TraceError before reporting any property.
-    trace.rows = int(stats["rows"])
-    trace.processes = list(stats["procs"])
-    trace.has_stamps = bool(stats["msgs"]) and int(stats["unstamped"]) == 0
-    trace.has_destroy = int(stats["destroys"]) > 0
-    if trace.has_stamps:
-        trace.stamp_ranges = {c: (int(stats[f"min_{c}"]), int(stats[f"max_{c}"]))
-                              for c in STAMPS}

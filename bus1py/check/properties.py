@@ -54,15 +54,18 @@ class Checker:
         self.timings = {}
         self.rounds = {}
         self._persisted = []
-        self.procs = list(trace.processes)
-        self.P = len(self.procs)
         # group_span: the trace is a union of independent sub-traces whose process ids are
         # k*span + i (no event of one names a message or signal of another). Vector columns
         # can then be shared by index i across sub-traces, so a batch of many small traces
         # costs as many columns as its widest member instead of the sum (tests batch this way).
         self.span = group_span
-        if group_span:
-            self.P = max(p % group_span for p in self.procs) + 1 if self.procs else 0
+        self._set_procs(trace.processes)
+
+    def _set_procs(self, procs):
+        self.procs = list(procs)
+        self.P = len(self.procs)
+        if self.span:
+            self.P = max(p % self.span for p in self.procs) + 1 if self.procs else 0
 
     # ------------------------------------------------------------------ helpers
     def _phase(self, name):
@@ -100,13 +103,13 @@ class Checker:
     def _stamp(self):
         """The send stamp (ts, peer, tx) packed into one order-preserving long, or None.
 
-        Each component is offset by its minimum over the trace's sends and given the bits its
-        range needs; the packing is injective and monotone for the lexicographic order, so
+        Each component is offset by its minimum over the trace (footer statistics) and given
+        the bits its range needs; the packing is injective and monotone for the lexicographic order, so
         comparisons of packed stamps are comparisons of stamps. Wider stamps (more than 62
         bits in all) leave the witness inconclusive and the exact path decides.
         """
         r = self.trace.stamp_ranges
-        if not self.trace.has_stamps or not r:
+        if not r:
             return None
         names = ("stamp_tx", "stamp_peer", "stamp_ts")          # least significant first
         bits = [max(1, (r[c][1] - r[c][0]).bit_length()) for c in names]
@@ -144,12 +147,14 @@ class Checker:
         kc = F.col("kc")
         code = F.when(k == "send", 0).when(k == "destroy", 1).when(k == "signal_send", 2) \
             .when(k == "deliver", 3).when(k == "signal_recv", 4).otherwise(5).cast("byte")
+        from .load import row_problem_code
         base = ev.select("process", "seq", code.alias("kc"), "msg",
+                         row_problem_code().alias("pb"),
                          F.when(k.isin("send", "destroy"), F.col("dests")).alias("dests"),
                          "node", T.alias("T"), F.col("wall_ns").alias("wall"))
         isrecv = kc >= 3
         m = base.where(kc != 5).select(
-            "process", "seq", "kc", "msg", "node", "wall", "T", "dests",
+            "process", "seq", "kc", "msg", "node", "wall", "T", "dests", "pb",
             (kc.isin(2, 4)).alias("sig"), isrecv.alias("isrecv"))
         wm = Window.partitionBy("sig", "msg").orderBy("isrecv", "process", "seq")
         whole = wm.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
@@ -163,7 +168,7 @@ class Checker:
         prevr = F.lag("isrecv").over(wm)
         nextp = F.lead("process").over(wm)
         m = m.select(
-            "process", "seq", "kc", "msg", "node", "wall", "isrecv", o.alias("o"),
+            "process", "seq", "kc", "msg", "node", "wall", "isrecv", "pb", o.alias("o"),
             F.count(F.when(~F.col("isrecv"), 1)).over(whole).alias("norig"),
             (F.col("isrecv") & ~F.coalesce(prevr & (prevp == F.col("process")), F.lit(False)))
             .alias("first"),
@@ -173,7 +178,7 @@ class Checker:
         issend = kc <= 1
         lost = F.array_except("o.dests", "got")
         m = m.select(
-            "process", "seq", "kc", "msg", "first", "wall",
+            "process", "seq", "kc", "msg", "first", "wall", "pb",
             F.col("o.sp").alias("sp"), F.col("o.ss").alias("ss"),
             F.col("o.destroy").alias("destroy"),
             F.when(issend | isdel, F.col("o.T")).alias("T"),
@@ -187,7 +192,7 @@ class Checker:
             F.when((F.col("norig") > 1) & ~F.col("isrecv"), F.lit(1))
             .when(F.col("norig") == 0, F.lit(2)).cast("byte").alias("idbad"),
             (isdel & (F.col("wall") < F.col("o.sw"))).alias("walb"))
-        internal = base.where(kc == 5).select("process", "seq", "kc", "wall")
+        internal = base.where(kc == 5).select("process", "seq", "kc", "wall", "pb")
         u = m.unionByName(internal, allowMissingColumns=True)
         wp = Window.partitionBy("process").orderBy("seq")
         before = wp.rowsBetween(Window.unboundedPreceding, -1)
@@ -197,7 +202,7 @@ class Checker:
         wprev = F.lag("wall").over(wp)
         u = u.select(
             "process", "seq", "kc", "msg", "first", "wall", "sp", "ss", "destroy", "T",
-            "dests", "nnode", "dup", "nd", "lost", "idbad",
+            "dests", "nnode", "dup", "nd", "lost", "idbad", "pb",
             F.when(F.when(prevseq.isNull(), F.col("seq") != 0)
                    .otherwise(F.col("seq") != prevseq + 1),
                    F.coalesce(prevseq, F.lit(-1))).alias("seqbad"),
@@ -215,7 +220,13 @@ class Checker:
                 .when(kc == 3, "deliver").when(kc == 4, "signal_recv").otherwise("internal"))
         self.rows = r = cached.withColumn("kind", kind)
         one = F.lit(1)
+        stamped = F.col("T").isNotNull()
         self.stats = cached.agg(
+            F.count(F.when(F.col("pb").isNotNull(), one)).alias("pbad"),
+            F.sort_array(F.collect_set("process")).alias("procs"),
+            F.count(F.when((kc <= 1) & ~stamped, one)).alias("unstamped"),
+            F.count(F.when(kc <= 1, one)).alias("msgs"),
+            F.count(F.when(kc == 1, one)).alias("destroys"),
             F.min(F.when(F.col("seqbad").isNotNull(), F.struct("process", "seq", "seqbad")))
             .alias("seqbad"),
             F.min(F.when(F.col("idbad") == 1, F.struct(kc.isin(2, 4).alias("sig"), "msg",
@@ -231,7 +242,17 @@ class Checker:
             F.count(F.when(kc.isin(2, 4), one)).alias("sig"),
             F.count(F.when(F.col("wallbad"), one)).alias("wall"),
         ).collect()[0]
+        st = self.stats
+        if st["pbad"]:
+            from .load import raise_row_problem
+            raise_row_problem(self.trace.df)
         self._deferred_validation()
+        tr = self.trace
+        tr.processes = list(st["procs"])
+        tr.has_stamps = bool(st["msgs"]) and int(st["unstamped"]) == 0
+        tr.has_destroy = int(st["destroys"]) > 0
+        self.stamps_packed = self.stamps_packed and tr.has_stamps
+        self._set_procs(tr.processes)
         dl = r.where(kc == 3)
         self.dj = dl.select("msg", F.col("process").alias("p"), F.col("seq").alias("ds"),
                             "sp", "ss", "destroy", "nnode", "first", "T")
@@ -757,7 +778,7 @@ class Checker:
     # ------------------------------------------------------------------ driver
     def run(self):
         t0 = time.perf_counter()
-        if self.P == 0:  # an empty trace: every property holds vacuously
+        if self.trace.rows == 0:  # an empty trace: every property holds vacuously
             self.elapsed = time.perf_counter() - t0
             return {"trace": self.trace.path, "events": self.trace.rows, "processes": 0,
                     "witness": "empty trace", "ok": True, "rounds": {}, "seconds": 0.0,
