@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from contextlib import contextmanager
 
 from pyspark import StorageLevel
 from pyspark.sql import Window
@@ -81,6 +82,23 @@ class Checker:
         # localCheckpoint cuts the lineage of iterative rounds (otherwise each round's plan
         # contains all previous ones and planning time grows quadratically).
         return df.localCheckpoint(eager=True)
+
+    @contextmanager
+    def _conf(self, **kv):
+        """Runtime SQL settings for one phase (dots written as __), restored afterwards."""
+        old = {}
+        for k, v in kv.items():
+            key = "spark.sql." + k.replace("__", ".")
+            old[key] = self.spark.conf.get(key, None)
+            self.spark.conf.set(key, v)
+        try:
+            yield
+        finally:
+            for key, v in old.items():
+                if v is None:
+                    self.spark.conf.unset(key)
+                else:
+                    self.spark.conf.set(key, v)
 
     def _pidx(self, col):
         # dense process index 0..P-1, without a join: P is small (one per process)
@@ -214,7 +232,9 @@ class Checker:
             F.greatest(Lprev, F.col("T")).alias("L"),
             # sends before this row: a signal received here is next covered by the send
             # numbered nsb (tier 1 of the signal witness joins on it)
-            F.count(F.when(kc <= 1, 1)).over(before).alias("nsb"))
+            F.count(F.when(kc <= 1, 1)).over(before).alias("nsb"),
+            # the last receive before this row (the exact vector clocks start from it)
+            F.max(F.when(kc >= 3, F.col("seq"))).over(before).alias("lr"))
         cached = self._persist(u)
         kind = (F.when(kc == 0, "send").when(kc == 1, "destroy").when(kc == 2, "signal_send")
                 .when(kc == 3, "deliver").when(kc == 4, "signal_recv").otherwise("internal"))
@@ -619,30 +639,23 @@ class Checker:
 
     def vector_clocks(self):
         """Vector clocks at receive events, in rounds; returns (origins with lr, VCR)."""
-        k = F.col("kind")
-        space = F.when(k.isin("signal_send", "signal_recv"), F.lit("S")).otherwise(F.lit("M"))
-        origins = self.ev.where(k.isin("send", "destroy", "signal_send")).select(
-            space.alias("space"), "msg", F.col("process").alias("op"), F.col("seq").alias("os"))
-        recvs = self.ev.where(k.isin("deliver", "signal_recv")).select(
+        kc = F.col("kc")
+        sig = kc.isin(2, 4)
+        space = F.when(sig, F.lit("S")).otherwise(F.lit("M"))
+        # lr = the last receive of the origin's process before the origin (main pass): the VC
+        # of an origin is that receive's VC plus its own position.
+        olr = self._persist(self.rows.where(kc <= 2).select(
+            space.alias("space"), "msg", F.col("process").alias("op"),
+            F.col("seq").alias("os"), "lr"))
+        recvs = self.rows.where(kc.isin(3, 4)).select(
             space.alias("space"), "msg", F.col("process").alias("p"), F.col("seq").alias("s"))
-        # lr = the last receive of the origin's process before the origin: the VC of an origin
-        # is that receive's VC plus its own position.
-        marks = (origins.select(F.col("op").alias("process"), F.col("os").alias("pos"),
-                                "space", "msg", F.lit(False).alias("isrecv"))
-                 .unionByName(recvs.select(F.col("p").alias("process"), F.col("s").alias("pos"),
-                                           F.lit(None).cast("string").alias("space"),
-                                           F.lit(None).cast("long").alias("msg"),
-                                           F.lit(True).alias("isrecv"))))
-        wl = (Window.partitionBy("process").orderBy("pos")
-              .rowsBetween(Window.unboundedPreceding, 0))
-        olr = (marks.withColumn("lr", F.last(F.when(F.col("isrecv"), F.col("pos")), True)
-                                .over(wl))
-               .where(~F.col("isrecv"))
-               .select("space", "msg", F.col("process").alias("op"), F.col("pos").alias("os"),
-                       "lr"))
-        olr = self._persist(olr)
+        # R is laid out once by origin process, sorted by (op, lr): each round's join with
+        # the clocks (partitioned by process, sorted by seq) then needs no shuffle of R, and
+        # with requireAllClusterKeysForCoPartition off none of the clocks either.
+        nparts = int(self.spark.conf.get("spark.sql.shuffle.partitions"))
         R = self._persist(recvs.join(olr, ["space", "msg"]).select(
-            "p", "s", "op", self._pidx(F.col("op")).alias("opi"), "os", "lr"))
+            "p", "s", "op", self._pidx(F.col("op")).alias("opi"), "os", "lr")
+            .repartition(nparts, "op").sortWithinPartitions("op", "lr"))
         cols = self._vc_cols()
         wp = Window.partitionBy("p").orderBy("s").rowsBetween(Window.unboundedPreceding, 0)
         vcr = None
@@ -725,8 +738,10 @@ class Checker:
         # messages delivered at two or more processes.
         shared = (self.fd.groupBy("msg").agg(F.count(F.lit(1)).alias("k"))
                   .where("k > 1").select("msg"))
+        nparts = int(self.spark.conf.get("spark.sql.shuffle.partitions"))
         fd = self._persist(self.fd.select("p", "ds", "msg").join(shared, "msg", "left_semi")
-                           .withColumn("pi", self._pidx(F.col("p"))))
+                           .withColumn("pi", self._pidx(F.col("p")))
+                           .repartition(nparts, "msg"))
         wp = Window.partitionBy("p").orderBy("ds").rowsBetween(Window.unboundedPreceding, 0)
         ma = None
         prev_total = None
@@ -819,7 +834,12 @@ class Checker:
                 continue
             self._phase(f"checking {name} (exact)")
             t = time.perf_counter()
-            v, n, ex = fn()
+            # Rounds join tables laid out once by key with tables partitioned by process:
+            # co-partitioning on a subset of the join keys avoids a shuffle per round, and
+            # without adaptive execution both sides keep the same partition count.
+            with self._conf(requireAllClusterKeysForCoPartition="false",
+                            adaptive__enabled="false"):
+                v, n, ex = fn()
             self.timings[name] = time.perf_counter() - t
             props[name] = {"ok": n == 0, "violations": int(n), "examples": ex,
                            "method": "exact"}
