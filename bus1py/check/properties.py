@@ -158,6 +158,7 @@ class Checker:
         k = F.col("kind")
         packed = self._stamp()
         self.stamps_packed = packed is not None
+        self.stamps_too_wide = bool(self.trace.stamp_ranges) and packed is None
         T = (F.when(k.isin("send", "destroy"), packed) if packed is not None
              else F.lit(None).cast("long"))
         self.ev = ev.select("process", "seq", "kind", "msg", "dests", "node", T.alias("T"),
@@ -440,6 +441,8 @@ class Checker:
         W3 (per-destination signal knowledge) runs only when signals exist. Proof of
         soundness in docs/CHECKER.md ("The stamp witness").
         """
+        if self.stamps_too_wide:
+            return False, False, "inconclusive: stamps too wide to pack into 62 bits"
         if not self.trace.has_stamps:
             return False, False, "absent: some send/destroy row has no stamp"
         if not self.stamps_packed:

@@ -83,6 +83,11 @@ def test_correct_traces_pass_via_witness_and_agree(spark, tmp_path):
     summary, per = _check_batch(spark, tmp_path, traces, exact=False)
     # a simulated correct bus drops only what the node rule allows: every property holds
     assert summary["ok"], summary["properties"]
+    # and its stamps (with its global wall clock) always witness causal and consistent,
+    # side channels included: the fast path decides, the exact one is never needed
+    assert summary["witness"] == "holds", summary["witness"]
+    assert {summary["properties"][k]["method"] for k in ("causal", "consistent")} == \
+        {"stamp witness"}
     assert all(v == 0 for counts in per.values() for v in counts.values())
 
 
