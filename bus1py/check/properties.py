@@ -913,5 +913,9 @@ def check_trace(spark, trace, exact=False, max_examples=3, on_phase=None, keep_d
                 group_span=None):
     c = Checker(spark, trace, exact=exact, max_examples=max_examples, on_phase=on_phase,
                 keep_details=keep_details, group_span=group_span)
-    summary = c.run()
+    try:
+        summary = c.run()
+    except BaseException:
+        c.unpersist()   # a malformed trace (TraceError) must not leave tables cached
+        raise
     return summary, c
