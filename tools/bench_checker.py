@@ -2,7 +2,9 @@
 """Benchmark `bus1py check` on generated traces: events/s for the whole check.
 
 Invariants: the timed part is exactly what `bus1py check TRACE` does after the JVM is up
-(read + validate + all five properties); session start-up is reported separately because it
+(footers, then the main pass -- which reads and validates every row -- and all five
+properties; `load_validate_s` is the footer part only, `check_s` the rest, `timings` the
+checker's phases); session start-up is reported separately because it
 is a fixed ~5-15 s cost, not a per-event one. Traces come from tools/gen_trace.py and are
 reused when already present with the same parameters (generation is not timed).
 
