@@ -234,8 +234,10 @@ class Checker:
             # sends before this row: a signal received here is next covered by the send
             # numbered nsb (tier 1 of the signal witness joins on it)
             F.count(F.when(kc <= 1, 1)).over(before).alias("nsb"),
-            # the last receive before this row (the exact vector clocks start from it)
-            F.max(F.when(kc >= 3, F.col("seq"))).over(before).alias("lr"))
+            # the last receive before this row (the exact vector clocks start from it), and
+            # the origins before it (a run of receives between two origins shares it)
+            F.max(F.when(kc >= 3, F.col("seq"))).over(before).alias("lr"),
+            F.count(F.when(kc <= 2, 1)).over(before).alias("nob"))
         cached = self._persist(u)
         kind = (F.when(kc == 0, "send").when(kc == 1, "destroy").when(kc == 2, "signal_send")
                 .when(kc == 3, "deliver").when(kc == 4, "signal_recv").otherwise("internal"))
@@ -640,8 +642,10 @@ class Checker:
     def _vc_cols(self, prefix="c"):
         return [f"{prefix}{i}" for i in range(self.P)]
 
-    def vector_clocks(self):
-        """Vector clocks at receive events, in rounds; returns (origins with lr, VCR)."""
+    def vector_clocks(self, full=False):
+        """Vector clocks in rounds; returns (origins with lr, VCR). VCR holds the clock of the
+        last receive of each run of receives between two origins (the only ones the rounds
+        and the causal check read), or of every receive with full=True."""
         kc = F.col("kc")
         sig = kc.isin(2, 4)
         space = F.when(sig, F.lit("S")).otherwise(F.lit("M"))
@@ -651,39 +655,52 @@ class Checker:
             space.alias("space"), "msg", F.col("process").alias("op"),
             F.col("seq").alias("os"), "lr"))
         recvs = self.rows.where(kc.isin(3, 4)).select(
-            space.alias("space"), "msg", F.col("process").alias("p"), F.col("seq").alias("s"))
+            space.alias("space"), "msg", F.col("process").alias("p"), F.col("seq").alias("s"),
+            "nob")
         # R is laid out once by origin process, sorted by (op, lr): each round's join with
         # the clocks (partitioned by process, sorted by seq) then needs no shuffle of R, and
         # with requireAllClusterKeysForCoPartition off none of the clocks either.
         nparts = int(self.spark.conf.get("spark.sql.shuffle.partitions"))
         R = self._persist(recvs.join(olr, ["space", "msg"]).select(
-            "p", "s", "op", self._pidx(F.col("op")).alias("opi"), "os", "lr")
+            "p", "s", "nob", "op", self._pidx(F.col("op")).alias("opi"), "os", "lr")
             .repartition(nparts, "op").sortWithinPartitions("op", "lr"))
         cols = self._vc_cols()
         wp = Window.partitionBy("p").orderBy("s").rowsBetween(Window.unboundedPreceding, 0)
         vcr = None
         prev_total = None
         cap = MAX_ROUNDS_FACTOR * self.P + 16
-        for rnd in range(1, cap + 1):
+
+        def sweep(vcr, segments):
             if vcr is None:
-                j = R.select("p", "s", "opi", "os", *[F.lit(None).cast("long").alias(f"k{i}")
-                                                      for i in range(self.P)])
+                j = R.select("p", "s", "nob", "opi", "os",
+                             *[F.lit(None).cast("long").alias(f"k{i}") for i in range(self.P)])
             else:
                 src = vcr.select(F.col("p").alias("op"), F.col("s").alias("lr"),
                                  *[F.col(c).alias(f"k{i}") for i, c in enumerate(cols)])
                 j = R.join(src, ["op", "lr"], "left")
             cand = [F.when(F.col("opi") == i, F.greatest(F.col(f"k{i}"), F.col("os")))
                     .otherwise(F.col(f"k{i}")).alias(f"x{i}") for i in range(self.P)]
-            j = j.select("p", "s", *cand)
-            new = j.select("p", "s", *[F.max(f"x{i}").over(wp).alias(c)
-                                       for i, c in enumerate(cols)])
-            new = self._checkpoint(new)
+            j = j.select("p", "s", "nob", *cand)
+            if segments:
+                # Clocks are only ever read at an origin's lr, the last receive of a run of
+                # receives between two origins (same nob): fold each run into that row first
+                # (a hash aggregation), so the window and the stored clocks cover the runs.
+                j = (j.repartition(nparts, "p").groupBy("p", "nob")
+                     .agg(F.max("s").alias("s"), *[F.max(f"x{i}").alias(f"x{i}")
+                                                   for i in range(self.P)]))
+            return j.select("p", "s", *[F.max(f"x{i}").over(wp).alias(c)
+                                        for i, c in enumerate(cols)])
+
+        for rnd in range(1, cap + 1):
+            new = self._checkpoint(sweep(vcr, True))
             total = new.select(sum(F.sum(F.coalesce(F.col(c), F.lit(-1))) for c in cols)
                                .alias("t")).collect()[0]["t"]
             vcr = new
             if total == prev_total:
                 break
             prev_total = total
+        if full:   # clocks at every receive (ShiViz): one more sweep from the settled clocks
+            vcr = self._checkpoint(sweep(vcr, False))
         self.rounds["vector_clock_rounds"] = rnd
         return olr, vcr
 

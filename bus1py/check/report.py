@@ -162,7 +162,7 @@ def write_shiviz(checker, path, limit=None):
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    olr, vcr = checker.vector_clocks()
+    olr, vcr = checker.vector_clocks(full=True)
     P = checker.P
     procs = checker.procs
     ev = checker.trace.df.select("process", "seq", "kind", "msg", "dests")
