@@ -40,6 +40,19 @@ def _ev(process, seq, kind, msg, **extra):
     return d
 
 
+def _inversion_example(why, first, second, process):
+    """A delivery-order counterexample: `first` (sent first) and `second` are rows with the
+    sender's process and seq (sp, ss), the delivering seq (ds), msg and destroy; `process`
+    delivered `second` before `first`."""
+    kind = lambda r: "destroy" if r["destroy"] else "send"  # noqa: E731
+    return {"why": why,
+            "events": [_ev(first["sp"], first["ss"], kind(first), first["msg"]),
+                       _ev(second["sp"], second["ss"], kind(second), second["msg"]),
+                       _ev(process, second["ds"], "deliver", second["msg"]),
+                       _ev(process, first["ds"], "deliver", first["msg"])],
+            "highlight": [int(first["msg"]), int(second["msg"])]}
+
+
 class Checker:
     """One check of one trace. `phase` callbacks feed the CLI's progress display."""
 
@@ -391,17 +404,11 @@ class Checker:
         examples = []
         if n:
             for r in v.orderBy("process", "ds").limit(self.max_examples).collect():
-                pr = r["prev"]
-                k1 = "destroy" if r["destroy"] else "send"
-                k2 = "destroy" if pr["destroy"] else "send"
-                examples.append({
-                    "why": f"process {r['sp']} sent {r['msg']} before {pr['msg']}, but "
-                           f"process {r['process']} delivered {pr['msg']} first",
-                    "events": [_ev(r["sp"], r["ss"], k1, r["msg"]),
-                               _ev(r["sp"], pr["ss"], k2, pr["msg"]),
-                               _ev(r["process"], pr["ds"], "deliver", pr["msg"]),
-                               _ev(r["process"], r["ds"], "deliver", r["msg"])],
-                    "highlight": [int(r["msg"]), int(pr["msg"])]})
+                pr = r["prev"].asDict()
+                pr["sp"] = r["sp"]
+                examples.append(_inversion_example(
+                    f"process {r['sp']} sent {r['msg']} before {pr['msg']}, but "
+                    f"process {r['process']} delivered {pr['msg']} first", r, pr, r["process"]))
         return v, n, examples
 
     # ------------------------------------------------------------------ node_rules
@@ -737,16 +744,9 @@ class Checker:
             if not w2:
                 continue
             r2 = w2[0]
-            k1 = "destroy" if r["destroy"] else "send"
-            k2 = "destroy" if r2["destroy"] else "send"
-            examples.append({
-                "why": f"send of {r['msg']} happened-before send of {r2['msg']}, but process "
-                       f"{r['process']} delivered {r2['msg']} first",
-                "events": [_ev(r["sp"], r["ss"], k1, r["msg"]),
-                           _ev(r2["sp"], r2["ss"], k2, r2["msg"]),
-                           _ev(r["process"], r2["ds"], "deliver", r2["msg"]),
-                           _ev(r["process"], r["ds"], "deliver", r["msg"])],
-                "highlight": [int(r["msg"]), int(r2["msg"])]})
+            examples.append(_inversion_example(
+                f"send of {r['msg']} happened-before send of {r2['msg']}, but process "
+                f"{r['process']} delivered {r2['msg']} first", r, r2, r["process"]))
         return v, n, examples
 
     # ------------------------------------------------------------------ exact consistent
