@@ -207,6 +207,15 @@ static inline uint64_t msg_record_size(uint32_t len, uint32_t n_dests, uint32_t 
            (uint64_t)n_dests * n_handles * sizeof(uint64_t);
 }
 
+/* a spin-wait hint to the CPU (lock back-off, the receiver's poll of its front) */
+static inline void b1_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 static inline struct b1_header *HDR(void *base) { return (struct b1_header *)base; }
 static inline struct b1_peer *PEER(void *base, uint32_t i) {
     return (struct b1_peer *)((char *)base + HDR(base)->off_peers) + i;

@@ -52,14 +52,6 @@ uint64_t b1_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static inline void relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 #define LOCK_SPINS 64 /* trylock attempts before sleeping in the kernel */
 
 /* Every hold of a queue lock is one short queue operation (~100 ns), so a collision is
@@ -70,7 +62,7 @@ static inline void relax(void) {
 int b1_lock(struct b1_peer *p) {
     int r = pthread_mutex_trylock(&p->lock);
     for (int i = 0; r == EBUSY && i < LOCK_SPINS; i++) {
-        for (int k = 0; k < 4 << (i < 4 ? i : 4); k++) relax(); /* back off: 4..64 pauses */
+        for (int k = 0; k < 4 << (i < 4 ? i : 4); k++) b1_relax(); /* back off: 4..64 pauses */
         r = pthread_mutex_trylock(&p->lock);
     }
     if (r == EBUSY) r = pthread_mutex_lock(&p->lock);
@@ -86,12 +78,16 @@ void b1_unlock(struct b1_peer *p) { pthread_mutex_unlock(&p->lock); }
 
 /* ---- the treap ---- */
 
-/* The key (ts, sender, seq, idx), the same total order at every queue. */
-int b1_key_less(const struct b1_entry *a, const struct b1_entry *b) {
-    if (a->ts != b->ts) return a->ts < b->ts;
+/* The entry's identity (sender, seq, idx): unique, and the key's tiebreak after ts. */
+static inline int identity_less(const struct b1_entry *a, const struct b1_entry *b) {
     if (a->sender != b->sender) return a->sender < b->sender;
     if (a->seq != b->seq) return a->seq < b->seq;
     return a->idx < b->idx;
+}
+
+/* The key (ts, sender, seq, idx), the same total order at every queue. */
+int b1_key_less(const struct b1_entry *a, const struct b1_entry *b) {
+    return a->ts != b->ts ? a->ts < b->ts : identity_less(a, b);
 }
 
 /* The queue's order: the key, except on a bus created with B1_INJECT_ADDRESS_TIEBREAK,
@@ -99,9 +95,7 @@ int b1_key_less(const struct b1_entry *a, const struct b1_entry *b) {
 static inline int key_less(void *base, const struct b1_entry *a, const struct b1_entry *b) {
     if (a->ts != b->ts) return a->ts < b->ts;
     if (HDR(base)->limits.inject == B1_INJECT_ADDRESS_TIEBREAK) return a < b;
-    if (a->sender != b->sender) return a->sender < b->sender;
-    if (a->seq != b->seq) return a->seq < b->seq;
-    return a->idx < b->idx;
+    return identity_less(a, b);
 }
 
 static inline uint32_t key_priority(const struct b1_entry *e) {

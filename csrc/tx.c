@@ -393,14 +393,6 @@ int b1_recv(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *info,
     }
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 static inline int front_ready(struct b1_peer *p) {
     uint64_t ts = atomic_load_explicit(&p->front_ts, memory_order_acquire);
     return ts && !(ts & 1);
@@ -423,7 +415,7 @@ int b1_recv_wait(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *inf
         if (deadline && spin_end > deadline) spin_end = deadline;
         for (uint32_t k = 0; !front_ready(p); k++) {
             if (k < 512) {
-                cpu_relax();
+                b1_relax();
                 if ((k & 63) == 63 && b1_now_ns() >= spin_end) break;
             } else {
                 sched_yield();
