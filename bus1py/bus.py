@@ -265,7 +265,7 @@ class Bus:
 
     def scratch(self):
         """This thread's call frame for the hot C calls and views of it:
-        (frame, dests, handles, info words, payload buffer, seq).
+        (frame, dests, handles, info words, payload buffer, seq, the payload's cdata).
 
         `struct b1_frame` holds the mapping and the buffers, so `send` and `recv` pass it
         and a few scalars; the info words are a memoryview (one struct.unpack_from reads

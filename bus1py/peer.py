@@ -202,9 +202,8 @@ class Peer:
                             f"sequences of them, not {destinations!r} and {handles!r}") from None
         if ts < 0:
             # a receiver at its quota may be a peer whose processes died: reap and retry once
-            if ts != -errno.EDQUOT or not _reap_dead(bus):
-                raise self._send_error(ts, destinations, len(payload), n or 1, nh)
-            ts = _send(frame, self._slot, self._id, dest, n, payload, len(payload), nh, flags)
+            if ts == -errno.EDQUOT and _reap_dead(bus):
+                ts = _send(frame, self._slot, self._id, dest, n, payload, len(payload), nh, flags)
             if ts < 0:
                 raise self._send_error(ts, destinations, len(payload), n or 1, nh)
         return (ts, self._id, seq[0])
