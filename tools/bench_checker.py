@@ -38,11 +38,10 @@ def main(argv=None):
     import gen_trace
     from bus1py.check.load import load_trace
     from bus1py.check.properties import check_trace
-    from bus1py.check.spark import get_session
+    from bus1py.check.spark import get_session, set_shuffle_partitions
 
     t = time.perf_counter()
-    spark = get_session(a.master, shuffle_partitions=a.partitions,
-                        driver_memory=a.driver_memory)
+    spark = get_session(a.master, driver_memory=a.driver_memory)
     spark.range(1).count()
     startup = time.perf_counter() - t
     print(f"session start-up: {startup:.1f} s", flush=True)
@@ -55,11 +54,7 @@ def main(argv=None):
             gen_trace.generate(path, n, a.procs, stamps=not a.exact, quiet=True)
             open(stamp, "w").write("ok\n")
             print(f"generated {path} in {time.perf_counter() - t:.1f} s", flush=True)
-        from bus1py.check.load import parquet_files
-        from bus1py.check.spark import auto_partitions
-        parts = a.partitions or auto_partitions(parquet_files(path),
-                                                spark.sparkContext.defaultParallelism)
-        spark.conf.set("spark.sql.shuffle.partitions", str(parts))
+        parts = set_shuffle_partitions(spark, path, a.partitions)
         t = time.perf_counter()
         trace = load_trace(spark, path)
         t_load = time.perf_counter() - t

@@ -107,12 +107,9 @@ def run(args) -> int:
     except TraceError as e:
         print(f"bus1py check: error: {e}", file=sys.stderr)
         return 2
-    from .spark import auto_partitions, get_session
+    from .spark import get_session, set_shuffle_partitions
     spark = get_session(args.master, driver_memory=args.driver_memory)
-    # a runtime SQL setting: also right when the session already existed (tests, notebooks)
-    spark.conf.set("spark.sql.shuffle.partitions",
-                   str(args.partitions or auto_partitions(parquet_files(args.trace),
-                                                          spark.sparkContext.defaultParallelism)))
+    set_shuffle_partitions(spark, args.trace, args.partitions)
     enabled = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
     from .properties import check_trace
     from .report import write_report, write_shiviz

@@ -91,3 +91,13 @@ def auto_partitions(files, cores=None) -> int:
     cores = cores or os.cpu_count() or 2
     size = sum(os.path.getsize(f) for f in files)
     return int(max(2 * cores, min(4000, -(-size // (8 << 20)))))
+
+
+def set_shuffle_partitions(spark, trace_path: str, partitions: int | None = None) -> int:
+    """Set spark.sql.shuffle.partitions for checking one trace: `partitions`, or
+    auto_partitions of its Parquet files.  A runtime SQL setting, so it is also right when
+    the session already existed (tests, notebooks).  Returns the number set."""
+    from .load import parquet_files
+    n = partitions or auto_partitions(parquet_files(trace_path), spark.sparkContext.defaultParallelism)
+    spark.conf.set("spark.sql.shuffle.partitions", str(n))
+    return n
