@@ -29,6 +29,8 @@ from pyspark import StorageLevel
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
+from .screen import screen
+
 PROPERTIES = ("exactly_once", "fifo", "causal", "consistent", "node_rules")
 MAX_ROUNDS_FACTOR = 4      # rounds cap = 4*P + 16; convergence comes far earlier (docs)
 
@@ -73,6 +75,9 @@ class Checker:
         # can then be shared by index i across sub-traces, so a batch of many small traces
         # costs as many columns as its widest member instead of the sum (tests batch this way).
         self.span = group_span
+        self.tier1_failed = False
+        self.rows = None           # the main pass's table (_base), built only when needed
+        self.screen = "not run"
         self._set_procs(trace.processes)
 
     def _set_procs(self, procs):
@@ -468,23 +473,30 @@ class Checker:
         if not st["sig"]:
             return True, True, "holds"
         local = self.rows.where(F.col("kind") != "internal")
-        t = time.perf_counter()
-        ok = self._scalar_signal_witness(local)
-        self.timings["witness_tier1"] = time.perf_counter() - t
-        if ok:
-            return True, True, "holds"
+        if not self.tier1_failed:   # the screen may have tried tier 1 already
+            t = time.perf_counter()
+            k = F.col("kind")
+            ok = self._scalar_signal_witness(
+                local.where(k.isin("signal_send", "signal_recv"))
+                .select("process", "seq", "kind", "msg", "L", "nsb"),
+                local.where(k.isin("send", "destroy")).select("process", "nsb", "T"))
+            self.timings["witness_tier1"] = time.perf_counter() - t
+            if ok:
+                return True, True, "holds"
         ok, why = self._signal_witness(local, wall_ok=st["wall"] == 0)
         return True, ok, why
 
-    def _scalar_signal_witness(self, local):
+    def _scalar_signal_witness(self, sig, sends):
         """Tier 1: V(e) = L(e) joined with V of every signal received up to e, carried over
         signal chains in rounds over the signal rows only; it holds when the first send
         after each signal_recv is stamped above the V that signal brought (later sends are
         above it too, by W2). Sufficient for causal (docs); cheap: the final check is a
-        broadcast join of the signal arrivals with the sends on (process, send index)."""
+        broadcast join of the signal arrivals with the sends on (process, send index).
+
+        sig: the signal rows (process, seq, kind, msg, L, nsb); sends: (process, nsb, T) of
+        at least every send that is the first after a signal_recv."""
         k = F.col("kind")
-        sig = self._persist(local.where(k.isin("signal_send", "signal_recv"))
-                            .select("process", "seq", "kind", "msg", "L", "nsb"))
+        sig = self._persist(sig)
         sv = sig.where(k == "signal_send").select("msg", F.col("L").alias("SV"))
         wsig = (Window.partitionBy("process").orderBy("seq")
                 .rowsBetween(Window.unboundedPreceding, 0))
@@ -505,7 +517,6 @@ class Checker:
         self.rounds["witness_tier1_rounds"] = rnd
         arr = rec.where((k == "signal_recv") & F.col("inc").isNotNull()).select(
             "process", "nsb", "inc")
-        sends = local.where(k.isin("send", "destroy")).select("process", "nsb", "T")
         bad = (sends.join(F.broadcast(arr), ["process", "nsb"])
                .where(F.col("T") <= F.col("inc")).limit(1).count())
         return not bad
@@ -653,6 +664,8 @@ class Checker:
         """Vector clocks in rounds; returns (origins with lr, VCR). VCR holds the clock of the
         last receive of each run of receives between two origins (the only ones the rounds
         and the causal check read), or of every receive with full=True."""
+        if self.rows is None:      # the screen decided; ShiViz export still needs the rows
+            self._base()
         kc = F.col("kc")
         sig = kc.isin(2, 4)
         space = F.when(sig, F.lit("S")).otherwise(F.lit("M"))
@@ -819,6 +832,17 @@ class Checker:
                     "witness": "empty trace", "ok": True, "rounds": {}, "seconds": 0.0,
                     "properties": {k: {"ok": True, "violations": 0, "examples": []}
                                    for k in PROPERTIES}}
+        if not self.force_exact:
+            self._phase("screen: by message and destination, by process")
+            t = time.perf_counter()
+            passed, self.screen = screen(self)
+            self.timings["screen"] = time.perf_counter() - t
+            if passed:
+                return self._summary(t0, {
+                    name: dict({"ok": True, "violations": 0, "examples": []},
+                               **({"method": "stamp witness"}
+                                  if name in ("fifo", "causal", "consistent") else {}))
+                    for name in PROPERTIES}, "holds")
         self._phase("main pass: by message, by process, one aggregation")
         t = time.perf_counter()
         self._base()
@@ -866,10 +890,16 @@ class Checker:
             method[name] = "exact"
             if self.keep_details:
                 self.details[name] = v
+        return self._summary(t0, props, wmsg)
+
+    def _summary(self, t0, props, wmsg):
         ordered = {k: props[k] for k in PROPERTIES}
+        if self.keep_details:
+            for k in PROPERTIES:
+                self.details.setdefault(k, None)
         self.elapsed = time.perf_counter() - t0
         return {"trace": self.trace.path, "events": self.trace.rows,
-                "processes": len(self.procs), "witness": wmsg,
+                "processes": len(self.procs), "screen": self.screen, "witness": wmsg,
                 "ok": all(p["ok"] for p in ordered.values()),
                 "properties": ordered, "rounds": self.rounds,
                 "seconds": round(self.elapsed, 3)}
