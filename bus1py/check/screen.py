@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from pyspark.sql import Window
 from pyspark.sql import functions as F
@@ -94,23 +95,49 @@ def process_pass(ev, T, problem_code):
 
 def screen(checker):
     """Run S1-S3 for `checker`; returns (passed, reason). On success the checker's process
-    list is set from the trace; on failure nothing about the trace is assumed."""
-    from .load import row_problem_code
+    list is set from the trace; on failure nothing about the trace is assumed.
+
+    S1 runs in a second thread while S2 and S3 run in this one: both are CPU-bound, but
+    each job has stretches where fewer tasks than cores run (planning, code generation, a
+    stage's last tasks, the small signal rounds), which the other job fills.
+    """
     T = checker._stamp()
     if T is None:
         return False, "no stamps to screen with"
     ev = checker.trace.df
-    t = time.perf_counter()
     # Nearly every (id, key) group meets its rows only after the shuffle (an origin and its
     # deliveries are in different files), so a pre-shuffle partial aggregation would only
-    # add a pass: about 10 s instead of 12-16 at 10M events here.
-    with checker._conf(execution__bypassPartialAggregation="true"):
-        n = pair_problems(ev, T)
-    checker.timings["screen_pairs"] = time.perf_counter() - t
+    # add a pass: about 10 s instead of 12-16 at 10M events here. (A session-wide setting,
+    # so it is set for the whole screen rather than for S1's thread alone.)
+    with checker._conf(execution__bypassPartialAggregation="true"), \
+            ThreadPoolExecutor(1) as pool:
+        pairs = pool.submit(_timed, checker, "screen_pairs", pair_problems, ev, T)
+        try:
+            ok, why, procs = _timed(checker, "screen_processes", _by_process, checker, ev, T)
+        finally:
+            n = pairs.result()
     if n:
         return False, f"{n} message or signal ids are not delivered exactly once " \
                       f"with their send's stamp"
+    if not ok:
+        return False, why
+    checker.trace.processes = procs
+    checker.trace.has_stamps = True
+    checker._set_procs(procs)
+    return True, "passed"
+
+
+def _timed(checker, name, fn, *args):
     t = time.perf_counter()
+    try:
+        return fn(*args)
+    finally:
+        checker.timings[name] = time.perf_counter() - t
+
+
+def _by_process(checker, ev, T):
+    """S2, then S3 on the rows S2 kept: (ok, reason, process list)."""
+    from .load import row_problem_code
     kept = checker._persist(process_pass(ev, T, row_problem_code()))
     one = F.lit(1)
     st = kept.agg(
@@ -122,25 +149,18 @@ def screen(checker):
         F.count(F.when(F.col("kc").isin(2, 4), one)).alias("signals"),
         F.sort_array(F.collect_set(F.when(F.col("seq") == 0, F.col("process")))).alias("procs"),
     ).collect()[0]
-    checker.timings["screen_processes"] = time.perf_counter() - t
     for name, why in (("rows", "malformed or unstamped rows"),
                       ("destroys", "destroy rows (node_rules needs the full pass)"),
                       ("w1", "a process delivers against stamp order"),
                       ("w2", "a send is not stamped above what its process knew")):
         if st[name]:
-            return False, f"{st[name]} rows: {why}"
-    checker.trace.processes = list(st["procs"])
-    checker.trace.has_stamps = True
-    checker._set_procs(checker.trace.processes)
+            return False, f"{st[name]} rows: {why}", None
     if st["signals"]:
         kind = (F.when(F.col("kc") == 2, "signal_send").otherwise("signal_recv"))
         sig = kept.where(F.col("kc").isin(2, 4)).select(
             "process", "seq", kind.alias("kind"), "msg", "L", "nsb")
         sends = kept.where(F.col("fa")).select("process", "nsb", "T")
-        t = time.perf_counter()
-        ok = checker._scalar_signal_witness(sig, sends)
-        checker.timings["screen_signals"] = time.perf_counter() - t
-        if not ok:
+        if not _timed(checker, "screen_signals", checker._scalar_signal_witness, sig, sends):
             checker.tier1_failed = True
-            return False, "tier 1 of the signal witness does not prove causal"
-    return True, "passed"
+            return False, "tier 1 of the signal witness does not prove causal", None
+    return True, "passed", list(st["procs"])
