@@ -9,6 +9,7 @@ is a fixed ~5-15 s cost, not a per-event one. Traces come from tools/gen_trace.p
 reused when already present with the same parameters (generation is not timed).
 
     tools/bench_checker.py --events 1e6 10e6 --procs 64 [--exact] [--master local[2]]
+    tools/bench_checker.py --events 1e7 --floor      # the scan and the two shuffles alone
 """
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ def main(argv=None):
     ap.add_argument("--driver-memory", default="8g")
     ap.add_argument("--dir", default="/tmp/bus1py-bench-traces")
     ap.add_argument("--out", default=None, help="append JSON lines with results here")
+    ap.add_argument("--floor", action="store_true",
+                    help="instead of checking, time the three queries any check needs at "
+                         "least: a scan, a shuffle by message id, a sort by process")
     a = ap.parse_args(argv)
 
     import gen_trace
@@ -55,6 +59,9 @@ def main(argv=None):
             open(stamp, "w").write("ok\n")
             print(f"generated {path} in {time.perf_counter() - t:.1f} s", flush=True)
         parts = set_shuffle_partitions(spark, path, a.partitions)
+        if a.floor:
+            floor(spark, path)
+            continue
         t = time.perf_counter()
         trace = load_trace(spark, path)
         t_load = time.perf_counter() - t
@@ -72,6 +79,25 @@ def main(argv=None):
         if a.out:
             with open(a.out, "a") as f:
                 f.write(json.dumps(res) + "\n")
+
+
+def floor(spark, path):
+    """The cost of reading the rows and of the two shuffles that deriving happened-before
+    needs (deliveries to their sends; each process in seq order), with nothing else."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    df = spark.read.parquet(path)
+    wp = Window.partitionBy("process").orderBy("seq")
+    for name, q in (
+            ("scan + global aggregation", df.agg(F.sum("seq"), F.max("stamp_ts"),
+                                                 F.sum(F.size("dests")))),
+            ("shuffle by message id", df.groupBy("msg").count().agg(F.max("count"))),
+            ("sort by process", df.select((F.col("seq") - F.lag("seq").over(wp)).alias("d"))
+             .agg(F.max("d")))):
+        t = time.perf_counter()
+        q.collect()
+        print(json.dumps({"floor": name, "seconds": round(time.perf_counter() - t, 2)}),
+              flush=True)
 
 
 if __name__ == "__main__":
