@@ -29,7 +29,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
-from .screen import screen
+from .screen import kind_code, screen
 
 PROPERTIES = ("exactly_once", "fifo", "causal", "consistent", "node_rules")
 MAX_ROUNDS_FACTOR = 4      # rounds cap = 4*P + 16; convergence comes far earlier (docs)
@@ -182,8 +182,7 @@ class Checker:
         self.ev = ev.select("process", "seq", "kind", "msg", "dests", "node", T.alias("T"),
                             F.col("wall_ns").alias("wall"))
         kc = F.col("kc")
-        code = F.when(k == "send", 0).when(k == "destroy", 1).when(k == "signal_send", 2) \
-            .when(k == "deliver", 3).when(k == "signal_recv", 4).otherwise(5).cast("byte")
+        code = kind_code()
         from .load import row_problem_code
         base = ev.select("process", "seq", code.alias("kc"), "msg",
                          row_problem_code().alias("pb"),

@@ -35,6 +35,15 @@ ORIGIN_KEY = 1 << 33     # one row per origin of a message id (counts origins)
 SIGNAL_KEY = 1 << 34     # every row of a signal id (counts signal_sends)
 
 
+def kind_code():
+    """The kind as a byte, origins first: 0 send, 1 destroy, 2 signal_send, 3 deliver,
+    4 signal_recv, 5 internal (or anything else). `kc <= 1` selects the messages' origins,
+    `kc >= 3` the receives."""
+    k = F.col("kind")
+    return (F.when(k == "send", 0).when(k == "destroy", 1).when(k == "signal_send", 2)
+            .when(k == "deliver", 3).when(k == "signal_recv", 4).otherwise(5).cast("byte"))
+
+
 def pair_problems(ev, T):
     """S1: the number of (id, key) groups that break it (one shuffle, one aggregation)."""
     k = F.col("kind")
@@ -59,9 +68,7 @@ def process_pass(ev, T, problem_code):
     """S2 in one sort of each process's rows. Returns the rows worth keeping: any row that
     breaks S2, the signal rows (with L and nsb for tier 1), each process's seq-0 row (the
     process list) and the first send after each signal_recv (fa)."""
-    k = F.col("kind")
-    code = (F.when(k == "send", 0).when(k == "destroy", 1).when(k == "signal_send", 2)
-            .when(k == "deliver", 3).when(k == "signal_recv", 4).otherwise(5).cast("byte"))
+    code = kind_code()
     kc = F.col("kc")
     stamped_kind = kc.isin(0, 1, 3)
     b = ev.select("process", "seq", code.alias("kc"),

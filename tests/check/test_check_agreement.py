@@ -6,7 +6,6 @@
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
@@ -14,6 +13,7 @@ from bus1py.check.load import load_trace
 from bus1py.check.properties import PROPERTIES, check_trace
 from bus1py.check.reference import reference_check
 from bus1py.check.simulate import MUTATIONS, mutate, offset_rows, simulate, write_trace
+from drawn import gather
 
 SPAN = 1000
 
@@ -25,19 +25,6 @@ params = st.fixed_dictionaries({
     "p_signal": st.sampled_from([0.0, 0.15, 0.3]),
     "p_destroy": st.sampled_from([0.0, 0.05, 0.15]),
 })
-
-
-def _gather(n, strategy):
-    out = []
-
-    @settings(max_examples=n, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(strategy)
-    def collect(x):
-        out.append(x)
-
-    collect()
-    return out
 
 
 def _make(p, mutation=None):
@@ -78,7 +65,7 @@ def _check_batch(spark, tmp_path, traces, exact):
 
 @pytest.mark.timeout(400)
 def test_correct_traces_pass_via_witness_and_agree(spark, tmp_path):
-    ps = [p for p in _gather(25, params)]
+    ps = [p for p in gather(25, params)]
     traces = [_make(p) for p in ps]
     summary, per = _check_batch(spark, tmp_path, traces, exact=False)
     # a simulated correct bus drops only what the node rule allows: every property holds
@@ -93,7 +80,7 @@ def test_correct_traces_pass_via_witness_and_agree(spark, tmp_path):
 
 @pytest.mark.timeout(400)
 def test_correct_traces_pass_exact_path(spark, tmp_path):
-    traces = [_make(p) for p in _gather(20, params)]
+    traces = [_make(p) for p in gather(20, params)]
     summary, _ = _check_batch(spark, tmp_path, traces, exact=True)
     assert summary["ok"], summary["properties"]
     assert summary["properties"]["causal"]["method"] == "exact"
@@ -104,7 +91,7 @@ def test_correct_traces_pass_exact_path(spark, tmp_path):
 def test_planted_violations_agree_with_reference(spark, tmp_path):
     faulty = st.tuples(params.filter(lambda p: p["nprocs"] >= 3 and p["steps"] >= 20),
                        st.sampled_from(MUTATIONS))
-    got = _gather(30, faulty)
+    got = gather(30, faulty)
     # every mutation kind is planted at least once, whatever Hypothesis drew
     got += [(dict(got[0][0], seed=got[0][0]["seed"] + i), m) for i, m in enumerate(MUTATIONS)]
     traces = [_make(p, m) for p, m in got]

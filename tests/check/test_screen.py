@@ -6,7 +6,6 @@
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bus1py.check.load import load_trace
@@ -14,6 +13,7 @@ from bus1py.check.properties import Checker, check_trace
 from bus1py.check.reference import reference_check
 from bus1py.check.screen import screen
 from bus1py.check.simulate import MUTATIONS, mutate, offset_rows, simulate, write_trace
+from drawn import gather
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -24,19 +24,6 @@ params = st.fixed_dictionaries({
     "p_multicast": st.sampled_from([0.0, 0.3, 0.7]),
     "p_signal": st.sampled_from([0.0, 0.15]),
 })
-
-
-def _gather(n, strategy):
-    out = []
-
-    @settings(max_examples=n, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(strategy)
-    def collect(x):
-        out.append(x)
-
-    collect()
-    return out
 
 
 def _rows(p, mutation=None):
@@ -56,7 +43,7 @@ def _screen(spark, path, rows):
 
 
 def test_correct_traces_are_decided_by_the_screen(spark, tmp_path):
-    traces = [_rows(p) for p in _gather(20, params)]
+    traces = [_rows(p) for p in gather(20, params)]
     combined = []
     for k, rows in enumerate(traces):
         assert not any(reference_check(rows).values())
@@ -71,7 +58,7 @@ def test_correct_traces_are_decided_by_the_screen(spark, tmp_path):
 
 
 def test_screen_never_passes_a_faulty_trace(spark, tmp_path):
-    got = _gather(12, st.tuples(params, st.sampled_from(MUTATIONS)))
+    got = gather(12, st.tuples(params, st.sampled_from(MUTATIONS)))
     got += [(dict(got[0][0], seed=got[0][0]["seed"] + i), m) for i, m in enumerate(MUTATIONS)]
     faulty = 0
     for i, (p, m) in enumerate(got):
