@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from pyspark import StorageLevel
-from pyspark.sql import Window
+from pyspark.sql import Observation, Window
 from pyspark.sql import functions as F
 
 from .screen import kind_code, screen
@@ -100,6 +101,21 @@ class Checker:
         # localCheckpoint cuts the lineage of iterative rounds (otherwise each round's plan
         # contains all previous ones and planning time grows quadratically).
         return df.localCheckpoint(eager=True)
+
+    def _fixpoint(self, step, cols):
+        """Rounds state = step(state), from state None, until the sum of the columns `cols`
+        stops changing; returns (state, rounds). Every round only grows values, so an
+        unchanged sum means an unchanged table. Each round is local-checkpointed, and its
+        sum is observed while the checkpoint is written (no second job per round)."""
+        total = sum(F.sum(F.coalesce(F.col(c), F.lit(-1)).cast("long")) for c in cols)
+        state, prev = None, None
+        for rnd in range(1, MAX_ROUNDS_FACTOR * self.P + 17):
+            seen = Observation()
+            state = self._checkpoint(step(state).observe(seen, total.alias("t")))
+            if seen.get["t"] == prev:
+                break
+            prev = seen.get["t"]
+        return state, rnd
 
     @contextmanager
     def _conf(self, **kv):
@@ -685,9 +701,6 @@ class Checker:
             .repartition(nparts, "op").sortWithinPartitions("op", "lr"))
         cols = self._vc_cols()
         wp = Window.partitionBy("p").orderBy("s").rowsBetween(Window.unboundedPreceding, 0)
-        vcr = None
-        prev_total = None
-        cap = MAX_ROUNDS_FACTOR * self.P + 16
 
         def sweep(vcr, segments):
             if vcr is None:
@@ -710,14 +723,7 @@ class Checker:
             return j.select("p", "s", *[F.max(f"x{i}").over(wp).alias(c)
                                         for i, c in enumerate(cols)])
 
-        for rnd in range(1, cap + 1):
-            new = self._checkpoint(sweep(vcr, True))
-            total = new.select(sum(F.sum(F.coalesce(F.col(c), F.lit(-1))) for c in cols)
-                               .alias("t")).collect()[0]["t"]
-            vcr = new
-            if total == prev_total:
-                break
-            prev_total = total
+        vcr, rnd = self._fixpoint(lambda vcr: sweep(vcr, True), cols)
         if full:   # clocks at every receive (ShiViz): one more sweep from the settled clocks
             vcr = self._checkpoint(sweep(vcr, False))
         self.rounds["vector_clock_rounds"] = rnd
@@ -775,10 +781,8 @@ class Checker:
                            .withColumn("pi", self._pidx(F.col("p")))
                            .repartition(nparts, "msg"))
         wp = Window.partitionBy("p").orderBy("ds").rowsBetween(Window.unboundedPreceding, 0)
-        ma = None
-        prev_total = None
-        cap = MAX_ROUNDS_FACTOR * self.P + 16
-        for rnd in range(1, cap + 1):
+
+        def step(ma):
             if ma is None:
                 j = fd.select("p", "ds", "msg", "pi",
                               *[F.lit(None).cast("long").alias(c) for c in cols])
@@ -790,13 +794,9 @@ class Checker:
                    .otherwise(F.col(c)).alias(c) for i, c in enumerate(cols)]
             j = j.select("p", "ds", "msg", *row)
             j = j.select("msg", *[F.max(c).over(wp).alias(c) for c in cols])
-            new = self._checkpoint(j.groupBy("msg").agg(*[F.max(c).alias(c) for c in cols]))
-            total = new.select(sum(F.sum(F.coalesce(F.col(c), F.lit(-1))) for c in cols)
-                               .alias("t")).collect()[0]["t"]
-            ma = new
-            if total == prev_total:
-                break
-            prev_total = total
+            return j.groupBy("msg").agg(*[F.max(c).alias(c) for c in cols])
+
+        ma, rnd = self._fixpoint(step, cols)
         self.rounds["consistency_rounds"] = rnd
         # m lies on a cycle iff one of its ancestors sits later than m on a chain holding m.
         own = F.element_at(F.array(*[F.col(c) for c in cols]), F.col("pi") + 1)
@@ -857,31 +857,44 @@ class Checker:
             t = time.perf_counter()
             cons_ok, caus_ok, wmsg = self.witness()
             self.timings["witness"] = time.perf_counter() - t
-        method = {}
+        exact = {}
         for name, ok, fn in (("causal", caus_ok, self.causal_exact),
                              ("consistent", cons_ok, self.consistent_exact)):
             if ok:
                 props[name] = {"ok": True, "violations": 0, "examples": [],
                                "method": "stamp witness"}
-                method[name] = "witness"
                 if self.keep_details:
                     self.details[name] = None
-                continue
-            self._phase(f"checking {name} (exact)")
-            t = time.perf_counter()
+            else:
+                exact[name] = fn
+        if exact:
+            self._phase(f"checking {' and '.join(exact)} (exact)")
             # Rounds join tables laid out once by key with tables partitioned by process:
             # co-partitioning on a subset of the join keys avoids a shuffle per round, and
             # without adaptive execution both sides keep the same partition count.
+            # The two formulations share nothing but the main pass's table, so they run
+            # side by side: each round has stretches (planning, a stage's last tasks, the
+            # driver's convergence test) where the other one's tasks fill the idle core.
             with self._conf(requireAllClusterKeysForCoPartition="false",
-                            adaptive__enabled="false"):
-                v, n, ex = fn()
-            self.timings[name] = time.perf_counter() - t
-            props[name] = {"ok": n == 0, "violations": int(n), "examples": ex,
-                           "method": "exact"}
-            method[name] = "exact"
-            if self.keep_details:
-                self.details[name] = v
+                            adaptive__enabled="false"), \
+                    ThreadPoolExecutor(len(exact)) as pool:
+                runs = {name: pool.submit(self._timed, name, fn)
+                        for name, fn in exact.items()}
+                for name, run in runs.items():
+                    v, n, ex = run.result()
+                    props[name] = {"ok": n == 0, "violations": int(n), "examples": ex,
+                                   "method": "exact"}
+                    if self.keep_details:
+                        self.details[name] = v
         return self._summary(t0, props, wmsg)
+
+    def _timed(self, name, fn, *args):
+        """fn(*args), its wall time recorded under timings[name] (also from a thread)."""
+        t = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.timings[name] = time.perf_counter() - t
 
     def _summary(self, t0, props, wmsg):
         ordered = {k: props[k] for k in PROPERTIES}

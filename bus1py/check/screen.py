@@ -23,7 +23,6 @@
 # node_rules holds vacuously: without destroys no NODE_DESTROY is ever delivered.
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 from pyspark.sql import Window
@@ -118,9 +117,9 @@ def screen(checker):
     # so it is set for the whole screen rather than for S1's thread alone.)
     with checker._conf(execution__bypassPartialAggregation="true"), \
             ThreadPoolExecutor(1) as pool:
-        pairs = pool.submit(_timed, checker, "screen_pairs", pair_problems, ev, T)
+        pairs = pool.submit(checker._timed, "screen_pairs", pair_problems, ev, T)
         try:
-            ok, why, procs = _timed(checker, "screen_processes", _by_process, checker, ev, T)
+            ok, why, procs = checker._timed("screen_processes", _by_process, checker, ev, T)
         finally:
             n = pairs.result()
     if n:
@@ -132,14 +131,6 @@ def screen(checker):
     checker.trace.has_stamps = True
     checker._set_procs(procs)
     return True, "passed"
-
-
-def _timed(checker, name, fn, *args):
-    t = time.perf_counter()
-    try:
-        return fn(*args)
-    finally:
-        checker.timings[name] = time.perf_counter() - t
 
 
 def _by_process(checker, ev, T):
@@ -167,7 +158,7 @@ def _by_process(checker, ev, T):
         sig = kept.where(F.col("kc").isin(2, 4)).select(
             "process", "seq", kind.alias("kind"), "msg", "L", "nsb")
         sends = kept.where(F.col("fa")).select("process", "nsb", "T")
-        if not _timed(checker, "screen_signals", checker._scalar_signal_witness, sig, sends):
+        if not checker._timed("screen_signals", checker._scalar_signal_witness, sig, sends):
             checker.tier1_failed = True
             return False, "tier 1 of the signal witness does not prove causal", None
     return True, "passed", list(st["procs"])
