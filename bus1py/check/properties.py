@@ -874,7 +874,9 @@ class Checker:
             # without adaptive execution both sides keep the same partition count.
             # The two formulations share nothing but the main pass's table, so they run
             # side by side: each round has stretches (planning, a stage's last tasks, the
-            # driver's convergence test) where the other one's tasks fill the idle core.
+            # driver between rounds) where the other one's tasks fill the idle core. Ctrl-C
+            # still stops both: PySpark's SIGINT handler cancels every job, so each thread's
+            # current round fails and its future completes.
             with self._conf(requireAllClusterKeysForCoPartition="false",
                             adaptive__enabled="false"), \
                     ThreadPoolExecutor(len(exact)) as pool:
