@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 
 from pyspark import StorageLevel
@@ -874,20 +874,15 @@ class Checker:
             # without adaptive execution both sides keep the same partition count.
             # The two formulations share nothing but the main pass's table, so they run
             # side by side: each round has stretches (planning, a stage's last tasks, the
-            # driver between rounds) where the other one's tasks fill the idle core. Ctrl-C
-            # still stops both: PySpark's SIGINT handler cancels every job, so each thread's
-            # current round fails and its future completes.
+            # driver between rounds) where the other one's tasks fill the idle core.
             with self._conf(requireAllClusterKeysForCoPartition="false",
-                            adaptive__enabled="false"), \
-                    ThreadPoolExecutor(len(exact)) as pool:
-                runs = {name: pool.submit(self._timed, name, fn)
-                        for name, fn in exact.items()}
-                for name, run in runs.items():
-                    v, n, ex = run.result()
-                    props[name] = {"ok": n == 0, "violations": int(n), "examples": ex,
-                                   "method": "exact"}
-                    if self.keep_details:
-                        self.details[name] = v
+                            adaptive__enabled="false"):
+                found = self.side_by_side({name: (fn,) for name, fn in exact.items()})
+            for name, (v, n, ex) in found.items():
+                props[name] = {"ok": n == 0, "violations": int(n), "examples": ex,
+                               "method": "exact"}
+                if self.keep_details:
+                    self.details[name] = v
         return self._summary(t0, props, wmsg)
 
     def _timed(self, name, fn, *args):
@@ -897,6 +892,29 @@ class Checker:
             return fn(*args)
         finally:
             self.timings[name] = time.perf_counter() - t
+
+    def side_by_side(self, calls):
+        """Run {name: (fn, *args)} in one thread each, timed; returns {name: result}.
+
+        If any call fails, or Ctrl-C interrupts the wait, every Spark job is cancelled again
+        and again until all threads have stopped: cancelling only stops running jobs, and a
+        thread between two jobs (planning its next round) would otherwise go on alone."""
+        pool = ThreadPoolExecutor(len(calls))
+        runs = {name: pool.submit(self._timed, name, *call) for name, call in calls.items()}
+        try:
+            # the first failure is raised at once, not after the calls submitted before it
+            wait(list(runs.values()), return_when=FIRST_EXCEPTION)
+            for run in runs.values():
+                if run.done() and run.exception() is not None:
+                    raise run.exception()
+            return {name: run.result() for name, run in runs.items()}
+        except BaseException:
+            while not all(run.done() for run in runs.values()):
+                self.spark.sparkContext.cancelAllJobs()
+                wait(list(runs.values()), timeout=0.2)
+            raise
+        finally:
+            pool.shutdown(wait=False)
 
     def _summary(self, t0, props, wmsg):
         ordered = {k: props[k] for k in PROPERTIES}

@@ -23,7 +23,6 @@
 # node_rules holds vacuously: without destroys no NODE_DESTROY is ever delivered.
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 
 from pyspark.sql import Window
 from pyspark.sql import functions as F
@@ -103,7 +102,7 @@ def screen(checker):
     """Run S1-S3 for `checker`; returns (passed, reason). On success the checker's process
     list is set from the trace; on failure nothing about the trace is assumed.
 
-    S1 runs in a second thread while S2 and S3 run in this one: both are CPU-bound, but
+    S1 runs in one thread while S2 and S3 run in another: both are CPU-bound, but
     each job has stretches where fewer tasks than cores run (planning, code generation, a
     stage's last tasks, the small signal rounds), which the other job fills.
     """
@@ -115,13 +114,11 @@ def screen(checker):
     # deliveries are in different files), so a pre-shuffle partial aggregation would only
     # add a pass: about 10 s instead of 12-16 at 10M events here. (A session-wide setting,
     # so it is set for the whole screen rather than for S1's thread alone.)
-    with checker._conf(execution__bypassPartialAggregation="true"), \
-            ThreadPoolExecutor(1) as pool:
-        pairs = pool.submit(checker._timed, "screen_pairs", pair_problems, ev, T)
-        try:
-            ok, why, procs = checker._timed("screen_processes", _by_process, checker, ev, T)
-        finally:
-            n = pairs.result()
+    with checker._conf(execution__bypassPartialAggregation="true"):
+        found = checker.side_by_side({"screen_pairs": (pair_problems, ev, T),
+                                      "screen_processes": (_by_process, checker, ev, T)})
+    n = found["screen_pairs"]
+    ok, why, procs = found["screen_processes"]
     if n:
         return False, f"{n} message or signal ids are not delivered exactly once " \
                       f"with their send's stamp"
