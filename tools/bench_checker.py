@@ -9,7 +9,7 @@ is a fixed ~5-15 s cost, not a per-event one. Traces come from tools/gen_trace.p
 reused when already present with the same parameters (generation is not timed).
 
     tools/bench_checker.py --events 1e6 10e6 --procs 64 [--exact] [--master local[2]]
-    tools/bench_checker.py --events 1e7 --floor      # the scan and the two shuffles alone
+    tools/bench_checker.py --events 1e7 --floor      # the scan and the shuffles alone
 """
 from __future__ import annotations
 
@@ -35,8 +35,9 @@ def main(argv=None):
     ap.add_argument("--dir", default="/tmp/bus1py-bench-traces")
     ap.add_argument("--out", default=None, help="append JSON lines with results here")
     ap.add_argument("--floor", action="store_true",
-                    help="instead of checking, time the three queries any check needs at "
-                         "least: a scan, a shuffle by message id, a sort by process")
+                    help="instead of checking, time what any check needs at least: a scan, "
+                         "a shuffle by message id, a sort by process, and the one-exchange "
+                         "alternative to the two")
     a = ap.parse_args(argv)
 
     import gen_trace

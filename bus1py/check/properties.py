@@ -30,7 +30,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Observation, Window
 from pyspark.sql import functions as F
 
-from .screen import kind_code, screen
+from .screen import kind_code, kind_name, screen
 
 PROPERTIES = ("exactly_once", "fifo", "causal", "consistent", "node_rules")
 MAX_ROUNDS_FACTOR = 4      # rounds cap = 4*P + 16; convergence comes far earlier (docs)
@@ -112,9 +112,10 @@ class Checker:
         for rnd in range(1, MAX_ROUNDS_FACTOR * self.P + 17):
             seen = Observation()
             state = self._checkpoint(step(state).observe(seen, total.alias("t")))
-            if seen.get["t"] == prev:
+            total_now = seen.get["t"]
+            if total_now == prev:
                 break
-            prev = seen.get["t"]
+            prev = total_now
         return state, rnd
 
     @contextmanager
@@ -272,9 +273,7 @@ class Checker:
             F.max(F.when(kc >= 3, F.col("seq"))).over(before).alias("lr"),
             F.count(F.when(kc <= 2, 1)).over(before).alias("nob"))
         cached = self._persist(u)
-        kind = (F.when(kc == 0, "send").when(kc == 1, "destroy").when(kc == 2, "signal_send")
-                .when(kc == 3, "deliver").when(kc == 4, "signal_recv").otherwise("internal"))
-        self.rows = r = cached.withColumn("kind", kind)
+        self.rows = r = cached.withColumn("kind", kind_name(kc))
         one = F.lit(1)
         stamped = F.col("T").isNotNull()
         self.stats = cached.agg(
@@ -489,13 +488,12 @@ class Checker:
             return True, True, "holds"
         local = self.rows.where(F.col("kind") != "internal")
         if not self.tier1_failed:   # the screen may have tried tier 1 already
-            t = time.perf_counter()
             k = F.col("kind")
-            ok = self._scalar_signal_witness(
+            ok = self._timed(
+                "witness_tier1", self._scalar_signal_witness,
                 local.where(k.isin("signal_send", "signal_recv"))
                 .select("process", "seq", "kind", "msg", "L", "nsb"),
                 local.where(k.isin("send", "destroy")).select("process", "nsb", "T"))
-            self.timings["witness_tier1"] = time.perf_counter() - t
             if ok:
                 return True, True, "holds"
         ok, why = self._signal_witness(local, wall_ok=st["wall"] == 0)
@@ -829,22 +827,16 @@ class Checker:
             return self._summary(t0, _all_hold(()), "empty trace")
         if not self.force_exact:
             self._phase("screen: by message and destination, by process")
-            t = time.perf_counter()
-            passed, self.screen = screen(self)
-            self.timings["screen"] = time.perf_counter() - t
+            passed, self.screen = self._timed("screen", screen, self)
             if passed:
                 return self._summary(t0, _all_hold(("fifo", "causal", "consistent")), "holds")
         self._phase("main pass: by message, by process, one aggregation")
-        t = time.perf_counter()
-        self._base()
-        self.timings["main_pass"] = time.perf_counter() - t
+        self._timed("main_pass", self._base)
         props = {}
         for name, fn in (("exactly_once", self.exactly_once), ("fifo", self.fifo),
                          ("node_rules", self.node_rules)):
             self._phase(f"checking {name}")
-            t = time.perf_counter()
-            v, n, ex = fn()
-            self.timings[name] = time.perf_counter() - t
+            v, n, ex = self._timed(name, fn)
             props[name] = {"ok": n == 0, "violations": int(n), "examples": ex}
             if name == "fifo":
                 props[name]["method"] = self.fifo_method
@@ -854,9 +846,7 @@ class Checker:
             cons_ok, caus_ok, wmsg = False, False, "skipped (--exact)"
         else:
             self._phase("checking the stamp witness")
-            t = time.perf_counter()
-            cons_ok, caus_ok, wmsg = self.witness()
-            self.timings["witness"] = time.perf_counter() - t
+            cons_ok, caus_ok, wmsg = self._timed("witness", self.witness)
         exact = {}
         for name, ok, fn in (("causal", caus_ok, self.causal_exact),
                              ("consistent", cons_ok, self.consistent_exact)):

@@ -23,7 +23,6 @@
 # node_rules holds vacuously: without destroys no NODE_DESTROY is ever delivered.
 from __future__ import annotations
 
-
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
@@ -40,6 +39,12 @@ def kind_code():
     k = F.col("kind")
     return (F.when(k == "send", 0).when(k == "destroy", 1).when(k == "signal_send", 2)
             .when(k == "deliver", 3).when(k == "signal_recv", 4).otherwise(5).cast("byte"))
+
+
+def kind_name(kc):
+    """The kind's name back from its kind_code() byte `kc` (5 reads as internal)."""
+    return (F.when(kc == 0, "send").when(kc == 1, "destroy").when(kc == 2, "signal_send")
+            .when(kc == 3, "deliver").when(kc == 4, "signal_recv").otherwise("internal"))
 
 
 def pair_problems(ev, T):
@@ -151,9 +156,8 @@ def _by_process(checker, ev, T):
         if st[name]:
             return False, f"{st[name]} rows: {why}", None
     if st["signals"]:
-        kind = (F.when(F.col("kc") == 2, "signal_send").otherwise("signal_recv"))
         sig = kept.where(F.col("kc").isin(2, 4)).select(
-            "process", "seq", kind.alias("kind"), "msg", "L", "nsb")
+            "process", "seq", kind_name(F.col("kc")).alias("kind"), "msg", "L", "nsb")
         sends = kept.where(F.col("fa")).select("process", "nsb", "T")
         if not checker._timed("screen_signals", checker._scalar_signal_witness, sig, sends):
             checker.tier1_failed = True
