@@ -1,0 +1,201 @@
+"""The interface every causal-order protocol implements, and the wire codec they share.
+
+Invariants every protocol module keeps (tests check them for all protocols):
+  - Sans-I/O: no sockets, clocks, threads or randomness. Inputs are `send(dests, payload)`
+    and `receive(src, data)`; outputs are the returned `Step`. The same inputs in the same
+    order always give the same outputs, byte for byte.
+  - All-or-nothing: a call that raises (`ValueError` for bad arguments, `WireError` for bytes
+    that do not decode) has changed nothing.
+  - Measured, never estimated: every wire's cost (`WireCost`) is taken from the lengths of the
+    sections actually encoded, so `header + control + len(payload) == len(wire)` for a data
+    wire and `header + control == len(wire)` for a control-only wire.
+  - Sizes follow seed 001 section 6.2: counters and timestamps are 4 bytes (u32), process ids
+    2 bytes (u16), little-endian.
+  - Self-sends are refused (PROTOCOLS.md P3): a destination list never contains `me`.
+  - A multicast is one send event (PROTOCOLS.md P1): every copy tells its receiver what it
+    must about the other destinations of the same send.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import ClassVar, NamedTuple
+
+
+class WireError(ValueError):
+    """Bytes handed to `receive` that are not a wire of this protocol (nothing was changed)."""
+
+
+class WireCost(NamedTuple):
+    """What one wire costs beyond its payload, measured from its encoding.
+
+    header:     per-message framing the study does not count (type tag, sender id, the
+                message's own timestamp or sequence number, its destination list).
+    control:    the control information the study counts (seed 001 section 6.2: "CI_m + DC_m
+                in bytes"); for a control-only wire, its whole body beyond the header.
+    dependents: the units seed 001 Fig. 2 counts (PROTOCOLS.md P4), per protocol.
+    data:       True when the wire carries the application payload to one of its
+                destinations; False for acknowledgements, stage replies, and copies sent
+                only because the protocol is broadcast-only (BSS to non-destinations).
+    """
+
+    header: int
+    control: int
+    dependents: int
+    data: bool
+
+
+@dataclass(slots=True)
+class Step:
+    """What one input produced: wires to transmit and payloads handed to the application.
+
+    `wires[i]` is (destination process, bytes) and `costs[i]` its cost; `delivered` is
+    (original sender, payload) in delivery order.
+    """
+
+    wires: list = field(default_factory=list)
+    delivered: list = field(default_factory=list)
+    costs: list = field(default_factory=list)
+
+    def emit(self, dest: int, data: bytes, cost: WireCost) -> None:
+        self.wires.append((dest, data))
+        self.costs.append(cost)
+
+
+class Protocol:
+    """Base class: argument checks and the attributes the simulator reads.
+
+    Subclasses set the class attributes and implement `_send` and `_receive`; `held` counts
+    messages received but not yet delivered (plus, for protocols that buffer on the sending
+    side, messages accepted but not yet transmitted).
+    """
+
+    name: ClassVar[str]
+    #: guarantees causal delivery for one-event multicast over a non-FIFO network
+    causal: ClassVar[bool] = True
+    #: how a multicast is served: "native" (copies to the destinations only), "broadcast"
+    #: (a copy to every other process; non-destinations discard it), or "sequential"
+    #: (k separate point-to-point sends, which is not one-event multicast)
+    multicast: ClassVar[str] = "native"
+    #: a one-line statement of the delivery condition, for tables and --help
+    rule: ClassVar[str] = ""
+
+    def __init__(self, me: int, n: int):
+        if not isinstance(n, int) or isinstance(n, bool) or n < 2 or n > 0xFFFF:
+            raise ValueError(f"n must be an integer from 2 to 65535, got {n!r}")
+        if not isinstance(me, int) or isinstance(me, bool) or not 0 <= me < n:
+            raise ValueError(f"me must be a process id in 0..{n - 1}, got {me!r}")
+        self.me = me
+        self.n = n
+
+    # ---- public API ----
+
+    def send(self, dests, payload: bytes) -> Step:
+        d = self._check_dests(dests)
+        if not isinstance(payload, (bytes, bytearray, memoryview)):
+            raise ValueError(f"payload must be bytes, got {type(payload).__name__}")
+        return self._send(d, bytes(payload))
+
+    def receive(self, src: int, data: bytes) -> Step:
+        if not isinstance(src, int) or isinstance(src, bool) or not 0 <= src < self.n \
+                or src == self.me:
+            raise ValueError(f"src must be another process id in 0..{self.n - 1}, got {src!r}")
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise ValueError(f"data must be bytes, got {type(data).__name__}")
+        return self._receive(src, bytes(data))
+
+    @property
+    def held(self) -> int:
+        return 0
+
+    # ---- for subclasses ----
+
+    def _send(self, dests: list, payload: bytes) -> Step:
+        raise NotImplementedError
+
+    def _receive(self, src: int, data: bytes) -> Step:
+        raise NotImplementedError
+
+    def _check_dests(self, dests) -> list:
+        try:
+            d = [int(x) for x in dests]
+        except (TypeError, ValueError):
+            raise ValueError(f"dests must be a list of process ids, got {dests!r}") from None
+        if not d:
+            raise ValueError("dests must name at least one process")
+        if len(set(d)) != len(d):
+            raise ValueError(f"dests has a duplicate process id: {d}")
+        for x in d:
+            if not 0 <= x < self.n:
+                raise ValueError(f"dests: {x} is not a process id in 0..{self.n - 1}")
+            if x == self.me:
+                raise ValueError(f"dests: {x} is the sending process itself (self-sends are "
+                                 "delivered locally, outside the protocol)")
+        return d
+
+
+# ---- the wire codec: u16 ids, u32 counters, little-endian ----
+
+_U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+U32_MAX = 0xFFFFFFFF
+
+
+def u16s(values) -> bytes:
+    return struct.pack(f"<{len(values)}H", *values)
+
+
+def u32s(values) -> bytes:
+    return struct.pack(f"<{len(values)}I", *values)
+
+
+class Reader:
+    """Reads a wire front to back; every short read raises WireError."""
+
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes, pos: int = 0):
+        self.data = data
+        self.pos = pos
+
+    def _take(self, size: int) -> int:
+        p = self.pos
+        if p + size > len(self.data):
+            raise WireError(f"wire truncated: needs {size} bytes at offset {p}, "
+                            f"has {len(self.data) - p}")
+        self.pos = p + size
+        return p
+
+    def u8(self) -> int:
+        return self.data[self._take(1)]
+
+    def u16(self) -> int:
+        return _U16.unpack_from(self.data, self._take(2))[0]
+
+    def u32(self) -> int:
+        return _U32.unpack_from(self.data, self._take(4))[0]
+
+    def u16s(self, count: int) -> tuple:
+        return struct.unpack_from(f"<{count}H", self.data, self._take(2 * count))
+
+    def u32s(self, count: int) -> tuple:
+        return struct.unpack_from(f"<{count}I", self.data, self._take(4 * count))
+
+    def pid(self, n: int) -> int:
+        """A u16 process id, checked to be in 0..n-1."""
+        x = self.u16()
+        if x >= n:
+            raise WireError(f"process id {x} out of range 0..{n - 1}")
+        return x
+
+    def pids(self, count: int, n: int) -> tuple:
+        xs = self.u16s(count)
+        for x in xs:
+            if x >= n:
+                raise WireError(f"process id {x} out of range 0..{n - 1}")
+        return xs
+
+    def rest(self) -> bytes:
+        p = self.pos
+        self.pos = len(self.data)
+        return self.data[p:]
