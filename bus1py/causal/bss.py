@@ -1,0 +1,142 @@
+"""bss: Birman-Schiper-Stephenson causal broadcast, serving unicast and multicast by broadcast.
+
+Delivery condition: m from j, stamped VT_m, is delivered at i iff
+    VT_m[j] = VT[j] + 1   and   VT_m[k] <= VT[k] for every k != j.
+Source: seeds 002 and 003 (after Singhal & Shivaratri pp. 106-108); Birman, Schiper,
+Stephenson, "Lightweight causal and atomic group multicast", ACM TOCS 9(3), 1991;
+PROTOCOLS.md section 2.
+
+The protocol is broadcast-only: a process whose VT[j] is not raised by every broadcast of j
+blocks j's later messages forever. So every send, whatever its destinations, goes to all n-1
+other processes (PROTOCOLS.md section 2, choice [R]). The destination list travels in the
+header; a non-destination delivers the copy in the protocol's sense (VT advances, causal
+order is kept) and then discards it: it never appears in `step.delivered`. Its copy carries
+no payload and is reported with `WireCost(data=False)`; its control bytes are counted.
+
+Wire: `k u16 | dests u16[k] | VT_m u32[n] | payload` (payload empty on non-destination
+copies). Header 2 + 2k bytes; control 4n bytes, n dependents, on every one of the n-1 copies.
+
+Invariants:
+  - `vt[k]` is the number of k's broadcasts delivered here; `vt[me]` counts our own sends.
+  - `pending[j]` (present only while non-empty) maps VT_m[j] -> held copy from j, with
+    VT_m[j] > vt[j] and one copy per value; `_held` is the total over all j.
+  - After every input, no held copy is deliverable (the buffer is rescanned to a fixpoint).
+"""
+from __future__ import annotations
+
+import struct
+from operator import le
+
+from .base import U32_MAX, Protocol, Step, WireCost, WireError
+
+_H = struct.Struct("<H")
+
+
+class BSS(Protocol):
+    name = "bss"
+    multicast = "broadcast"
+    rule = "deliver m from j iff VT_m[j] = VT[j]+1 and VT_m[k] <= VT[k] for all k != j"
+
+    def __init__(self, me: int, n: int):
+        super().__init__(me, n)
+        self.vt = [0] * n
+        self.pending = {}          # j -> {VT_m[j]: (VT_m list, for_me, payload)}
+        self._held = 0
+        self._vts = struct.Struct(f"<{n}I")
+        self._others = [d for d in range(n) if d != me]
+
+    @property
+    def held(self) -> int:
+        return self._held
+
+    def _send(self, dests, payload):
+        vt = self.vt
+        me, n = self.me, self.n
+        if vt[me] >= U32_MAX:
+            raise ValueError(f"process {me} exhausted its 32-bit broadcast counter")
+        vt[me] += 1        # before the stamp is taken (PROTOCOLS.md section 2)
+        k = len(dests)
+        body = struct.pack(f"<{k + 1}H", k, *dests) + self._vts.pack(*vt)
+        hl = 2 + 2 * k
+        data_wire = body + payload
+        data_cost = WireCost(hl, 4 * n, n, True)
+        ctl_cost = WireCost(hl, 4 * n, n, False)
+        dset = set(dests)
+        step = Step()
+        emit = step.emit
+        for d in self._others:
+            if d in dset:
+                emit(d, data_wire, data_cost)
+            else:
+                emit(d, body, ctl_cost)
+        return step
+
+    def _decode(self, src, data):
+        n = self.n
+        size = len(data)
+        if size < 2:
+            raise WireError(f"wire truncated: {size} bytes, needs at least 2")
+        k = _H.unpack_from(data)[0]
+        if not 1 <= k < n:
+            raise WireError(f"destination count {k} not in 1..{n - 1}")
+        end = 2 + 2 * k + 4 * n
+        if size < end:
+            raise WireError(f"wire truncated: {size} bytes, header and VT need {end}")
+        dests = struct.unpack_from(f"<{k}H", data, 2)
+        if max(dests) >= n or src in dests or len(set(dests)) != k:
+            raise WireError(f"bad destination list {list(dests)} from {src}")
+        vm = list(self._vts.unpack_from(data, 2 + 2 * k))
+        for_me = self.me in dests
+        payload = data[end:]
+        if payload and not for_me:
+            raise WireError("a copy to a non-destination carries a payload")
+        s = vm[src]
+        if s <= self.vt[src] or s in self.pending.get(src, ()):
+            raise WireError(f"duplicate broadcast {s} from {src}")
+        if vm[self.me] > self.vt[self.me]:
+            raise WireError(f"stamp names our broadcast {vm[self.me]}, we sent {self.vt[self.me]}")
+        return s, vm, for_me, payload
+
+    def _receive(self, src, data):
+        s, vm, for_me, payload = self._decode(src, data)
+        vt = self.vt
+        step = Step()
+        # Given (a), delivery sets VT := max(VT, VT_m), which is VT[j] += 1: bump first, then
+        # (a) and (b) together read VT_m <= VT componentwise.
+        vt[src] += 1
+        if s == vt[src] and all(map(le, vm, vt)):
+            if for_me:
+                step.delivered.append((src, payload))
+            if self._held:
+                self._rescan(step.delivered)
+        else:
+            vt[src] -= 1
+            self.pending.setdefault(src, {})[s] = (vm, for_me, payload)
+            self._held += 1
+        return step
+
+    def _rescan(self, delivered):
+        vt, pending = self.vt, self.pending
+        progress = True
+        while progress and pending:
+            progress = False
+            for j in list(pending):
+                held = pending[j]
+                while True:
+                    e = held.get(vt[j] + 1)
+                    if e is None:
+                        break
+                    vt[j] += 1
+                    if not all(map(le, e[0], vt)):
+                        vt[j] -= 1
+                        break
+                    del held[vt[j]]
+                    self._held -= 1
+                    progress = True
+                    if e[1]:
+                        delivered.append((j, e[2]))
+                if not held:
+                    del pending[j]
+
+
+PROTOCOL = BSS

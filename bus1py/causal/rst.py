@@ -1,0 +1,145 @@
+"""rst: Raynal-Schiper-Toueg matrix protocol, form B (one-event multicast).
+
+Delivery condition: m from j, carrying the matrix ST, is delivered at i iff
+    ST[j][i] = DELIV[j] + 1   and   ST[k][i] <= DELIV[k] for every k != j.
+Source: seed 000 section 2 (the Kearns / Mattern-Fuenfrocken form of RST); Raynal, Schiper,
+Toueg, "The causal ordering abstraction and a simple way to implement it", IPL 39(6), 1991;
+PROTOCOLS.md section 4, form B.
+
+Form B, not the paper's form A: a send to Dests first counts SENT[i][d] += 1 for *every*
+d in Dests and attaches that one matrix to every copy, so each copy tells its receiver about
+the other copies of the same send event (PROTOCOLS.md pitfall P1). Form A served as k
+sequential unicasts is not causal for one-event multicast.
+
+Wire: `ST u32[n*n] (row-major, ST[k][l] = messages from k to l) | payload`. No header:
+the sender is `src`. Control 4n^2 bytes and n^2 dependents on every copy (seed 001 section
+6.3 counts RST at n^2).
+
+Selective receive (seed 000 section 4, PROTOCOLS.md section 8 tests T-A..T-C): with
+`selective=True`, `receive` only buffers and never delivers; the application pulls with
+`deliver_from(k)`, which delivers the next message from k if it is deliverable now. Matrix
+knowledge lets any deliverable message from k be taken, whatever arrived before it.
+
+Invariants:
+  - `sent` (numpy '<u4', n x n, so `tobytes()` is the wire encoding) is the elementwise
+    maximum of every matrix sent or delivered here; `deliv[k]` counts messages from k
+    delivered here.
+  - `pending[j]` (present only while non-empty) maps ST[j][i] -> (column ST[.][i] as a list,
+    ST, payload), with ST[j][i] > deliv[j] and one entry per value.
+  - In the default mode, after every input no held message is deliverable.
+"""
+from __future__ import annotations
+
+from operator import le
+
+import numpy as np
+
+from .base import U32_MAX, Protocol, Step, WireCost, WireError
+
+_U4 = np.dtype("<u4")
+
+
+class RST(Protocol):
+    name = "rst"
+    rule = "deliver m from j iff ST[j][i] = DELIV[j]+1 and ST[k][i] <= DELIV[k] for all k != j"
+
+    def __init__(self, me: int, n: int, *, selective: bool = False):
+        super().__init__(me, n)
+        self.selective = bool(selective)
+        self.sent = np.zeros((n, n), dtype=_U4)
+        self.deliv = [0] * n
+        self.pending = {}
+        self._held = 0
+        self._size = 4 * n * n
+        self._cost = WireCost(0, self._size, n * n, True)
+
+    @property
+    def held(self) -> int:
+        return self._held
+
+    def _send(self, dests, payload):
+        row = self.sent[self.me]
+        if int(row[dests].max()) >= U32_MAX:
+            raise ValueError(f"a channel from {self.me} exhausted its 32-bit counter")
+        row[dests] += 1
+        wire = self.sent.tobytes() + payload
+        step = Step()
+        cost = self._cost
+        for d in dests:
+            step.emit(d, wire, cost)
+        return step
+
+    def _receive(self, src, data):
+        size = self._size
+        if len(data) < size:
+            raise WireError(f"wire truncated: {len(data)} bytes, the matrix needs {size}")
+        n, me = self.n, self.me
+        st = np.frombuffer(data, _U4, n * n).reshape(n, n)
+        col = st[:, me].tolist()
+        s = col[src]
+        held = self.pending.get(src)
+        if s <= self.deliv[src] or (held is not None and s in held):
+            raise WireError(f"duplicate message {s} from {src}")
+        if (st[me] > self.sent[me]).any():
+            raise WireError(f"matrix from {src} counts messages from us that we never sent")
+        payload = data[size:]
+        step = Step()
+        if not self.selective and self._try(src, col, st):
+            step.delivered.append((src, payload))
+            if self._held:
+                self._rescan(step.delivered)
+        else:
+            if held is None:
+                held = self.pending[src] = {}
+            held[s] = (col, st, payload)
+            self._held += 1
+        return step
+
+    def _try(self, j, col, st) -> bool:
+        """Deliver (apply) a message from j with column `col` of ST if the condition holds."""
+        deliv = self.deliv
+        deliv[j] += 1
+        if col[j] == deliv[j] and all(map(le, col, deliv)):
+            np.maximum(self.sent, st, out=self.sent)
+            return True
+        deliv[j] -= 1
+        return False
+
+    def _rescan(self, delivered):
+        pending, deliv = self.pending, self.deliv
+        progress = True
+        while progress and pending:
+            progress = False
+            for j in list(pending):
+                held = pending[j]
+                while True:
+                    e = held.get(deliv[j] + 1)
+                    if e is None or not self._try(j, e[0], e[1]):
+                        break
+                    del held[deliv[j]]
+                    self._held -= 1
+                    progress = True
+                    delivered.append((j, e[2]))
+                if not held:
+                    del pending[j]
+
+    def deliver_from(self, k: int):
+        """Selective receive: the next message from k if deliverable now, else None."""
+        if not self.selective:
+            raise ValueError("deliver_from needs a machine made with selective=True")
+        if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < self.n or k == self.me:
+            raise ValueError(f"k must be another process id in 0..{self.n - 1}, got {k!r}")
+        held = self.pending.get(k)
+        if not held:
+            return None
+        e = held.get(self.deliv[k] + 1)
+        if e is None or not self._try(k, e[0], e[1]):
+            return None
+        del held[self.deliv[k]]
+        if not held:
+            del self.pending[k]
+        self._held -= 1
+        return e[2]
+
+
+PROTOCOL = RST
