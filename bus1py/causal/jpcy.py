@@ -1,0 +1,302 @@
+"""jpcy: Jang-Park-Cho-Yoon causal multicast (FTDCS 1997), steps S1-S5 and R1-R9.
+
+Source: seed 001 sections 3-4 (Jang, Park, Cho, Yoon, "An efficient causal order algorithm
+for message delivery in distributed system", FTDCS'97); the garbled steps are read as in
+PROTOCOLS.md section 7. Two readings are ours: p_i's own tuple is added to CI_i *after* the
+copies are built (S4/S5 order), and R5 marks first, then deletes.
+
+Delivery condition (R1): a copy m from j is delivered at i iff every (k, tau) in DC_m, the
+delivery constraints built for this copy, has tau <= DLV_i[k].
+
+Wire (u16 ids, u32 timestamps, little-endian), columnar so it packs in a few struct calls:
+    header  = j | tau_m | |D| | |CI| | |DC| | D ids | |D| of each CI tuple      12+2|D|+2|CI|
+    control = CI senders | CI taus | CI dest ids (concatenated) | DC ids | DC taus
+            = sum over CI tuples of (6 + 2|D|) + 6|DC|          (PROTOCOLS.md section 10)
+    payload
+The header holds what seed 001 leaves out of its cost (sender, own tau, m.D) and the section
+lengths; the control bytes are exactly the formula, with explicit sender ids (the CI vector
+is sparse). Dependents per copy = |CI_m| + |DC_m[d]| (PROTOCOLS.md P4).
+
+State at p_i: tau (sends so far); CI: sender k -> {tau: D bitmask} (bit l set = l is a
+remaining destination of m_k^tau); DLV[k]; the hold-back buffer.
+
+Invariants (kept after every send and every receive; tests assert them):
+  - CI never lists i in any D (S2 strips m.D from every tuple, R4 strips i, and a wire whose
+    CI lists one of its own destinations is refused).
+  - Per sender, at most one tuple lists a given destination l: the newest one (S2, R8).
+  - Per known sender, the newest tuple is kept even when its D is empty, and every other
+    tuple has a non-empty D (S3, R9: "keep the latest message for each sender").
+  - DLV[j] is the tau of the last message from j delivered here; a held message is indexed
+    under the sender of the first constraint it still waits for (DLV only grows, so the
+    constraints already met stay met).
+"""
+from __future__ import annotations
+
+import struct
+
+from .base import U32_MAX, Protocol, Step, WireCost, WireError
+
+_HEAD = struct.Struct("<HIHHH")
+
+
+def _bits(mask: int) -> list:
+    """Process ids of a D bitmask, lowest first."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
+
+
+def _pack(fmt_char: str, values) -> bytes:
+    return struct.pack(f"<{len(values)}{fmt_char}", *values)
+
+
+class Jpcy(Protocol):
+    name = "jpcy"
+    rule = "deliver m at i iff every (k, tau) in DC_m has tau <= DLV_i[k]"
+
+    def __init__(self, me: int, n: int):
+        super().__init__(me, n)
+        self.tau = 0
+        self.ci = {}                 # k -> {tau: D mask}
+        self.dlv = [0] * n
+        self._waiting = {}           # k -> [held record] blocked on a constraint of k
+        self._held_ids = set()       # j << 32 | tau of every held message
+
+    @property
+    def held(self) -> int:
+        return len(self._held_ids)
+
+    # ---- SEND ----
+
+    def _send(self, dests, payload):
+        if self.tau >= U32_MAX:
+            raise ValueError(f"process {self.me} exhausted its 32-bit timestamps")
+        me = self.me
+        dm = 0
+        for d in dests:
+            dm |= 1 << d
+        # S1
+        tau = self.tau = self.tau + 1
+        dc = {}                      # d -> ([k], [tau]): DC_i[d]
+        ci = self.ci
+        for k, tuples in ci.items():
+            touched = False
+            for t, D in tuples.items():
+                hit = D & dm
+                if hit:
+                    # S2: just replaced; m carries (k, t) to each destination in D, and m's
+                    # own delivery then guarantees m_k^t's there, so D loses them.
+                    tuples[t] = D & ~dm
+                    touched = True
+                    for d in _bits(hit):
+                        pair = dc.get(d)
+                        if pair is None:
+                            dc[d] = ([k], [t])
+                        else:
+                            pair[0].append(k)
+                            pair[1].append(t)
+            # S3: keep the newest tuple per sender; older ones go once empty. Sender `me`
+            # is always checked: its previous tuple may have become non-newest at our last
+            # send while already empty.
+            if (touched or k == me) and len(tuples) > 1:
+                _drop_old_empty(tuples)
+        # S4: the same CI_i goes to every destination, only DC_i[d] differs.
+        senders, taus, dlens, ids = [], [], [], []
+        for k, tuples in ci.items():
+            for t, D in tuples.items():
+                senders.append(k)
+                taus.append(t)
+                b = _bits(D)
+                dlens.append(len(b))
+                ids.extend(b)
+        nci = len(senders)
+        ci_bytes = _pack("H", senders) + _pack("I", taus) + _pack("H", ids)
+        ci_cost = len(ci_bytes)
+        head_tail = _pack("H", dests) + _pack("H", dlens)
+        step = Step()
+        empty = ((), ())
+        for d in dests:
+            ks, ts = dc.get(d, empty)
+            ndc = len(ks)
+            head = _HEAD.pack(me, tau, len(dests), nci, ndc) + head_tail
+            dcb = _pack("H", ks) + _pack("I", ts)
+            step.emit(d, b"".join((head, ci_bytes, dcb, payload)),
+                      WireCost(len(head), ci_cost + len(dcb), nci + ndc, True))
+        # S5: the own tuple, after the copies (a copy must not carry m itself).
+        own = ci.get(me)
+        if own is None:
+            ci[me] = {tau: dm}
+        else:
+            own[tau] = dm
+        return step
+
+    # ---- RECEIVE ----
+
+    def _receive(self, src, data):
+        rec = self._decode(src, data)
+        key = src << 32 | rec[3]
+        if rec[3] <= self.dlv[src] or key in self._held_ids:
+            raise WireError(f"duplicate message {rec[3]} from {src}")
+        step = Step()
+        if self._blocked(rec):
+            self._held_ids.add(key)
+            return step
+        self._deliver(rec, step)
+        return step
+
+    def _decode(self, src, data):
+        """Every check happens here, before any state changes."""
+        n, me = self.n, self.me
+        if len(data) < _HEAD.size:
+            raise WireError(f"wire truncated: {len(data)} bytes, header needs {_HEAD.size}")
+        j, tau, nd, nci, ndc = _HEAD.unpack_from(data, 0)
+        if j != src:
+            raise WireError(f"wire names sender {j} but came from {src}")
+        if tau == 0:
+            raise WireError("timestamp 0 is never sent")
+        pos = _HEAD.size
+        need = pos + 2 * nd + 2 * nci + 6 * nci + 6 * ndc
+        if len(data) < need:
+            raise WireError(f"wire truncated: {len(data)} bytes, sections need {need}")
+        dests = struct.unpack_from(f"<{nd}H", data, pos)
+        pos += 2 * nd
+        dlens = struct.unpack_from(f"<{nci}H", data, pos)
+        pos += 2 * nci
+        nids = sum(dlens)
+        need += 2 * nids
+        if len(data) < need:
+            raise WireError(f"wire truncated: {len(data)} bytes, sections need {need}")
+        senders = struct.unpack_from(f"<{nci}H", data, pos)
+        pos += 2 * nci
+        taus = struct.unpack_from(f"<{nci}I", data, pos)
+        pos += 4 * nci
+        ids = struct.unpack_from(f"<{nids}H", data, pos)
+        pos += 2 * nids
+        dc_ks = struct.unpack_from(f"<{ndc}H", data, pos)
+        pos += 2 * ndc
+        dc_ts = struct.unpack_from(f"<{ndc}I", data, pos)
+        pos += 4 * ndc
+        payload = data[pos:]
+        dm = 0
+        for d in dests:
+            if d >= n:
+                raise WireError(f"destination {d} out of range 0..{n - 1}")
+            dm |= 1 << d
+        if nd == 0 or dm.bit_count() != nd or not dm >> me & 1 or dm >> j & 1:
+            raise WireError(f"bad destination list {dests} for a copy {j} -> {me}")
+        cim = {}
+        at = 0
+        for x in range(nci):
+            k, t = senders[x], taus[x]
+            mask = 0
+            for l in ids[at:at + dlens[x]]:
+                if l >= n:
+                    raise WireError(f"process id {l} out of range 0..{n - 1}")
+                mask |= 1 << l
+            if k >= n or t == 0 or mask.bit_count() != dlens[x] or mask >> k & 1 \
+                    or mask & dm or (k == j and t >= tau) or (k == me and t > self.tau):
+                raise WireError(f"bad CI tuple ({k}, {t}, {ids[at:at + dlens[x]]})")
+            at += dlens[x]
+            row = cim.get(k)
+            if row is None:
+                cim[k] = {t: mask}
+            elif t in row:
+                raise WireError(f"CI lists ({k}, {t}) twice")
+            else:
+                row[t] = mask
+        for k, t in zip(dc_ks, dc_ts):
+            if k >= n or k == me or t == 0 or (k == j and t >= tau):
+                raise WireError(f"bad delivery constraint ({k}, {t})")
+        # record: [dc senders, dc taus, next constraint, tau, sender, D, CI_m, payload]
+        return [dc_ks, dc_ts, 0, tau, j, dm, cim, payload]
+
+    def _blocked(self, rec) -> bool:
+        """R1, resumed at the first constraint not yet known met; indexes rec if unmet."""
+        ks, ts, pos = rec[0], rec[1], rec[2]
+        dlv = self.dlv
+        for x in range(pos, len(ks)):
+            k = ks[x]
+            if ts[x] > dlv[k]:
+                rec[2] = x
+                w = self._waiting.get(k)
+                if w is None:
+                    self._waiting[k] = [rec]
+                else:
+                    w.append(rec)
+                return True
+        return False
+
+    def _deliver(self, rec, step):
+        """R2-R9 for rec, then for every held message it unblocks, transitively."""
+        stack = [rec]
+        while stack:
+            rec = stack.pop()
+            j = rec[4]
+            step.delivered.append((j, rec[7]))          # R2
+            self._merge(j, rec[3], rec[5], rec[6])
+            waiters = self._waiting.pop(j, None)
+            if waiters:
+                for w in waiters:
+                    if not self._blocked(w):
+                        self._held_ids.discard(w[4] << 32 | w[3])
+                        stack.append(w)
+
+    def _merge(self, j, tau, dm, cim):
+        me = self.me
+        ci = self.ci
+        self.dlv[j] = tau                               # R3
+        # R4: just delivered; this process is no longer a remaining destination of m.
+        own = dm & ~(1 << me)
+        row = cim.get(j)
+        if row is None:
+            cim[j] = {tau: own}
+        else:
+            row[tau] = own
+        for k, mt in cim.items():
+            it = ci.get(k)
+            if it is None:
+                ci[k] = it = mt                         # R7 (nothing to compare with)
+            else:
+                # R5: already delivered / already replaced. A tuple one side lacks while
+                # the other side holds a newer tuple of the same sender was pruned there.
+                # Mark on both sides first, then delete.
+                mmax = max(mt)
+                imax = max(it)
+                drop_i = [t for t in it if t < mmax and t not in mt]
+                drop_m = [u for u in mt if u < imax and u not in it]
+                for t in drop_i:
+                    del it[t]
+                for u in drop_m:
+                    del mt[u]
+                for u, D in mt.items():
+                    if u in it:
+                        it[u] &= D                      # R6: keep only common destinations
+                    else:
+                        it[u] = D                       # R7
+            if len(it) > 1:
+                # R8: per destination l, only the newest tuple of sender k lists l.
+                seen = 0
+                for t in sorted(it, reverse=True):
+                    D = it[t]
+                    if D & seen:
+                        it[t] = D & ~seen
+                    seen |= D
+                _drop_old_empty(it)                     # R9
+        if me not in cim:
+            own_rows = ci.get(me)
+            if own_rows is not None and len(own_rows) > 1:
+                _drop_old_empty(own_rows)               # R9 for our own previous tuple
+
+
+def _drop_old_empty(tuples: dict) -> None:
+    """S3/R9: delete every empty tuple but the newest of its sender."""
+    newest = max(tuples)
+    dead = [t for t, D in tuples.items() if not D and t != newest]
+    for t in dead:
+        del tuples[t]
+
+
+PROTOCOL = Jpcy
