@@ -15,6 +15,7 @@ SUBCOMMAND_MODULES = (
     "bus1py.stress.cli",
     "bus1py.admin",
     "bus1py.check.cli",
+    "bus1py.sim.cli",
 )
 
 

@@ -1,0 +1,216 @@
+"""One run of the Jang–Park–Cho–Yoon study (seed 001 section 6.2) as a discrete-event simulation.
+
+n processes run one protocol state machine each (`bus1py.causal`) over a reliable, non-FIFO
+network. Each process sends on its own Poisson clock (inter-send times exponential, mean
+`send_mean`, 0.1 s in the paper); a unicast goes to one other process drawn uniformly, a
+multicast to a uniform random k-subset of the others with k uniform on 1..n-1 (mean n/2, as
+the paper's "evenly distributed"). Every wire is delayed independently (`net_delay`, see
+below), so two wires on one channel overtake each other freely.
+
+Network delay (the paper does not state it): exponential with mean `net_delay` (0.05 s by
+default, half the mean inter-send time). Memoryless delays are the harshest non-FIFO network
+(any two wires in flight arrive in either order with probability 1/2), which is what the
+protocols are designed for; `bus1py simulate --net-delay 0.01,0.05,0.2` shows how the results
+move with the mean.
+
+Phases: warm-up until every process has had `warmup` messages delivered to its application,
+then measurement until every process has had `measure` more. Counters cover the wires emitted
+during measurement; per-message figures divide by the sends made during measurement. After
+measurement no new sends start and the network drains, so every message sent must be
+delivered to each destination exactly once: `undelivered` counts those that were not (0 for a
+live protocol).
+
+Invariants:
+  - Deterministic: the result depends only on the RunSpec (its seed drives one random.Random).
+  - Wall time never enters the result except `seconds` and `receive_events_per_s`.
+  - Event order: a heap of (time, tiebreak counter, ...); the counter makes equal times
+    deterministic.
+"""
+from __future__ import annotations
+
+import heapq
+import random
+import struct
+import time
+from array import array
+from dataclasses import asdict, dataclass
+
+from .. import causal, schema
+
+_MID = struct.Struct("<Q")
+MODES = ("unicast", "multicast")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    protocol: str
+    n: int
+    mode: str
+    run: int = 0
+    seed: int = 1
+    warmup: int = 10_000
+    measure: int = 50_000
+    send_mean: float = 0.1
+    net_delay: float = 0.05
+
+    def check(self) -> None:
+        causal.protocol_class(self.protocol)
+        if self.n < 2:
+            raise ValueError(f"n must be at least 2, got {self.n}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.warmup < 0 or self.measure < 1:
+            raise ValueError("warmup must be >= 0 and measure >= 1")
+        if not self.send_mean > 0 or not self.net_delay > 0:
+            raise ValueError("send_mean and net_delay must be positive")
+
+
+class _Tally:
+    """Costs of the wires emitted while measuring."""
+
+    __slots__ = ("sends", "copies", "data_wires", "control_wires", "control", "data_control",
+                 "header", "dependents", "data_dependents")
+
+    def __init__(self):
+        for k in self.__slots__:
+            setattr(self, k, 0)
+
+
+def run(spec: RunSpec, trace: list | None = None) -> dict:
+    """Simulate one run; return its figures. If `trace` is a list, SPEC section-7 row dicts
+    of every send and delivery (whole run, warm-up included) are appended to it."""
+    spec.check()
+    t0 = time.perf_counter()
+    n = spec.n
+    rng = random.Random(spec.seed)
+    expo, rand, sample = rng.expovariate, rng.random, rng.sample
+    send_rate, net_rate = 1.0 / spec.send_mean, 1.0 / spec.net_delay
+    procs = [causal.create(spec.protocol, i, n) for i in range(n)]
+    others = [[q for q in range(n) if q != p] for p in range(n)]
+    multicast = spec.mode == "multicast"
+
+    heap: list = []
+    push, pop = heapq.heappush, heapq.heappop
+    tick = 0
+    for p in range(n):
+        push(heap, (expo(send_rate), tick, -1, p, b""))
+        tick += 1
+
+    delivered = [0] * n
+    warm_left = n if spec.warmup else 0
+    done_left = n
+    goal_warm, goal_done = spec.warmup, spec.warmup + spec.measure
+    measuring = warm_left == 0
+    sending = True
+    tally = _Tally()
+    outstanding: dict = {}          # message id -> [send time, copies not yet delivered]
+    delays = array("d")
+    held_max = 0
+    receives = 0
+    next_mid = 1
+    seqs = [0] * n
+
+    def account(step, now, where):
+        nonlocal tick
+        for (dest, data), cost in zip(step.wires, step.costs):
+            push(heap, (now + expo(net_rate), tick, dest, where, data))
+            tick += 1
+            if measuring:
+                tally.control += cost.control
+                tally.header += cost.header
+                tally.dependents += cost.dependents
+                if cost.data:
+                    tally.data_wires += 1
+                    tally.data_control += cost.control
+                    tally.data_dependents += cost.dependents
+                else:
+                    tally.control_wires += 1
+
+    while heap:
+        now, _, dest, src, data = pop(heap)
+        if dest < 0:                                     # a send timer fires at process src
+            if not sending:
+                continue
+            p = src
+            if multicast:
+                dests = sorted(sample(others[p], 1 + int(rand() * (n - 1))))
+            else:
+                q = int(rand() * (n - 1))
+                dests = [q + (q >= p)]
+            mid = next_mid
+            next_mid += 1
+            outstanding[mid] = [now, len(dests)]
+            step = procs[p].send(dests, _MID.pack(mid))
+            if trace is not None:
+                trace.append({"process": p, "seq": seqs[p], "kind": schema.SEND, "msg": mid,
+                              "dests": dests, "node": None, "wall_ns": int(now * 1e9)})
+                seqs[p] += 1
+            if measuring:
+                tally.sends += 1
+                tally.copies += len(dests)
+            account(step, now, p)
+            push(heap, (now + expo(send_rate), tick, -1, p, b""))
+            tick += 1
+            continue
+        receives += 1
+        proc = procs[dest]
+        step = proc.receive(src, data)
+        if step.wires:
+            account(step, now, dest)
+        for _sender, payload in step.delivered:
+            mid = _MID.unpack(payload)[0]
+            entry = outstanding[mid]
+            if entry[1] == 1:
+                del outstanding[mid]
+            else:
+                entry[1] -= 1
+            if measuring:
+                delays.append(now - entry[0])
+            if trace is not None:
+                trace.append({"process": dest, "seq": seqs[dest], "kind": schema.DELIVER,
+                              "msg": mid, "dests": None, "node": None,
+                              "wall_ns": int(now * 1e9)})
+                seqs[dest] += 1
+            c = delivered[dest] = delivered[dest] + 1
+            if c == goal_warm and warm_left:
+                warm_left -= 1
+                if not warm_left:
+                    measuring = True
+            if c == goal_done:
+                done_left -= 1
+                if not done_left:
+                    measuring = sending = False
+        h = proc.held
+        if h > held_max:
+            held_max = h
+
+    seconds = time.perf_counter() - t0
+    return _figures(spec, tally, delays, held_max, len(outstanding), receives, seconds)
+
+
+def _figures(spec, t, delays, held_max, undelivered, receives, seconds) -> dict:
+    import numpy as np
+    d = np.frombuffer(delays, dtype=np.float64) if len(delays) else np.zeros(1)
+    sends = max(t.sends, 1)
+    return {
+        **asdict(spec),
+        "sends": t.sends,
+        "copies": t.copies,
+        "fanout": t.copies / sends,
+        # per message = summed over its destinations (seed 001 section 6.2)
+        "dependents_per_msg": t.dependents / sends,
+        "bytes_per_msg": t.control / sends,
+        "control_msgs_per_msg": t.control_wires / sends,
+        "header_bytes_per_msg": t.header / sends,
+        # per data copy (the unit of the paper's claim "RST carries n^2")
+        "dependents_per_copy": t.data_dependents / max(t.data_wires, 1),
+        "bytes_per_copy": t.data_control / max(t.data_wires, 1),
+        "delay_mean": float(d.mean()),
+        "delay_p50": float(np.percentile(d, 50)),
+        "delay_p99": float(np.percentile(d, 99)),
+        "buffered_max": held_max,
+        "undelivered": undelivered,
+        "receive_events": receives,
+        "seconds": seconds,
+        "receive_events_per_s": receives / seconds if seconds > 0 else 0.0,
+    }
