@@ -1,0 +1,277 @@
+"""ks: Kshemkalyani-Singhal optimal causal multicast (Algorithm 6.3 of the textbook).
+
+Source: Kshemkalyani & Singhal, "Necessary and sufficient conditions on information for
+causal message ordering and their optimal implementation", Distrib. Comput. 11(2):91-111,
+1998; as Algorithm 6.3 in their "Distributed Computing: Principles, Algorithms, and Systems",
+CUP 2008, ch. 6; PROTOCOLS.md section 6 for the transcription followed here.
+
+Delivery condition: a copy M from k is delivered at j iff every entry o_{m,t} of O_M that
+still lists j in o.Dests has t <= SR_j[m].
+
+Wire (u16 ids, u32 clocks, little-endian), columnar:
+    header  = k | t_k | |Dests| | |O_M| | Dests ids | |o.Dests| of each entry    10+2|Dests|+2|O_M|
+    control = entry senders | entry clocks | entry dest ids (concatenated)
+            = sum over o in O_M of (6 + 2|o.Dests|)                      (PROTOCOLS.md section 10)
+    payload
+The header holds what seed 001 leaves out of its cost (sender, own clock, Dests) and the
+section lengths. Dependents per copy = |O_M| (PROTOCOLS.md P4). O_M differs per copy.
+
+State at j: clock (sends so far); SR[m] (clock of the last message from m delivered here);
+LOG: sender s -> {t: Dests bitmask}, initialised to (s, 0, {}) for every s as in the book;
+the hold-back buffer.
+
+Invariants:
+  - No LOG entry lists j itself (a wire's O_M names no destination of M other than j, and
+    RCV removes j from every entry).
+  - Per sender, the newest entry is kept even with empty Dests; older entries have non-empty
+    Dests (PURGE_NULL_ENTRIES after SND and RCV; `me` is always purged, since its previous
+    entry may have become non-newest at our own last send).
+  - A held message is indexed under the sender of the first entry it still waits for.
+"""
+from __future__ import annotations
+
+import struct
+
+from .base import U32_MAX, Protocol, Step, WireCost, WireError
+
+_HEAD = struct.Struct("<HIHH")
+
+
+def _bits(mask: int) -> list:
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
+
+
+def _pack(fmt_char: str, values) -> bytes:
+    return struct.pack(f"<{len(values)}{fmt_char}", *values)
+
+
+def _purge(entries: dict) -> None:
+    """PURGE_NULL_ENTRIES for one sender: delete empty entries but the newest."""
+    newest = max(entries)
+    dead = [t for t, D in entries.items() if not D and t != newest]
+    for t in dead:
+        del entries[t]
+
+
+class Ks(Protocol):
+    name = "ks"
+    rule = "deliver M at j iff every o(m,t) in O_M listing j has t <= SR_j[m]"
+
+    def __init__(self, me: int, n: int):
+        super().__init__(me, n)
+        self.clock = 0
+        self.sr = [0] * n
+        self.log = {s: {0: 0} for s in range(n)}    # s -> {t: Dests mask}
+        self._waiting = {}
+        self._held_ids = set()
+
+    @property
+    def held(self) -> int:
+        return len(self._held_ids)
+
+    # ---- SND ----
+
+    def _send(self, dests, payload):
+        if self.clock >= U32_MAX:
+            raise ValueError(f"process {self.me} exhausted its 32-bit clock")
+        me = self.me
+        dm = 0
+        for d in dests:
+            dm |= 1 << d
+        clock = self.clock = self.clock + 1
+        # Step 2, shared part: for each entry, what survives for every copy (base: Dests
+        # minus M's destinations) and what survives only in the copy to d (hit & d).
+        flat = []                    # (s, t, base ids, hit, newest)
+        for s, entries in self.log.items():
+            newest = max(entries) if len(entries) > 1 else None
+            for t, D in entries.items():
+                flat.append((s, t, _bits(D & ~dm), D & dm, newest is None or t == newest))
+        step = Step()
+        head_dests = _pack("H", dests)
+        for d in dests:
+            bd = 1 << d
+            senders, clocks, dlens, ids = [], [], [], []
+            for s, t, base, hit, newest in flat:
+                keep_d = hit & bd
+                # Step 2.3: an entry emptied for this copy goes unless it is its sender's
+                # newest.
+                if base or keep_d or newest:
+                    senders.append(s)
+                    clocks.append(t)
+                    if keep_d:
+                        dlens.append(len(base) + 1)
+                        ids.extend(base)
+                        ids.append(d)
+                    else:
+                        dlens.append(len(base))
+                        ids.extend(base)
+            no = len(senders)
+            head = _HEAD.pack(me, clock, len(dests), no) + head_dests + _pack("H", dlens)
+            ctl = _pack("H", senders) + _pack("I", clocks) + _pack("H", ids)
+            step.emit(d, b"".join((head, ctl, payload)), WireCost(len(head), len(ctl), no, True))
+        # Step 3: M now carries every destination of M; the log forgets them.
+        for s, entries in self.log.items():
+            touched = False
+            for t, D in entries.items():
+                if D & dm:
+                    entries[t] = D & ~dm
+                    touched = True
+            if (touched or s == me) and len(entries) > 1:
+                _purge(entries)
+        # Step 4: the own entry, after the copies.
+        self.log[me][clock] = dm
+        return step
+
+    # ---- RCV ----
+
+    def _receive(self, src, data):
+        rec = self._decode(src, data)
+        key = src << 32 | rec[3]
+        if rec[3] <= self.sr[src] or key in self._held_ids:
+            raise WireError(f"duplicate message {rec[3]} from {src}")
+        step = Step()
+        if self._blocked(rec):
+            self._held_ids.add(key)
+            return step
+        self._deliver(rec, step)
+        return step
+
+    def _decode(self, src, data):
+        """Every check happens here, before any state changes."""
+        n, me = self.n, self.me
+        if len(data) < _HEAD.size:
+            raise WireError(f"wire truncated: {len(data)} bytes, header needs {_HEAD.size}")
+        k, tk, nd, no = _HEAD.unpack_from(data, 0)
+        if k != src:
+            raise WireError(f"wire names sender {k} but came from {src}")
+        if tk == 0:
+            raise WireError("clock 0 is never sent")
+        pos = _HEAD.size
+        need = pos + 2 * nd + 8 * no
+        if len(data) < need:
+            raise WireError(f"wire truncated: {len(data)} bytes, sections need {need}")
+        dests = struct.unpack_from(f"<{nd}H", data, pos)
+        pos += 2 * nd
+        dlens = struct.unpack_from(f"<{no}H", data, pos)
+        pos += 2 * no
+        nids = sum(dlens)
+        need += 2 * nids
+        if len(data) < need:
+            raise WireError(f"wire truncated: {len(data)} bytes, sections need {need}")
+        senders = struct.unpack_from(f"<{no}H", data, pos)
+        pos += 2 * no
+        clocks = struct.unpack_from(f"<{no}I", data, pos)
+        pos += 4 * no
+        ids = struct.unpack_from(f"<{nids}H", data, pos)
+        pos += 2 * nids
+        payload = data[pos:]
+        dm = 0
+        for d in dests:
+            if d >= n:
+                raise WireError(f"destination {d} out of range 0..{n - 1}")
+            dm |= 1 << d
+        mebit = 1 << me
+        if nd == 0 or dm.bit_count() != nd or not dm & mebit or dm >> k & 1:
+            raise WireError(f"bad destination list {dests} for a copy {k} -> {me}")
+        others = dm & ~mebit
+        om = {}
+        wk, wt = [], []              # the entries this copy waits for
+        at = 0
+        for x in range(no):
+            s, t = senders[x], clocks[x]
+            mask = 0
+            for l in ids[at:at + dlens[x]]:
+                if l >= n:
+                    raise WireError(f"process id {l} out of range 0..{n - 1}")
+                mask |= 1 << l
+            if s >= n or mask.bit_count() != dlens[x] or mask >> s & 1 or mask & others \
+                    or (t == 0 and mask) or (s == k and t >= tk) or (s == me and t > self.clock):
+                raise WireError(f"bad O_M entry ({s}, {t}, {ids[at:at + dlens[x]]})")
+            at += dlens[x]
+            row = om.get(s)
+            if row is None:
+                om[s] = {t: mask}
+            elif t in row:
+                raise WireError(f"O_M lists ({s}, {t}) twice")
+            else:
+                row[t] = mask
+            if mask & mebit:
+                wk.append(s)
+                wt.append(t)
+        # record: [wait senders, wait clocks, next wait, t_k, k, Dests, O_M, payload]
+        return [wk, wt, 0, tk, k, dm, om, payload]
+
+    def _blocked(self, rec) -> bool:
+        ks, ts, pos = rec[0], rec[1], rec[2]
+        sr = self.sr
+        for x in range(pos, len(ks)):
+            s = ks[x]
+            if ts[x] > sr[s]:
+                rec[2] = x
+                w = self._waiting.get(s)
+                if w is None:
+                    self._waiting[s] = [rec]
+                else:
+                    w.append(rec)
+                return True
+        return False
+
+    def _deliver(self, rec, step):
+        stack = [rec]
+        while stack:
+            rec = stack.pop()
+            k = rec[4]
+            step.delivered.append((k, rec[7]))
+            self._merge(k, rec[3], rec[5], rec[6])
+            waiters = self._waiting.pop(k, None)
+            if waiters:
+                for w in waiters:
+                    if not self._blocked(w):
+                        self._held_ids.discard(w[4] << 32 | w[3])
+                        stack.append(w)
+
+    def _merge(self, k, tk, dm, om):
+        me = self.me
+        log = self.log
+        self.sr[k] = tk                                  # step 2
+        # Step 3: M itself joins O_M; j is no longer a remaining destination of anything.
+        keep = ~(1 << me)
+        row = om.get(k)
+        if row is None:
+            om[k] = {tk: dm}
+        else:
+            row[tk] = dm
+        for s, ot in om.items():
+            for t, D in ot.items():
+                if D & ~keep:
+                    ot[t] = D & keep
+            lt = log[s]
+            # Step 4: an entry one side lacks while the other holds a newer entry of the same
+            # sender was pruned there; mark on both sides, then delete.
+            omax = max(ot)
+            lmax = max(lt)
+            drop_l = [t for t in lt if t < omax and t not in ot]
+            drop_o = [t for t in ot if t < lmax and t not in lt]
+            for t in drop_l:
+                del lt[t]
+            for t in drop_o:
+                del ot[t]
+            for t, D in ot.items():
+                if t in lt:
+                    lt[t] &= D                           # same (s, t): keep common Dests
+                else:
+                    lt[t] = D                            # LOG := LOG u O_M
+            if len(lt) > 1:
+                _purge(lt)                               # step 5
+        if me not in om:
+            own = log[me]
+            if len(own) > 1:
+                _purge(own)
+
+
+PROTOCOL = Ks
