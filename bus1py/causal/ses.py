@@ -109,6 +109,8 @@ class SES(Protocol):
                 raise WireError(f"bad pair list {pids.tolist()} from {src}")
             if (vecs > tm).any():
                 raise WireError("a pair's vector exceeds the message's clock")
+        if tm[me] > self.t[me]:
+            raise WireError(f"clock from {src} names our event {tm[me]}, we are at {self.t[me]}")
         if s <= self.t[src] or s in self.pending.get(src, ()):
             raise WireError(f"duplicate message {s} from {src}")
         mine = np.flatnonzero(pids == me)
