@@ -108,6 +108,13 @@ class Protocol:
     def held(self) -> int:
         return 0
 
+    @property
+    def busy(self) -> bool:
+        """True while a send accepted earlier has not completed in the protocol's own sense
+        (bus1: its transaction has not passed the sync round), so what this process tells
+        others outside the protocol may not yet be ordered after that send."""
+        return False
+
     # ---- for subclasses ----
 
     def _send(self, dests: list, payload: bytes) -> Step:
