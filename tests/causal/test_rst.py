@@ -1,0 +1,163 @@
+"""rst (form B): exact matrices and 4n^2 control bytes, held messages, selective mode, bad input."""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from bus1py import causal
+from bus1py.causal import WireCost, WireError
+from bus1py.causal.rst import RST
+
+
+def procs(n, **kw):
+    return [RST(i, n, **kw) for i in range(n)]
+
+
+def wires_to(step):
+    return dict(step.wires)
+
+
+def matrix(n, entries):
+    m = [[0] * n for _ in range(n)]
+    for (k, l), v in entries.items():
+        m[k][l] = v
+    return struct.pack(f"<{n * n}I", *(x for row in m for x in row))
+
+
+def state(p):
+    return (p.sent.tolist(), list(p.deliv), p.held,
+            {j: sorted(h) for j, h in p.pending.items()})
+
+
+def test_registered_and_flags():
+    assert causal.protocol_class("rst") is RST
+    assert RST.multicast == "native" and RST.causal
+
+
+def test_send_counts_every_destination_before_attaching_the_matrix():
+    p0 = RST(0, 3)
+    s = p0.send([1, 2], b"m")
+    want = matrix(3, {(0, 1): 1, (0, 2): 1}) + b"m"
+    assert s.wires == [(1, want), (2, want)]
+    assert s.costs == [WireCost(0, 36, 9, True)] * 2
+    s = p0.send([2], b"n")
+    assert s.wires == [(2, matrix(3, {(0, 1): 1, (0, 2): 2}) + b"n")]
+
+
+@pytest.mark.parametrize("n", [2, 3, 10, 50])
+def test_control_is_exactly_4n_squared(n):
+    p = RST(0, n)
+    s = p.send(list(range(1, n)), b"xyz")
+    assert len(s.wires) == n - 1
+    for (_, data), c in zip(s.wires, s.costs):
+        assert c == WireCost(0, 4 * n * n, n * n, True)
+        assert len(data) == c.header + c.control + 3
+
+
+def test_chain_overtaking_direct_message_is_held():
+    p0, p1, p2 = procs(3)
+    x = wires_to(p0.send([2], b"x"))[2]
+    y = wires_to(p0.send([1], b"y"))[1]
+    assert p1.receive(0, y).delivered == [(0, b"y")]
+    z = wires_to(p1.send([2], b"z"))[2]
+    assert p2.receive(1, z).delivered == [] and p2.held == 1
+    assert p2.receive(0, x).delivered == [(0, b"x"), (1, b"z")]
+    assert p2.held == 0 and p2.deliv == [1, 1, 0]
+    assert p2.sent.tolist() == [[0, 1, 1], [0, 0, 1], [0, 0, 0]]
+
+
+def test_one_event_multicast_case_p1():
+    p0, a, b = procs(3)
+    w = wires_to(p0.send([1, 2], b"M"))
+    assert a.receive(0, w[1]).delivered == [(0, b"M")]
+    m2 = wires_to(a.send([2], b"M2"))[2]
+    assert b.receive(1, m2).delivered == [] and b.held == 1
+    assert b.receive(0, w[2]).delivered == [(0, b"M"), (1, b"M2")]
+
+
+def test_per_sender_fifo_over_reordering():
+    p0, p1 = procs(2)
+    ws = [p0.send([1], bytes([65 + i])).wires[0][1] for i in range(4)]
+    for w in (ws[3], ws[1], ws[2]):
+        assert p1.receive(0, w).delivered == []
+    assert p1.held == 3
+    assert [pl for _, pl in p1.receive(0, ws[0]).delivered] == [b"A", b"B", b"C", b"D"]
+
+
+def test_selective_mode_delivers_only_on_request():
+    p0, p1, p2 = procs(3, selective=True)
+    x = wires_to(p0.send([2], b"x"))[2]
+    y = wires_to(p1.send([2], b"y"))[2]
+    assert p2.receive(1, y).delivered == [] and p2.receive(0, x).delivered == []
+    assert p2.held == 2
+    assert p2.deliver_from(0) == b"x"           # concurrent with y: any order is causal
+    assert p2.deliver_from(0) is None
+    assert p2.deliver_from(1) == b"y"
+    assert p2.held == 0 and p2.deliv == [1, 1, 0]
+
+
+def test_selective_mode_refuses_a_non_causal_pick():
+    p0, p1, p2 = procs(3, selective=True)
+    x = wires_to(p0.send([2], b"x"))[2]
+    y = wires_to(p0.send([1], b"y"))[1]
+    p1.receive(0, y)
+    assert p1.deliver_from(0) == b"y"
+    z = wires_to(p1.send([2], b"z"))[2]
+    p2.receive(1, z)
+    p2.receive(0, x)
+    assert p2.deliver_from(1) is None           # z depends on x
+    assert p2.deliver_from(0) == b"x"
+    assert p2.deliver_from(1) == b"z"
+
+
+def test_deliver_from_arguments():
+    with pytest.raises(ValueError):
+        RST(0, 3).deliver_from(1)               # not selective
+    p = RST(0, 3, selective=True)
+    for k in (0, 3, -1, "1"):
+        with pytest.raises(ValueError):
+            p.deliver_from(k)
+
+
+@pytest.mark.parametrize("data", [
+    b"",
+    matrix(3, {(0, 1): 1})[:-1],                # truncated matrix
+    matrix(3, {}),                              # ST[0][1] = 0: already delivered
+    matrix(3, {(0, 1): 1, (1, 2): 1}),          # counts a message from us never sent
+])
+def test_bad_wire_raises_and_changes_nothing(data):
+    p1 = RST(1, 3)
+    p1.receive(2, matrix(3, {(2, 1): 1, (0, 1): 1}))                  # held: needs P0's
+    before = state(p1)
+    with pytest.raises(WireError):
+        p1.receive(0, data)
+    assert state(p1) == before
+
+
+def test_duplicate_wires_rejected():
+    p0, p1 = procs(2)
+    a = p0.send([1], b"a").wires[0][1]
+    p1.receive(0, a)
+    with pytest.raises(WireError):
+        p1.receive(0, a)
+    held = matrix(2, {(0, 1): 3})
+    p1.receive(0, held)
+    before = state(p1)
+    with pytest.raises(WireError):
+        p1.receive(0, held)
+    assert state(p1) == before
+
+
+def test_bad_send_arguments():
+    p = RST(0, 3)
+    for dests in ([], [0], [3], [1, 1]):
+        with pytest.raises(ValueError):
+            p.send(dests, b"")
+    assert not p.sent.any()
+    p.sent[0, 1] = 0xFFFFFFFF
+    with pytest.raises(ValueError):
+        p.send([2, 1], b"")
+    assert p.sent[0].tolist() == [0, 0xFFFFFFFF, 0]
+    assert p.sent.dtype == np.dtype("<u4")
