@@ -1,4 +1,4 @@
-"""The C queues against a pure-Python model of bus1's ordering, step by step.
+"""The C queues against the pure model of bus1's ordering (bus1py.ordering), step by step.
 
 A Hypothesis state machine drives the transaction steps of several concurrent senders
 (prepare, stage, stamp, sync, commit, abort) and receives on any queue, in random
@@ -15,7 +15,6 @@ call.  After every step it checks that
 """
 from __future__ import annotations
 
-import bisect
 import errno
 import itertools
 
@@ -25,37 +24,20 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import bus1py
+from bus1py import ordering
 from bus1py._b1 import lib
 
 N_PEERS = 4
 
 
-class ModelQueue:
-    def __init__(self):
-        self.clock = 0
-        self.keys = []  # sorted (ts, sender, seq, idx)
-        self.msg_of = {}  # key -> message id
+class ModelTx(ordering.Transaction):
+    """The model's transaction plus what the test tracks per destination."""
 
-    def insert(self, key, mid):
-        bisect.insort(self.keys, key)
-        self.msg_of[key] = mid
-
-    def remove(self, key):
-        self.keys.remove(key)
-        return self.msg_of.pop(key)
-
-    def front(self):
-        return self.keys[0] if self.keys else None
-
-
-class ModelTx:
-    def __init__(self, mid, sender, dests, seq, max_ts, c_tx):
-        self.mid, self.sender, self.dests, self.seq = mid, sender, dests, seq
-        self.max_ts = max_ts
-        self.ts = 0
+    def __init__(self, mid, who, sender_id, dests, seq, clock, c_tx):
+        super().__init__(sender_id, seq, clock)  # keys carry the peer id
+        self.mid, self.who, self.dests, self.c = mid, who, dests, c_tx
         self.state = ["prepared"] * len(dests)
         self.block = [None] * len(dests)
-        self.c = c_tx
 
     def done(self):
         return all(s in ("committed", "dropped") for s in self.state)
@@ -71,7 +53,7 @@ class BusOrdering(RuleBasedStateMachine):
         # handles[s][d]: peer s's handle to peer d's node (its own node for s == d)
         self.handles = [[nodes[d] if s == d else self.peers[d].transfer(nodes[d], self.peers[s])
                          for d in range(N_PEERS)] for s in range(N_PEERS)]
-        self.queues = [ModelQueue() for _ in range(N_PEERS)]
+        self.queues = [ordering.Queue() for _ in range(N_PEERS)]
         self.txs = []
         self.next_seq = [0] * N_PEERS
         self.ids = itertools.count(1)
@@ -97,7 +79,7 @@ class BusOrdering(RuleBasedStateMachine):
                                   mid.to_bytes(8, "little"))
         assert c_tx.seq == self.next_seq[sender]
         self.next_seq[sender] += 1
-        tx = ModelTx(mid, sender, dests, c_tx.seq, self.queues[sender].clock, c_tx)
+        tx = ModelTx(mid, sender, self.peers[sender].id, dests, c_tx.seq, self.queues[sender].clock, c_tx)
         assert c_tx.max_ts == tx.max_ts
         self.txs.append(tx)
         self.deps[mid] = set(self.knows[sender])
@@ -113,12 +95,7 @@ class BusOrdering(RuleBasedStateMachine):
         if tx is None:
             return
         tx.c.stage(i)
-        q = self.queues[tx.dests[i]]
-        t = max(tx.max_ts, q.clock)
-        q.clock = t
-        tx.max_ts = t
-        tx.block[i] = (t + 1, self.peers[tx.sender].id, tx.seq, i)
-        q.insert(tx.block[i], tx.mid)
+        tx.block[i] = tx.stage(self.queues[tx.dests[i]], i, tx.mid)
         tx.state[i] = "staged"
         assert tx.c.max_ts == tx.max_ts
 
@@ -128,10 +105,7 @@ class BusOrdering(RuleBasedStateMachine):
         if not ready:
             return
         tx = ready[choice % len(ready)]
-        q = self.queues[tx.sender]
-        q.clock = max(q.clock, tx.max_ts) + 2
-        tx.ts = q.clock
-        assert tx.c.stamp() == tx.ts
+        assert tx.c.stamp() == tx.stamp(self.queues[tx.who])
         # Lamport's clock condition where it matters: a message stamps above every cause
         # it shares a destination with (else some receiver could get the effect first)
         for cause in self.deps[tx.mid]:
@@ -145,8 +119,7 @@ class BusOrdering(RuleBasedStateMachine):
         if tx is None:
             return
         tx.c.sync(i)
-        q = self.queues[tx.dests[i]]
-        q.clock = max(q.clock, tx.ts)
+        self.queues[tx.dests[i]].sync(tx.ts)
         tx.state[i] = "synced"
 
     @rule(choice=st.integers(0, 1 << 16))
@@ -158,14 +131,11 @@ class BusOrdering(RuleBasedStateMachine):
         if tx is None:
             return
         tx.c.commit(i)
-        q = self.queues[tx.dests[i]]
-        q.clock = max(q.clock, tx.ts)
-        q.remove(tx.block[i])
-        q.insert((tx.ts,) + tx.block[i][1:], tx.mid)
+        self.queues[tx.dests[i]].commit(tx.block[i], tx.ts)
         tx.state[i] = "committed"
         if tx.done():
             # the send call returns: the sender's later sends come after this one
-            self.knows[tx.sender] |= {tx.mid} | self.deps[tx.mid]
+            self.knows[tx.who] |= {tx.mid} | self.deps[tx.mid]
             self.txs.remove(tx)
 
     @rule(choice=st.integers(0, 1 << 16))
@@ -185,17 +155,16 @@ class BusOrdering(RuleBasedStateMachine):
 
     @rule(r=st.integers(0, N_PEERS - 1))
     def recv(self, r):
-        q = self.queues[r]
-        front = q.front()
-        if front is None or front[0] % 2 == 1:
+        got = self.queues[r].pop()
+        if got is None:  # empty, or a block at the front
             with pytest.raises(BlockingIOError) as e:
                 self.peers[r].recv(timeout=0)
             assert e.value.errno == errno.EAGAIN
             return
+        key, mid = got
         msg = self.peers[r].recv(timeout=0)
-        mid = q.remove(front)
         assert int.from_bytes(msg.payload, "little") == mid
-        assert msg.stamp == front[:3]
+        assert msg.stamp == key[:3]
         assert msg.destination == self.handles[r][r]
         # causality: everything in the message's causal past addressed to r came first
         missing = {m for m in self.deps[mid] if r in self.dests_of[m]} - set(self.received[r])
@@ -215,13 +184,13 @@ class BusOrdering(RuleBasedStateMachine):
         for p, q in zip(self.peers, self.queues):
             info = p.query()
             assert info.clock == q.clock
-            assert info.queued_entries == len(q.keys)
+            assert info.queued_entries == len(q)
 
     @invariant()
     def trees_are_sound(self):
         # key order, heap order of the priorities, entry count, cached front and back
         for p, q in zip(self.peers, self.queues):
-            assert lib.b1_queue_check(self.bus.base(), p._slot) == len(q.keys)
+            assert lib.b1_queue_check(self.bus.base(), p._slot) == len(q)
 
     @invariant()
     def consistent(self):
