@@ -1,20 +1,18 @@
-# Invariants: simulate() produces traces of a *correct* bus1: every queue has a clock, a send
-# syncs to the destinations' clocks and ticks (Lamport stamps, ties broken by
-# (ts, sender, tx)), every queue delivers in stamp order, NODE_DESTROY is a multicast with its
-# own stamp, and data for a destroyed node is dropped at receive when its stamp is above the
-# destruction stamp. Side-channel signals carry no clock (as in bus1): after a signal a
+# Invariants: simulate() produces traces of a *correct* bus1: every process's queue and clock
+# follow bus1py.ordering, each send or destroy is one whole transaction there (stamps
+# (ts, sender, tx), ties broken the same at every queue), a queue delivers its committed
+# front entries in key order, NODE_DESTROY is a multicast with its own stamp, and data for a
+# destroyed node is dropped at receive when its stamp is above the destruction stamp. Side-channel signals carry no clock (as in bus1): after a signal a
 # process may send with a stamp below what the signaller knew, which the checker's
 # per-destination witness must accept (a correct bus is causal there). wall_ns is one global
 # step clock, so it increases along every happened-before edge, as CLOCK_MONOTONIC does.
-# mutate() plants a violation of a chosen kind; write_trace() writes rows as SPEC section-7
-# Parquet. Pure Python, deterministic for a given random.Random.
+# mutate() plants a violation of a chosen kind; bus1py.schema.write_rows() writes the rows as
+# SPEC section-7 Parquet. Pure Python, deterministic for a given random.Random.
 from __future__ import annotations
 
-import os
 import random
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from ..ordering import Queue, transact
 
 MUTATIONS = ("lose", "duplicate", "misdeliver", "swap", "adjacent_swap", "cycle3",
              "late_data", "scramble_stamps", "drop_stamps")
@@ -24,9 +22,8 @@ def simulate(rng: random.Random, nprocs=4, steps=60, p_multicast=0.3, p_signal=0
              p_destroy=0.05, p_internal=0.05):
     P = nprocs
     rows = {p: [] for p in range(P)}
-    clock = [0] * P
     tx = [0] * P
-    queue = {p: [] for p in range(P)}
+    queue = [Queue() for _ in range(P)]
     inbox = {p: [] for p in range(P)}
     ids = iter(range(1, 10 ** 9))
     node_ids = iter(range(100, 10 ** 9))
@@ -49,24 +46,16 @@ def simulate(rng: random.Random, nprocs=4, steps=60, p_multicast=0.3, p_signal=0
                         "stamp_ts": T[0] if T else None, "stamp_peer": T[1] if T else None,
                         "stamp_tx": T[2] if T else None})
 
-    def transaction(p, dests):
-        # stage (sync to each destination's clock), commit timestamp (tick), sync round
-        ts = max([clock[p]] + [clock[d] for d in dests])
-        ts += 2 - ts % 2
-        for d in dests:
-            clock[d] = max(clock[d], ts)
-        clock[p] = max(clock[p], ts)
-        T = (ts, p, tx[p])
+    def transaction(p, dests, m, node, is_destroy):
+        T = (transact(queue, p, tx[p], dests, (m, node, is_destroy)), p, tx[p])
         tx[p] += 1
         return T
 
-    def enqueue(d, entry):
-        queue[d].append(entry)
-        queue[d].sort(key=lambda e: e[0])
-
     def deliver(p):
         while queue[p]:
-            T, m, node, is_destroy = queue[p].pop(0)
+            key, (m, node, is_destroy) = queue[p].pop()  # no transaction is left half done
+            T = key[:3]
+            node = perm[p] if node is None else node
             if not is_destroy and node in dead_ts and dead_ts[node] < T:
                 continue  # dropped at recv by the node rule
             emit(p, "deliver", m, node=node, T=T)
@@ -87,31 +76,25 @@ def simulate(rng: random.Random, nprocs=4, steps=60, p_multicast=0.3, p_signal=0
         elif x < p_signal + p_destroy:
             n = eph[p]
             dests = sorted(holders[n])
-            T = transaction(p, dests)
             m = next(ids)
-            dead_ts[n] = T
+            T = dead_ts[n] = transaction(p, dests, m, n, True)
             emit(p, "destroy", m, dests=dests, node=n, T=T)
-            for d in dests:
-                enqueue(d, (T, m, n, True))
             new_eph(p)
         elif x < p_signal + p_destroy + p_internal:
             emit(p, "internal")
         elif x < 0.6:
             if P > 1 and rng.random() < p_multicast:
                 dests = sorted(rng.sample(range(P), rng.randint(2, P)))
-                T = transaction(p, dests)
                 m = next(ids)
+                T = transaction(p, dests, m, None, False)  # node None: each one's permanent node
                 emit(p, "send", m, dests=dests, node=None, T=T)
-                for d in dests:
-                    enqueue(d, (T, m, perm[d], False))
             else:
                 d = rng.randrange(P)
                 cand = [n for n in (eph[d],) if p in holders[n]]
                 node = cand[0] if cand and rng.random() < 0.6 else perm[d]
-                T = transaction(p, [d])
                 m = next(ids)
+                T = transaction(p, [d], m, node, False)
                 emit(p, "send", m, dests=[d], node=node, T=T)
-                enqueue(d, (T, m, node, False))
         else:
             deliver(p)
     # drain: every queue and inbox empties, in a random interleaving
@@ -253,21 +236,3 @@ def offset_rows(rows, k, span=1000):
             r["stamp_peer"] = r["stamp_peer"] + k * span
         out.append(r)
     return out
-
-
-SCHEMA = pa.schema([
-    ("process", pa.int32()), ("seq", pa.int64()), ("kind", pa.string()), ("msg", pa.int64()),
-    ("dests", pa.list_(pa.int32())), ("node", pa.int64()), ("wall_ns", pa.int64()),
-    ("stamp_ts", pa.int64()), ("stamp_peer", pa.int64()), ("stamp_tx", pa.int64()),
-])
-
-
-def write_trace(rows, path, files=2, schema=SCHEMA):
-    os.makedirs(path, exist_ok=True)
-    files = max(1, min(files, len(rows) or 1))
-    per = -(-len(rows) // files) if rows else 0
-    for i in range(files):
-        chunk = rows[i * per:(i + 1) * per]
-        cols = {f.name: [r.get(f.name) for r in chunk] for f in schema}
-        pq.write_table(pa.table(cols, schema=schema), os.path.join(path, f"part-{i:04d}.parquet"))
-    return path

@@ -9,7 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bus1py.check.simulate import SCHEMA, mutate, simulate, write_trace
+from bus1py.check.simulate import mutate, simulate
+from bus1py.schema import schema
+from bus1py.schema import write_rows as write_trace
 from bus1py.cli import main
 
 pytestmark = pytest.mark.timeout(300)
@@ -139,7 +141,7 @@ def _good_rows():
     return [_row(0, 0, "send", 1, [1], 5), _row(1, 0, "deliver", 1, None, 5)]
 
 
-def _table(rows, schema=SCHEMA):
+def _table(rows, schema=schema()):
     return pa.table({f.name: [r.get(f.name) for r in rows] for f in schema}, schema=schema)
 
 

@@ -8,7 +8,8 @@ import pytest
 
 from bus1py.check.load import load_trace
 from bus1py.check.properties import Checker
-from bus1py.check.simulate import simulate, write_trace
+from bus1py.check.simulate import simulate
+from bus1py.schema import write_rows as write_trace
 
 pytestmark = pytest.mark.timeout(200)
 JOBS = 300   # a few tenths of a second each: a minute or more if nothing stops them

@@ -10,7 +10,8 @@ import random
 from bus1py.check.load import load_trace
 from bus1py.check.properties import check_trace
 from bus1py.check.reference import reference_check
-from bus1py.check.simulate import offset_rows, simulate, write_trace
+from bus1py.check.simulate import offset_rows, simulate
+from bus1py.schema import write_rows as write_trace
 
 
 def _row(process, seq, kind, msg=None, dests=None, stamp=None, wall=0):
