@@ -1,0 +1,272 @@
+"""bus1: the bus's own ordering (SPEC section 3) as message passing between the n processes.
+
+Delivery condition: every process is one queue with a clock (`bus1py.ordering`); entries sort
+by (timestamp, sender, transaction seq) and only the front entry is delivered, once it is
+committed. A block (odd timestamp) at the front holds back everything behind it.
+Source: seed 004 ("Message ordering", the bus1 design page) and SPEC section 3; the C queues
+in csrc/tx.c run the same steps under per-queue locks.
+
+A send to Dests is one transaction, run by the sender one round at a time:
+  1. stage:  STAGE (the payload) to every destination. The destination syncs its clock to the
+             clock the wire carries, inserts a block at clock + 1 and replies with its clock.
+  2. stamp:  when every destination has replied, the sender syncs its own clock to the
+             largest reply and ticks: the even result is the message's timestamp.
+  3. sync:   SYNC(ts) to every destination, which syncs its clock to ts and acknowledges.
+  4. commit: when every destination has acknowledged, COMMIT to every destination, which moves
+             the block to ts and delivers every committed entry at the front of its queue.
+A unicast folds 3 and 4 into one SYNC_COMMIT(ts), acknowledged after the commit, as the C
+commit syncs a single destination under the same lock.
+
+The running maximum of SPEC step 1: in C the stages run one after another and each
+destination is synced to the maximum of the clocks staged before it. Here the stages run in
+parallel, so every STAGE carries the sender's clock (the maximum it has seen so far) and the
+maximum over the destinations is taken at the sender from their replies. The stamp is the
+same as with sequential stages (the maximum of all those clocks, plus 2); blocks may sit
+lower, which can only hold later entries back longer, never reorder them.
+
+Why the sync round: causality must hold even through side channels the bus never sees. If p
+delivers m and then tells r through a pipe, and r sends m' to q, another destination of m,
+nothing on the bus carries m's timestamp to r. Only q's own clock can: the sync round has
+raised it to ts(m) at every destination before m is committed anywhere, so m' is staged at q
+above ts(m) and stamped above it. Without it q's clock may still be below ts(m); m' could
+stamp at or below ts(m) (a tie broken by sender id) and be delivered at q before m.
+
+One transaction at a time: a send accepted while the previous one has not passed its sync
+round (its unicast commit, for one destination) waits in `backlog` and starts when that round
+completes; `busy` is True until then. This is the sans-I/O form of bus1's blocking send call:
+the next send's STAGE carries a clock at or above the previous stamp, so a process's sends
+stay in order, and what the process signals outside the protocol once `busy` is False is
+ordered after its sends. A signal while `busy` is True may overtake the send in flight.
+
+Wire (little-endian; the tag byte is framing on the data wire, control on the others):
+  STAGE        u8 0 | sender u16 | tx u32 | clock u32 | payload   data: header 1, control 10
+  REPLY        u8 1 | tx u32 | clock u32                          control, 9 bytes
+  SYNC         u8 2 | tx u32 | ts u32                             control, 9 bytes
+  ACK          u8 3 | tx u32                                      control, 5 bytes
+  COMMIT       u8 4 | tx u32                                      control, 5 bytes
+  SYNC_COMMIT  u8 5 | tx u32 | ts u32                             control, 9 bytes
+The data wire's 10 control bytes are the stamp (sender, tx and the timestamp known so far) and
+its one dependent; none of it grows with n. A multicast copy also costs 4 control wires
+(28 bytes) and a unicast 3 (23 bytes); delivery is 5 one-way hops after the send for a
+multicast, 3 for a unicast.
+
+Invariants:
+  - `tx` is the transaction in progress or None; before its stamp (`tx.ts == 0`) `waiting`
+    holds the destinations whose REPLY is due, after it those whose ACK is due. `backlog`
+    is empty whenever `tx` is None.
+  - `open[src << 32 | seq]` is [block key, synced ts or 0] for each of src's transactions
+    staged here and not yet committed; `last_tx[src]` is the highest seq src staged here (a
+    sender's transactions reach each queue in seq order, since one finishes before the next
+    starts), so a repeated or stale STAGE is refused.
+  - A wire for an unknown transaction or in the wrong state raises WireError before any
+    state changes.
+"""
+from __future__ import annotations
+
+import struct
+from collections import deque
+
+from ..ordering import Queue, Transaction
+from .base import U32_MAX, Protocol, Step, WireCost, WireError
+
+STAGE, REPLY, SYNC, ACK, COMMIT, SYNC_COMMIT = range(6)
+
+_STAGE = struct.Struct("<BHII")
+_TX_T = struct.Struct("<BII")
+_TX = struct.Struct("<BI")
+_STAGE_LEN = _STAGE.size
+
+STAGE_COST = WireCost(1, _STAGE_LEN - 1, 1, True)
+REPLY_COST = SYNC_COST = SYNC_COMMIT_COST = WireCost(0, _TX_T.size, 0, False)
+ACK_COST = COMMIT_COST = WireCost(0, _TX.size, 0, False)
+
+
+class Bus1(Protocol):
+    name = "bus1"
+    causal = True
+    multicast = "native"
+    rule = ("deliver the queue's front entry once committed; entries sort by "
+            "(ts, sender, tx); stage, stamp, sync, commit")
+
+    def __init__(self, me: int, n: int):
+        super().__init__(me, n)
+        self.queue = Queue()
+        self.seq = 0
+        self.tx = None
+        self.dests = ()
+        self.waiting = set()
+        self.backlog = deque()
+        self.open = {}
+        self.last_tx = [-1] * n
+
+    @property
+    def held(self) -> int:
+        """Entries in my queue not yet delivered, plus sends waiting to start."""
+        return len(self.queue.entries) + len(self.backlog)
+
+    @property
+    def busy(self) -> bool:
+        return self.tx is not None
+
+    # ---- sending ----
+
+    def _send(self, dests, payload):
+        if self.seq + len(self.backlog) > U32_MAX:
+            raise ValueError(f"process {self.me} exhausted its 32-bit transaction numbers")
+        step = Step()
+        if self.tx is None:
+            self._start(dests, payload, step)
+        else:
+            self.backlog.append((dests, payload))
+        return step
+
+    def _start(self, dests, payload, step):
+        tx = self.tx = Transaction(self.me, self.seq, self.queue.clock)
+        self.seq += 1
+        self.dests = dests
+        self.waiting = set(dests)
+        wire = _STAGE.pack(STAGE, self.me, tx.seq, tx.max_ts) + payload
+        for d in dests:
+            step.emit(d, wire, STAGE_COST)
+
+    # ---- receiving ----
+
+    def _receive(self, src, data):
+        if not data:
+            raise WireError("empty wire")
+        tag = data[0]
+        if tag == STAGE:
+            return self._stage(src, data)
+        if tag == REPLY:
+            return self._reply(src, data)
+        if tag == SYNC:
+            return self._sync(src, data)
+        if tag == ACK:
+            return self._ack(src, data)
+        if tag == COMMIT:
+            return self._commit(src, data)
+        if tag == SYNC_COMMIT:
+            return self._sync_commit(src, data)
+        raise WireError(f"unknown wire type {tag}")
+
+    def _stage(self, src, data):
+        if len(data) < _STAGE_LEN:
+            raise WireError(f"STAGE wire truncated: {len(data)} bytes")
+        _, sender, seq, clock = _STAGE.unpack_from(data)
+        if sender != src:
+            raise WireError(f"STAGE from {src} names sender {sender}")
+        if seq <= self.last_tx[src]:
+            raise WireError(f"transaction {seq} of {src} was staged here before")
+        if clock & 1:
+            raise WireError(f"STAGE clock {clock} is odd")
+        q = self.queue
+        block = q.stage(clock, src, seq, 0, data[_STAGE_LEN:])
+        self.last_tx[src] = seq
+        self.open[src << 32 | seq] = [block, 0]
+        step = Step()
+        step.emit(src, _TX_T.pack(REPLY, seq, q.clock), REPLY_COST)
+        return step
+
+    def _reply(self, src, data):
+        if len(data) != _TX_T.size:
+            raise WireError(f"REPLY wire of {len(data)} bytes")
+        _, seq, clock = _TX_T.unpack(data)
+        tx = self.tx
+        waiting = self.waiting
+        if tx is None or seq != tx.seq or tx.ts or src not in waiting:
+            raise WireError(f"REPLY from {src} for transaction {seq}, which awaits none")
+        if clock & 1:
+            raise WireError(f"REPLY clock {clock} is odd")
+        if len(waiting) == 1 and max(clock, tx.max_ts, self.queue.clock) + 2 > U32_MAX:
+            raise WireError(f"REPLY clock {clock} leaves no 32-bit timestamp above it")
+        waiting.discard(src)
+        tx.seen(clock)
+        step = Step()
+        if not waiting:
+            ts = tx.stamp(self.queue)
+            dests = self.dests
+            waiting.update(dests)
+            if len(dests) == 1:
+                step.emit(dests[0], _TX_T.pack(SYNC_COMMIT, seq, ts), SYNC_COMMIT_COST)
+            else:
+                wire = _TX_T.pack(SYNC, seq, ts)
+                for d in dests:
+                    step.emit(d, wire, SYNC_COST)
+        return step
+
+    def _ack(self, src, data):
+        if len(data) != _TX.size:
+            raise WireError(f"ACK wire of {len(data)} bytes")
+        seq = _TX.unpack(data)[1]
+        tx = self.tx
+        waiting = self.waiting
+        if tx is None or seq != tx.seq or not tx.ts or src not in waiting:
+            raise WireError(f"ACK from {src} for transaction {seq}, which awaits none")
+        waiting.discard(src)
+        step = Step()
+        if not waiting:
+            if len(self.dests) > 1:
+                wire = _TX.pack(COMMIT, seq)
+                for d in self.dests:
+                    step.emit(d, wire, COMMIT_COST)
+            self.tx = None
+            if self.backlog:
+                self._start(*self.backlog.popleft(), step)
+        return step
+
+    def _sync(self, src, data):
+        if len(data) != _TX_T.size:
+            raise WireError(f"SYNC wire of {len(data)} bytes")
+        _, seq, ts = _TX_T.unpack(data)
+        entry = self.open.get(src << 32 | seq)
+        if entry is None or entry[1]:
+            raise WireError(f"SYNC from {src} for transaction {seq}, which is not staged here")
+        if ts & 1 or ts <= entry[0][0]:
+            raise WireError(f"SYNC timestamp {ts} is odd or not above its block")
+        self.queue.sync(ts)
+        entry[1] = ts
+        step = Step()
+        step.emit(src, _TX.pack(ACK, seq), ACK_COST)
+        return step
+
+    def _commit(self, src, data):
+        if len(data) != _TX.size:
+            raise WireError(f"COMMIT wire of {len(data)} bytes")
+        seq = _TX.unpack(data)[1]
+        key = src << 32 | seq
+        entry = self.open.get(key)
+        if entry is None or not entry[1]:
+            raise WireError(f"COMMIT from {src} for transaction {seq}, which is not synced here")
+        del self.open[key]
+        self.queue.commit(entry[0], entry[1])
+        return self._deliver(Step())
+
+    def _sync_commit(self, src, data):
+        if len(data) != _TX_T.size:
+            raise WireError(f"SYNC_COMMIT wire of {len(data)} bytes")
+        _, seq, ts = _TX_T.unpack(data)
+        key = src << 32 | seq
+        entry = self.open.get(key)
+        if entry is None or entry[1]:
+            raise WireError(f"SYNC_COMMIT from {src} for transaction {seq}, "
+                            "which is not staged here")
+        if ts & 1 or ts <= entry[0][0]:
+            raise WireError(f"SYNC_COMMIT timestamp {ts} is odd or not above its block")
+        del self.open[key]
+        self.queue.commit(entry[0], ts)
+        step = Step()
+        step.emit(src, _TX.pack(ACK, seq), ACK_COST)
+        return self._deliver(step)
+
+    def _deliver(self, step):
+        pop = self.queue.pop
+        delivered = step.delivered
+        got = pop()
+        while got is not None:
+            key, payload = got
+            delivered.append((key[1], payload))
+            got = pop()
+        return step
+
+
+PROTOCOL = Bus1
