@@ -19,7 +19,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
-	$(PY) tools/bench.py
+	$(PY) tools/bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info bus1py/_b1*.so bus1py/_b1.c .pytest_cache .hypothesis

@@ -1,0 +1,156 @@
+"""The two-process sections (1: unicast rows and round trips, 1b: the payload sweep,
+2: multicast) and the memory section.  Repetitions are interleaved (rep 1 of every row, then
+rep 2, ...) so a burst of load from elsewhere on the machine hits all rows alike."""
+from __future__ import annotations
+
+import statistics
+
+import bus1py
+
+from .common import SIZES, cpus, pct
+from .harness import run_oneway, run_pingpong
+from .transports import multicast_variants, unicast_transports
+
+RUN_KEYS = ("wall_ns", "tx_cpu_ns", "rx_cpu_ns", "tx_invol", "rx_invol", "tx_vol", "rx_vol")
+
+
+def runnable(cfg):
+    """(the transports this build can run, [(name, why not)] for the hook rows)."""
+    ts = unicast_transports(cfg.batch)
+    return [t for t in ts if not t.missing], [(t.name, t.missing) for t in ts if t.missing]
+
+
+def _summarise(acc, n, with_rtt):
+    out = {"rate": statistics.median(acc["rates"]), "rates": acc["rates"],
+           "send_rate": statistics.median(acc["srates"]), "retries": acc["retries"] / len(acc["rates"]) / n,
+           "n": n, **{k: statistics.median(x[k] for x in acc["runs"]) for k in RUN_KEYS}}
+    if with_rtt:
+        lat = sorted(acc["lat"])
+        out.update(rtt_med=pct(lat, 0.5) / 1e3, rtt_p99=pct(lat, 0.99) / 1e3,
+                   rtt_p999=pct(lat, 0.999) / 1e3, rtt_n=len(lat))
+    return out
+
+
+def _oneway_rows(cfg, transports, sizes, reps, lat_reps, progress=None, task=None):
+    """{(name, placement, size): summary} and {(name, placement, size): why it failed}."""
+    rows, failed = {}, {}
+    for size in sizes:
+        n = cfg.n_for(size)
+        jobs = [(t, pl) for t in transports for pl in t.placements]
+        acc = {(t.name, pl): {"rates": [], "srates": [], "retries": 0, "lat": [], "runs": []} for t, pl in jobs}
+        for _ in range(reps):
+            for t, pl in jobs:
+                key = (t.name, pl, size)
+                if key not in failed:
+                    c = cpus(cfg, pl, 2)
+                    try:
+                        ch = t.make(size)
+                        try:
+                            r = run_oneway(ch, size, n, max(10, n // 20), c[0], (c[1],),
+                                           timeout=120 + n * size / 50e6)
+                        finally:
+                            ch.close()
+                    except Exception as e:  # noqa: BLE001 - a size a transport cannot carry
+                        failed[key] = f"{type(e).__name__}: {e}"
+                    else:
+                        a = acc[(t.name, pl)]
+                        a["rates"].append(r["rate"])
+                        a["srates"].append(r["send_rate"])
+                        a["retries"] += r["retries"]
+                        a["runs"].append(r)
+                if progress is not None:
+                    progress.advance(task)
+        for _ in range(lat_reps):
+            for t, pl in jobs:
+                key = (t.name, pl, size)
+                if t.rtt and key not in failed:
+                    c = cpus(cfg, pl, 2)
+                    fwd = t.make(size)
+                    back = fwd.reverse()
+                    try:
+                        acc[(t.name, pl)]["lat"] += run_pingpong(fwd, back, size, cfg.n_rtt,
+                                                                max(20, cfg.n_rtt // 10), c)
+                    finally:
+                        back.close()
+                        fwd.close()
+                if progress is not None:
+                    progress.advance(task)
+        for t, pl in jobs:
+            a = acc[(t.name, pl)]
+            if a["rates"] and (t.name, pl, size) not in failed:
+                rows[(t.name, pl, size)] = {"peer": t.peer, "api": t.api,
+                                            **_summarise(a, n, t.rtt and lat_reps > 0)}
+    return rows, failed
+
+
+def unicast_jobs(cfg):
+    ts, _ = runnable(cfg)
+    per_size = sum(len(t.placements) for t in ts)
+    return {"unicast": len(SIZES) * per_size * (cfg.reps + cfg.lat_reps),
+            "sweep": len([s for s in cfg.sweep_sizes if s not in SIZES]) * per_size * cfg.sweep_reps}
+
+
+def bench_unicast(cfg, progress=None, task=None):
+    """Section 1: every transport at 64 B and 4 KiB, in each of its placements, one-way and
+    round trip.  Returns {"rows", "failed", "missing", "transports"}."""
+    ts, missing = runnable(cfg)
+    rows, failed = _oneway_rows(cfg, ts, SIZES, cfg.reps, cfg.lat_reps, progress, task)
+    return {"rows": rows, "failed": failed, "missing": missing, "transports": ts}
+
+
+def bench_sweep(cfg, uni=None, progress=None, task=None):
+    """Section 1b: one-way msg/s and MB/s from 64 B to 1 MiB, every transport and placement,
+    fewer messages as the payload grows (cfg.n_for).  Sizes section 1 measured come from it."""
+    ts, missing = runnable(cfg)
+    sizes = [s for s in cfg.sweep_sizes if not (uni and s in SIZES)]
+    rows, failed = _oneway_rows(cfg, ts, sizes, cfg.sweep_reps, 0, progress, task)
+    if uni:
+        for key, r in uni["rows"].items():
+            if key[2] in cfg.sweep_sizes:
+                rows[key] = r
+        failed.update({k: v for k, v in uni["failed"].items() if k[2] in cfg.sweep_sizes})
+    return {"rows": rows, "failed": failed, "missing": missing, "transports": ts,
+            "sizes": sorted(cfg.sweep_sizes), "reused": sorted(s for s in SIZES if uni and s in cfg.sweep_sizes)}
+
+
+def best(rows, size, *, peer=None, name=None, api=None, key="rate"):
+    """The best (name, placement) row at `size` among those matching: the highest median rate,
+    or for key="rtt_med" the shortest median round trip.  None if no row matches."""
+    cand = [(k, r) for k, r in rows.items() if k[2] == size and (peer is None or r["peer"] == peer)
+            and (name is None or k[0] == name) and (api is None or r["api"] == api) and key in r]
+    if not cand:
+        return None
+    pick = min if key.startswith("rtt") else max
+    return pick(cand, key=lambda kr: kr[1][key])
+
+
+def bench_multicast(cfg, progress=None, task=None, size=64):
+    """Section 2: {(variant, k): {rate per receiver, aggregate}}.  k + 1 processes on the
+    machine's cores: nobody is pinned, the scheduler places them."""
+    res = {}
+    variants = multicast_variants()
+    for k in cfg.mc_ks:
+        acc = {name: [] for name in variants}
+        for _ in range(cfg.mc_reps):
+            for name, make in variants.items():
+                ch = make(size, k)
+                try:
+                    r = run_oneway(ch, size, cfg.mc_n, max(50, cfg.mc_n // 20), None, None, timeout=300)
+                finally:
+                    ch.close()
+                acc[name].append(r["rate"])
+                if progress is not None:
+                    progress.advance(task)
+        for name, rates in acc.items():
+            rate = statistics.median(rates)
+            res[(name, k)] = {"rate": rate, "aggregate": rate * k, "rates": rates}
+    return res
+
+
+def bench_memory():
+    """Section 4: segment bytes per idle peer, from the layout (two max_peers, differenced)."""
+    out = {}
+    for peers in (256, 1024):
+        with bus1py.Bus.create(max_peers=peers) as bus:
+            out[peers] = bus.info()["segment_size"]
+    return {"segments": out, "per_peer": (out[1024] - out[256]) / (1024 - 256)}
