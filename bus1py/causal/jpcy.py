@@ -62,6 +62,7 @@ class Jpcy(Protocol):
         self.tau = 0
         self.ci = {}                 # k -> {tau: D mask}
         self.dlv = [0] * n
+        self._bit = [1 << x for x in range(n)]
         self._waiting = {}           # k -> [held record] blocked on a constraint of k
         self._held_ids = set()       # j << 32 | tau of every held message
 
@@ -81,8 +82,8 @@ class Jpcy(Protocol):
         # S1
         tau = self.tau = self.tau + 1
         dc = {}                      # d -> ([k], [tau]): DC_i[d]
-        ci = self.ci
-        for k, tuples in ci.items():
+        senders, taus, dlens, ids = [], [], [], []
+        for k, tuples in self.ci.items():
             touched = False
             for t, D in tuples.items():
                 hit = D & dm
@@ -103,15 +104,19 @@ class Jpcy(Protocol):
             # send while already empty.
             if (touched or k == me) and len(tuples) > 1:
                 _drop_old_empty(tuples)
-        # S4: the same CI_i goes to every destination, only DC_i[d] differs.
-        senders, taus, dlens, ids = [], [], [], []
-        for k, tuples in ci.items():
+            # S4 (encoding): the same CI_i goes to every destination, only DC_i[d] differs.
             for t, D in tuples.items():
                 senders.append(k)
                 taus.append(t)
-                b = _bits(D)
-                dlens.append(len(b))
-                ids.extend(b)
+                if not D:
+                    dlens.append(0)
+                elif D & (D - 1):
+                    b = _bits(D)
+                    dlens.append(len(b))
+                    ids.extend(b)
+                else:
+                    dlens.append(1)
+                    ids.append(D.bit_length() - 1)
         nci = len(senders)
         ci_bytes = _pack("H", senders) + _pack("I", taus) + _pack("H", ids)
         ci_cost = len(ci_bytes)
@@ -126,9 +131,9 @@ class Jpcy(Protocol):
             step.emit(d, b"".join((head, ci_bytes, dcb, payload)),
                       WireCost(len(head), ci_cost + len(dcb), nci + ndc, True))
         # S5: the own tuple, after the copies (a copy must not carry m itself).
-        own = ci.get(me)
+        own = self.ci.get(me)
         if own is None:
-            ci[me] = {tau: dm}
+            self.ci[me] = {tau: dm}
         else:
             own[tau] = dm
         return step
@@ -180,35 +185,51 @@ class Jpcy(Protocol):
         dc_ts = struct.unpack_from(f"<{ndc}I", data, pos)
         pos += 4 * ndc
         payload = data[pos:]
+        if nd == 0 or max(dests) >= n or (nci and max(senders) >= n) \
+                or (nids and max(ids) >= n) or (ndc and max(dc_ks) >= n):
+            raise WireError(f"a process id is out of range 0..{n - 1}")
+        bit = self._bit
         dm = 0
         for d in dests:
-            if d >= n:
-                raise WireError(f"destination {d} out of range 0..{n - 1}")
-            dm |= 1 << d
-        if nd == 0 or dm.bit_count() != nd or not dm >> me & 1 or dm >> j & 1:
+            dm |= bit[d]
+        if dm.bit_count() != nd or not dm & bit[me] or dm & bit[j]:
             raise WireError(f"bad destination list {dests} for a copy {j} -> {me}")
+        if (nci and min(taus) == 0) or (ndc and min(dc_ts) == 0):
+            raise WireError("timestamp 0 is never sent")
         cim = {}
         at = 0
-        for x in range(nci):
-            k, t = senders[x], taus[x]
-            mask = 0
-            for l in ids[at:at + dlens[x]]:
-                if l >= n:
-                    raise WireError(f"process id {l} out of range 0..{n - 1}")
-                mask |= 1 << l
-            if k >= n or t == 0 or mask.bit_count() != dlens[x] or mask >> k & 1 \
-                    or mask & dm or (k == j and t >= tau) or (k == me and t > self.tau):
-                raise WireError(f"bad CI tuple ({k}, {t}, {ids[at:at + dlens[x]]})")
-            at += dlens[x]
+        for k, t, ln in zip(senders, taus, dlens):
+            if ln == 0:
+                mask = 0
+            elif ln == 1:
+                mask = bit[ids[at]]
+                at += 1
+            else:
+                mask = 0
+                for l in ids[at:at + ln]:
+                    mask |= bit[l]
+                at += ln
+                if mask.bit_count() != ln:
+                    raise WireError(f"CI tuple ({k}, {t}) lists a destination twice")
+            # S2 at the sender stripped every destination of m from every tuple, and
+            # nobody sends to itself.
+            if mask & (dm | bit[k]):
+                raise WireError(f"CI tuple ({k}, {t}) lists a destination of m or {k} itself")
             row = cim.get(k)
             if row is None:
                 cim[k] = {t: mask}
-            elif t in row:
-                raise WireError(f"CI lists ({k}, {t}) twice")
             else:
                 row[t] = mask
+        if sum(map(len, cim.values())) != nci:
+            raise WireError("CI lists a tuple twice")
+        row = cim.get(j)
+        if row is not None and max(row) >= tau:
+            raise WireError(f"CI carries a tuple of {j} not older than m itself")
+        row = cim.get(me)
+        if row is not None and max(row) > self.tau:
+            raise WireError(f"CI carries a tuple of {me} that {me} never sent")
         for k, t in zip(dc_ks, dc_ts):
-            if k >= n or k == me or t == 0 or (k == j and t >= tau):
+            if k == me or (k == j and t >= tau):
                 raise WireError(f"bad delivery constraint ({k}, {t})")
         # record: [dc senders, dc taus, next constraint, tau, sender, D, CI_m, payload]
         return [dc_ks, dc_ts, 0, tau, j, dm, cim, payload]
@@ -258,37 +279,66 @@ class Jpcy(Protocol):
         for k, mt in cim.items():
             it = ci.get(k)
             if it is None:
-                ci[k] = it = mt                         # R7 (nothing to compare with)
+                ci[k] = mt                              # R7 (nothing to compare with)
+                if len(mt) > 1:
+                    _r8_r9(mt)
+                continue
+            if it == mt:
+                continue                                # R5-R9 would change nothing
+            if len(it) == 1 and len(mt) == 1:
+                # The common case, R5-R7 for one tuple on each side.
+                (t, D), = it.items()
+                (u, E), = mt.items()
+                if t == u:
+                    it[t] = D & E                       # R6
+                elif t < u:
+                    ci[k] = mt                          # R5 drops t, R7 adds u
+                continue                                # (t > u: R5 drops u)
+            # R5: already delivered / already replaced. A tuple one side lacks while the
+            # other side holds a newer tuple of the same sender was pruned there, so it goes
+            # (both sides are judged before anything is deleted). R6 keeps the destinations
+            # common to both copies of a tuple; R7 takes the survivors of both sides. With
+            # top = the newest tuple on either side, this is:
+            mmax = max(mt)
+            imax = max(it)
+            if mmax > imax:         # every tuple of CI_i is older than mmax
+                top = mmax
+                it = {u: (E & it[u] if u in it else E) for u, E in mt.items()
+                      if u in it or u > imax}
+            elif mmax < imax:       # every tuple of CI_m is older than imax
+                top = imax
+                it = {t: (D & mt[t] if t in mt else D) for t, D in it.items()
+                      if t in mt or t > mmax}
             else:
-                # R5: already delivered / already replaced. A tuple one side lacks while
-                # the other side holds a newer tuple of the same sender was pruned there.
-                # Mark on both sides first, then delete.
-                mmax = max(mt)
-                imax = max(it)
-                drop_i = [t for t in it if t < mmax and t not in mt]
-                drop_m = [u for u in mt if u < imax and u not in it]
-                for t in drop_i:
-                    del it[t]
-                for u in drop_m:
-                    del mt[u]
-                for u, D in mt.items():
-                    if u in it:
-                        it[u] &= D                      # R6: keep only common destinations
-                    else:
-                        it[u] = D                       # R7
+                top = imax
+                it = {t: D & mt[t] for t, D in it.items() if t in mt}
             if len(it) > 1:
                 # R8: per destination l, only the newest tuple of sender k lists l.
+                # R9: every empty tuple but the newest of its sender goes.
                 seen = 0
                 for t in sorted(it, reverse=True):
                     D = it[t]
                     if D & seen:
-                        it[t] = D & ~seen
+                        D = it[t] = D & ~seen
+                    if not D and t != top:
+                        del it[t]
                     seen |= D
-                _drop_old_empty(it)                     # R9
+            ci[k] = it
         if me not in cim:
             own_rows = ci.get(me)
             if own_rows is not None and len(own_rows) > 1:
                 _drop_old_empty(own_rows)               # R9 for our own previous tuple
+
+
+def _r8_r9(tuples: dict) -> None:
+    """R8: per destination l, only the newest tuple of the sender lists l. R9: as S3."""
+    seen = 0
+    for t in sorted(tuples, reverse=True):
+        D = tuples[t]
+        if D & seen:
+            tuples[t] = D & ~seen
+        seen |= D
+    _drop_old_empty(tuples)
 
 
 def _drop_old_empty(tuples: dict) -> None:
