@@ -125,7 +125,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="tools/bench", description="bus1py against the usual local IPC, in one run")
     ap.add_argument("--quick", action="store_true", help="smoke mode: toy sizes, a minute or so")
     ap.add_argument("--out", type=Path, default=ROOT / "docs", help="where BENCHMARKS.md and the plots go")
-    ap.add_argument("--no-pin", action="store_true", help="run the pinned rows unpinned as well")
+    ap.add_argument("--no-pin", action="store_true", help="run every row unpinned only")
     ap.add_argument("--no-perf", action="store_true", help="skip the perf profiles")
     ap.add_argument("--only", default=",".join(ALL), help=f"comma-separated sections of: {','.join(ALL)}")
     for flag in ("--profile-loop", "--profile-oneway", "--profile-raw"):

@@ -8,7 +8,6 @@ import bus1py
 
 from . import prose
 from .common import NCPU, SIZES, fmt_rate, fmt_ratio, fmt_size
-from .perfprof import PERF_TITLES, short, what
 from .sections import best
 from .transports import MQ_DEPTH
 
@@ -47,9 +46,11 @@ def _header(add, cmd, mi, cfg, elapsed, uni):
     add(f"- machine: nproc = {mi['nproc']}, CPU `{mi['cpu']}`, Linux {mi['kernel']}, Python {mi['python']}; {load}"
         + (f"; during the run the CPUs were {mi['busy']:.0%} busy (this run included) and {mi['steal']:.0%} "
            "stolen by the hypervisor" if "busy" in mi else ""))
-    add("- placement: every two-process row runs **pinned** (sender/pinger on CPU 0, receiver/echo on CPU 1, "
-        "os.sched_setaffinity) and **unpinned** (the scheduler places both); a target compares each side's "
-        "better placement (its best row). Multicast (k+1 processes) is not pinned. Processes are forked; "
+    add("- placement: " + ("every two-process row runs **pinned** (sender/pinger on CPU 0, receiver/echo on "
+                           "CPU 1, os.sched_setaffinity) and **unpinned** (the scheduler places both); a target "
+                           "compares each side's better placement (its best row)"
+                           if cfg.pin and NCPU >= 2 else "nothing pinned (`--no-pin` or one CPU)")
+        + ". Multicast (k+1 processes) is not pinned. Processes are forked; "
         "per-message rows use each transport's ordinary per-message Python API with `bytes`; batch rows "
         f"move {cfg.batch} messages per call; repetitions are interleaved across rows so a burst of load "
         "hits all alike")

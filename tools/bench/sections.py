@@ -4,10 +4,11 @@ rep 2, ...) so a burst of load from elsewhere on the machine hits all rows alike
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import bus1py
 
-from .common import SIZES, cpus, pct
+from .common import NCPU, SIZES, cpus, pct
 from .harness import run_oneway, run_pingpong
 from .transports import multicast_variants, unicast_transports
 
@@ -17,6 +18,8 @@ RUN_KEYS = ("wall_ns", "tx_cpu_ns", "rx_cpu_ns", "tx_invol", "rx_invol", "tx_vol
 def runnable(cfg):
     """(the transports this build can run, [(name, why not)] for the hook rows)."""
     ts = unicast_transports(cfg.batch)
+    if not cfg.pin or NCPU < 2:  # nothing to pin to: every row runs once, placed by the scheduler
+        ts = [replace(t, placements=("unpinned",)) for t in ts]
     return [t for t in ts if not t.missing], [(t.name, t.missing) for t in ts if t.missing]
 
 
