@@ -66,6 +66,7 @@ class Ks(Protocol):
         super().__init__(me, n)
         self.clock = 0
         self.sr = [0] * n
+        self._bit = [1 << x for x in range(n)]
         self.log = {s: {0: 0} for s in range(n)}    # s -> {t: Dests mask}
         self._waiting = {}
         self._held_ids = set()
@@ -170,39 +171,54 @@ class Ks(Protocol):
         ids = struct.unpack_from(f"<{nids}H", data, pos)
         pos += 2 * nids
         payload = data[pos:]
+        if nd == 0 or max(dests) >= n or (no and max(senders) >= n) \
+                or (nids and max(ids) >= n):
+            raise WireError(f"a process id is out of range 0..{n - 1}")
+        bit = self._bit
         dm = 0
         for d in dests:
-            if d >= n:
-                raise WireError(f"destination {d} out of range 0..{n - 1}")
-            dm |= 1 << d
-        mebit = 1 << me
-        if nd == 0 or dm.bit_count() != nd or not dm & mebit or dm >> k & 1:
+            dm |= bit[d]
+        mebit = bit[me]
+        if dm.bit_count() != nd or not dm & mebit or dm & bit[k]:
             raise WireError(f"bad destination list {dests} for a copy {k} -> {me}")
-        others = dm & ~mebit
+        # SND step 2 leaves no destination of M but the copy's own in any o.Dests, and
+        # nobody sends to itself.
+        bad = (dm & ~mebit)
         om = {}
         wk, wt = [], []              # the entries this copy waits for
         at = 0
-        for x in range(no):
-            s, t = senders[x], clocks[x]
-            mask = 0
-            for l in ids[at:at + dlens[x]]:
-                if l >= n:
-                    raise WireError(f"process id {l} out of range 0..{n - 1}")
-                mask |= 1 << l
-            if s >= n or mask.bit_count() != dlens[x] or mask >> s & 1 or mask & others \
-                    or (t == 0 and mask) or (s == k and t >= tk) or (s == me and t > self.clock):
-                raise WireError(f"bad O_M entry ({s}, {t}, {ids[at:at + dlens[x]]})")
-            at += dlens[x]
+        for s, t, ln in zip(senders, clocks, dlens):
+            if ln == 0:
+                mask = 0
+            elif ln == 1:
+                mask = bit[ids[at]]
+                at += 1
+            else:
+                mask = 0
+                for l in ids[at:at + ln]:
+                    mask |= bit[l]
+                at += ln
+                if mask.bit_count() != ln:
+                    raise WireError(f"O_M entry ({s}, {t}) lists a destination twice")
+            if mask:
+                if mask & (bad | bit[s]) or not t:
+                    raise WireError(f"bad O_M entry ({s}, {t}, {mask:#x})")
+                if mask & mebit:
+                    wk.append(s)
+                    wt.append(t)
             row = om.get(s)
             if row is None:
                 om[s] = {t: mask}
-            elif t in row:
-                raise WireError(f"O_M lists ({s}, {t}) twice")
             else:
                 row[t] = mask
-            if mask & mebit:
-                wk.append(s)
-                wt.append(t)
+        if sum(map(len, om.values())) != no:
+            raise WireError("O_M lists an entry twice")
+        row = om.get(k)
+        if row is not None and max(row) >= tk:
+            raise WireError(f"O_M carries an entry of {k} not older than M itself")
+        row = om.get(me)
+        if row is not None and max(row) > self.clock:
+            raise WireError(f"O_M carries an entry of {me} that {me} never sent")
         # record: [wait senders, wait clocks, next wait, t_k, k, Dests, O_M, payload]
         return [wk, wt, 0, tk, k, dm, om, payload]
 
@@ -227,7 +243,7 @@ class Ks(Protocol):
             rec = stack.pop()
             k = rec[4]
             step.delivered.append((k, rec[7]))
-            self._merge(k, rec[3], rec[5], rec[6])
+            self._merge(k, rec[3], rec[5], rec[6], rec[0], rec[1])
             waiters = self._waiting.pop(k, None)
             if waiters:
                 for w in waiters:
@@ -235,39 +251,46 @@ class Ks(Protocol):
                         self._held_ids.discard(w[4] << 32 | w[3])
                         stack.append(w)
 
-    def _merge(self, k, tk, dm, om):
+    def _merge(self, k, tk, dm, om, wk, wt):
         me = self.me
         log = self.log
         self.sr[k] = tk                                  # step 2
-        # Step 3: M itself joins O_M; j is no longer a remaining destination of anything.
+        # Step 3: M itself joins O_M; j is no longer a remaining destination of anything
+        # (only the entries this copy waited for listed j).
         keep = ~(1 << me)
+        for s, t in zip(wk, wt):
+            om[s][t] &= keep
         row = om.get(k)
         if row is None:
-            om[k] = {tk: dm}
+            om[k] = {tk: dm & keep}
         else:
-            row[tk] = dm
+            row[tk] = dm & keep
         for s, ot in om.items():
-            for t, D in ot.items():
-                if D & ~keep:
-                    ot[t] = D & keep
             lt = log[s]
+            if lt == ot:
+                continue                                 # step 4 would change nothing
             # Step 4: an entry one side lacks while the other holds a newer entry of the same
-            # sender was pruned there; mark on both sides, then delete.
+            # sender was pruned there, so it goes (both sides are judged before anything is
+            # deleted); for the same (s, t) the Dests common to both survive; then
+            # LOG := LOG u O_M. With top = the newest entry on either side, this is:
             omax = max(ot)
             lmax = max(lt)
-            drop_l = [t for t in lt if t < omax and t not in ot]
-            drop_o = [t for t in ot if t < lmax and t not in lt]
-            for t in drop_l:
-                del lt[t]
-            for t in drop_o:
-                del ot[t]
-            for t, D in ot.items():
-                if t in lt:
-                    lt[t] &= D                           # same (s, t): keep common Dests
-                else:
-                    lt[t] = D                            # LOG := LOG u O_M
+            if omax > lmax:
+                top = omax
+                lt = {t: (D & lt[t] if t in lt else D) for t, D in ot.items()
+                      if t in lt or t > lmax}
+            elif omax < lmax:
+                top = lmax
+                lt = {t: (D & ot[t] if t in ot else D) for t, D in lt.items()
+                      if t in ot or t > omax}
+            else:
+                top = lmax
+                lt = {t: D & ot[t] for t, D in lt.items() if t in ot}
             if len(lt) > 1:
-                _purge(lt)                               # step 5
+                dead = [t for t, D in lt.items() if not D and t != top]
+                for t in dead:                           # step 5, PURGE_NULL_ENTRIES
+                    del lt[t]
+            log[s] = lt
         if me not in om:
             own = log[me]
             if len(own) > 1:
