@@ -13,7 +13,7 @@ from .perfprof import bench_futex, bench_perf
 from .plots import make_plots
 from .report import MAKE_CMD, write_markdown
 from .sections import bench_memory, bench_multicast, bench_sweep, bench_unicast, best, unicast_jobs
-from .transports import multicast_variants
+from .rows import multicast_variants
 
 ALL = ("unicast", "sweep", "multicast", "queue", "memory", "profile")
 

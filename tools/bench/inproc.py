@@ -16,7 +16,8 @@ import bus1py
 from bus1py._b1 import ffi, lib
 
 from .harness import run_oneway
-from .transports import BusChannel, MQChannel, posix_ipc
+from .bus_channels import BusChannel
+from .transports import MQChannel, posix_ipc
 
 
 def _nargs(fn):

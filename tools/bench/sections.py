@@ -10,7 +10,7 @@ import bus1py
 
 from .common import NCPU, SIZES, cpus, pct
 from .harness import run_oneway, run_pingpong
-from .transports import multicast_variants, unicast_transports
+from .rows import multicast_variants, unicast_transports
 
 RUN_KEYS = ("wall_ns", "tx_cpu_ns", "rx_cpu_ns", "tx_invol", "rx_invol", "tx_vol", "rx_vol")
 

@@ -1,24 +1,19 @@
-"""The transports under test, each as a Channel from one sender to k receivers, and the
-registry of rows the sections run (`unicast_transports`, `multicast_variants`).
+"""The peer transports under test, each as a Channel from one sender to k receivers.
 
 A channel's `sender()` and `receiver(i)` are called in the process that uses that end (after
 fork) and return plain callables.  Per-message ends (`send_batch == 0`, `recv_batch == 0`):
     send(payload: bytes) -> None        recv() -> bytes
 Batch ends:
     send(payloads: list[bytes]) -> None recv(max_messages: int) -> list[bytes] (at least one)
-`reverse()` gives a channel the other way (for ping-pong)."""
+`reverse()` gives a channel the other way (for ping-pong).  bus1py's channels are in
+bus_channels.py, the rows the sections run in rows.py."""
 from __future__ import annotations
 
 import errno
 import functools
-import inspect
 import os
 import secrets
 import socket
-from dataclasses import dataclass
-from typing import Callable
-
-import bus1py
 
 try:
     import posix_ipc
@@ -50,125 +45,6 @@ class Channel:
 
     def close(self):
         pass
-
-
-class BusChannel(Channel):
-    """bus1py: k receiver peers, each owning a node; the sender holds a handle to each.
-
-    multicast=True sends one transaction to all k nodes; False sends k unicasts."""
-
-    name = "bus1py"
-
-    def __init__(self, size, k=1, multicast=True, bus=None, peers=None, **limits):
-        self.size, self.k, self.multicast = size, k, multicast
-        self._own = bus is None
-        self.bus = bus or bus1py.Bus.create(**limits)
-        if peers:
-            self.tx, self.rx = peers
-        else:
-            self.tx = self.bus.peer()
-            self.rx = [self.bus.peer() for _ in range(k)]
-        self.handles = [p.transfer(p.create_node(), self.tx) for p in self.rx]
-
-    def sender(self):
-        send = self.tx.send
-        retries = [0]
-        if self.multicast or self.k == 1:
-            # Peer.send itself, bound to the destinations: no Python frame of the harness's
-            # per message, as the other transports' put/send are called directly; a refusal
-            # for a full receiver is retried by the harness loops (harness.resend)
-            f = functools.partial(send, list(self.handles))
-            f.retries = retries
-            return f
-        dlist = [[h] for h in self.handles]
-
-        def g(p):
-            for d in dlist:
-                while True:
-                    try:
-                        send(d, p)
-                        break
-                    except OSError as e:
-                        if e.errno not in RETRY:
-                            raise
-                        retries[0] += 1
-        g.retries = retries
-        return g
-
-    def receiver(self, i=0):
-        recv = self.rx[i].recv
-
-        def r():
-            return recv().payload
-        return r
-
-    def reverse(self):
-        # the same bus and peers the other way: each process of a ping-pong holds one peer
-        return BusChannel(self.size, 1, True, bus=self.bus, peers=(self.rx[0], [self.tx]))
-
-    def close(self):
-        if self._own:
-            self.bus.__exit__(None, None, None)
-
-
-def _bus_has_batches():
-    return all(hasattr(bus1py.Peer, f) for f in ("send_many", "recv_many"))
-
-
-def _bus_has_zero_copy():
-    try:
-        return "copy" in inspect.signature(bus1py.Peer.recv).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-class BusBatchChannel(BusChannel):
-    """bus1py through `Peer.send_many` / `Peer.recv_many` (issue 16 item 1).  Registered only
-    when the Peer has both calls; the API it is written against is the issue's:
-    `send_many(destinations, payloads) -> int` (how many were sent, raising if none could be)
-    and `recv_many(max_messages) -> list[Message]`."""
-
-    def __init__(self, size, batch, **kw):
-        super().__init__(size, **kw)
-        self.send_batch = self.recv_batch = batch
-
-    def sender(self):
-        send_many, dests, retries = self.tx.send_many, list(self.handles), [0]
-
-        def s(payloads):
-            done = 0
-            while done < len(payloads):
-                try:
-                    done += send_many(dests, payloads[done:] if done else payloads)
-                except OSError as e:
-                    if e.errno not in RETRY:
-                        raise
-                    retries[0] += 1
-        s.retries = retries
-        return s
-
-    def receiver(self, i=0):
-        recv_many = self.rx[i].recv_many
-
-        def r(m):
-            return [x.payload for x in recv_many(m)]
-        return r
-
-
-class BusZeroCopyChannel(BusChannel):
-    """bus1py receiving with `Peer.recv(copy=False)` (issue 16 item 2): the payload is a view
-    into the pool, released after use as a real consumer would.  Registered only when
-    `Peer.recv` takes `copy`."""
-
-    def receiver(self, i=0):
-        recv = functools.partial(self.rx[i].recv, copy=False)
-
-        def r():
-            m = recv()
-            n = len(m.payload)
-            m.release()
-            return n
-        return r
 
 
 class MPQueueChannel(Channel):
@@ -356,55 +232,3 @@ class FasterFifoChannel(Channel):
 
     def close(self):
         self.q.close()
-
-
-@dataclass(frozen=True)
-class Transport:
-    """One row family of the two-process sections.
-
-    `peer` groups the rows judged together (a target compares bus1py's best row with each
-    peer's best row); `api` is "per-message", "batch" or "zero-copy"; `missing` says why a
-    row cannot run against this build of bus1py (the row is listed, not measured)."""
-    name: str
-    peer: str
-    make: Callable
-    api: str = "per-message"
-    rtt: bool = True
-    placements: tuple = ("pinned", "unpinned")
-    missing: str | None = None
-
-
-def unicast_transports(batch=64):
-    """Every two-process row, bus1py's first.  Peers run pinned and unpinned: helper threads
-    (mp.Queue's feeder) or a receiver that should move away from another job do better
-    unpinned, so each peer is judged at its better placement."""
-    out = [
-        Transport("bus1py", "bus1py", lambda s: BusChannel(s)),
-        Transport("bus1py spin_ns=0", "bus1py", lambda s: BusChannel(s, spin_ns=0), placements=("pinned",)),
-        Transport("bus1py send_many/recv_many", "bus1py", lambda s: BusBatchChannel(s, batch), api="batch",
-                  rtt=False, missing=None if _bus_has_batches() else "Peer has no send_many/recv_many yet"),
-        Transport("bus1py recv(copy=False)", "bus1py", lambda s: BusZeroCopyChannel(s), api="zero-copy", rtt=False,
-                  missing=None if _bus_has_zero_copy() else "Peer.recv has no copy= parameter yet"),
-        Transport("mp.Queue", "mp.Queue", MPQueueChannel),
-        Transport("mp.Pipe", "mp.Pipe", MPPipeChannel),
-        Transport("os.pipe", "os.pipe", OsPipeChannel),
-        Transport("socketpair", "socketpair", SocketChannel),
-    ]
-    if posix_ipc is not None:
-        out.append(Transport("posix_ipc MQ", "posix_ipc MQ", lambda s: MQChannel(s)))
-    if faster_fifo is not None:
-        out += [Transport("faster_fifo", "faster_fifo", FasterFifoChannel),
-                Transport("faster_fifo get_many", "faster_fifo", lambda s: FasterFifoChannel(s, 0, batch),
-                          api="batch", rtt=False),
-                Transport("faster_fifo put_many/get_many", "faster_fifo",
-                          lambda s: FasterFifoChannel(s, batch, batch), api="batch", rtt=False)]
-    return out
-
-
-def multicast_variants():
-    out = {"bus1py multicast": lambda s, k: BusChannel(s, k, multicast=True),
-           "bus1py multicast spin_ns=0": lambda s, k: BusChannel(s, k, multicast=True, spin_ns=0),
-           "bus1py k x unicast": lambda s, k: BusChannel(s, k, multicast=False)}
-    if posix_ipc is not None:
-        out["posix_ipc MQ k x unicast"] = lambda s, k: MQChannel(s, k)
-    return out

@@ -1,0 +1,63 @@
+"""The rows the two-process sections run: which transport, in which placements, through
+which API, and the bus1py rows still waiting for their calls."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .bus_channels import BusBatchChannel, BusChannel, BusZeroCopyChannel, bus_has_batches, bus_has_zero_copy
+from .transports import FasterFifoChannel, MPPipeChannel, MPQueueChannel, MQChannel, OsPipeChannel, SocketChannel
+from .transports import faster_fifo, posix_ipc
+
+
+@dataclass(frozen=True)
+class Transport:
+    """One row family of the two-process sections.
+
+    `peer` groups the rows judged together (a target compares bus1py's best row with each
+    peer's best row); `api` is "per-message", "batch" or "zero-copy"; `missing` says why a
+    row cannot run against this build of bus1py (the row is listed, not measured)."""
+    name: str
+    peer: str
+    make: Callable
+    api: str = "per-message"
+    rtt: bool = True
+    placements: tuple = ("pinned", "unpinned")
+    missing: str | None = None
+
+
+def unicast_transports(batch=64):
+
+    """Every two-process row, bus1py's first.  Peers run pinned and unpinned: helper threads
+    (mp.Queue's feeder) or a receiver that should move away from another job do better
+    unpinned, so each peer is judged at its better placement."""
+    out = [
+        Transport("bus1py", "bus1py", lambda s: BusChannel(s)),
+        Transport("bus1py spin_ns=0", "bus1py", lambda s: BusChannel(s, spin_ns=0), placements=("pinned",)),
+        Transport("bus1py send_many/recv_many", "bus1py", lambda s: BusBatchChannel(s, batch), api="batch",
+                  rtt=False, missing=None if bus_has_batches() else "Peer has no send_many/recv_many yet"),
+        Transport("bus1py recv(copy=False)", "bus1py", lambda s: BusZeroCopyChannel(s), api="zero-copy", rtt=False,
+                  missing=None if bus_has_zero_copy() else "Peer.recv has no copy= parameter yet"),
+        Transport("mp.Queue", "mp.Queue", MPQueueChannel),
+        Transport("mp.Pipe", "mp.Pipe", MPPipeChannel),
+        Transport("os.pipe", "os.pipe", OsPipeChannel),
+        Transport("socketpair", "socketpair", SocketChannel),
+    ]
+    if posix_ipc is not None:
+        out.append(Transport("posix_ipc MQ", "posix_ipc MQ", lambda s: MQChannel(s)))
+    if faster_fifo is not None:
+        out += [Transport("faster_fifo", "faster_fifo", FasterFifoChannel),
+                Transport("faster_fifo get_many", "faster_fifo", lambda s: FasterFifoChannel(s, 0, batch),
+                          api="batch", rtt=False),
+                Transport("faster_fifo put_many/get_many", "faster_fifo",
+                          lambda s: FasterFifoChannel(s, batch, batch), api="batch", rtt=False)]
+    return out
+
+
+def multicast_variants():
+    out = {"bus1py multicast": lambda s, k: BusChannel(s, k, multicast=True),
+           "bus1py multicast spin_ns=0": lambda s, k: BusChannel(s, k, multicast=True, spin_ns=0),
+           "bus1py k x unicast": lambda s, k: BusChannel(s, k, multicast=False)}
+    if posix_ipc is not None:
+        out["posix_ipc MQ k x unicast"] = lambda s, k: MQChannel(s, k)
+    return out
