@@ -1,0 +1,354 @@
+"""jpcy: exact transcripts, the pruning kinds of seed 001 Fig. 1, invariants, bytes, bad input."""
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+
+from bus1py import causal
+from bus1py.causal import WireCost, WireError
+from bus1py.causal.jpcy import Jpcy
+
+
+def procs(n):
+    return [Jpcy(i, n) for i in range(n)]
+
+
+def bits(*ids):
+    m = 0
+    for x in ids:
+        m |= 1 << x
+    return m
+
+
+def jw(j, tau, dests, ci=(), dc=(), payload=b""):
+    """A wire built independently of the module: ci = [(k, tau, [ids])], dc = [(k, tau)]."""
+    head = struct.pack("<HIHHH", j, tau, len(dests), len(ci), len(dc))
+    head += struct.pack(f"<{len(dests)}H", *dests)
+    head += struct.pack(f"<{len(ci)}H", *(len(ids) for _, _, ids in ci))
+    allids = [x for _, _, ids in ci for x in ids]
+    ctl = struct.pack(f"<{len(ci)}H", *(k for k, _, _ in ci))
+    ctl += struct.pack(f"<{len(ci)}I", *(t for _, t, _ in ci))
+    ctl += struct.pack(f"<{len(allids)}H", *allids)
+    ctl += struct.pack(f"<{len(dc)}H", *(k for k, _ in dc))
+    ctl += struct.pack(f"<{len(dc)}I", *(t for _, t in dc))
+    return head + ctl + payload
+
+
+def one(step):
+    (dest, data), = step.wires
+    return data
+
+
+def state(p):
+    return (p.tau, {k: dict(v) for k, v in p.ci.items()}, list(p.dlv), p.held,
+            {k: [(r[4], r[3], r[2]) for r in v] for k, v in p._waiting.items()})
+
+
+def test_registered_and_flags():
+    assert causal.protocol_class("jpcy") is Jpcy
+    assert Jpcy.multicast == "native" and Jpcy.causal and "DC_m" in Jpcy.rule
+
+
+def test_exact_wires_and_costs():
+    p0 = Jpcy(0, 3)
+    s = p0.send([1], b"a")
+    assert s.wires == [(1, jw(0, 1, [1], payload=b"a"))]
+    assert s.costs == [WireCost(14, 0, 0, True)]          # own tuple added after the copy
+    assert p0.ci == {0: {1: bits(1)}}
+    s = p0.send([2], b"b")
+    assert s.wires == [(2, jw(0, 2, [2], ci=[(0, 1, [1])], payload=b"b"))]
+    assert s.costs == [WireCost(16, 6 + 2, 1, True)]
+    # S2 moves (0, 1) into DC[1] and strips 1; S3 drops the emptied, no longer newest tuple.
+    s = p0.send([1], b"c")
+    assert s.wires == [(1, jw(0, 3, [1], ci=[(0, 2, [2])], dc=[(0, 1)], payload=b"c"))]
+    assert s.costs == [WireCost(16, 8 + 6, 2, True)]
+    assert p0.ci == {0: {2: bits(2), 3: bits(1)}}
+
+
+def test_multicast_copies_share_ci_and_differ_in_dc():
+    p0 = Jpcy(0, 4)
+    p0.send([1], b"x")
+    p0.send([2], b"y")                                    # CI_0[0] = {1: {1}, 2: {2}}
+    s = p0.send([2, 1, 3], b"m")
+    w = dict(s.wires)
+    # S2 strips every destination of m from CI, S3 then drops the older empty tuple.
+    assert w[2] == jw(0, 3, [2, 1, 3], ci=[(0, 2, [])], dc=[(0, 2)], payload=b"m")
+    assert w[1] == jw(0, 3, [2, 1, 3], ci=[(0, 2, [])], dc=[(0, 1)], payload=b"m")
+    assert w[3] == jw(0, 3, [2, 1, 3], ci=[(0, 2, [])], payload=b"m")
+    assert [c.dependents for c in s.costs] == [2, 2, 1]
+    assert p0.ci == {0: {2: 0, 3: bits(1, 2, 3)}}
+
+
+def test_p1_multicast_successor_overtakes_and_is_held():
+    # M to {1, 2}; 1 delivers and sends M2 to 2; M2 reaches 2 first and must wait for M.
+    p0, p1, p2 = procs(3)
+    m = dict(p0.send([1, 2], b"M").wires)
+    assert p1.receive(0, m[1]).delivered == [(0, b"M")]
+    assert p1.ci == {0: {1: bits(2)}}                     # R4 keeps only the other destination
+    m2 = one(p1.send([2], b"M2"))
+    assert m2 == jw(1, 1, [2], ci=[(0, 1, [])], dc=[(0, 1)], payload=b"M2")
+    s = p2.receive(1, m2)
+    assert s.delivered == [] and s.wires == [] and p2.held == 1
+    s = p2.receive(0, m[2])
+    assert s.delivered == [(0, b"M"), (1, b"M2")] and p2.held == 0
+    assert p2.dlv == [1, 1, 0]
+
+
+def test_chain_overtaking_direct_message_is_held():
+    # seed 000 Fig. 4: 0 sends x to 2, then y to 1; 1 delivers y and sends z to 2.
+    p0, p1, p2 = procs(3)
+    x = one(p0.send([2], b"x"))
+    y = one(p0.send([1], b"y"))
+    assert p1.receive(0, y).delivered == [(0, b"y")]
+    z = one(p1.send([2], b"z"))
+    assert p2.receive(1, z).delivered == [] and p2.held == 1
+    assert p2.receive(0, x).delivered == [(0, b"x"), (1, b"z")] and p2.held == 0
+
+
+def test_just_delivered_r4():
+    # Fig. 1 type 2: the destination knows m1 was delivered to it.
+    p0, p1, p2 = procs(3)
+    p1.receive(0, one(p0.send([1], b"m1")))
+    assert p1.ci == {0: {1: 0}}              # kept (newest of 0) but lists nobody
+    p1.receive(0, dict(p0.send([1, 2], b"m2").wires)[1])
+    assert p1.ci == {0: {2: bits(2)}}        # only the other destination stays
+
+
+def test_already_delivered_r6():
+    # Fig. 1 type 3: 2 hears of m1 (0 -> 1) from 0, then learns from 1 it was delivered.
+    p0, p1, p2 = procs(3)
+    m1 = one(p0.send([1], b"m1"))
+    p2.receive(0, one(p0.send([2], b"m3")))
+    assert p2.ci[0] == {1: bits(1), 2: 0}
+    p1.receive(0, m1)
+    m4 = one(p1.send([2], b"m4"))
+    assert m4 == jw(1, 1, [2], ci=[(0, 1, [])], payload=b"m4")
+    assert p2.receive(1, m4).delivered == [(1, b"m4")]
+    # R6 intersects {1} with {}; R9 then drops the empty, no longer newest tuple.
+    assert p2.ci == {0: {2: 0}, 1: {1: 0}}
+
+
+def test_just_replaced_s2():
+    # Fig. 1 type 4: 2 knows m1 (0 -> 1); its own m2 to 1 replaces it.
+    p0, p1, p2 = procs(3)
+    m1 = one(p0.send([1], b"m1"))
+    p2.receive(0, one(p0.send([2], b"m3")))
+    assert p2.ci[0] == {1: bits(1), 2: 0}
+    m2 = one(p2.send([1], b"m2"))
+    assert m2 == jw(2, 1, [1], ci=[(0, 2, [])], dc=[(0, 1)], payload=b"m2")
+    assert p2.ci == {0: {2: 0}, 2: {1: bits(1)}}   # (0, 1) is gone from CI_2
+    assert p1.receive(2, m2).delivered == [] and p1.held == 1
+    assert p1.receive(0, m1).delivered == [(0, b"m1"), (2, b"m2")]
+
+
+def test_already_replaced_r5():
+    # Fig. 1 type 5: 2 knows m1 (0 -> 1); 0 then sends m5 to 1 (which carries m1), and m6
+    # tells 2 about m5 without m1.
+    p0, p1, p2 = procs(3)
+    p0.send([1], b"m1")
+    p2.receive(0, one(p0.send([2], b"m3")))
+    assert p2.ci[0] == {1: bits(1), 2: 0}
+    m5 = one(p0.send([1], b"m5"))
+    assert m5 == jw(0, 3, [1], ci=[(0, 2, [2])], dc=[(0, 1)], payload=b"m5")
+    m6 = one(p0.send([2], b"m6"))
+    assert m6 == jw(0, 4, [2], ci=[(0, 3, [1])], dc=[(0, 2)], payload=b"m6")
+    assert p2.receive(0, m6).delivered == [(0, b"m6")]
+    assert p2.ci == {0: {3: bits(1), 4: 0}}       # (0, 1) pruned by R5, (0, 3) replaces it
+    assert jw(2, 1, [1], ci=[(0, 4, [])], dc=[(0, 3)], payload=b"z") == one(p2.send([1], b"z"))
+
+
+def test_r8_keeps_only_newest_tuple_per_destination():
+    # Honest senders never hand over two tuples of one sender listing the same process
+    # (their own CI keeps R8), so this wire is built by hand: R8 must still strip the older.
+    p0, p1, p2, p3 = procs(4)
+    p0.send([3], b"m1")
+    p2.receive(0, one(p0.send([2], b"m2")))
+    assert p2.ci[0] == {1: bits(3), 2: 0}
+    w = jw(1, 1, [2], ci=[(0, 1, [3]), (0, 3, [3])], payload=b"w")
+    assert p2.receive(1, w).delivered == [(1, b"w")]
+    assert p2.ci[0] == {3: bits(3)}                # R5 drops 2, R8 empties 1, R9 drops it
+
+
+def check_invariants(p):
+    me = p.me
+    for k, tuples in p.ci.items():
+        assert tuples, "a known sender keeps at least one tuple"
+        order = sorted(tuples, reverse=True)
+        # S3 runs before S5 adds the own tuple, so our previous tuple may be empty until
+        # the next S3 or R9 (which always check sender `me`): it never goes on a wire.
+        kept = order[:2] if k == me else order[:1]
+        seen = 0
+        for t in order:
+            D = tuples[t]
+            assert not D >> me & 1, "CI never lists the process itself"
+            assert not D & seen, "one tuple per sender lists a given destination"
+            assert D or t in kept, "empty tuples only as the newest of their sender"
+            seen |= D
+        newest = order[0]
+        assert newest >= p.dlv[k], "the newest delivered tuple of each sender is kept"
+    if p.tau:
+        assert max(p.ci[me]) == p.tau
+
+
+def parse_cost(data):
+    """(header, control, dependents) recomputed from a wire with the section 10 formula;
+    also checks that a copy's CI holds an empty tuple only as its sender's newest."""
+    j, tau, nd, nci, ndc = struct.unpack_from("<HIHHH", data, 0)
+    hdr = 12 + 2 * nd + 2 * nci
+    dlens = struct.unpack_from(f"<{nci}H", data, 12 + 2 * nd)
+    senders = struct.unpack_from(f"<{nci}H", data, hdr)
+    taus = struct.unpack_from(f"<{nci}I", data, hdr + 2 * nci)
+    newest = {}
+    for k, t in zip(senders, taus):
+        newest[k] = max(newest.get(k, 0), t)
+    for k, t, ln in zip(senders, taus, dlens):
+        assert ln or t == newest[k]
+    return hdr, sum(6 + 2 * x for x in dlens) + 6 * ndc, nci + ndc
+
+
+def random_run(n, sends, seed, multicast, check=check_invariants):
+    rng = random.Random(seed)
+    ps = procs(n)
+    flight = []
+    expected = {}
+    got = {}
+    done = 0
+    while done < sends or flight:
+        if done < sends and (not flight or rng.random() < 0.4):
+            s = rng.randrange(n)
+            others = [x for x in range(n) if x != s]
+            dests = rng.sample(others, rng.randint(1, n - 1) if multicast else 1)
+            payload = f"{s}:{done}".encode()
+            step = ps[s].send(dests, payload)
+            for (d, data), c in zip(step.wires, step.costs):
+                assert c.header + c.control + len(payload) == len(data)
+                assert (c.header, c.control, c.dependents) == parse_cost(data)
+                flight.append((s, d, data))
+                expected.setdefault(d, []).append(payload)
+            done += 1
+            check(ps[s])
+        else:
+            s, d, data = flight.pop(rng.randrange(len(flight)))
+            for sender, payload in ps[d].receive(s, data).delivered:
+                got.setdefault(d, []).append(payload)
+            check(ps[d])
+    assert all(p.held == 0 for p in ps)
+    assert {d: sorted(v) for d, v in got.items()} == {d: sorted(v) for d, v in expected.items()}
+    return ps
+
+
+@pytest.mark.parametrize("multicast", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_invariants_bytes_and_liveness_after_random_runs(seed, multicast):
+    random_run(5 + seed % 3, 150, seed, multicast)
+
+
+def test_receive_order_respects_causality_per_sender():
+    # Messages from one sender to one destination are causally ordered: any arrival order
+    # yields delivery in send order.
+    p0, p1 = procs(2)
+    ws = [one(p0.send([1], bytes([i]))) for i in range(6)]
+    out = []
+    for w in reversed(ws):
+        out += p1.receive(0, w).delivered
+    assert out == [(0, bytes([i])) for i in range(6)]
+
+
+def held_wire():
+    """Process 2 of 3 holding nothing yet, and a wire to it that must be held."""
+    p0, p1, p2 = procs(3)
+    m = dict(p0.send([1, 2], b"M").wires)
+    p1.receive(0, m[1])
+    return p2, one(p1.send([2], b"M2")), m[2]
+
+
+def test_truncated_wires_raise_and_change_nothing():
+    p2, m2, m = held_wire()
+    hdr, ctl, _ = parse_cost(m2)
+    for cut in range(hdr + ctl):
+        before = state(p2)
+        with pytest.raises(WireError):
+            p2.receive(1, m2[:cut])
+        assert state(p2) == before
+    assert p2.receive(1, m2).delivered == [] and p2.held == 1
+
+
+def corrupt(data, offset, fmt, value):
+    b = bytearray(data)
+    struct.pack_into(fmt, b, offset, value)
+    return bytes(b)
+
+
+@pytest.mark.parametrize("make", [
+    lambda w: corrupt(w, 0, "<H", 0),                      # sender field is not src
+    lambda w: corrupt(w, 2, "<I", 0),                      # tau 0
+    lambda w: corrupt(w, 12, "<H", 7),                     # destination out of range
+    lambda w: corrupt(w, 12, "<H", 1),                     # destinations exclude receiver
+    lambda w: jw(1, 1, [2, 2], ci=[(0, 1, [])], dc=[(0, 1)]),          # duplicate dest
+    lambda w: jw(1, 1, [2], ci=[(0, 1, [2])], dc=[(0, 1)]),           # CI lists a dest
+    lambda w: jw(1, 1, [2], ci=[(0, 1, [0])], dc=[(0, 1)]),           # sent to itself
+    lambda w: jw(1, 1, [2], ci=[(0, 1, []), (0, 1, [])]),              # tuple twice
+    lambda w: jw(1, 1, [2], ci=[(1, 1, [])]),                          # own tau not older
+    lambda w: jw(1, 1, [2], ci=[(2, 5, [])]),                          # receiver's future
+    lambda w: jw(1, 1, [2], ci=[(0, 0, [])]),                          # tau 0 in CI
+    lambda w: jw(1, 1, [2], ci=[(0, 1, [1, 1])]),                      # D lists 1 twice
+    lambda w: jw(1, 1, [2], dc=[(2, 1)]),                              # waits on receiver
+    lambda w: jw(1, 1, [2], dc=[(1, 1)]),                              # waits on itself
+    lambda w: jw(1, 1, [2], dc=[(9, 1)]),                              # bad DC id
+    lambda w: w[:12] + b"\x01\x00" + w[14:],                          # dests miss receiver
+])
+def test_bad_wires_raise_and_change_nothing(make):
+    p2, m2, _ = held_wire()
+    p2.receive(1, m2)
+    before = state(p2)
+    with pytest.raises(WireError):
+        p2.receive(1, make(m2))
+    assert state(p2) == before
+
+
+def test_duplicates_raise_and_change_nothing():
+    p2, m2, m = held_wire()
+    p2.receive(1, m2)
+    before = state(p2)
+    with pytest.raises(WireError, match="duplicate"):
+        p2.receive(1, m2)                                  # already held
+    assert state(p2) == before
+    p2.receive(0, m)
+    before = state(p2)
+    with pytest.raises(WireError, match="duplicate"):
+        p2.receive(0, m)                                   # already delivered
+    assert state(p2) == before
+
+
+@pytest.mark.parametrize("call", [
+    lambda p: p.send([], b"x"),
+    lambda p: p.send([0], b"x"),
+    lambda p: p.send([1, 1], b"x"),
+    lambda p: p.send([3], b"x"),
+    lambda p: p.send([1], "x"),
+    lambda p: p.receive(0, b""),
+    lambda p: p.receive(5, b""),
+    lambda p: p.receive(1, "x"),
+])
+def test_bad_arguments_raise_value_error_and_change_nothing(call):
+    p = Jpcy(0, 3)
+    p.send([1], b"a")
+    before = state(p)
+    with pytest.raises(ValueError) as e:
+        call(p)
+    assert not isinstance(e.value, WireError)
+    assert state(p) == before
+
+
+def test_bad_construction_and_exhausted_timestamps():
+    with pytest.raises(ValueError):
+        Jpcy(3, 3)
+    with pytest.raises(ValueError):
+        Jpcy(0, 1)
+    p = Jpcy(0, 2)
+    p.tau = 0xFFFFFFFF
+    with pytest.raises(ValueError, match="exhausted"):
+        p.send([1], b"x")
+    assert p.tau == 0xFFFFFFFF and p.ci == {}
