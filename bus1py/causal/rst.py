@@ -21,16 +21,21 @@ Selective receive (seed 000 section 4, PROTOCOLS.md section 8 tests T-A..T-C): w
 knowledge lets any deliverable message from k be taken, whatever arrived before it.
 
 Invariants:
-  - `sent` (numpy '<u4', n x n, so `tobytes()` is the wire encoding) is the elementwise
-    maximum of every matrix sent or delivered here; `deliv[k]` counts messages from k
-    delivered here.
+  - `sent` (numpy '<u4', flat n*n row-major, so `tobytes()` is the wire encoding) is the
+    elementwise maximum of every matrix sent or delivered here; `deliv[k]` counts messages
+    from k delivered here.
   - `pending[j]` (present only while non-empty) maps ST[j][i] -> (column ST[.][i] as a list,
-    ST, payload), with ST[j][i] > deliv[j] and one entry per value.
+    the wire, payload), with ST[j][i] > deliv[j] and one entry per value.
+
+Hot path: the column ST[.][i] and row ST[i][.] are read with one precompiled struct each (plain
+ints, no array objects); numpy is used only for the n^2 elementwise maximum at delivery.
   - In the default mode, after every input no held message is deliverable.
 """
 from __future__ import annotations
 
 from operator import le
+
+import struct
 
 import numpy as np
 
@@ -46,22 +51,31 @@ class RST(Protocol):
     def __init__(self, me: int, n: int, *, selective: bool = False):
         super().__init__(me, n)
         self.selective = bool(selective)
-        self.sent = np.zeros((n, n), dtype=_U4)
+        self.sent = np.zeros(n * n, dtype=_U4)
         self.deliv = [0] * n
         self.pending = {}
         self._held = 0
         self._size = 4 * n * n
         self._cost = WireCost(0, self._size, n * n, True)
+        # column `me` of a row-major n x n u32 matrix: one u32 every 4n bytes from 4*me
+        self._col = struct.Struct("<" + ("I" + "x" * (4 * n - 4)) * (n - 1) + "I")
+        self._col_at = 4 * me
+        self._row = struct.Struct(f"<{n}I")
+        self._row_at = 4 * n * me
+        self._myrow = [0] * n      # sent[me][.] as ints, for validating wires
 
     @property
     def held(self) -> int:
         return self._held
 
     def _send(self, dests, payload):
-        row = self.sent[self.me]
-        if int(row[dests].max()) >= U32_MAX:
+        myrow = self._myrow
+        if max(myrow[d] for d in dests) >= U32_MAX:
             raise ValueError(f"a channel from {self.me} exhausted its 32-bit counter")
-        row[dests] += 1
+        base = self.me * self.n
+        for d in dests:
+            myrow[d] += 1
+        self.sent[[base + d for d in dests]] += 1
         wire = self.sent.tobytes() + payload
         step = Step()
         cost = self._cost
@@ -73,34 +87,33 @@ class RST(Protocol):
         size = self._size
         if len(data) < size:
             raise WireError(f"wire truncated: {len(data)} bytes, the matrix needs {size}")
-        n, me = self.n, self.me
-        st = np.frombuffer(data, _U4, n * n).reshape(n, n)
-        col = st[:, me].tolist()
+        col = self._col.unpack_from(data, self._col_at)
         s = col[src]
         held = self.pending.get(src)
         if s <= self.deliv[src] or (held is not None and s in held):
             raise WireError(f"duplicate message {s} from {src}")
-        if (st[me] > self.sent[me]).any():
+        if not all(map(le, self._row.unpack_from(data, self._row_at), self._myrow)):
             raise WireError(f"matrix from {src} counts messages from us that we never sent")
         payload = data[size:]
         step = Step()
-        if not self.selective and self._try(src, col, st):
+        if not self.selective and self._try(src, col, data):
             step.delivered.append((src, payload))
             if self._held:
                 self._rescan(step.delivered)
         else:
             if held is None:
                 held = self.pending[src] = {}
-            held[s] = (col, st, payload)
+            held[s] = (col, data, payload)
             self._held += 1
         return step
 
-    def _try(self, j, col, st) -> bool:
-        """Deliver (apply) a message from j with column `col` of ST if the condition holds."""
+    def _try(self, j, col, data) -> bool:
+        """Deliver (apply) a message from j, column `col` of its matrix, if the condition holds."""
         deliv = self.deliv
         deliv[j] += 1
         if col[j] == deliv[j] and all(map(le, col, deliv)):
-            np.maximum(self.sent, st, out=self.sent)
+            sent = self.sent
+            np.maximum(sent, np.frombuffer(data, _U4, len(sent)), out=sent)
             return True
         deliv[j] -= 1
         return False

@@ -9,8 +9,6 @@ greedily, as far as their next selective receive allows.
 """
 from __future__ import annotations
 
-import copy
-
 from bus1py.causal.buffer import Buffer
 from bus1py.causal.rst import RST
 
@@ -19,15 +17,27 @@ def explore(cls, n, programs):
     """Run `programs` ({process: [("send", dest, label) | ("recv", src, label)]}) over every
     schedule. Returns {(finished, received): number of schedules ending so}, where
     `received` is ((process, labels in receive order), ...) for processes that received.
-    States reached by several schedules are explored once (the counts add up).
+    A schedule is the sequence of choices of which in-flight wire arrives next; a state is
+    rebuilt by replaying its choices (the machines are deterministic), and states reached
+    by several schedules are explored once (the counts add up).
     """
+    return _dfs(cls, n, programs, [], {})
+
+
+def _replay(cls, n, programs, choices):
     machines = [cls(i, n, selective=True) for i in range(n)]
     pcs = [0] * n
     got = [[] for _ in range(n)]
     flight = []
     for p in range(n):
         _run(p, machines, programs, pcs, got, flight)
-    return _dfs(machines, programs, pcs, got, flight, {})
+    for i in choices:
+        src, dst, wire = flight.pop(i)
+        step = machines[dst].receive(src, wire)
+        assert step.delivered == []
+        flight.extend((dst, d, w) for d, w in step.wires)
+        _run(dst, machines, programs, pcs, got, flight)
+    return machines, pcs, got, flight
 
 
 def _machine_key(m):
@@ -54,25 +64,20 @@ def _run(p, machines, programs, pcs, got, flight):
         pcs[p] += 1
 
 
-def _dfs(machines, programs, pcs, got, flight, memo):
+def _dfs(cls, n, programs, choices, memo):
+    machines, pcs, got, flight = _replay(cls, n, programs, choices)
     key = (tuple(pcs), tuple(map(tuple, got)), tuple(sorted(flight)),
            tuple(map(_machine_key, machines)))
     if key in memo:
         return memo[key]
     if not flight:
-        done = all(pcs[p] == len(programs.get(p, [])) for p in range(len(machines)))
+        done = all(pcs[p] == len(programs.get(p, [])) for p in range(n))
         received = tuple((p, tuple(g)) for p, g in enumerate(got) if g)
         result = {(done, received): 1}
     else:
         result = {}
         for i in range(len(flight)):
-            ms, pc, g, fl = copy.deepcopy((machines, pcs, got, flight))
-            src, dst, wire = fl.pop(i)
-            step = ms[dst].receive(src, wire)
-            assert step.delivered == []
-            fl.extend((dst, d, w) for d, w in step.wires)
-            _run(dst, ms, programs, pc, g, fl)
-            for outcome, count in _dfs(ms, programs, pc, g, fl, memo).items():
+            for outcome, count in _dfs(cls, n, programs, choices + [i], memo).items():
                 result[outcome] = result.get(outcome, 0) + count
     memo[key] = result
     return result
