@@ -74,6 +74,20 @@ def _unicast(add, uni, cfg):
         "`bus1py best / it` is bus1py's best per-message row (default bus, better placement) over the row: "
         "> 1 means bus1py is faster.")
     add("")
+    peers = list(dict.fromkeys((r["peer"], r["api"]) for r in rows.values()))
+    add("Each peer at its best, what the targets compare: the fastest row of each transport and API "
+        "(over placements and variants).")
+    add("")
+    add("| peer | API | " + " | ".join(f"best row, {fmt_size(s)} | msg/s | bus1py best / it" for s in SIZES) + " |")
+    add("|---|---|" + "---|---:|---:|" * len(SIZES))
+    for peer, api in peers:
+        cells = []
+        for s in SIZES:
+            pk, bk = best(rows, s, peer=peer, api=api), best(rows, s, name="bus1py")
+            cells += ([f"{pk[0][0]} ({pk[0][1]})", fmt_rate(pk[1]["rate"]),
+                       fmt_ratio(bk[1]["rate"] / pk[1]["rate"]) if bk else "-"] if pk else ["-", "-", "-"])
+        add(f"| {peer} | {api} | " + " | ".join(cells) + " |")
+    add("")
     pl = prose.placement_lines(rows)
     if pl:
         add("Which placement was faster (median one-way rate, the better over the worse): " + ". ".join(pl) + ".")
