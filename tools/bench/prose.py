@@ -100,7 +100,7 @@ def issue16_targets(uni, sweep, mc, prof):
 
 
 def issue2_targets(uni, mc, qc, mem):
-    """The standing targets of issue 2, now judged against each peer's best placement."""
+    """The standing targets of issue 2, each judged against the best row of each peer."""
     t = []
     rows = (uni or {}).get("rows", {})
     b = best(rows, 64, name="bus1py")
