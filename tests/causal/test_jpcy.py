@@ -285,7 +285,7 @@ def corrupt(data, offset, fmt, value):
     lambda w: corrupt(w, 0, "<H", 0),                      # sender field is not src
     lambda w: corrupt(w, 2, "<I", 0),                      # tau 0
     lambda w: corrupt(w, 12, "<H", 7),                     # destination out of range
-    lambda w: corrupt(w, 12, "<H", 1),                     # destinations exclude receiver
+    lambda w: corrupt(w, 12, "<H", 1),                     # dests: sender, not receiver
     lambda w: jw(1, 1, [2, 2], ci=[(0, 1, [])], dc=[(0, 1)]),          # duplicate dest
     lambda w: jw(1, 1, [2], ci=[(0, 1, [2])], dc=[(0, 1)]),           # CI lists a dest
     lambda w: jw(1, 1, [2], ci=[(0, 1, [0])], dc=[(0, 1)]),           # sent to itself
@@ -297,15 +297,17 @@ def corrupt(data, offset, fmt, value):
     lambda w: jw(1, 1, [2], dc=[(2, 1)]),                              # waits on receiver
     lambda w: jw(1, 1, [2], dc=[(1, 1)]),                              # waits on itself
     lambda w: jw(1, 1, [2], dc=[(9, 1)]),                              # bad DC id
-    lambda w: w[:12] + b"\x01\x00" + w[14:],                          # dests miss receiver
+    lambda w: corrupt(w, 8, "<H", 500),                    # |CI| beyond the wire
 ])
 def test_bad_wires_raise_and_change_nothing(make):
-    p2, m2, _ = held_wire()
-    p2.receive(1, m2)
+    p2, m2, m = held_wire()
+    p2.receive(0, m)                            # some state to keep; 1's wires are all new
     before = state(p2)
-    with pytest.raises(WireError):
+    with pytest.raises(WireError) as e:
         p2.receive(1, make(m2))
+    assert "duplicate" not in str(e.value)
     assert state(p2) == before
+    assert p2.receive(1, m2).delivered == [(1, b"M2")]
 
 
 def test_duplicates_raise_and_change_nothing():

@@ -213,12 +213,14 @@ def test_truncated_wires_raise_and_change_nothing():
     kw(1, 1, [2], [(9, 1, [])]),                      # sender id out of range
 ])
 def test_bad_wires_raise_and_change_nothing(wire):
-    p2, m2, _ = held_wire()
-    p2.receive(1, m2)
+    p2, m2, m = held_wire()
+    p2.receive(0, m)                            # some state to keep; 1's wires are all new
     before = state(p2)
-    with pytest.raises(WireError):
+    with pytest.raises(WireError) as e:
         p2.receive(1, wire)
+    assert "duplicate" not in str(e.value)
     assert state(p2) == before
+    assert p2.receive(1, m2).delivered == [(1, b"M2")]
 
 
 def test_entry_listing_another_destination_of_m_is_refused():
@@ -226,7 +228,7 @@ def test_entry_listing_another_destination_of_m_is_refused():
     p0, p1, p2, p3 = procs(4)
     p2.receive(0, one(p0.send([2], b"a")))
     before = state(p2)
-    with pytest.raises(WireError):
+    with pytest.raises(WireError, match="bad O_M entry"):
         p2.receive(1, kw(1, 1, [2, 3], [(0, 1, [3])]))
     assert state(p2) == before
     assert p2.receive(1, kw(1, 1, [2, 3], [(0, 1, [2])], b"ok")).delivered == [(1, b"ok")]
