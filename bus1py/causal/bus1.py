@@ -9,8 +9,9 @@ in csrc/tx.c run the same steps under per-queue locks.
 A send to Dests is one transaction, run by the sender one round at a time:
   1. stage:  STAGE (the payload) to every destination. The destination syncs its clock to the
              clock the wire carries, inserts a block at clock + 1 and replies with its clock.
-  2. stamp:  when every destination has replied, the sender syncs its own clock to the
-             largest reply and ticks: the even result is the message's timestamp.
+  2. stamp:  when every destination has replied (and every earlier send is stamped), the
+             sender syncs its own clock to the largest reply and ticks: the even result is
+             the message's timestamp.
   3. sync:   SYNC(ts) to every destination, which syncs its clock to ts and acknowledges.
   4. commit: when every destination has acknowledged, COMMIT to every destination, which moves
              the block to ts and delivers every committed entry at the front of its queue.
@@ -31,12 +32,16 @@ raised it to ts(m) at every destination before m is committed anywhere, so m' is
 above ts(m) and stamped above it. Without it q's clock may still be below ts(m); m' could
 stamp at or below ts(m) (a tie broken by sender id) and be delivered at q before m.
 
-One transaction at a time: a send accepted while the previous one has not passed its sync
-round (its unicast commit, for one destination) waits in `backlog` and starts when that round
-completes; `busy` is True until then. This is the sans-I/O form of bus1's blocking send call:
-the next send's STAGE carries a clock at or above the previous stamp, so a process's sends
-stay in order, and what the process signals outside the protocol once `busy` is False is
-ordered after its sends. A signal while `busy` is True may overtake the send in flight.
+Pipelined sends, in the order a blocking send would give: a send's STAGE wires leave at
+once, however many earlier sends are still in flight, but its stamp waits for the earlier
+sends' stamps (the sender's clock only grows, so the stamps rise in send order) and its
+commit (or a unicast's SYNC_COMMIT) waits until every earlier send has passed its sync
+round. So a later send is stamped above an earlier one, staged at a shared destination only
+where the earlier one's block or entry is already in place below it, and nothing it causes
+can become visible before the earlier one's destinations are synced. `busy` is True while a
+send has not passed its sync round (its ACKs are due): what the process signals outside the
+protocol after that is ordered after its sends, as after bus1's send call returns; a signal
+while `busy` may overtake the send in flight.
 
 Wire (little-endian; the tag byte is framing on the data wire, control on the others):
   STAGE        u8 0 | sender u16 | tx u32 | clock u32 | payload   data: header 1, control 10
@@ -47,17 +52,18 @@ Wire (little-endian; the tag byte is framing on the data wire, control on the ot
   SYNC_COMMIT  u8 5 | tx u32 | ts u32                             control, 9 bytes
 The data wire's 10 control bytes are the stamp (sender, tx and the timestamp known so far) and
 its one dependent; none of it grows with n. A multicast copy also costs 4 control wires
-(28 bytes) and a unicast 3 (23 bytes); delivery is 5 one-way hops after the send for a
-multicast, 3 for a unicast.
+(28 bytes) and a unicast 3 (23 bytes); delivery takes at least 5 one-way hops after the
+send for a multicast, 3 for a unicast (more when it waits for an earlier send's rounds).
 
 Invariants:
-  - `tx` is the transaction in progress or None; before its stamp (`tx.ts == 0`) `waiting`
-    holds the destinations whose REPLY is due, after it those whose ACK is due. `backlog`
-    is empty whenever `tx` is None.
+  - `out[seq]` is each of my sends not yet past its sync round and commit. `staging` holds
+    the unstamped ones in seq order (their REPLYs are in `waiting`), `syncing` the stamped
+    ones in seq order (their ACKs are in `waiting` once `acking`); every stamp in `syncing`
+    is below every stamp to come. Only the head of `syncing` may commit.
   - `open[src << 32 | seq]` is [block key, synced ts or 0] for each of src's transactions
-    staged here and not yet committed; `last_tx[src]` is the highest seq src staged here (a
-    sender's transactions reach each queue in seq order, since one finishes before the next
-    starts), so a repeated or stale STAGE is refused.
+    staged here and not yet committed; `last_tx[src]` is the highest seq of src committed
+    here. Every earlier transaction of src for this queue was staged here before that commit
+    (it passed its sync round first), so a STAGE at or below it is a replay.
   - A wire for an unknown transaction or in the wrong state raises WireError before any
     state changes.
 """
@@ -81,6 +87,18 @@ REPLY_COST = SYNC_COST = SYNC_COMMIT_COST = WireCost(0, _TX_T.size, 0, False)
 ACK_COST = COMMIT_COST = WireCost(0, _TX.size, 0, False)
 
 
+class _Out:
+    """One of my sends in flight: its transaction, destinations and the answers due."""
+
+    __slots__ = ("tx", "dests", "waiting", "acking")
+
+    def __init__(self, tx, dests):
+        self.tx = tx
+        self.dests = dests
+        self.waiting = set(dests)
+        self.acking = False
+
+
 class Bus1(Protocol):
     name = "bus1"
     causal = True
@@ -92,42 +110,66 @@ class Bus1(Protocol):
         super().__init__(me, n)
         self.queue = Queue()
         self.seq = 0
-        self.tx = None
-        self.dests = ()
-        self.waiting = set()
-        self.backlog = deque()
+        self.out = {}
+        self.staging = deque()
+        self.syncing = deque()
         self.open = {}
         self.last_tx = [-1] * n
 
     @property
     def held(self) -> int:
-        """Entries in my queue not yet delivered, plus sends waiting to start."""
-        return len(self.queue.entries) + len(self.backlog)
+        """Entries in my queue not yet delivered (blocks and what waits behind them)."""
+        return len(self.queue.entries)
 
     @property
     def busy(self) -> bool:
-        return self.tx is not None
+        return bool(self.out)
 
     # ---- sending ----
 
     def _send(self, dests, payload):
-        if self.seq + len(self.backlog) > U32_MAX:
+        if self.seq > U32_MAX:
             raise ValueError(f"process {self.me} exhausted its 32-bit transaction numbers")
-        step = Step()
-        if self.tx is None:
-            self._start(dests, payload, step)
-        else:
-            self.backlog.append((dests, payload))
-        return step
-
-    def _start(self, dests, payload, step):
-        tx = self.tx = Transaction(self.me, self.seq, self.queue.clock)
+        tx = Transaction(self.me, self.seq, self.queue.clock)
         self.seq += 1
-        self.dests = dests
-        self.waiting = set(dests)
+        rec = self.out[tx.seq] = _Out(tx, dests)
+        self.staging.append(rec)
         wire = _STAGE.pack(STAGE, self.me, tx.seq, tx.max_ts) + payload
+        step = Step()
         for d in dests:
             step.emit(d, wire, STAGE_COST)
+        return step
+
+    def _advance(self, step):
+        """Stamp in send order whatever has all its REPLYs, then let the head of `syncing`
+        commit while everything before it has passed its sync round."""
+        staging, syncing = self.staging, self.syncing
+        while staging and not staging[0].waiting:
+            rec = staging.popleft()
+            ts = rec.tx.stamp(self.queue)
+            rec.waiting.update(rec.dests)
+            if len(rec.dests) > 1:
+                rec.acking = True
+                wire = _TX_T.pack(SYNC, rec.tx.seq, ts)
+                for d in rec.dests:
+                    step.emit(d, wire, SYNC_COST)
+            syncing.append(rec)
+        while syncing:
+            rec = syncing[0]
+            if not rec.acking:      # a unicast: its sync and commit go together, now
+                rec.acking = True
+                step.emit(rec.dests[0], _TX_T.pack(SYNC_COMMIT, rec.tx.seq, rec.tx.ts),
+                          SYNC_COMMIT_COST)
+                return step
+            if rec.waiting:
+                return step
+            if len(rec.dests) > 1:
+                wire = _TX.pack(COMMIT, rec.tx.seq)
+                for d in rec.dests:
+                    step.emit(d, wire, COMMIT_COST)
+            syncing.popleft()
+            del self.out[rec.tx.seq]
+        return step
 
     # ---- receiving ----
 
@@ -155,14 +197,13 @@ class Bus1(Protocol):
         _, sender, seq, clock = _STAGE.unpack_from(data)
         if sender != src:
             raise WireError(f"STAGE from {src} names sender {sender}")
-        if seq <= self.last_tx[src]:
+        key = src << 32 | seq
+        if seq <= self.last_tx[src] or key in self.open:
             raise WireError(f"transaction {seq} of {src} was staged here before")
         if clock & 1:
             raise WireError(f"STAGE clock {clock} is odd")
         q = self.queue
-        block = q.stage(clock, src, seq, 0, data[_STAGE_LEN:])
-        self.last_tx[src] = seq
-        self.open[src << 32 | seq] = [block, 0]
+        self.open[key] = [q.stage(clock, src, seq, 0, data[_STAGE_LEN:]), 0]
         step = Step()
         step.emit(src, _TX_T.pack(REPLY, seq, q.clock), REPLY_COST)
         return step
@@ -171,47 +212,35 @@ class Bus1(Protocol):
         if len(data) != _TX_T.size:
             raise WireError(f"REPLY wire of {len(data)} bytes")
         _, seq, clock = _TX_T.unpack(data)
-        tx = self.tx
-        waiting = self.waiting
-        if tx is None or seq != tx.seq or tx.ts or src not in waiting:
+        rec = self.out.get(seq)
+        if rec is None or rec.tx.ts or src not in rec.waiting:
             raise WireError(f"REPLY from {src} for transaction {seq}, which awaits none")
         if clock & 1:
             raise WireError(f"REPLY clock {clock} is odd")
-        if len(waiting) == 1 and max(clock, tx.max_ts, self.queue.clock) + 2 > U32_MAX:
-            raise WireError(f"REPLY clock {clock} leaves no 32-bit timestamp above it")
-        waiting.discard(src)
-        tx.seen(clock)
+        staging = self.staging
+        if rec is staging[0] and len(rec.waiting) == 1:
+            # the stamps this reply releases stay below max(clocks) + 2 per transaction
+            top = max(clock, self.queue.clock, max(r.tx.max_ts for r in staging))
+            if top + 2 * len(staging) > U32_MAX:
+                raise WireError(f"REPLY clock {clock} leaves no 32-bit timestamps above it")
+        rec.waiting.discard(src)
+        rec.tx.seen(clock)
         step = Step()
-        if not waiting:
-            ts = tx.stamp(self.queue)
-            dests = self.dests
-            waiting.update(dests)
-            if len(dests) == 1:
-                step.emit(dests[0], _TX_T.pack(SYNC_COMMIT, seq, ts), SYNC_COMMIT_COST)
-            else:
-                wire = _TX_T.pack(SYNC, seq, ts)
-                for d in dests:
-                    step.emit(d, wire, SYNC_COST)
+        if rec is staging[0] and not rec.waiting:
+            self._advance(step)
         return step
 
     def _ack(self, src, data):
         if len(data) != _TX.size:
             raise WireError(f"ACK wire of {len(data)} bytes")
         seq = _TX.unpack(data)[1]
-        tx = self.tx
-        waiting = self.waiting
-        if tx is None or seq != tx.seq or not tx.ts or src not in waiting:
+        rec = self.out.get(seq)
+        if rec is None or not rec.acking or src not in rec.waiting:
             raise WireError(f"ACK from {src} for transaction {seq}, which awaits none")
-        waiting.discard(src)
+        rec.waiting.discard(src)
         step = Step()
-        if not waiting:
-            if len(self.dests) > 1:
-                wire = _TX.pack(COMMIT, seq)
-                for d in self.dests:
-                    step.emit(d, wire, COMMIT_COST)
-            self.tx = None
-            if self.backlog:
-                self._start(*self.backlog.popleft(), step)
+        if rec is self.syncing[0] and not rec.waiting:
+            self._advance(step)
         return step
 
     def _sync(self, src, data):
@@ -238,6 +267,8 @@ class Bus1(Protocol):
         if entry is None or not entry[1]:
             raise WireError(f"COMMIT from {src} for transaction {seq}, which is not synced here")
         del self.open[key]
+        if seq > self.last_tx[src]:
+            self.last_tx[src] = seq
         self.queue.commit(entry[0], entry[1])
         return self._deliver(Step())
 
@@ -253,6 +284,8 @@ class Bus1(Protocol):
         if ts & 1 or ts <= entry[0][0]:
             raise WireError(f"SYNC_COMMIT timestamp {ts} is odd or not above its block")
         del self.open[key]
+        if seq > self.last_tx[src]:
+            self.last_tx[src] = seq
         self.queue.commit(entry[0], ts)
         step = Step()
         step.emit(src, _TX.pack(ACK, seq), ACK_COST)

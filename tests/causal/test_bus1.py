@@ -42,8 +42,10 @@ def procs(n):
 
 
 def state(p):
-    return copy.deepcopy((p.queue.clock, p.queue.entries, p.seq, p.tx and (p.tx.seq, p.tx.max_ts,
-                          p.tx.ts), p.dests, p.waiting, list(p.backlog), p.open, p.last_tx))
+    out = {seq: (r.tx.max_ts, r.tx.ts, r.dests, r.waiting, r.acking) for seq, r in p.out.items()}
+    return copy.deepcopy((p.queue.clock, p.queue.entries, p.seq, out,
+                          [r.tx.seq for r in p.staging], [r.tx.seq for r in p.syncing],
+                          p.open, p.last_tx))
 
 
 class Net:
@@ -63,10 +65,11 @@ class Net:
     def send(self, src, dests, payload):
         return self._post(src, self.p[src].send(dests, payload))
 
-    def hand(self, src, dest, tag=None):
-        """Deliver the oldest wire from src to dest (of type `tag` if given)."""
+    def hand(self, src, dest, tag=None, wire=None):
+        """Deliver the oldest wire from src to dest (of type `tag`, or exactly `wire`)."""
         for i, (s, d, data, _) in enumerate(self.flight):
-            if s == src and d == dest and (tag is None or data[0] == tag):
+            if s == src and d == dest and (tag is None or data[0] == tag) \
+                    and (wire is None or data == wire):
                 del self.flight[i]
                 return self._post(dest, self.p[dest].receive(src, data))
         raise AssertionError(f"no wire {src}->{dest} tag {tag} in flight")
@@ -117,18 +120,57 @@ def test_multicast_transcript_every_wire():
         assert d.wires == [] and d.delivered == [(0, b"m")] and p.held == 0
 
 
-def test_unicast_folds_sync_into_the_commit_and_a_second_send_waits():
+def test_unicast_folds_sync_into_the_commit():
     p0, p1 = procs(2)
     s = p0.send([1], b"a")
-    assert p0.send([1], b"b").wires == []               # one transaction at a time
-    assert p0.held == 1 and p0.busy
     r = p1.receive(0, s.wires[0][1])
     st = p0.receive(1, r.wires[0][1])
     assert st.wires == [(1, sync_commit(0, 2))] and st.costs == [SYNC_COMMIT_COST]
+    assert p0.busy and p1.held == 1
     d = p1.receive(0, sync_commit(0, 2))
-    assert d.delivered == [(0, b"a")] and d.wires == [(0, ack(0))]
-    nxt = p0.receive(1, ack(0))                         # the ACK starts the next send
-    assert nxt.wires == [(1, stage(0, 1, 2, b"b"))] and p0.held == 0 and p0.busy
+    assert d.delivered == [(0, b"a")] and d.wires == [(0, ack(0))] and p1.held == 0
+    assert p0.receive(1, ack(0)).wires == [] and not p0.busy
+
+
+def test_pipelined_sends_stamp_and_commit_in_send_order():
+    p0, p1 = procs(2)
+    sa, sb = p0.send([1], b"a"), p0.send([1], b"b")     # both stage at once
+    assert sb.wires == [(1, stage(0, 1, 0, b"b"))] and p0.busy
+    rb = p1.receive(0, sb.wires[0][1])                  # the network swaps them
+    ra = p1.receive(0, sa.wires[0][1])
+    assert p0.receive(1, rb.wires[0][1]).wires == []    # b may not stamp before a
+    st = p0.receive(1, ra.wires[0][1])                  # stamps a (2), then b (4) ...
+    assert st.wires == [(1, sync_commit(0, 2))]         # ... but only a may commit yet
+    assert p0.out[1].tx.ts == 4
+    d = p1.receive(0, sync_commit(0, 2))                # b's block (staged first, at 1)
+    assert d.delivered == [] and d.wires == [(0, ack(0))]   # holds a back: no deadlock,
+    nxt = p0.receive(1, ack(0))                         # since the ACK is what b waits for
+    assert nxt.wires == [(1, sync_commit(1, 4))] and p0.busy
+    assert p1.receive(0, sync_commit(1, 4)).delivered == [(0, b"a"), (0, b"b")]
+    p0.receive(1, ack(1))
+    assert not p0.busy and p0.out == {}
+
+
+def test_a_pipelined_multicast_commits_only_after_the_earlier_sync_round():
+    net = Net(3)
+    net.send(0, [1, 2], b"m1")
+    net.send(0, [1, 2], b"m2")
+    for dest in (1, 2):
+        net.hand(0, dest), net.hand(0, dest)            # both STAGEs
+    for dest in (1, 2):
+        net.hand(dest, 0), net.hand(dest, 0)            # all four REPLYs: both stamped
+    assert [net.p[0].out[i].tx.ts for i in (0, 1)] == [2, 4]
+    for dest in (1, 2):
+        net.hand(0, dest, tag=2)                        # m1's SYNCs
+        net.hand(0, dest, tag=2)                        # m2's SYNCs
+    net.hand(1, 0, wire=ack(1)), net.hand(2, 0, wire=ack(1)), net.hand(1, 0, wire=ack(0))
+    assert all(data[0] != 4 for _, _, data, _ in net.flight)   # m2 waits for m1's rounds
+    net.hand(2, 0, wire=ack(0))                         # m1's last ACK: both commit
+    assert sorted(data for _, _, data, _ in net.flight) == [commit(0), commit(0), commit(1),
+                                                           commit(1)]
+    net.flight.reverse()                                # m2's COMMITs arrive first
+    net.drain()
+    assert net.got[1] == net.got[2] == [b"m1", b"m2"]
 
 
 def test_a_block_at_the_front_holds_a_later_committed_entry():
@@ -153,7 +195,7 @@ def test_concurrent_multicasts_are_delivered_in_one_order():
     for src in (2, 3):
         for dest in (0, 1):
             net.hand(dest, src)                         # replies: both stamp 2
-    assert net.p[2].tx.ts == net.p[3].tx.ts == 2
+    assert net.p[2].out[0].tx.ts == net.p[3].out[0].tx.ts == 2
     net.drain()                                         # syncs, acks, then the commits
     assert net.got[0] == net.got[1] == [b"x", b"y"]
 
@@ -185,18 +227,45 @@ def test_side_channel_effect_is_delivered_after_its_cause():
     net.send(3, [1, 2], b"m")
     for dest in (1, 2):
         net.hand(3, dest), net.hand(dest, 3)
-    ts_m = net.p[3].tx.ts
+    ts_m = net.p[3].out[0].tx.ts
     for dest in (1, 2):
         net.hand(3, dest), net.hand(dest, 3)            # SYNC, ACK
     net.hand(3, 1)                                      # COMMIT at A only
     assert net.got[1] == [b"m"] and net.p[2].queue.clock == ts_m
     net.send(0, [2], b"m2")                             # ... after A's signal
     net.hand(0, 2), net.hand(2, 0)
-    assert net.p[0].tx.ts > ts_m
+    assert net.p[0].out[0].tx.ts > ts_m
     net.hand(0, 2)                                      # m2 committed at B, behind m's block
     assert net.got[2] == []
     net.hand(3, 2)                                      # m's late COMMIT
     assert net.got[2] == [b"m", b"m2"]
+
+
+def test_a_later_send_stays_invisible_until_the_earlier_sync_round_is_done():
+    """P (4) sends m1 to Q (1) and X (2), then m2 to R (3) and X. If m2 could commit at R
+    before m1's SYNC reached Q, R could deliver m2 and signal S (0), whose m3 to Q would stamp
+    at Q's old clock: a tie with m1 that S's lower id wins. m2 waits instead."""
+    net = Net(5)
+    net.p[4].queue.sync(10)
+    net.send(4, [1, 2], b"m1")
+    net.send(4, [3, 2], b"m2")
+    for dest in (1, 2, 3):
+        net.hand(4, dest), net.hand(dest, 4)
+    net.hand(4, 2), net.hand(2, 4)                      # second STAGE at X, and its REPLY
+    assert [net.p[4].out[i].tx.ts for i in (0, 1)] == [12, 14]
+    net.hand(4, 3), net.hand(3, 4)                      # m2's SYNC and ACK at R
+    net.hand(4, 2, wire=sync(1, 14)), net.hand(2, 4, wire=ack(1))
+    net.hand(4, 2, wire=sync(0, 12)), net.hand(2, 4, wire=ack(0))
+    assert all(data[0] != 4 for _, _, data, _ in net.flight) and net.got[3] == []
+    assert net.p[4].busy and net.p[1].queue.clock == 10
+    net.hand(4, 1), net.hand(1, 4)                      # m1's SYNC reaches Q at last
+    net.hand(4, 3)                                      # m2's COMMIT at R
+    assert net.got[3] == [b"m2"]
+    net.send(0, [1], b"m3")                             # ... after R's signal
+    net.hand(0, 1), net.hand(1, 0), net.hand(0, 1)
+    assert net.p[0].out[0].tx.ts == 14 and net.got[1] == []
+    net.drain()
+    assert net.got[1] == [b"m1", b"m3"] and net.got[2] == [b"m1", b"m2"]
 
 
 def test_a_signal_once_not_busy_is_ordered_after_the_send():
@@ -275,6 +344,8 @@ BAD = [
     ("stamped", 1, reply(0, 0)),                        # replies are over
     ("stamped", 2, ack(0)),
     ("stamped", 1, ack(0) + b"\x00"),
+    ("deferred", 1, ack(1)),                            # its SYNC_COMMIT has not left
+    ("deferred", 1, reply(1, 0)),                       # stamped already
 ]
 
 
@@ -289,6 +360,9 @@ def in_state(name):
         p.send([1], b"x")
         if name == "stamped":
             p.receive(1, reply(0, 0))
+    elif name == "deferred":                            # a second unicast, stamped, waiting
+        p.send([1], b"x"), p.send([1], b"y")
+        p.receive(1, reply(1, 0)), p.receive(1, reply(0, 0))
     return p
 
 
