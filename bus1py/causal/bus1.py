@@ -16,7 +16,9 @@ A send to Dests is one transaction, run by the sender one round at a time:
   4. commit: when every destination has acknowledged, COMMIT to every destination, which moves
              the block to ts and delivers every committed entry at the front of its queue.
 A unicast folds 3 and 4 into one SYNC_COMMIT(ts), acknowledged after the commit, as the C
-commit syncs a single destination under the same lock.
+commit syncs a single destination under the same lock -- when it may commit at once, that
+is, when no earlier send of the same process is still short of its sync round (below);
+otherwise it takes the SYNC, ACK, COMMIT path of a multicast.
 
 The running maximum of SPEC step 1: in C the stages run one after another and each
 destination is synced to the maximum of the clocks staged before it. Here the stages run in
@@ -35,8 +37,7 @@ stamp at or below ts(m) (a tie broken by sender id) and be delivered at q before
 Pipelined sends, in the order a blocking send would give: a send's STAGE wires leave at
 once, however many earlier sends are still in flight, but its stamp waits for the earlier
 sends' stamps (the sender's clock only grows, so the stamps rise in send order) and its
-commit (or a unicast's SYNC_COMMIT) waits until every earlier send has passed its sync
-round. So a later send is stamped above an earlier one, staged at a shared destination only
+commit waits until every earlier send has passed its sync round. So a later send is stamped above an earlier one, staged at a shared destination only
 where the earlier one's block or entry is already in place below it, and nothing it causes
 can become visible before the earlier one's destinations are synced. `busy` is True while a
 send has not passed its sync round (its ACKs are due): what the process signals outside the
@@ -52,14 +53,15 @@ Wire (little-endian; the tag byte is framing on the data wire, control on the ot
   SYNC_COMMIT  u8 5 | tx u32 | ts u32                             control, 9 bytes
 The data wire's 10 control bytes are the stamp (sender, tx and the timestamp known so far) and
 its one dependent; none of it grows with n. A multicast copy also costs 4 control wires
-(28 bytes) and a unicast 3 (23 bytes); delivery takes at least 5 one-way hops after the
-send for a multicast, 3 for a unicast (more when it waits for an earlier send's rounds).
+(28 bytes) and a unicast 3 (23 bytes; 4 and 28 when it had to wait for an earlier send);
+delivery takes at least 5 one-way hops after the send for a multicast, 3 for a unicast.
 
 Invariants:
   - `out[seq]` is each of my sends not yet past its sync round and commit. `staging` holds
     the unstamped ones in seq order (their REPLYs are in `waiting`), `syncing` the stamped
-    ones in seq order (their ACKs are in `waiting` once `acking`); every stamp in `syncing`
-    is below every stamp to come. Only the head of `syncing` may commit.
+    ones in seq order (their ACKs are in `waiting`); every stamp in `syncing` is below every
+    stamp to come. A send's COMMIT (or SYNC_COMMIT) leaves only when every send before it
+    has left `syncing`, i.e. passed its sync round.
   - `open[src << 32 | seq]` is [block key, synced ts or 0] for each of src's transactions
     staged here and not yet committed; `last_tx[src]` is the highest seq of src committed
     here. Every earlier transaction of src for this queue was staged here before that commit
@@ -90,13 +92,13 @@ ACK_COST = COMMIT_COST = WireCost(0, _TX.size, 0, False)
 class _Out:
     """One of my sends in flight: its transaction, destinations and the answers due."""
 
-    __slots__ = ("tx", "dests", "waiting", "acking")
+    __slots__ = ("tx", "dests", "waiting", "commit")
 
     def __init__(self, tx, dests):
         self.tx = tx
         self.dests = dests
         self.waiting = set(dests)
-        self.acking = False
+        self.commit = True      # COMMIT wires still due (False once a SYNC_COMMIT left)
 
 
 class Bus1(Protocol):
@@ -141,33 +143,28 @@ class Bus1(Protocol):
         return step
 
     def _advance(self, step):
-        """Stamp in send order whatever has all its REPLYs, then let the head of `syncing`
-        commit while everything before it has passed its sync round."""
+        """Stamp in send order whatever has all its REPLYs; then retire, in send order, what
+        has all its ACKs, sending its COMMITs."""
         staging, syncing = self.staging, self.syncing
         while staging and not staging[0].waiting:
             rec = staging.popleft()
             ts = rec.tx.stamp(self.queue)
             rec.waiting.update(rec.dests)
-            if len(rec.dests) > 1:
-                rec.acking = True
+            if len(rec.dests) == 1 and not syncing:     # free to commit: fold the sync in
+                rec.commit = False
+                step.emit(rec.dests[0], _TX_T.pack(SYNC_COMMIT, rec.tx.seq, ts),
+                          SYNC_COMMIT_COST)
+            else:
                 wire = _TX_T.pack(SYNC, rec.tx.seq, ts)
                 for d in rec.dests:
                     step.emit(d, wire, SYNC_COST)
             syncing.append(rec)
-        while syncing:
-            rec = syncing[0]
-            if not rec.acking:      # a unicast: its sync and commit go together, now
-                rec.acking = True
-                step.emit(rec.dests[0], _TX_T.pack(SYNC_COMMIT, rec.tx.seq, rec.tx.ts),
-                          SYNC_COMMIT_COST)
-                return step
-            if rec.waiting:
-                return step
-            if len(rec.dests) > 1:
+        while syncing and not syncing[0].waiting:
+            rec = syncing.popleft()
+            if rec.commit:
                 wire = _TX.pack(COMMIT, rec.tx.seq)
                 for d in rec.dests:
                     step.emit(d, wire, COMMIT_COST)
-            syncing.popleft()
             del self.out[rec.tx.seq]
         return step
 
@@ -235,7 +232,7 @@ class Bus1(Protocol):
             raise WireError(f"ACK wire of {len(data)} bytes")
         seq = _TX.unpack(data)[1]
         rec = self.out.get(seq)
-        if rec is None or not rec.acking or src not in rec.waiting:
+        if rec is None or not rec.tx.ts or src not in rec.waiting:
             raise WireError(f"ACK from {src} for transaction {seq}, which awaits none")
         rec.waiting.discard(src)
         step = Step()

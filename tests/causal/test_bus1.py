@@ -42,7 +42,7 @@ def procs(n):
 
 
 def state(p):
-    out = {seq: (r.tx.max_ts, r.tx.ts, r.dests, r.waiting, r.acking) for seq, r in p.out.items()}
+    out = {seq: (r.tx.max_ts, r.tx.ts, r.dests, r.waiting, r.commit) for seq, r in p.out.items()}
     return copy.deepcopy((p.queue.clock, p.queue.entries, p.seq, out,
                           [r.tx.seq for r in p.staging], [r.tx.seq for r in p.syncing],
                           p.open, p.last_tx))
@@ -139,16 +139,16 @@ def test_pipelined_sends_stamp_and_commit_in_send_order():
     rb = p1.receive(0, sb.wires[0][1])                  # the network swaps them
     ra = p1.receive(0, sa.wires[0][1])
     assert p0.receive(1, rb.wires[0][1]).wires == []    # b may not stamp before a
-    st = p0.receive(1, ra.wires[0][1])                  # stamps a (2), then b (4) ...
-    assert st.wires == [(1, sync_commit(0, 2))]         # ... but only a may commit yet
-    assert p0.out[1].tx.ts == 4
+    st = p0.receive(1, ra.wires[0][1])                  # stamps a (2), then b (4); a may
+    assert st.wires == [(1, sync_commit(0, 2)), (1, sync(1, 4))]    # commit, b only sync
+    assert st.costs == [SYNC_COMMIT_COST, SYNC_COST]
+    assert p1.receive(0, sync(1, 4)).wires == [(0, ack(1))]
+    assert p0.receive(1, ack(1)).wires == []            # b waits for a's sync round
     d = p1.receive(0, sync_commit(0, 2))                # b's block (staged first, at 1)
     assert d.delivered == [] and d.wires == [(0, ack(0))]   # holds a back: no deadlock,
     nxt = p0.receive(1, ack(0))                         # since the ACK is what b waits for
-    assert nxt.wires == [(1, sync_commit(1, 4))] and p0.busy
-    assert p1.receive(0, sync_commit(1, 4)).delivered == [(0, b"a"), (0, b"b")]
-    p0.receive(1, ack(1))
-    assert not p0.busy and p0.out == {}
+    assert nxt.wires == [(1, commit(1))] and not p0.busy and p0.out == {}
+    assert p1.receive(0, commit(1)).delivered == [(0, b"a"), (0, b"b")]
 
 
 def test_a_pipelined_multicast_commits_only_after_the_earlier_sync_round():
@@ -344,8 +344,9 @@ BAD = [
     ("stamped", 1, reply(0, 0)),                        # replies are over
     ("stamped", 2, ack(0)),
     ("stamped", 1, ack(0) + b"\x00"),
-    ("deferred", 1, ack(1)),                            # its SYNC_COMMIT has not left
-    ("deferred", 1, reply(1, 0)),                       # stamped already
+    ("pipelined", 1, reply(1, 0)),                      # stamped already
+    ("pipelined", 2, ack(1)),                           # not a destination
+    ("pipelined", 1, sync(1, 2)),                       # I am the sender, not staged here
 ]
 
 
@@ -360,7 +361,7 @@ def in_state(name):
         p.send([1], b"x")
         if name == "stamped":
             p.receive(1, reply(0, 0))
-    elif name == "deferred":                            # a second unicast, stamped, waiting
+    elif name == "pipelined":                           # two unicasts, both stamped
         p.send([1], b"x"), p.send([1], b"y")
         p.receive(1, reply(1, 0)), p.receive(1, reply(0, 0))
     return p
