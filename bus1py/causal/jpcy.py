@@ -25,7 +25,12 @@ Invariants (kept after every send and every receive; tests assert them):
     CI lists one of its own destinations is refused).
   - Per sender, at most one tuple lists a given destination l: the newest one (S2, R8).
   - Per known sender, the newest tuple is kept even when its D is empty, and every other
-    tuple has a non-empty D (S3, R9: "keep the latest message for each sender").
+    tuple has a non-empty D (S3, R9: "keep the latest message for each sender"). One
+    exception, from the paper's order: S3 runs before S5, so i's own previous tuple may sit
+    empty until the next S3 or R9 (both always check sender i); it never reaches a wire.
+  - Given these invariants at every sender, R8 never finds anything to strip (R5 and R6
+    already leave at most one tuple per destination); it is kept as the paper's safety net
+    and acts on wires from senders that break them.
   - DLV[j] is the tau of the last message from j delivered here; a held message is indexed
     under the sender of the first constraint it still waits for (DLV only grows, so the
     constraints already met stay met).
