@@ -42,7 +42,7 @@ def main(argv=None):
 
     import gen_trace
     from bus1py.check.load import load_trace
-    from bus1py.check.properties import check_trace
+    from bus1py.check.checker import check_trace
     from bus1py.check.spark import get_session, set_shuffle_partitions
 
     t = time.perf_counter()

@@ -24,17 +24,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-KIND = np.array(["send", "deliver", "signal_send", "signal_recv"], dtype=object)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from bus1py.schema import DELIVER, SEND, SIGNAL_RECV, SIGNAL_SEND, schema  # noqa: E402
+
+# the kinds this generator writes, indexed by its int8 kind codes below
+KIND = np.array([SEND, DELIVER, SIGNAL_SEND, SIGNAL_RECV], dtype=object)
 K_SEND, K_DELIVER, K_SIGS, K_SIGR = 0, 1, 2, 3
-
-
-def schema():
-    return pa.schema([
-        ("process", pa.int32()), ("seq", pa.int64()), ("kind", pa.string()),
-        ("msg", pa.int64()), ("dests", pa.list_(pa.int32())), ("node", pa.int64()),
-        ("wall_ns", pa.int64()), ("stamp_ts", pa.int64()), ("stamp_peer", pa.int64()),
-        ("stamp_tx", pa.int64()),
-    ])
 
 
 def generate(out, events, procs, multicast=0.1, signals=0.02, stamps=True, seed=1,

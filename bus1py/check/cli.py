@@ -88,15 +88,8 @@ class StageProgress:
 
 
 def _print_summary(summary, out=None):
-    out = out or sys.stdout
-    for name, p in summary["properties"].items():
-        mark = "ok  " if p["ok"] else "FAIL"
-        extra = f" ({p.get('method')})" if p.get("method") else ""
-        print(f"{mark} {name:<13} {p['violations']:>8} violation(s){extra}", file=out)
-        for ex in p["examples"][:1]:
-            print(f"     e.g. {ex['why']}", file=out)
-    print(f"{'OK' if summary['ok'] else 'VIOLATED'}: {summary['events']} events, "
-          f"{summary['processes']} processes, {summary['seconds']} s", file=out)
+    from .explain import summary_lines
+    print("\n".join(summary_lines(summary)), file=out or sys.stdout)
 
 
 def run(args) -> int:
@@ -111,7 +104,7 @@ def run(args) -> int:
     spark = get_session(args.master, driver_memory=args.driver_memory)
     set_shuffle_partitions(spark, args.trace, args.partitions)
     enabled = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
-    from .properties import check_trace
+    from .checker import check_trace
     from .report import write_report, write_shiviz
     with StageProgress(spark, enabled) as prog:
         prog.set_phase("reading and validating the trace")

@@ -4,7 +4,7 @@
 # fields that kind needs, each process's seq runs 0,1,2,... without gaps or duplicates and
 # every id has one origin. Schemas, the row count and the stamp ranges come from the footers
 # here; the row rules are checked by the checker's main pass, which reads every row and
-# shuffles by process and by id anyway (properties.Checker._base). Any failure raises
+# shuffles by process and by id anyway (main_pass.py). Any failure raises
 # TraceError whose message names the file, the column and the row problem;
 # the CLI maps it to exit code 2. Schema checks read Parquet footers only (pyarrow, no data);
 # row checks are Spark jobs that return at most a few offending rows to the driver, so a
@@ -17,29 +17,25 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-STAMPS = ("stamp_ts", "stamp_peer", "stamp_tx")
-KINDS = ("send", "deliver", "signal_send", "signal_recv", "destroy", "internal")
+from ..schema import COLUMNS as SPEC_COLUMNS
+from ..schema import DESTROY, INTERNAL, KINDS, SEND, STAMPS, schema
 
-# column -> (arrow type test, human type name, required)
-_INT32 = (pa.types.is_int32, "int32")
-_INT64 = (pa.types.is_int64, "int64")
-_STRING = (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)
-           or (pa.types.is_dictionary(t) and pa.types.is_string(t.value_type)), "string")
-_LIST32 = (lambda t: (pa.types.is_list(t) or pa.types.is_large_list(t))
-           and pa.types.is_int32(t.value_type), "list<int32>")
-
-COLUMNS = {
-    "process": (_INT32, True),
-    "seq": (_INT64, True),
-    "kind": (_STRING, True),
-    "msg": (_INT64, True),
-    "dests": (_LIST32, True),
-    "node": (_INT64, True),
-    "wall_ns": (_INT64, False),
-    "stamp_ts": (_INT64, False),
-    "stamp_peer": (_INT64, False),
-    "stamp_tx": (_INT64, False),
+# Arrow type name (bus1py/schema.py) -> the test a file's column type must pass. Readers
+# accept what Parquet writers commonly produce for that type (large and dictionary strings,
+# large lists), since Spark reads them all alike.
+_TYPE_TESTS = {
+    "int32": pa.types.is_int32,
+    "int64": pa.types.is_int64,
+    "string": lambda t: (pa.types.is_string(t) or pa.types.is_large_string(t)
+                         or (pa.types.is_dictionary(t) and pa.types.is_string(t.value_type))),
+    "list<int32>": lambda t: ((pa.types.is_list(t) or pa.types.is_large_list(t))
+                              and pa.types.is_int32(t.value_type)),
 }
+# wall_ns and the stamps may be absent (then read as null); every other column is required
+OPTIONAL = frozenset(("wall_ns",) + STAMPS)
+# column -> ((arrow type test, type name), required)
+COLUMNS = {name: ((_TYPE_TESTS[tname], tname), name not in OPTIONAL)
+           for name, tname in SPEC_COLUMNS}
 
 
 class TraceError(Exception):
@@ -97,19 +93,9 @@ def check_schemas(files: list[str]) -> set[str]:
 
 
 def spark_schema():
-    from pyspark.sql import types as T
-    return T.StructType([
-        T.StructField("process", T.IntegerType()),
-        T.StructField("seq", T.LongType()),
-        T.StructField("kind", T.StringType()),
-        T.StructField("msg", T.LongType()),
-        T.StructField("dests", T.ArrayType(T.IntegerType())),
-        T.StructField("node", T.LongType()),
-        T.StructField("wall_ns", T.LongType()),
-        T.StructField("stamp_ts", T.LongType()),
-        T.StructField("stamp_peer", T.LongType()),
-        T.StructField("stamp_tx", T.LongType()),
-    ])
+    """The SPEC columns as a Spark schema (from the Arrow one, so they cannot disagree)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    return from_arrow_schema(schema())
 
 
 def _fmt_row(r, cols=("process", "seq", "kind", "msg")) -> str:
@@ -206,7 +192,7 @@ def row_problem_code():
 def _problem_expr(out):
     from pyspark.sql import functions as F
     kind = F.col("kind")
-    is_msg = kind.isin("send", "destroy")
+    is_msg = kind.isin(SEND, DESTROY)
     rules = [
         (F.col("process").isNull(), F.lit("column 'process' is null")),
         (F.col("seq").isNull(), F.lit("column 'seq' is null")),
@@ -214,13 +200,13 @@ def _problem_expr(out):
         (kind.isNull(), F.lit("column 'kind' is null")),
         (~kind.isin(*KINDS), F.concat(F.lit("column 'kind' has unknown value '"), kind,
                                       F.lit("'"))),
-        ((kind != "internal") & F.col("msg").isNull(),
+        ((kind != INTERNAL) & F.col("msg").isNull(),
          F.concat(F.lit("column 'msg' is null for a "), kind, F.lit(" row"))),
         (is_msg & (F.col("dests").isNull() | (F.size("dests") == 0)),
          F.concat(F.lit("column 'dests' is null or empty for a "), kind, F.lit(" row"))),
         (is_msg & F.exists("dests", lambda d: d.isNull()),
          F.lit("column 'dests' contains a null process")),
-        ((kind == "destroy") & F.col("node").isNull(),
+        ((kind == DESTROY) & F.col("node").isNull(),
          F.lit("column 'node' is null for a destroy row")),
     ]
     e = None

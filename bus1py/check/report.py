@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 import json
 
-from .properties import PROPERTIES
+from .checker import PROPERTIES
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
@@ -162,12 +162,12 @@ def write_shiviz(checker, path, limit=None):
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    olr, vcr = checker.vector_clocks(full=True)
+    from .causal import vector_clocks
+    _, vcr = vector_clocks(checker, full=True)
     P = checker.P
     procs = checker.procs
     ev = checker.trace.df.select("process", "seq", "kind", "msg", "dests")
-    recv = vcr.select(F.col("p").alias("process"), F.col("s").alias("seq"),
-                      *[F.col(f"c{i}") for i in range(P)])
+    recv = vcr.select("process", "seq", *[F.col(f"c{i}") for i in range(P)])
     j = ev.join(recv, ["process", "seq"], "left")
     w = Window.partitionBy("process").orderBy("seq").rowsBetween(Window.unboundedPreceding, 0)
     j = j.select("process", "seq", "kind", "msg", "dests",

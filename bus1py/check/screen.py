@@ -16,7 +16,7 @@
 #                   there is no destroy row, every send and deliver row is stamped;
 #                   W1: each delivery is stamped above every earlier delivery of its process;
 #                   W2: each send is stamped above every earlier send and delivery of its process.
-#   S3 (signals)    tier 1 of the signal witness (Checker._scalar_signal_witness).
+#   S3 (signals)    tier 1 of the signal witness (witness.scalar_signal_witness).
 # S1 is exactly_once with no exception to excuse (no destroys). S1 makes every delivery's own
 # stamp the stamp of its message's send, so S2's W1 and W2 are the witness's W1 and W2 and S1
 # gives W0; with S3 the witness proves fifo, causal and consistent (docs/CHECKER.md).
@@ -26,37 +26,28 @@ from __future__ import annotations
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
+from .. import schema as N
+from . import kinds as K
+from .load import row_problem_code
+from .main_pass import pack_stamp
+from .witness import scalar_signal_witness
+
 # Keys of the pair shuffle are longs: a (message, process) pair uses the process id (an
 # int32); these two values lie outside int32, so they never collide with a process.
 ORIGIN_KEY = 1 << 33     # one row per origin of a message id (counts origins)
 SIGNAL_KEY = 1 << 34     # every row of a signal id (counts signal_sends)
 
 
-def kind_code():
-    """The kind as a byte, origins first: 0 send, 1 destroy, 2 signal_send, 3 deliver,
-    4 signal_recv, 5 internal (or anything else). `kc <= 1` selects the messages' origins,
-    `kc >= 3` the receives."""
-    k = F.col("kind")
-    return (F.when(k == "send", 0).when(k == "destroy", 1).when(k == "signal_send", 2)
-            .when(k == "deliver", 3).when(k == "signal_recv", 4).otherwise(5).cast("byte"))
-
-
-def kind_name(kc):
-    """The kind's name back from its kind_code() byte `kc` (5 reads as internal)."""
-    return (F.when(kc == 0, "send").when(kc == 1, "destroy").when(kc == 2, "signal_send")
-            .when(kc == 3, "deliver").when(kc == 4, "signal_recv").otherwise("internal"))
-
-
 def pair_problems(ev, T):
     """S1: the number of (id, key) groups that break it (one shuffle, one aggregation)."""
     k = F.col("kind")
-    origin = k.isin("send", "destroy")
+    origin = k.isin(N.SEND, N.DESTROY)
     key = (F.when(origin, F.concat(F.array(F.lit(ORIGIN_KEY)),
                                    F.array_distinct("dests").cast("array<bigint>")))
-           .when(k.isin("signal_send", "signal_recv"), F.array(F.lit(SIGNAL_KEY)))
-           .when(k == "deliver", F.array(F.col("process").cast("long"))))
+           .when(k.isin(N.SIGNAL_SEND, N.SIGNAL_RECV), F.array(F.lit(SIGNAL_KEY)))
+           .when(k == N.DELIVER, F.array(F.col("process").cast("long"))))
     rows = ev.select("msg", F.explode(key).alias("key"),
-                     (origin | (k == "signal_send")).cast("int").alias("o"), T.alias("T"))
+                     (origin | (k == N.SIGNAL_SEND)).cast("int").alias("o"), T.alias("T"))
     g = rows.groupBy("msg", "key").agg(
         F.sum("o").alias("o"), F.count(F.lit(1)).alias("n"), F.count("T").alias("nt"),
         F.min("T").alias("tmin"), F.max("T").alias("tmax"))
@@ -67,40 +58,46 @@ def pair_problems(ev, T):
     return g.agg(F.count(F.when(bad, 1)).alias("bad")).collect()[0]["bad"]
 
 
-def process_pass(ev, T, problem_code):
+def process_pass(ev, stamp, problem_code):
     """S2 in one sort of each process's rows. Returns the rows worth keeping: any row that
-    breaks S2, the signal rows (with L and nsb for tier 1), each process's seq-0 row (the
-    process list) and the first send after each signal_recv (fa)."""
-    code = kind_code()
-    kc = F.col("kc")
-    stamped_kind = kc.isin(0, 1, 3)
-    b = ev.select("process", "seq", code.alias("kc"),
-                  F.when(code.isin(2, 4), F.col("msg")).alias("msg"),
-                  F.when(code.isin(0, 1, 3), T).alias("T"), problem_code.alias("pb"))
+    breaks S2, the signal rows (with seen and sends_before for tier 1), each process's seq-0
+    row (the process list) and the first send after each signal_recv (first_after_signal)."""
+    code = K.kind_code()
+    kc = F.col("kind_code")
+    stamped_kind = kc.isin(K.SEND, K.DESTROY, K.DELIVER)
+    b = ev.select("process", "seq", code.alias("kind_code"),
+                  F.when(code.isin(*K.SIGNALS), F.col("msg")).alias("msg"),
+                  F.when(code.isin(K.SEND, K.DESTROY, K.DELIVER), stamp).alias("stamp"),
+                  problem_code.alias("row_problem"))
     wp = Window.partitionBy("process").orderBy("seq")
     before = wp.rowsBetween(Window.unboundedPreceding, -1)
-    prevseq = F.lag("seq").over(wp)
+    prev_seq = F.lag("seq").over(wp)
+    is_origin = kc <= K.DESTROY
     x = b.select(
-        "process", "seq", "kc", "msg", "T", "pb",
-        F.when(prevseq.isNull(), F.col("seq") != 0)
-        .otherwise(F.col("seq") != prevseq + 1).alias("seqbad"),
-        ((kc == 3) & (F.max(F.when(kc == 3, F.col("T"))).over(before) >= F.col("T")))
-        .alias("w1bad"),
-        F.max(F.when(stamped_kind, F.col("T"))).over(before).alias("Lprev"),
-        F.count(F.when(kc <= 1, 1)).over(before).alias("nsb"),
-        F.max(F.when(kc == 4, F.col("seq"))).over(before).alias("lsr"),
-        F.max(F.when(kc <= 1, F.col("seq"))).over(before).alias("ls"))
+        "process", "seq", "kind_code", "msg", "stamp", "row_problem",
+        F.when(prev_seq.isNull(), F.col("seq") != 0)
+        .otherwise(F.col("seq") != prev_seq + 1).alias("seq_problem"),
+        ((kc == K.DELIVER)
+         & (F.max(F.when(kc == K.DELIVER, F.col("stamp"))).over(before) >= F.col("stamp")))
+        .alias("w1_fails"),
+        F.max(F.when(stamped_kind, F.col("stamp"))).over(before).alias("seen_before"),
+        F.count(F.when(is_origin, 1)).over(before).alias("sends_before"),
+        F.max(F.when(kc == K.SIGNAL_RECV, F.col("seq"))).over(before).alias("last_signal"),
+        F.max(F.when(is_origin, F.col("seq"))).over(before).alias("last_send"))
     x = x.select(
-        "process", "seq", "kc", "msg", "T", "pb", "seqbad", "w1bad", "nsb",
-        ((kc <= 1) & (F.col("Lprev") >= F.col("T"))).alias("w2bad"),
-        (stamped_kind & F.col("T").isNull()).alias("unstamped"),
-        # L at a signal row: the largest stamp its process sent or delivered up to it
-        F.when(kc.isin(2, 4), F.col("Lprev")).alias("L"),
-        ((kc <= 1) & F.col("lsr").isNotNull()
-         & (F.col("ls").isNull() | (F.col("lsr") > F.col("ls")))).alias("fa"))
-    bad = (F.col("pb").isNotNull() | F.col("seqbad") | F.col("w1bad") | F.col("w2bad")
-           | F.col("unstamped") | (kc == 1))
-    return x.where(bad | kc.isin(2, 4) | F.col("fa") | (F.col("seq") == 0))
+        "process", "seq", "kind_code", "msg", "stamp", "row_problem", "seq_problem",
+        "w1_fails", "sends_before",
+        (is_origin & (F.col("seen_before") >= F.col("stamp"))).alias("w2_fails"),
+        (stamped_kind & F.col("stamp").isNull()).alias("unstamped"),
+        # at a signal row: the largest stamp its process sent or delivered up to it
+        F.when(kc.isin(*K.SIGNALS), F.col("seen_before")).alias("seen"),
+        (is_origin & F.col("last_signal").isNotNull()
+         & (F.col("last_send").isNull() | (F.col("last_signal") > F.col("last_send"))))
+        .alias("first_after_signal"))
+    bad = (F.col("row_problem").isNotNull() | F.col("seq_problem") | F.col("w1_fails")
+           | F.col("w2_fails") | F.col("unstamped") | (kc == K.DESTROY))
+    return x.where(bad | kc.isin(*K.SIGNALS) | F.col("first_after_signal")
+                   | (F.col("seq") == 0))
 
 
 def screen(checker):
@@ -111,7 +108,7 @@ def screen(checker):
     each job has stretches where fewer tasks than cores run (planning, code generation, a
     stage's last tasks, the small signal rounds), which the other job fills.
     """
-    T = checker._stamp()
+    T = pack_stamp(checker)
     if T is None:
         return False, "no stamps to screen with"
     ev = checker.trace.df
@@ -135,19 +132,20 @@ def screen(checker):
     return True, "passed"
 
 
-def _by_process(checker, ev, T):
+def _by_process(checker, ev, stamp):
     """S2, then S3 on the rows S2 kept: (ok, reason, process list)."""
-    from .load import row_problem_code
-    kept = checker._persist(process_pass(ev, T, row_problem_code()))
+    kept = checker._persist(process_pass(ev, stamp, row_problem_code()))
     one = F.lit(1)
+    kc = F.col("kind_code")
     st = kept.agg(
-        F.count(F.when(F.col("pb").isNotNull() | F.col("seqbad") | F.col("unstamped"), one))
-        .alias("rows"),
-        F.count(F.when(F.col("kc") == 1, one)).alias("destroys"),
-        F.count(F.when(F.col("w1bad"), one)).alias("w1"),
-        F.count(F.when(F.col("w2bad"), one)).alias("w2"),
-        F.count(F.when(F.col("kc").isin(2, 4), one)).alias("signals"),
-        F.sort_array(F.collect_set(F.when(F.col("seq") == 0, F.col("process")))).alias("procs"),
+        F.count(F.when(F.col("row_problem").isNotNull() | F.col("seq_problem")
+                       | F.col("unstamped"), one)).alias("rows"),
+        F.count(F.when(kc == K.DESTROY, one)).alias("destroys"),
+        F.count(F.when(F.col("w1_fails"), one)).alias("w1"),
+        F.count(F.when(F.col("w2_fails"), one)).alias("w2"),
+        F.count(F.when(kc.isin(*K.SIGNALS), one)).alias("signals"),
+        F.sort_array(F.collect_set(F.when(F.col("seq") == 0, F.col("process"))))
+        .alias("processes"),
     ).collect()[0]
     for name, why in (("rows", "malformed or unstamped rows"),
                       ("destroys", "destroy rows (node_rules needs the full pass)"),
@@ -156,10 +154,11 @@ def _by_process(checker, ev, T):
         if st[name]:
             return False, f"{st[name]} rows: {why}", None
     if st["signals"]:
-        sig = kept.where(F.col("kc").isin(2, 4)).select(
-            "process", "seq", kind_name(F.col("kc")).alias("kind"), "msg", "L", "nsb")
-        sends = kept.where(F.col("fa")).select("process", "nsb", "T")
-        if not checker._timed("screen_signals", checker._scalar_signal_witness, sig, sends):
+        sig = kept.where(kc.isin(*K.SIGNALS)).select(
+            "process", "seq", K.kind_name(kc).alias("kind"), "msg", "seen", "sends_before")
+        sends = kept.where(F.col("first_after_signal")).select("process", "sends_before",
+                                                               "stamp")
+        if not checker._timed("screen_signals", scalar_signal_witness, checker, sig, sends):
             checker.tier1_failed = True
             return False, "tier 1 of the signal witness does not prove causal", None
-    return True, "passed", list(st["procs"])
+    return True, "passed", list(st["processes"])

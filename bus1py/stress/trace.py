@@ -18,22 +18,19 @@ from __future__ import annotations
 
 import os
 
-# SPEC section 7 columns, plus our own extras (allowed: "producers may add columns"):
+from ..schema import COLUMN_NAMES
+from ..schema import schema as _spec_schema
+
+# SPEC section 7 columns (bus1py/schema.py), plus our own extras (allowed: "producers may
+# add columns"):
 #   action  the workload action that produced the event (send/signal/internal rows)
 #   size    payload bytes of a sent message
-TRACE_COLUMNS = ("process", "seq", "kind", "msg", "dests", "node", "wall_ns",
-                 "stamp_ts", "stamp_peer", "stamp_tx", "action", "size")
+EXTRA_COLUMNS = (("action", "string"), ("size", "int32"))
+TRACE_COLUMNS = COLUMN_NAMES + tuple(name for name, _ in EXTRA_COLUMNS)
 
 
 def schema():
-    import pyarrow as pa
-
-    return pa.schema([
-        ("process", pa.int32()), ("seq", pa.int64()), ("kind", pa.string()),
-        ("msg", pa.int64()), ("dests", pa.list_(pa.int32())), ("node", pa.int64()),
-        ("wall_ns", pa.int64()), ("stamp_ts", pa.int64()), ("stamp_peer", pa.int64()),
-        ("stamp_tx", pa.int64()), ("action", pa.string()), ("size", pa.int32()),
-    ])
+    return _spec_schema(EXTRA_COLUMNS)
 
 
 class TraceWriter:

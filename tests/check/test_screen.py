@@ -9,7 +9,7 @@ import pytest
 from hypothesis import strategies as st
 
 from bus1py.check.load import load_trace
-from bus1py.check.properties import Checker, check_trace
+from bus1py.check.checker import Checker, check_trace
 from bus1py.check.reference import reference_check
 from bus1py.check.screen import screen
 from bus1py.check.simulate import MUTATIONS, mutate, offset_rows, simulate

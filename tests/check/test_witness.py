@@ -8,7 +8,7 @@
 import random
 
 from bus1py.check.load import load_trace
-from bus1py.check.properties import check_trace
+from bus1py.check.checker import check_trace
 from bus1py.check.reference import reference_check
 from bus1py.check.simulate import offset_rows, simulate
 from bus1py.schema import write_rows as write_trace

@@ -1,0 +1,128 @@
+# Invariants: exact `consistent`: the strongly connected components (more than one message)
+# of the graph whose edges join consecutive first deliveries of each process. A(m)[x] = the
+# highest position in chain x of an ancestor of m (or m), computed in rounds until the sum
+# stops changing; m lies on a cycle iff an ancestor sits after it on a chain holding it, and
+# two such messages share a component iff their ancestor vectors are equal
+# (docs/CHECKER.md, "Exact consistent"). Only a bounded sample of one component's rows ever
+# reaches the driver, for its shortest cycle.
+from __future__ import annotations
+
+from collections import deque
+
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+
+from .causal import vc_columns
+from .examples import event
+
+MAX_MEMBERS, MAX_ROWS = 20_000, 200_000   # of one component, collected for its example
+
+
+def consistent_exact(c):
+    cols = vc_columns(c, "a")
+    # A message delivered at one process only sits inside one chain: every cycle switches
+    # chains, so contracting those messages (keeping each chain's order of the shared
+    # ones) preserves every cycle and every component, and shrinks the graph to the
+    # messages delivered at two or more processes.
+    shared = (c.first_deliveries.groupBy("msg").agg(F.count(F.lit(1)).alias("k"))
+              .where("k > 1").select("msg"))
+    nparts = int(c.spark.conf.get("spark.sql.shuffle.partitions"))
+    fd = c._persist(c.first_deliveries
+                    .select("process", "deliver_seq", "msg", "sender_process", "send_seq")
+                    .join(shared, "msg", "left_semi")
+                    .withColumn("chain", c._pidx(F.col("process")))
+                    .repartition(nparts, "msg"))
+    upto = (Window.partitionBy("process").orderBy("deliver_seq")
+            .rowsBetween(Window.unboundedPreceding, 0))
+
+    def step(ancestors):
+        if ancestors is None:
+            j = fd.select("process", "deliver_seq", "msg", "chain",
+                          *[F.lit(None).cast("long").alias(col) for col in cols])
+        else:
+            j = fd.join(ancestors, "msg", "left")
+        # a row's ancestor vector: its own chain position, plus the running max along the
+        # chain of the ancestor vectors of everything delivered there before it.
+        own = [F.when(F.col("chain") == i, F.greatest(F.col(col), F.col("deliver_seq")))
+               .otherwise(F.col(col)).alias(col) for i, col in enumerate(cols)]
+        j = j.select("process", "deliver_seq", "msg", *own)
+        j = j.select("msg", *[F.max(col).over(upto).alias(col) for col in cols])
+        return j.groupBy("msg").agg(*[F.max(col).alias(col) for col in cols])
+
+    ancestors, rnd = c._fixpoint(step, cols)
+    c.rounds["consistency_rounds"] = rnd
+    own = F.element_at(F.array(*[F.col(col) for col in cols]), F.col("chain") + 1)
+    on_cycle = (fd.join(ancestors, "msg").where(own > F.col("deliver_seq"))
+                .select("msg", F.array(*[F.col(col) for col in cols]).alias("anc"), "process",
+                        c._group(F.col("process")).alias("grp")).distinct())
+    # Equal ancestor sets <=> same strongly connected component (for nodes on cycles).
+    sccs = on_cycle.groupBy("grp", "anc").agg(
+        F.count_distinct("msg").alias("size"), F.min("process").alias("process"),
+        F.min("msg").alias("min_msg"), F.first(F.xxhash64("anc")).alias("h"))
+    v = c._persist(sccs)
+    n = v.count()
+    examples = []
+    for r in v.orderBy("size", "min_msg").limit(c.max_examples).collect():
+        members = (on_cycle.where((F.xxhash64("anc") == F.lit(r["h"]))
+                                  & (F.col("grp") == F.lit(r["grp"])))
+                   .select("msg").distinct().limit(MAX_MEMBERS))
+        rows = (fd.join(F.broadcast(members), "msg")
+                .select("process", "deliver_seq", "msg", "sender_process", "send_seq")
+                .limit(MAX_ROWS).collect())
+        cycle = shortest_cycle(rows)
+        if cycle:
+            origin = {r["msg"]: (r["sender_process"], r["send_seq"]) for r in rows}
+            examples.append(cycle_example(cycle, r["size"], origin))
+    return v, n, examples
+
+
+def shortest_cycle(rows):
+    """Shortest cycle in the delivery-chain graph of one SCC (rows: process, deliver_seq,
+    msg): a list of edges (a, b, process, seq of a's delivery, seq of b's delivery)."""
+    chains = {}
+    for r in rows:
+        chains.setdefault(r["process"], []).append((r["deliver_seq"], r["msg"]))
+    succ = {}
+    for p, lst in chains.items():
+        lst.sort()
+        for (d1, a), (d2, b) in zip(lst, lst[1:]):
+            succ.setdefault(a, []).append((b, p, d1, d2))
+    best = None
+    for s in sorted(succ)[:50]:
+        parent = {s: None}
+        dq = deque([s])
+        found = None
+        while dq and found is None:
+            a = dq.popleft()
+            for b, p, d1, d2 in succ.get(a, ()):
+                if b == s:
+                    found = (a, (b, p, d1, d2))
+                    break
+                if b not in parent:
+                    parent[b] = (a, p, d1, d2)
+                    dq.append(b)
+        if found is None:
+            continue
+        a, (b, p, d1, d2) = found
+        edges = [(a, b, p, d1, d2)]
+        while parent[a] is not None:
+            pa, pp, pd1, pd2 = parent[a]
+            edges.append((pa, a, pp, pd1, pd2))
+            a = pa
+        edges.reverse()
+        if best is None or len(edges) < len(best):
+            best = edges
+    return best
+
+
+def cycle_example(edges, size, origin):
+    """The data of a cycle counterexample: for each edge, the process whose first
+    deliveries order a before b. `origin`: msg -> (sender process, send seq)."""
+    cyc = [int(e[0]) for e in edges]
+    steps, evs = [], []
+    for a, b, p, d1, d2 in edges:
+        da = event(p, d1, "deliver", a, origin=origin.get(a))
+        db = event(p, d2, "deliver", b, origin=origin.get(b))
+        steps.append({"process": int(p), "before": da, "after": db})
+        evs += [da, db]
+    return {"cycle": cyc, "size": int(size), "edges": steps, "events": evs, "highlight": cyc}
