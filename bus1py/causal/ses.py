@@ -14,25 +14,34 @@ count); control 4n + m(2 + 4n) bytes. Dependents are counted as vector timestamp
 (t_M and one per pair), the unit PROTOCOLS.md section 10 uses; integers would be n(1 + m).
 
 Invariants:
-  - `t` (numpy, n) is the vector clock: it ticks t[me] at every send and every delivery
-    and merges by max on delivery, never on receipt.
-  - `V` (numpy '<u4', n x n): row P is the pair (P, V[P]), a zero row means no pair. Row me
-    stays zero. Every row is <= t componentwise.
+  - `t` (list of n ints) is the vector clock: it ticks t[me] at every send and every
+    delivery and merges by max on delivery, never on receipt.
+  - `R` (numpy records (pid u16, vector u32[n]), one per process, R[P].pid == P) holds the
+    pairs in their wire encoding; `V` is its vector column. `present` is the set of P != me
+    that have a pair; only those rows are ever sent. Every pair is <= t componentwise.
   - A message from j with t_M[j] <= t[j] was already delivered: j's send event is known here
     only through messages that carry the pair (me, >= t_M) and so were delivered after it.
     Such a wire is a duplicate and raises WireError.
   - `pending[j]` (present only while non-empty) maps t_M[j] -> held message from j;
     after every input no held message is deliverable.
+
+Validation: a wire must decode, name distinct processes other than its sender, carry a pair
+for us that is <= t_M and a clock that knows no event of ours we have not had. The values of
+pairs for third processes are not checked (they only ever raise what is merged).
+
+Hot path: the clock and our own pair are read with precompiled structs and compared as
+Python ints (n <= 50 makes that cheaper than a numpy reduction); numpy does the n x m work
+only: one record gather per send and one max-merge of the pairs per delivery.
 """
 from __future__ import annotations
 
 import struct
+from operator import le
 
 import numpy as np
 
 from .base import U32_MAX, Protocol, Step, WireCost, WireError
 
-_U4 = np.dtype("<u4")
 _H = struct.Struct("<H")
 
 
@@ -42,13 +51,17 @@ class SES(Protocol):
 
     def __init__(self, me: int, n: int):
         super().__init__(me, n)
-        self.t = np.zeros(n, dtype=np.int64)
-        self.V = np.zeros((n, n), dtype=_U4)
-        self.pending = {}          # j -> {t_M[j]: (cond vector or None, t_M, pids, vecs, payload)}
-        self._held = 0
+        self.t = [0] * n
         self._entry = np.dtype([("p", "<u2"), ("v", "<u4", (n,))])
+        self.R = np.zeros(n, dtype=self._entry)
+        self.R["p"] = np.arange(n)
+        self.V = self.R["v"]
+        self.present = set()
+        self.pending = {}          # j -> {t_M[j]: (cond, t_M, pids, vecs, payload)}
+        self._held = 0
         self._es = 2 + 4 * n
-        self._ids = np.arange(n)
+        self._vec = struct.Struct(f"<{n}I")
+        self._pid_structs = {}     # m -> struct reading the m pair ids
 
     @property
     def held(self) -> int:
@@ -56,73 +69,77 @@ class SES(Protocol):
 
     def _send(self, dests, payload):
         me, n, es = self.me, self.n, self._es
-        t, V = self.t, self.V
+        t, R, present = self.t, self.R, self.present
         if t[me] >= U32_MAX:
             raise ValueError(f"process {me} exhausted its 32-bit clock")
         t[me] += 1
-        tm = t.astype(_U4)
-        W = V.copy()
-        W[dests] = tm
-        idx = np.flatnonzero(W.any(axis=1))
-        rec = np.empty(len(idx), self._entry)
-        rec["p"] = idx
-        rec["v"] = W[idx]
+        tmb = self._vec.pack(*t)
+        idx = sorted(present.union(dests))
+        rec = R[idx]
+        where = {p: k for k, p in enumerate(idx)}
+        dpos = [where[d] for d in dests]
+        rec["v"][dpos] = t                  # sup(old, t_M) = t_M: every pair is <= t
         full = rec.tobytes()
-        tmb = tm.tobytes()
-        pos = np.searchsorted(idx, dests).tolist()
-        has_old = V[dests].any(axis=1).tolist()
         m_all = len(idx)
         step = Step()
-        for d, p, old in zip(dests, pos, has_old):
-            a, b = p * es, (p + 1) * es
-            if old:
+        for d, k in zip(dests, dpos):
+            a, b = k * es, (k + 1) * es
+            if d in present:                # the copy to d carries d's old pair
                 m = m_all
-                pairs = b"".join((full[:a], _H.pack(d), V[d].tobytes(), full[b:]))
+                pairs = b"".join((full[:a], R[d:d + 1].tobytes(), full[b:]))
             else:
                 m = m_all - 1
                 pairs = full[:a] + full[b:]
-            wire = b"".join((_H.pack(m), tmb, pairs, payload))
-            step.emit(d, wire, WireCost(2, 4 * n + m * es, 1 + m, True))
-        V[dests] = tm
+            step.emit(d, b"".join((_H.pack(m), tmb, pairs, payload)),
+                      WireCost(2, 4 * n + m * es, 1 + m, True))
+        self.V[dests] = t
+        present.update(dests)
         return step
 
+    def _pids(self, m):
+        st = self._pid_structs.get(m)
+        if st is None:
+            st = self._pid_structs[m] = struct.Struct("<" + ("H" + "x" * (4 * self.n)) * m)
+        return st
+
     def _decode(self, src, data):
-        n, me = self.n, self.me
+        n, me, es = self.n, self.me, self._es
         size = len(data)
         if size < 2:
             raise WireError(f"wire truncated: {size} bytes, needs at least 2")
         m = _H.unpack_from(data)[0]
         if m >= n:
             raise WireError(f"pair count {m} exceeds {n - 1}")
-        end = 2 + 4 * n + m * self._es
+        end = 2 + 4 * n + m * es
         if size < end:
             raise WireError(f"wire truncated: {size} bytes, clock and pairs need {end}")
-        tm = np.frombuffer(data, _U4, n, 2)
-        rec = np.frombuffer(data, self._entry, m, 2 + 4 * n)
-        pids = rec["p"].astype(np.intp)
-        vecs = rec["v"]
-        s = int(tm[src])
+        tm = self._vec.unpack_from(data, 2)
+        s = tm[src]
+        t = self.t
         if s == 0:
             raise WireError(f"clock from {src} has no send event of {src}")
-        if m:
-            if pids.max() >= n or (pids == src).any() or len(np.unique(pids)) != m:
-                raise WireError(f"bad pair list {pids.tolist()} from {src}")
-            if (vecs > tm).any():
-                raise WireError("a pair's vector exceeds the message's clock")
-        if tm[me] > self.t[me]:
-            raise WireError(f"clock from {src} names our event {tm[me]}, we are at {self.t[me]}")
-        if s <= self.t[src] or s in self.pending.get(src, ()):
+        if tm[me] > t[me]:
+            raise WireError(f"clock from {src} names our event {tm[me]}, we are at {t[me]}")
+        if s <= t[src] or s in self.pending.get(src, ()):
             raise WireError(f"duplicate message {s} from {src}")
-        mine = np.flatnonzero(pids == me)
-        cond = vecs[mine[0]] if len(mine) else None
-        keep = pids != me
-        return s, (cond, tm, pids[keep], vecs[keep], data[end:])
+        cond = pids = None
+        if m:
+            base = 2 + 4 * n
+            pl = self._pids(m).unpack_from(data, base)
+            if max(pl) >= n or src in pl or len(set(pl)) != m:
+                raise WireError(f"bad pair list {list(pl)} from {src}")
+            if me in pl:
+                cond = self._vec.unpack_from(data, base + pl.index(me) * es + 2)
+                if not all(map(le, cond, tm)):
+                    raise WireError("our pair's vector exceeds the message's clock")
+            pids = pl
+        return s, (cond, tm, pids, data, data[end:])
 
     def _receive(self, src, data):
         s, e = self._decode(src, data)
         step = Step()
         cond = e[0]
-        if cond is None or (cond <= self.t).all():
+        if cond is None or all(map(le, cond, self.t)):
             self._apply(e)
             step.delivered.append((src, e[4]))
             if self._held:
@@ -133,28 +150,38 @@ class SES(Protocol):
         return step
 
     def _apply(self, e):
-        _, tm, pids, vecs, _ = e
-        V, t = self.V, self.t
-        if len(pids):
-            V[pids] = np.maximum(V[pids], vecs)
-        np.maximum(t, tm, out=t)
+        _, tm, pids, data, _ = e
+        if pids:
+            V = self.V
+            rec = np.frombuffer(data, self._entry, len(pids), 2 + 4 * self.n)
+            rows = rec["p"]
+            # our own pair (if any) lands in row me, which is never sent
+            V[rows] = np.maximum(V[rows], rec["v"])
+            self.present.update(pids)
+            self.present.discard(self.me)
+        t = self.t = list(map(max, self.t, tm))
         t[self.me] += 1
 
     def _rescan(self, delivered):
-        pending, t = self.pending, self.t
+        # Messages from one sender are delivered in t_M[j] order (each carries the pair
+        # (me, t_M) of the previous one), so only the oldest held message of each sender
+        # can be deliverable.
+        pending = self.pending
         progress = True
         while progress and pending:
             progress = False
             for j in list(pending):
                 held = pending[j]
-                for s in sorted(held):
+                while held:
+                    s = min(held)
                     e = held[s]
-                    if (e[0] <= t).all():
-                        del held[s]
-                        self._held -= 1
-                        self._apply(e)
-                        delivered.append((j, e[4]))
-                        progress = True
+                    if not all(map(le, e[0], self.t)):
+                        break
+                    del held[s]
+                    self._held -= 1
+                    self._apply(e)
+                    delivered.append((j, e[4]))
+                    progress = True
                 if not held:
                     del pending[j]
 
