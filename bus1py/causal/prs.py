@@ -194,9 +194,9 @@ class Prs(Protocol):
             row = cb[k]
             mk = cbm.get(k)
             if mk:
-                for s, z in mk.items():
-                    if row.get(s, 0) <= z:
-                        row.pop(s, None)
+                for s in row.keys() & mk.keys():
+                    if row[s] <= mk[s]:
+                        del row[s]
             if row.get(j, 0) < x:
                 row[j] = x
         for k, mk in cbm.items():
@@ -208,7 +208,8 @@ class Prs(Protocol):
             if not row:
                 cb[k] = mk                       # owned by the delivered record
                 continue
-            for s, z in mk.items():
+            # Mostly the two barriers agree; only the differing pairs need a look.
+            for s, z in mk.items() - row.items():
                 if row.get(s, 0) < z:
                     row[s] = z
 
