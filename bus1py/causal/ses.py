@@ -57,11 +57,13 @@ class SES(Protocol):
         self.R["p"] = np.arange(n)
         self.V = self.R["v"]
         self.present = set()
-        self.pending = {}          # j -> {t_M[j]: (cond, t_M, pids, vecs, payload)}
+        self.pending = {}          # j -> {t_M[j]: (cond, t_M, pids, wire, j, payload)}
         self._held = 0
         self._es = 2 + 4 * n
         self._vec = struct.Struct(f"<{n}I")
         self._pid_structs = {}     # m -> struct reading the m pair ids
+        # the steady state: a sender has a pair for every process but itself, in id order
+        self._all_but = [tuple(p for p in range(n) if p != j) for j in range(n)]
 
     @property
     def held(self) -> int:
@@ -133,7 +135,7 @@ class SES(Protocol):
                 if not all(map(le, cond, tm)):
                     raise WireError("our pair's vector exceeds the message's clock")
             pids = pl
-        return s, (cond, tm, pids, data, data[end:])
+        return s, (cond, tm, pids, data, src, data[end:])
 
     def _receive(self, src, data):
         s, e = self._decode(src, data)
@@ -141,7 +143,7 @@ class SES(Protocol):
         cond = e[0]
         if cond is None or all(map(le, cond, self.t)):
             self._apply(e)
-            step.delivered.append((src, e[4]))
+            step.delivered.append((src, e[5]))
             if self._held:
                 self._rescan(step.delivered)
         else:
@@ -150,13 +152,18 @@ class SES(Protocol):
         return step
 
     def _apply(self, e):
-        _, tm, pids, data, _ = e
+        _, tm, pids, data, src, _ = e
         if pids:
             V = self.V
             rec = np.frombuffer(data, self._entry, len(pids), 2 + 4 * self.n)
-            rows = rec["p"]
             # our own pair (if any) lands in row me, which is never sent
-            V[rows] = np.maximum(V[rows], rec["v"])
+            if pids == self._all_but[src]:  # two slices, no gather/scatter
+                vecs = rec["v"]
+                np.maximum(V[:src], vecs[:src], out=V[:src])
+                np.maximum(V[src + 1:], vecs[src:], out=V[src + 1:])
+            else:
+                rows = rec["p"]
+                V[rows] = np.maximum(V[rows], rec["v"])
             self.present.update(pids)
             self.present.discard(self.me)
         t = self.t = list(map(max, self.t, tm))
@@ -180,7 +187,7 @@ class SES(Protocol):
                     del held[s]
                     self._held -= 1
                     self._apply(e)
-                    delivered.append((j, e[4]))
+                    delivered.append((j, e[5]))
                     progress = True
                 if not held:
                     del pending[j]
