@@ -80,6 +80,9 @@ class Jpcy(Protocol):
     def _send(self, dests, payload):
         if self.tau >= U32_MAX:
             raise ValueError(f"process {self.me} exhausted its 32-bit timestamps")
+        if sum(map(len, self.ci.values())) > 0xFFFF:
+            # Sends only shrink this count before encoding it as a u16; refuse up front.
+            raise ValueError(f"{self.me} holds more than 65535 CI tuples, beyond the wire format")
         me = self.me
         dm = 0
         for d in dests:
