@@ -117,7 +117,7 @@ def register(subparsers):
 def run(a) -> int:
     from rich.console import Console
 
-    from .report import aggregate, print_tables, write_plots
+    from .report import aggregate, markdown, print_tables, write_plots
     from .sweep import plan, run_sweep
 
     err = Console(stderr=True)
@@ -142,7 +142,10 @@ def run(a) -> int:
     out = Console()
     print_tables(agg, out)
     plots = write_plots(agg, a.plots or os.path.dirname(os.path.abspath(a.out)))
-    out.print(f"CSV: {a.out}")
+    md = os.path.splitext(a.out)[0] + ".md"
+    with open(md, "w") as f:
+        f.write(markdown(agg))
+    out.print(f"CSV: {a.out}; tables as Markdown: {md}")
     out.print("plots: " + ", ".join(plots))
     lost = [r for r in rows if int(r["undelivered"])]
     out.print(f"{len(rows)} runs in {time.monotonic() - t0:.1f} s")

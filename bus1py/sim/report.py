@@ -80,6 +80,36 @@ def print_tables(agg, console) -> None:
         console.print(t)
 
 
+def markdown(agg) -> str:
+    """The overhead tables as Markdown: one per mode and network delay, a row per protocol,
+    per n the dependents / control bytes / control messages per message (summed over its
+    destinations), then per-copy bytes and the delivery delay at the largest n."""
+    out = []
+    keys = {(a["mode"], a["net_delay"]) for a in agg}
+    for (mode, delay) in sorted(keys, key=lambda k: (k[0] != "unicast", k[1])):
+        cells = [a for a in agg if a["mode"] == mode and a["net_delay"] == delay]
+        ns = sorted({a["n"] for a in cells})
+        runs = sorted({a["runs"] for a in cells})
+        out.append(f"**{mode}**, network delay mean {delay:g} s, "
+                   f"{'/'.join(map(str, runs))} run(s) per cell: dependents / control bytes / "
+                   "control messages per message")
+        out.append("")
+        out.append("| protocol | " + " | ".join(f"n={n}" for n in ns)
+                   + f" | bytes per copy, n={ns[-1]} | delay mean / p99, n={ns[-1]} |")
+        out.append("|---|" + "---:|" * (len(ns) + 2))
+        for proto in dict.fromkeys(a["protocol"] for a in cells):
+            row = {a["n"]: a for a in cells if a["protocol"] == proto}
+            vals = [("" if n not in row else
+                     f"{_fmt(row[n]['dependents_per_msg'])} / {_fmt(row[n]['bytes_per_msg'])}"
+                     f" / {_fmt(row[n]['control_msgs_per_msg'])}") for n in ns]
+            last = row[max(row)]
+            vals.append(_fmt(last["bytes_per_copy"]))
+            vals.append(f"{last['delay_mean'] * 1e3:.0f} / {last['delay_p99'] * 1e3:.0f} ms")
+            out.append(f"| {proto} | " + " | ".join(vals) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
 def _series(agg, mode, metric, delay):
     by = defaultdict(list)
     for a in agg:

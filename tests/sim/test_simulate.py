@@ -141,6 +141,8 @@ def test_simulate_cli_quick_prints_table_writes_csv_plots_and_trace(tmp_path):
     assert need <= set(rows[0])
     for name in ("dependents", "bytes", "delay", "control", "net_delay"):
         assert os.path.getsize(tmp_path / "study" / f"{name}.png") > 10_000
+    md = (tmp_path / "study" / "r.md").read_text()
+    assert "| jpcy |" in md and "**multicast**, network delay mean 0.1 s" in md
     traces = sorted(os.listdir(tmp_path / "traces"))
     assert len(traces) == 24 and "jpcy-n5-multicast-r0-d0.02" in traces
     assert set(causal.PROTOCOLS) >= {r["protocol"] for r in rows}
