@@ -82,7 +82,7 @@ class Ks(Protocol):
             raise ValueError(f"process {self.me} exhausted its 32-bit clock")
         if sum(map(len, self.log.values())) > 0xFFFF:
             # Sends only shrink this count before encoding it as a u16; refuse up front.
-            raise ValueError(f"{self.me} holds more than 65535 log entries, beyond the wire format")
+            raise ValueError(f"{self.me} holds more than 65535 log entries, beyond the wire")
         me = self.me
         dm = 0
         for d in dests:

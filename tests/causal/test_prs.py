@@ -1,4 +1,4 @@
-"""prs (reconstruction): exact transcripts, direct-dependency pruning, invariants, bytes, bad input."""
+"""prs (a reconstruction): exact transcripts, direct predecessors only, invariants, bad input."""
 from __future__ import annotations
 
 import random
