@@ -164,8 +164,10 @@ class SES(Protocol):
             else:
                 rows = rec["p"]
                 V[rows] = np.maximum(V[rows], rec["v"])
-            self.present.update(pids)
-            self.present.discard(self.me)
+            present = self.present
+            if len(present) < self.n - 1:   # once every other process has a pair, it stays
+                present.update(pids)
+                present.discard(self.me)
         t = self.t = list(map(max, self.t, tm))
         t[self.me] += 1
 
