@@ -310,27 +310,21 @@ class Jpcy(Protocol):
             mmax = max(mt)
             imax = max(it)
             if mmax > imax:         # every tuple of CI_i is older than mmax
-                top = mmax
                 it = {u: (E & it[u] if u in it else E) for u, E in mt.items()
                       if u in it or u > imax}
-            elif mmax < imax:       # every tuple of CI_m is older than imax
-                top = imax
-                it = {t: (D & mt[t] if t in mt else D) for t, D in it.items()
-                      if t in mt or t > mmax}
+                if len(it) > 1:
+                    _r8_r9(it)
             else:
-                top = imax
-                it = {t: D & mt[t] for t, D in it.items() if t in mt}
-            if len(it) > 1:
-                # R8: per destination l, only the newest tuple of sender k lists l.
-                # R9: every empty tuple but the newest of its sender goes.
-                seen = 0
-                for t in sorted(it, reverse=True):
-                    D = it[t]
-                    if D & seen:
-                        D = it[t] = D & ~seen
-                    if not D and t != top:
-                        del it[t]
-                    seen |= D
+                if mmax < imax:     # every tuple of CI_m is older than imax
+                    it = {t: (D & mt[t] if t in mt else D) for t, D in it.items()
+                          if t in mt or t > mmax}
+                else:
+                    it = {t: D & mt[t] for t, D in it.items() if t in mt}
+                # Every survivor is one of our tuples, perhaps with a smaller D, and our CI
+                # already satisfies R8, so R8 finds nothing. R9: every empty tuple but the
+                # newest (imax, always kept) goes.
+                if len(it) > 1 and 0 in it.values():
+                    it = {t: D for t, D in it.items() if D or t == imax}
             ci[k] = it
         if me not in cim:
             own_rows = ci.get(me)
