@@ -159,6 +159,20 @@ def test_already_replaced_r5():
     assert jw(2, 1, [1], ci=[(0, 4, [])], dc=[(0, 3)], payload=b"z") == one(p2.send([1], b"z"))
 
 
+def test_r5_judges_both_sides_before_deleting():
+    # CI_2[0] = {4, 5}; the wire's CI_m[0] = {3, 7}. 4 and 5 go (older than 7, absent from
+    # CI_m); 3 goes too (older than 5, absent from CI_2) although 5 itself is deleted:
+    # marking first makes the result independent of the loop order.
+    p0, p1, p2, p3 = procs(4)
+    for _ in range(4):
+        p0.send([1], b"to 1")
+    p2.receive(0, one(p0.send([2], b"m5")))
+    assert p2.ci[0] == {4: bits(1), 5: 0}
+    w = jw(1, 1, [2], ci=[(0, 3, [3]), (0, 7, [])], payload=b"w")
+    assert p2.receive(1, w).delivered == [(1, b"w")]
+    assert p2.ci[0] == {7: 0}
+
+
 def test_r8_keeps_only_newest_tuple_per_destination():
     # Honest senders never hand over two tuples of one sender listing the same process
     # (their own CI keeps R8), so this wire is built by hand: R8 must still strip the older.

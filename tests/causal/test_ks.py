@@ -124,6 +124,19 @@ def test_merge_marks_then_deletes_and_intersects():
     assert q2.log[0] == {3: bits(1), 4: 0}
 
 
+def test_merge_judges_both_sides_before_deleting():
+    # LOG_2[0] = {4, 5}; O_M[0] = {3, 7}: 4 and 5 are marked (older than 7, absent from
+    # O_M), and so is 3 (older than 5, absent from LOG) although 5 itself goes.
+    p0, p1, p2, p3 = procs(4)
+    for _ in range(4):
+        p0.send([1], b"to 1")
+    p2.receive(0, one(p0.send([2], b"m5")))
+    assert p2.log[0] == {4: bits(1), 5: 0}
+    w = kw(1, 1, [2], [(0, 3, [3]), (0, 7, [])], b"w")
+    assert p2.receive(1, w).delivered == [(1, b"w")]
+    assert p2.log[0] == {7: 0}
+
+
 def check_invariants(p):
     me = p.me
     for s, entries in p.log.items():
