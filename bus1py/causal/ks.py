@@ -17,7 +17,8 @@ The header holds what seed 001 leaves out of its cost (sender, own clock, Dests)
 section lengths. Dependents per copy = |O_M| (PROTOCOLS.md P4). O_M differs per copy.
 
 State at j: clock (sends so far); SR[m] (clock of the last message from m delivered here);
-LOG: sender s -> {t: Dests bitmask}, initialised to (s, 0, {}) for every s as in the book;
+LOG: sender s -> {t: Dests bitmask}, initialised to (s, 0, {}) for every s as in the book
+(so early copies carry those n entries, 6 B each, until a sender's first message is known);
 the hold-back buffer.
 
 Invariants:
