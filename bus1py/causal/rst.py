@@ -36,12 +36,21 @@ from __future__ import annotations
 from operator import le
 
 import struct
+from functools import lru_cache
 
 import numpy as np
 
 from .base import U32_MAX, Protocol, Step, WireCost, WireError
 
 _U4 = np.dtype("<u4")
+
+
+@lru_cache(maxsize=None)
+def _structs(n):
+    """Per-n codec shared by all machines: one column of a row-major n x n u32 matrix (one
+    u32 every 4n bytes, read from offset 4*i), and one row."""
+    return (struct.Struct("<" + ("I" + "x" * (4 * n - 4)) * (n - 1) + "I"),
+            struct.Struct(f"<{n}I"))
 
 
 class RST(Protocol):
@@ -57,10 +66,8 @@ class RST(Protocol):
         self._held = 0
         self._size = 4 * n * n
         self._cost = WireCost(0, self._size, n * n, True)
-        # column `me` of a row-major n x n u32 matrix: one u32 every 4n bytes from 4*me
-        self._col = struct.Struct("<" + ("I" + "x" * (4 * n - 4)) * (n - 1) + "I")
+        self._col, self._row = _structs(n)
         self._col_at = 4 * me
-        self._row = struct.Struct(f"<{n}I")
         self._row_at = 4 * n * me
         self._myrow = [0] * n      # sent[me][.] as ints, for validating wires
 

@@ -16,9 +16,10 @@ count); control 4n + m(2 + 4n) bytes. Dependents are counted as vector timestamp
 Invariants:
   - `t` (list of n ints) is the vector clock: it ticks t[me] at every send and every
     delivery and merges by max on delivery, never on receipt.
-  - `R` (numpy records (pid u16, vector u32[n]), one per process, R[P].pid == P) holds the
-    pairs in their wire encoding; `V` is its vector column. `present` is the set of P != me
-    that have a pair; only those rows are ever sent. Every pair is <= t componentwise.
+  - `V` (numpy '<u4', n x n, aligned so the per-delivery merge runs at full speed): row P is
+    the pair (P, V[P]). `present` is the set of P != me that have a pair; only those rows
+    are ever sent (row me may hold our own pair, merged from wires, and is never read).
+    Every pair is <= t componentwise.
   - A message from j with t_M[j] <= t[j] was already delivered: j's send event is known here
     only through messages that carry the pair (me, >= t_M) and so were delivered after it.
     Such a wire is a duplicate and raises WireError.
@@ -31,11 +32,14 @@ pairs for third processes are not checked (they only ever raise what is merged).
 
 Hot path: the clock and our own pair are read with precompiled structs and compared as
 Python ints (n <= 50 makes that cheaper than a numpy reduction); numpy does the n x m work
-only: one record gather per send and one max-merge of the pairs per delivery.
+only: one record build per send and one max-merge of the pairs per delivery (two slices
+when the wire has a pair for every process but its sender, the steady state).
 """
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left
+from functools import lru_cache
 from operator import le
 
 import numpy as np
@@ -45,6 +49,21 @@ from .base import U32_MAX, Protocol, Step, WireCost, WireError
 _H = struct.Struct("<H")
 
 
+@lru_cache(maxsize=None)
+def _layout(n):
+    """Per-n codec shared by all machines: pair record dtype, clock struct, and for each
+    sender j the pair ids of a full list (every process but j, in id order)."""
+    entry = np.dtype([("p", "<u2"), ("v", "<u4", (n,))])
+    all_but = [tuple(p for p in range(n) if p != j) for j in range(n)]
+    return entry, struct.Struct(f"<{n}I"), all_but
+
+
+@lru_cache(maxsize=None)
+def _pid_struct(n, m):
+    """Reads the m pair ids of a wire, skipping each pair's vector."""
+    return struct.Struct("<" + ("H" + "x" * (4 * n)) * m)
+
+
 class SES(Protocol):
     name = "ses"
     rule = "deliver m at i iff V_M has no pair (i, t) or its pair has t <= t_i"
@@ -52,18 +71,12 @@ class SES(Protocol):
     def __init__(self, me: int, n: int):
         super().__init__(me, n)
         self.t = [0] * n
-        self._entry = np.dtype([("p", "<u2"), ("v", "<u4", (n,))])
-        self.R = np.zeros(n, dtype=self._entry)
-        self.R["p"] = np.arange(n)
-        self.V = self.R["v"]
+        self._entry, self._vec, self._all_but = _layout(n)
+        self.V = np.zeros((n, n), dtype=np.dtype("<u4"))
         self.present = set()
         self.pending = {}          # j -> {t_M[j]: (cond, t_M, pids, wire, j, payload)}
         self._held = 0
         self._es = 2 + 4 * n
-        self._vec = struct.Struct(f"<{n}I")
-        self._pid_structs = {}     # m -> struct reading the m pair ids
-        # the steady state: a sender has a pair for every process but itself, in id order
-        self._all_but = [tuple(p for p in range(n) if p != j) for j in range(n)]
 
     @property
     def held(self) -> int:
@@ -71,15 +84,16 @@ class SES(Protocol):
 
     def _send(self, dests, payload):
         me, n, es = self.me, self.n, self._es
-        t, R, present = self.t, self.R, self.present
+        t, V, present = self.t, self.V, self.present
         if t[me] >= U32_MAX:
             raise ValueError(f"process {me} exhausted its 32-bit clock")
         t[me] += 1
         tmb = self._vec.pack(*t)
         idx = sorted(present.union(dests))
-        rec = R[idx]
-        where = {p: k for k, p in enumerate(idx)}
-        dpos = [where[d] for d in dests]
+        rec = np.empty(len(idx), self._entry)
+        rec["p"] = idx
+        rec["v"] = V[idx]
+        dpos = [bisect_left(idx, d) for d in dests]
         rec["v"][dpos] = t                  # sup(old, t_M) = t_M: every pair is <= t
         full = rec.tobytes()
         m_all = len(idx)
@@ -88,21 +102,15 @@ class SES(Protocol):
             a, b = k * es, (k + 1) * es
             if d in present:                # the copy to d carries d's old pair
                 m = m_all
-                pairs = b"".join((full[:a], R[d:d + 1].tobytes(), full[b:]))
+                pairs = b"".join((full[:a], _H.pack(d), V[d].tobytes(), full[b:]))
             else:
                 m = m_all - 1
                 pairs = full[:a] + full[b:]
             step.emit(d, b"".join((_H.pack(m), tmb, pairs, payload)),
                       WireCost(2, 4 * n + m * es, 1 + m, True))
-        self.V[dests] = t
+        V[dests] = t
         present.update(dests)
         return step
-
-    def _pids(self, m):
-        st = self._pid_structs.get(m)
-        if st is None:
-            st = self._pid_structs[m] = struct.Struct("<" + ("H" + "x" * (4 * self.n)) * m)
-        return st
 
     def _decode(self, src, data):
         n, me, es = self.n, self.me, self._es
@@ -127,7 +135,7 @@ class SES(Protocol):
         cond = pids = None
         if m:
             base = 2 + 4 * n
-            pl = self._pids(m).unpack_from(data, base)
+            pl = _pid_struct(n, m).unpack_from(data, base)
             if max(pl) >= n or src in pl or len(set(pl)) != m:
                 raise WireError(f"bad pair list {list(pl)} from {src}")
             if me in pl:
