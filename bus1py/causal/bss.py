@@ -20,16 +20,23 @@ Invariants:
   - `vt[k]` is the number of k's broadcasts delivered here; `vt[me]` counts our own sends.
   - `pending[j]` (present only while non-empty) maps VT_m[j] -> held copy from j, with
     VT_m[j] > vt[j] and one copy per value; `_held` is the total over all j.
-  - After every input, no held copy is deliverable (the buffer is rescanned to a fixpoint).
+  - After every input, no held copy is deliverable. Only j's next copy (VT_m[j] = vt[j] + 1)
+    can be; while it is held it is parked in `waiters[k]` for a k != j with VT_m[k] > vt[k].
+    A delivery from k raises only vt[k], so it retries just k's next copy and waiters[k].
 """
 from __future__ import annotations
 
 import struct
-from operator import le
+from functools import lru_cache
+from itertools import compress, count
+from operator import gt, le
 
 from .base import U32_MAX, Protocol, Step, WireCost, WireError
 
-_H = struct.Struct("<H")
+
+@lru_cache(maxsize=None)
+def _u16s(k):
+    return struct.Struct(f"<{k}H")
 
 
 class BSS(Protocol):
@@ -40,7 +47,8 @@ class BSS(Protocol):
     def __init__(self, me: int, n: int):
         super().__init__(me, n)
         self.vt = [0] * n
-        self.pending = {}          # j -> {VT_m[j]: (VT_m list, for_me, payload)}
+        self.pending = {}          # j -> {VT_m[j]: (VT_m tuple, for_me, payload)}
+        self.waiters = {}          # k -> senders whose next message waits for VT[k] to grow
         self._held = 0
         self._vts = struct.Struct(f"<{n}I")
         self._others = [d for d in range(n) if d != me]
@@ -56,7 +64,7 @@ class BSS(Protocol):
             raise ValueError(f"process {me} exhausted its 32-bit broadcast counter")
         vt[me] += 1        # before the stamp is taken (PROTOCOLS.md section 2)
         k = len(dests)
-        body = struct.pack(f"<{k + 1}H", k, *dests) + self._vts.pack(*vt)
+        body = _u16s(k + 1).pack(k, *dests) + self._vts.pack(*vt)
         hl = 2 + 2 * k
         data_wire = body + payload
         data_cost = WireCost(hl, 4 * n, n, True)
@@ -76,17 +84,23 @@ class BSS(Protocol):
         size = len(data)
         if size < 2:
             raise WireError(f"wire truncated: {size} bytes, needs at least 2")
-        k = _H.unpack_from(data)[0]
+        k = data[0] | data[1] << 8
         if not 1 <= k < n:
             raise WireError(f"destination count {k} not in 1..{n - 1}")
         end = 2 + 2 * k + 4 * n
         if size < end:
             raise WireError(f"wire truncated: {size} bytes, header and VT need {end}")
-        dests = struct.unpack_from(f"<{k}H", data, 2)
-        if max(dests) >= n or src in dests or len(set(dests)) != k:
-            raise WireError(f"bad destination list {list(dests)} from {src}")
-        vm = list(self._vts.unpack_from(data, 2 + 2 * k))
-        for_me = self.me in dests
+        if k == 1:                      # unicast, the common case: no tuple, no set
+            d = data[2] | data[3] << 8
+            if d >= n or d == src:
+                raise WireError(f"bad destination {d} from {src}")
+            for_me = d == self.me
+        else:
+            dests = _u16s(k).unpack_from(data, 2)
+            if max(dests) >= n or src in dests or len(set(dests)) != k:
+                raise WireError(f"bad destination list {list(dests)} from {src}")
+            for_me = self.me in dests
+        vm = self._vts.unpack_from(data, 2 + 2 * k)
         payload = data[end:]
         if payload and not for_me:
             raise WireError("a copy to a non-destination carries a payload")
@@ -108,35 +122,52 @@ class BSS(Protocol):
             if for_me:
                 step.delivered.append((src, payload))
             if self._held:
-                self._rescan(step.delivered)
+                self._release(src, step.delivered)
         else:
+            if s == vt[src]:            # the next from src, waiting for another sender
+                self._wait(src, vm)
             vt[src] -= 1
             self.pending.setdefault(src, {})[s] = (vm, for_me, payload)
             self._held += 1
         return step
 
-    def _rescan(self, delivered):
-        vt, pending = self.vt, self.pending
-        progress = True
-        while progress and pending:
-            progress = False
-            for j in list(pending):
-                held = pending[j]
-                while True:
-                    e = held.get(vt[j] + 1)
-                    if e is None:
-                        break
-                    vt[j] += 1
-                    if not all(map(le, e[0], vt)):
-                        vt[j] -= 1
-                        break
+    def _wait(self, j, vm):
+        """Park j's next message on the first sender k whose count it is ahead of (vt[j] bumped)."""
+        k = next(compress(count(), map(gt, vm, self.vt)))
+        w = self.waiters.get(k)
+        if w is None:
+            self.waiters[k] = {j}
+        else:
+            w.add(j)
+
+    def _release(self, j0, delivered):
+        """VT[j0] just advanced: retry j0's next message and every sender parked on j0, and so
+        on for each delivery that follows (delivery raises only the sender's count)."""
+        vt, pending, waiters = self.vt, self.pending, self.waiters
+        work = [j0]
+        while work:
+            k = work.pop()
+            retry = waiters.pop(k, set())
+            retry.add(k)
+            for j in sorted(retry):
+                held = pending.get(j)
+                if held is None:
+                    continue
+                e = held.get(vt[j] + 1)
+                if e is None:
+                    continue
+                vt[j] += 1
+                if all(map(le, e[0], vt)):
                     del held[vt[j]]
+                    if not held:
+                        del pending[j]
                     self._held -= 1
-                    progress = True
                     if e[1]:
                         delivered.append((j, e[2]))
-                if not held:
-                    del pending[j]
+                    work.append(j)
+                else:
+                    self._wait(j, e[0])
+                    vt[j] -= 1
 
 
 PROTOCOL = BSS

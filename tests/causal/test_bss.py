@@ -19,7 +19,8 @@ def wires_to(step):
 
 
 def state(p):
-    return (list(p.vt), {j: dict(h) for j, h in p.pending.items()}, p.held)
+    return (list(p.vt), {j: dict(h) for j, h in p.pending.items()}, p.held,
+            {k: set(w) for k, w in p.waiters.items()})
 
 
 def test_registered_and_flags():
