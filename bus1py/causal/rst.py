@@ -29,14 +29,18 @@ Invariants:
 
 Hot path: the column ST[.][i] and row ST[i][.] are read with one precompiled struct each (plain
 ints, no array objects); numpy is used only for the n^2 elementwise maximum at delivery.
-  - In the default mode, after every input no held message is deliverable.
+  - In the default mode, after every input no held message is deliverable. Only j's next
+    message (ST[j][i] = deliv[j] + 1) can be; while it is held it is parked in `waiters[k]`
+    for a k != j with ST[k][i] > deliv[k]. A delivery from k raises only deliv[k], so it
+    retries just k's next message and waiters[k]. (Selective mode parks nothing.)
 """
 from __future__ import annotations
 
-from operator import le
+from operator import gt, le
 
 import struct
 from functools import lru_cache
+from itertools import compress, count
 
 import numpy as np
 
@@ -63,6 +67,7 @@ class RST(Protocol):
         self.sent = np.zeros(n * n, dtype=_U4)
         self.deliv = [0] * n
         self.pending = {}
+        self.waiters = {}          # k -> senders whose next message waits for DELIV[k] to grow
         self._held = 0
         self._size = 4 * n * n
         self._cost = WireCost(0, self._size, n * n, True)
@@ -103,15 +108,18 @@ class RST(Protocol):
             raise WireError(f"matrix from {src} counts messages from us that we never sent")
         payload = data[size:]
         step = Step()
-        if not self.selective and self._try(src, col, data):
-            step.delivered.append((src, payload))
-            if self._held:
-                self._rescan(step.delivered)
-        else:
-            if held is None:
-                held = self.pending[src] = {}
-            held[s] = (col, data, payload)
-            self._held += 1
+        if not self.selective:
+            if self._try(src, col, data):
+                step.delivered.append((src, payload))
+                if self._held:
+                    self._release(src, step.delivered)
+                return step
+            if s == self.deliv[src] + 1:    # the next from src, waiting for another sender
+                self._wait(src, col)
+        if held is None:
+            held = self.pending[src] = {}
+        held[s] = (col, data, payload)
+        self._held += 1
         return step
 
     def _try(self, j, col, data) -> bool:
@@ -125,23 +133,43 @@ class RST(Protocol):
         deliv[j] -= 1
         return False
 
-    def _rescan(self, delivered):
-        pending, deliv = self.pending, self.deliv
-        progress = True
-        while progress and pending:
-            progress = False
-            for j in list(pending):
-                held = pending[j]
-                while True:
-                    e = held.get(deliv[j] + 1)
-                    if e is None or not self._try(j, e[0], e[1]):
-                        break
+    def _wait(self, j, col):
+        """Park j's next message on the first sender k != j whose count it is ahead of."""
+        deliv = self.deliv
+        deliv[j] += 1
+        k = next(compress(count(), map(gt, col, deliv)))
+        deliv[j] -= 1
+        w = self.waiters.get(k)
+        if w is None:
+            self.waiters[k] = {j}
+        else:
+            w.add(j)
+
+    def _release(self, j0, delivered):
+        """DELIV[j0] just grew: retry j0's next message and every sender parked on j0, and so
+        on for each delivery that follows (a delivery raises only its sender's count)."""
+        pending, deliv, waiters = self.pending, self.deliv, self.waiters
+        work = [j0]
+        while work:
+            k = work.pop()
+            retry = waiters.pop(k, set())
+            retry.add(k)
+            for j in sorted(retry):
+                held = pending.get(j)
+                if held is None:
+                    continue
+                e = held.get(deliv[j] + 1)
+                if e is None:
+                    continue
+                if self._try(j, e[0], e[1]):
                     del held[deliv[j]]
+                    if not held:
+                        del pending[j]
                     self._held -= 1
-                    progress = True
                     delivered.append((j, e[2]))
-                if not held:
-                    del pending[j]
+                    work.append(j)
+                else:
+                    self._wait(j, e[0])
 
     def deliver_from(self, k: int):
         """Selective receive: the next message from k if deliverable now, else None."""

@@ -28,6 +28,7 @@ def matrix(n, entries):
 
 def state(p):
     return (p.sent.tolist(), list(p.deliv), list(p._myrow), p.held,
+            {k: set(w) for k, w in p.waiters.items()},
             {j: sorted(h) for j, h in p.pending.items()})
 
 
