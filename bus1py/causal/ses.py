@@ -24,7 +24,11 @@ Invariants:
     only through messages that carry the pair (me, >= t_M) and so were delivered after it.
     Such a wire is a duplicate and raises WireError.
   - `pending[j]` (present only while non-empty) maps t_M[j] -> held message from j;
-    after every input no held message is deliverable.
+    after every input no held message is deliverable. Messages from one sender are
+    delivered in t_M[j] order (each carries the pair (me, t_M) of the previous one), so only
+    j's oldest held message can be; it is parked in `waiters[k][j]` (and `parked[j] = k`)
+    for a k where its pair is ahead of t. Each delivery retries only the parked messages
+    whose component k has reached the needed value.
 
 Validation: a wire must decode, name distinct processes other than its sender, carry a pair
 for us that is <= t_M and a clock that knows no event of ours we have not had. The values of
@@ -40,7 +44,8 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left
 from functools import lru_cache
-from operator import le
+from itertools import compress, count
+from operator import gt, le
 
 import numpy as np
 
@@ -75,6 +80,8 @@ class SES(Protocol):
         self.V = np.zeros((n, n), dtype=np.dtype("<u4"))
         self.present = set()
         self.pending = {}          # j -> {t_M[j]: (cond, t_M, pids, wire, j, payload)}
+        self.waiters = {}          # k -> {j: value t[k] must reach for j's oldest message}
+        self.parked = {}           # j -> the k its oldest held message is parked on
         self._held = 0
         self._es = 2 + 4 * n
 
@@ -153,11 +160,30 @@ class SES(Protocol):
             self._apply(e)
             step.delivered.append((src, e[5]))
             if self._held:
-                self._rescan(step.delivered)
-        else:
-            self.pending.setdefault(src, {})[s] = e
-            self._held += 1
+                self._release(step.delivered)
+            return step
+        held = self.pending.get(src)
+        if held is None:
+            held = self.pending[src] = {}
+        held[s] = e
+        self._held += 1
+        if s == min(held):                  # src's new oldest: park it instead of the old one
+            old = self.parked.pop(src, None)
+            if old is not None:
+                del self.waiters[old][src]
+            self._park(src, cond)
         return step
+
+    def _park(self, j, cond):
+        """Park j's oldest held message on the first component its pair is ahead of t."""
+        t = self.t
+        k = next(compress(count(), map(gt, cond, t)))
+        self.parked[j] = k
+        w = self.waiters.get(k)
+        if w is None:
+            self.waiters[k] = {j: cond[k]}
+        else:
+            w[j] = cond[k]
 
     def _apply(self, e):
         _, tm, pids, data, src, _ = e
@@ -176,29 +202,40 @@ class SES(Protocol):
             if len(present) < self.n - 1:   # once every other process has a pair, it stays
                 present.update(pids)
                 present.discard(self.me)
-        t = self.t = list(map(max, self.t, tm))
+        t = self.t
+        t[:] = map(max, t, tm)
         t[self.me] += 1
 
-    def _rescan(self, delivered):
-        # Messages from one sender are delivered in t_M[j] order (each carries the pair
-        # (me, t_M) of the previous one), so only the oldest held message of each sender
-        # can be deliverable.
-        pending = self.pending
-        progress = True
-        while progress and pending:
-            progress = False
-            for j in list(pending):
+    def _release(self, delivered):
+        """t grew: retry every sender whose parked message's blocking component is now
+        reached, delivering its held messages oldest first, until nothing is ready."""
+        pending, waiters, parked, t = self.pending, self.waiters, self.parked, self.t
+        while waiters:
+            ready = []
+            for k in list(waiters):
+                w = waiters[k]
+                tk = t[k]
+                hit = [j for j, need in w.items() if need <= tk]
+                for j in hit:
+                    del w[j]
+                    del parked[j]
+                if not w:
+                    del waiters[k]
+                ready += hit
+            if not ready:
+                return
+            for j in sorted(ready):
                 held = pending[j]
                 while held:
                     s = min(held)
                     e = held[s]
-                    if not all(map(le, e[0], self.t)):
+                    if not all(map(le, e[0], t)):
+                        self._park(j, e[0])
                         break
                     del held[s]
                     self._held -= 1
                     self._apply(e)
                     delivered.append((j, e[5]))
-                    progress = True
                 if not held:
                     del pending[j]
 

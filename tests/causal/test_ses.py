@@ -26,7 +26,8 @@ def wire(n, tm, pairs=(), payload=b""):
 
 
 def state(p):
-    return (list(p.t), p.V.tolist(), sorted(p.present), p.held,
+    return (list(p.t), p.V.tolist(), sorted(p.present), p.held, dict(p.parked),
+            {k: dict(w) for k, w in p.waiters.items()},
             {j: sorted(h) for j, h in p.pending.items()})
 
 
