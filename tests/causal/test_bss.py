@@ -148,3 +148,20 @@ def test_bad_receive_arguments():
             p.receive(src, _good_wire())
     with pytest.raises(ValueError):
         BSS(3, 3)
+
+
+def test_cascade_across_senders():
+    # x (P0) -> y (P1) -> z (P2), arriving at P3 as z, y, x: each waits on another sender's
+    # broadcast, and x's copy releases the chain; y is not for P3 and is only counted.
+    p0, p1, p2, p3 = procs(4)
+    x = wires_to(p0.send([1, 3], b"x"))
+    p1.receive(0, x[1])
+    y = wires_to(p1.send([2], b"y"))
+    p2.receive(0, x[2])
+    p2.receive(1, y[2])
+    z = wires_to(p2.send([3], b"z"))[3]
+    assert p3.receive(2, z).delivered == []
+    assert p3.receive(1, y[3]).delivered == []
+    assert p3.held == 2 and set(p3.waiters) <= {0, 1}
+    assert p3.receive(0, x[3]).delivered == [(0, b"x"), (2, b"z")]
+    assert p3.held == 0 and p3.waiters == {} and p3.vt == [1, 1, 1, 0]

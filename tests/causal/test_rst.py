@@ -162,3 +162,20 @@ def test_bad_send_arguments():
         p.send([2, 1], b"")
     assert p.sent[:3].tolist() == [0, 0xFFFFFFFF, 0]
     assert p.sent.dtype == np.dtype("<u4")
+
+
+def test_cascade_across_senders():
+    # x (P0) -> y (P1) -> z (P2), all to P3, arriving z, y, x: each waits on another
+    # sender's message, and x's delivery releases the chain in causal order.
+    p0, p1, p2, p3 = procs(4)
+    x = wires_to(p0.send([1, 3], b"x"))
+    p1.receive(0, x[1])
+    y = wires_to(p1.send([2, 3], b"y"))
+    p2.receive(1, y[2])
+    z = wires_to(p2.send([3], b"z"))[3]
+    assert p3.receive(2, z).delivered == []
+    assert p3.waiters == {0: {2}}              # parked on the first sender it is ahead of
+    assert p3.receive(1, y[3]).delivered == []
+    assert p3.waiters == {0: {1, 2}}
+    assert p3.receive(0, x[3]).delivered == [(0, b"x"), (1, b"y"), (2, b"z")]
+    assert p3.held == 0 and p3.waiters == {} and p3.pending == {}
