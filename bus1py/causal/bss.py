@@ -19,7 +19,8 @@ copies). Header 2 + 2k bytes; control 4n bytes, n dependents, on every one of th
 Invariants:
   - `vt[k]` is the number of k's broadcasts delivered here; `vt[me]` counts our own sends.
   - `pending[j]` (present only while non-empty) maps VT_m[j] -> held copy from j, with
-    VT_m[j] > vt[j] and one copy per value; `_held` is the total over all j.
+    VT_m[j] > vt[j] and one copy per value; `_held` (the `held` property) is the total over
+    all j, copies for non-destinations included: they are held until delivered and discarded.
   - After every input, no held copy is deliverable. Only j's next copy (VT_m[j] = vt[j] + 1)
     can be; while it is held it is parked in `waiters[k]` for a k != j with VT_m[k] > vt[k].
     A delivery from k raises only vt[k], so it retries just k's next copy and waiters[k].
