@@ -49,7 +49,8 @@ def play(protocol: str, n: int, ops, drain="lifo") -> Played:
 
     def row(p, kind, msg, dests=None):
         out.rows.append({"process": p, "seq": seqs[p], "kind": kind, "msg": msg,
-                         "dests": dests, "node": None, "wall_ns": len(out.rows)})
+                         "dests": dests, "node": None, "wall_ns": len(out.rows),
+                         "stamp_ts": None, "stamp_peer": None, "stamp_tx": None})
         seqs[p] += 1
 
     def transmit(step, src):

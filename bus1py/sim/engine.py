@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 from .. import causal, schema
 
 _MID = struct.Struct("<Q")
+_NO_STAMP = dict.fromkeys(schema.STAMPS)
 MODES = ("unicast", "multicast")
 
 
@@ -152,7 +153,7 @@ def run(spec: RunSpec, trace: list | None = None) -> dict:
                 if trace is not None:
                     trace.append({"process": p, "seq": seqs[p], "kind": schema.SEND,
                                   "msg": mid, "dests": group, "node": None,
-                                  "wall_ns": int(now * 1e9)})
+                                  "wall_ns": int(now * 1e9), **_NO_STAMP})
                     seqs[p] += 1
                 account(procs[p].send(group, _MID.pack(mid)), now, p)
             push(heap, (now + expo(send_rate), tick, -1, p, b""))
@@ -175,7 +176,7 @@ def run(spec: RunSpec, trace: list | None = None) -> dict:
             if trace is not None:
                 trace.append({"process": dest, "seq": seqs[dest], "kind": schema.DELIVER,
                               "msg": mid, "dests": None, "node": None,
-                              "wall_ns": int(now * 1e9)})
+                              "wall_ns": int(now * 1e9), **_NO_STAMP})
                 seqs[dest] += 1
             c = delivered[dest] = delivered[dest] + 1
             if c == goal_warm and warm_left:
