@@ -133,7 +133,7 @@ class BSS(Protocol):
         return step
 
     def _wait(self, j, vm):
-        """Park j's next message on the first sender k whose count it is ahead of (vt[j] bumped)."""
+        """Park j's next copy on the first sender k it is ahead of (vt[j] already bumped)."""
         k = next(compress(count(), map(gt, vm, self.vt)))
         w = self.waiters.get(k)
         if w is None:

@@ -1,4 +1,4 @@
-"""rst (form B): exact matrices and 4n^2 control bytes, held messages, selective mode, bad input."""
+"""rst (form B): exact matrices, 4n^2 control bytes, held messages, selective mode, bad input."""
 from __future__ import annotations
 
 import struct
