@@ -15,6 +15,8 @@ import sys
 from rich.console import Console
 
 from .. import INJECT_KINDS
+from ..causal import PROTOCOLS
+from .transports import TRANSPORTS
 from .runner import StressConfig, run_stress
 from .workload import ACTION_KINDS, PayloadSizes, parse_mix
 
@@ -42,6 +44,13 @@ def add_workload_options(p):
                    help="pause between destinations in injected modes (widens the race window)")
     p.add_argument("--spin-ns", type=int, default=2000, help="receiver spin before sleeping (default 2000)")
     p.add_argument("--max-peers", type=int, help="bus peer slots (default processes + 8)")
+    p.add_argument("--transport", choices=TRANSPORTS, default="bus",
+                   help="what carries the messages (default bus); other than the bus, the "
+                        "workload is unicast, multicast (repeated sends) and signals")
+    p.add_argument("--protocol", choices=PROTOCOLS,
+                   help="run this causal-order protocol (bus1py.causal) in every process")
+    p.add_argument("--chaos-delay", type=float, default=0.0, metavar="D",
+                   help="delay each wire by a seeded random 0..D seconds on the sending side")
 
 
 def config_from_args(a) -> StressConfig:
@@ -50,7 +59,8 @@ def config_from_args(a) -> StressConfig:
         trace_dir=None if getattr(a, "no_trace", False) else a.trace, inject=a.inject,
         inject_pause_ns=a.inject_pause_ns, fanout=a.fanout, reach=a.reach,
         sizes=PayloadSizes.parse(a.payload), mix=parse_mix(a.mix), spin_ns=a.spin_ns,
-        max_peers=a.max_peers)
+        max_peers=a.max_peers, transport=a.transport, protocol=a.protocol,
+        chaos_delay=a.chaos_delay)
 
 
 def run_and_report(cfg: StressConfig, console: Console, progress: bool = True, verify: bool = False,

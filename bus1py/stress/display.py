@@ -156,9 +156,8 @@ def summary_table(res, lat: dict | None):
             kinds[k] = kinds.get(k, 0) + v
     t.add_row("result", "[green]ok[/green]" if res.ok else "[red]FAILED[/red]: " + "; ".join(res.failures[:3]))
     t.add_row("actions", ", ".join(f"{k} {v:,}" for k, v in sorted(kinds.items())) or "none")
-    skipped = [k for k, w in cfg.mix.items() if w and not res.mix.get(k)]
-    if skipped:
-        t.add_row("skipped (bus lacks API)", ", ".join(skipped))
+    if res.skipped:
+        t.add_row("skipped", "; ".join(f"{k} ({why})" for k, why in res.skipped.items()))
     t.add_row("messages sent", f"{sent:,}")
     t.add_row("deliveries", f"{deliv:,}")
     t.add_row("signals", f"{sum(r['signals_sent'] for r in rs):,} sent, "

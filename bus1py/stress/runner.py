@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from ..bus import Bus
-from .workload import DEFAULT_MIX, PayloadSizes, Topology, capabilities, effective_mix
+from .workload import (DEFAULT_MIX, PayloadSizes, Topology, capabilities, effective_mix,
+                       transport_mix)
 from .worker import (CTL_ABORT, CTL_DRAIN, ST_DONE, ST_FAILED, ST_SENT, ST_START, STATE, STRIDE,
-                     child_main)
+                     WIRES_IN, WIRES_OUT, child_main)
 
 
 @dataclass
@@ -50,6 +51,9 @@ class StressConfig:
     recv_wait: float = 0.005           # how long recv_signal waits for a message to react to
     max_peers: int | None = None       # default: processes + 8
     timeout: float | None = None       # watchdog for the whole run; default from the workload
+    transport: str = "bus"             # a transports.TRANSPORTS kind
+    protocol: str | None = None        # a bus1py.causal protocol run in every process
+    chaos_delay: float = 0.0           # seconds: most delay of the sending-side delay line
 
     def __post_init__(self):
         if self.processes < 1:
@@ -66,6 +70,26 @@ class StressConfig:
             raise ValueError(f"max_peers={self.max_peers} is below processes={self.processes}")
         if self.rate is not None and self.rate <= 0:
             raise ValueError("rate must be positive")
+        from .transports import TRANSPORTS
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"unknown transport {self.transport!r}; choose from {', '.join(TRANSPORTS)}")
+        if self.protocol is not None:
+            from ..causal import PROTOCOLS
+            if self.protocol not in PROTOCOLS:
+                raise ValueError(f"unknown protocol {self.protocol!r}; choose from {', '.join(PROTOCOLS)}")
+            if self.processes < 2:
+                raise ValueError("a protocol needs at least 2 processes")
+        if self.chaos_delay < 0:
+            raise ValueError("chaos delay must be >= 0 seconds")
+        if self.inject and not self.direct_bus:
+            raise ValueError("--inject breaks the bus's own ordering: only with --transport bus "
+                             "and no --protocol")
+
+    @property
+    def direct_bus(self) -> bool:
+        """The bus with its whole API (nodes, handles, destroy): worker.py; everything else
+        runs the message workload over a transport: ipc_worker.py."""
+        return self.transport == "bus" and self.protocol is None and not self.chaos_delay
 
 
 @dataclass
@@ -79,6 +103,7 @@ class StressResult:
     capabilities: dict
     mix: dict
     samples: dict = field(default_factory=dict)  # psutil peaks: cpu/rss
+    skipped: dict = field(default_factory=dict)  # action kind left out -> why
 
 
 def _bus_limits(cfg: StressConfig) -> dict:
@@ -108,8 +133,15 @@ class Run:
     def __init__(self, cfg: StressConfig):
         self.cfg = cfg
         n = cfg.processes
-        self.caps = capabilities()
-        self.mix = effective_mix(cfg.mix, self.caps)
+        if cfg.direct_bus:
+            self.caps = capabilities()
+            self.mix = effective_mix(cfg.mix, self.caps)
+            self.skipped = {k: "bus lacks API" for k, w in cfg.mix.items() if w and not self.mix[k]}
+        else:
+            self.caps = {}
+            self.mix, self.skipped = transport_mix(cfg.mix, cfg.protocol)
+        self.transport = None
+        self.quiet_since = None  # (wires out, wires in) at the last look, for quiescence
         self.topology = Topology.ring(n, cfg.reach)
         ctx = mp.get_context("fork")
         self.ctx = ctx
@@ -133,6 +165,8 @@ class Run:
             if stale:
                 raise FileExistsError(17, f"trace directory {cfg.trace_dir!r} already holds "
                                           f"{len(stale)} Parquet files; give an empty one")
+        if not cfg.direct_bus:
+            return self.setup_transport()
         kw = _bus_limits(cfg)
         if cfg.inject:
             kw.update(inject=cfg.inject, inject_pause_ns=cfg.inject_pause_ns)
@@ -142,11 +176,7 @@ class Run:
         reach = self.topology.reach
         handles = [{i: own[i] if i == j else peers[i].transfer(own[i], peers[j]) for i in reach[j]}
                    for j in range(n)]
-        pipes = [os.pipe() for _ in range(n)]
-        for r, w in pipes:  # O_NONBLOCK lives on the shared open file: set once, here
-            os.set_blocking(r, False)
-            os.set_blocking(w, False)
-        self.pipe_fds = [fd for pair in pipes for fd in pair]
+        pipes = self.signal_pipes()
         self.specs = [SimpleNamespace(
             index=j, peer=peers[j], own_handle=own[j], handles=handles[j],
             signal_read_fd=pipes[j][0], signal_write_fds={t: pipes[t][1] for t in reach[j]},
@@ -155,6 +185,38 @@ class Run:
             trace_dir=cfg.trace_dir, result_dir=self.result_dir) for j in range(n)]
         self.peers = peers
 
+    def signal_pipes(self):
+        """One pipe per process for side-channel signals (read end theirs, write ends for the
+        processes that reach it)."""
+        pipes = [os.pipe() for _ in range(self.cfg.processes)]
+        for r, w in pipes:  # O_NONBLOCK lives on the shared open file: set once, here
+            os.set_blocking(r, False)
+            os.set_blocking(w, False)
+        self.pipe_fds = [fd for pair in pipes for fd in pair]
+        return pipes
+
+    def setup_transport(self):
+        from .transports import make
+        cfg, n = self.cfg, self.cfg.processes
+        self.transport = make(cfg.transport, n, cfg)
+        self.transport.setup()
+        pipes = self.signal_pipes()
+        reach = self.topology.reach
+        self.specs = [SimpleNamespace(
+            index=j, transport=self.transport, signal_read_fd=pipes[j][0],
+            signal_write_fds={t: pipes[t][1] for t in reach[j]}, all_pipe_fds=self.pipe_fds,
+            config=cfg, topology=self.topology, mix=self.mix, counters=self.counters,
+            control=self.control, go=self.go, trace_dir=cfg.trace_dir,
+            result_dir=self.result_dir) for j in range(n)]
+
+    def quiescent(self) -> bool:
+        """Every wire handed out has been received, and was so at the last look too."""
+        c, n = self.counters, self.cfg.processes
+        out = sum(c[i * STRIDE + WIRES_OUT] for i in range(n))
+        got = sum(c[i * STRIDE + WIRES_IN] for i in range(n))
+        last, self.quiet_since = self.quiet_since, (out, got)
+        return out == got and last == (out, got)
+
     def start(self):
         if self.cfg.trace_dir:
             # import (never use) pyarrow before forking: each child would otherwise spend
@@ -162,8 +224,11 @@ class Run:
             # pandas too: pa.array(list) imports it on first use (another 0.3 s per child).
             import pandas  # noqa: F401
             import pyarrow.parquet  # noqa: F401
+        target = child_main
+        if self.transport is not None:
+            from .ipc_worker import child_main as target
         for spec in self.specs:
-            p = self.ctx.Process(target=child_main, args=(spec,), name=f"bus1py-stress-{spec.index}")
+            p = self.ctx.Process(target=target, args=(spec,), name=f"bus1py-stress-{spec.index}")
             p.start()
             self.procs.append(p)
         for fd in self.pipe_fds:  # the children hold what they need
@@ -213,6 +278,10 @@ class Run:
             except OSError:
                 pass
         self.pipe_fds = []
+        if self.transport is not None:
+            self.bus_name = getattr(self.transport, "name", "")
+            self.transport.close()
+            self.transport = None
         if self.bus is not None:
             name = self.bus.name
             self.bus.close()
@@ -263,8 +332,11 @@ def run_stress(cfg: StressConfig, monitor=None) -> StressResult:
                                     f"{sorted(i for i, s in enumerate(states) if s == ST_FAILED) or [p.name for p in dead]}")
                     run.abort()
                     break
-                if not drained and all(s >= ST_SENT for s in states):
-                    run.control[CTL_DRAIN] = 1  # every send returned: all is committed
+                if not drained and all(s >= ST_SENT for s in states) and (
+                        cfg.direct_bus or run.quiescent()):
+                    # the bus: every send returned, all is committed; a transport: nothing is
+                    # in flight (every wire handed out was received, twice in a row)
+                    run.control[CTL_DRAIN] = 1
                     drained = True
                 if all(s == ST_DONE for s in states):
                     break
@@ -293,4 +365,5 @@ def run_stress(cfg: StressConfig, monitor=None) -> StressResult:
         failures.append(f"processes exited badly: {bad_exit[:8]}")
     return StressResult(config=cfg, ok=not failures, results=results, failures=failures,
                         wall=wall, bus_name=getattr(run, "bus_name", ""), capabilities=run.caps,
-                        mix=run.mix, samples=getattr(monitor, "peaks", {}) if monitor else {})
+                        mix=run.mix, samples=getattr(monitor, "peaks", {}) if monitor else {},
+                        skipped=run.skipped)

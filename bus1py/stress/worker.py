@@ -35,8 +35,10 @@ from .trace import TraceWriter
 from .workload import Planner, is_message
 
 # Shared counter slots per process (parent reads, child writes).
-SENT, DELIVERED, SIG_SENT, SIG_RECV, ERRORS, MAX_DEPTH, ACTIONS, STATE, PID = range(9)
-STRIDE = 9
+# WIRES_OUT/WIRES_IN: transport-level wires handed out / received (the generic worker's
+# quiescence test: the parent ends a run once every process is SENT and they are equal).
+SENT, DELIVERED, SIG_SENT, SIG_RECV, ERRORS, MAX_DEPTH, ACTIONS, STATE, PID, WIRES_OUT, WIRES_IN = range(11)
+STRIDE = 11
 # Process states.
 ST_START, ST_RUN, ST_SENT, ST_DONE, ST_FAILED = range(5)
 # Control slots (parent writes).
@@ -453,15 +455,8 @@ class Worker:
 
 def child_main(spec):
     """Entry point of a stress process (started by fork)."""
-    c, b = spec.counters, spec.index * STRIDE
     # keep only our pipe ends: our read end, write ends to our signal targets
-    keep = {spec.signal_read_fd, *spec.signal_write_fds.values()}
-    for fd in spec.all_pipe_fds:
-        if fd not in keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    close_others({spec.signal_read_fd, *spec.signal_write_fds.values()}, spec.all_pipe_fds)
     try:
         result = Worker(spec).run()
         status = 0
@@ -469,9 +464,23 @@ def child_main(spec):
         result = {"index": spec.index, "pid": os.getpid(), "failed": f"{type(e).__name__}: {e}",
                   "traceback": traceback.format_exc()}
         status = 1
+    finish(spec, result, status)
+
+
+def close_others(keep, fds):
+    for fd in fds:
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def finish(spec, result, status):
+    """Leave the result for the parent (atomically), mark the state, exit at once."""
     tmp = os.path.join(spec.result_dir, f".{spec.index}.json")
     with open(tmp, "w") as f:
         json.dump(result, f)
     os.replace(tmp, os.path.join(spec.result_dir, f"{spec.index}.json"))
-    c[b + STATE] = ST_DONE if status == 0 else ST_FAILED
+    spec.counters[spec.index * STRIDE + STATE] = ST_DONE if status == 0 else ST_FAILED
     os._exit(status)  # no atexit handlers, no flushing of inherited parent buffers

@@ -99,6 +99,27 @@ def effective_mix(mix: dict, caps: dict) -> dict:
     return out
 
 
+# kinds the generic worker (ipc_worker.py: any transport, any protocol) performs
+MESSAGE_KINDS = ("unicast", "multicast", "signal", "recv_signal")
+
+
+def transport_mix(mix: dict, protocol: str | None) -> tuple[dict, dict]:
+    """The mix over a transport: only MESSAGE_KINDS (nodes and handles are the bus's), and no
+    signals under a protocol other than bus1 (it cannot order what it never sees).
+    Returns (mix, {skipped kind: why})."""
+    out = {k: float(mix.get(k, 0)) if k in MESSAGE_KINDS else 0.0 for k in ACTION_KINDS}
+    why = {k: "nodes and handles are the bus's own" for k in ACTION_KINDS
+           if k not in MESSAGE_KINDS and mix.get(k)}
+    if protocol and protocol != "bus1":
+        for k in ("signal", "recv_signal"):
+            if out[k]:
+                why[k] = f"{protocol} cannot see side channels"
+            out[k] = 0.0
+    if not any(out[k] for k in ("unicast", "multicast")):
+        raise ValueError("the action mix sends no messages (give unicast or multicast a weight)")
+    return out, why
+
+
 @dataclass(frozen=True)
 class PayloadSizes:
     """Payload size distribution: 'fixed:N', 'uniform:LO:HI' or 'lognormal:MEDIAN:MAX'.
