@@ -79,6 +79,17 @@ def run_and_report(cfg: StressConfig, console: Console, progress: bool = True, v
         if verify:
             problems = wellformed(cfg.trace_dir)
     console.print(summary_table(res, lat))
+    proto = {}
+    if cfg.protocol and res.results:
+        from .protocol_stats import live_figures, prediction, protocol_table
+        live = live_figures(res.results)
+        try:
+            pred = prediction(cfg.protocol, cfg.processes, res.mix)
+        except Exception as e:  # the summary must not fail for want of a prediction
+            console.print(f"[yellow]no simulator prediction: {type(e).__name__}: {e}[/yellow]")
+            pred = None
+        console.print(protocol_table(cfg, live, pred))
+        proto = {"live": live, "simulator": pred}
     if verify and cfg.trace_dir:
         if problems:
             console.print(f"[red]trace self-check: {len(problems)} problem(s)[/red]")
@@ -96,12 +107,15 @@ def run_and_report(cfg: StressConfig, console: Console, progress: bool = True, v
     summary = {
         "ok": res.ok and not problems, "failures": res.failures, "trace_problems": problems[:50],
         "processes": cfg.processes, "seed": cfg.seed, "inject": cfg.inject,
+        "transport": cfg.transport, "protocol": cfg.protocol, "chaos_delay": cfg.chaos_delay,
+        "protocol_figures": proto, "skipped": res.skipped,
         "sent": sum(r["sent"] for r in rs), "delivered": sum(r["delivered"] for r in rs),
         "signals": sum(r["signals_sent"] for r in rs), "wall": res.wall,
         "latency_us": lat, "errors": errors_by_errno(res.results),
         "max_depth": max((r["max_depth"] for r in rs), default=0),
         "plans": {r["index"]: r["plan_sha256"] for r in rs}, "capabilities": res.capabilities,
-        "peaks": res.samples, "per_process": res.results,
+        "peaks": res.samples,
+        "per_process": [{k: v for k, v in r.items() if k != "hold_ns"} for r in res.results],
     }
     if json_path:
         with open(json_path, "w") as f:
@@ -119,7 +133,12 @@ def main(a) -> int:
     except ValueError as e:
         console.print(f"[red]{e}[/red]")
         return 2
-    res, summary = run_and_report(cfg, console, progress=not a.quiet, verify=a.verify, json_path=a.json)
+    try:
+        res, summary = run_and_report(cfg, console, progress=not a.quiet, verify=a.verify,
+                                      json_path=a.json)
+    except ValueError as e:  # what the transport cannot do with these options
+        console.print(f"[red]{e}[/red]")
+        return 2
     if res.ok and cfg.trace_dir:
         console.print(f"check the order: bus1py check {cfg.trace_dir} --report report.html")
     return 0 if summary["ok"] else 1

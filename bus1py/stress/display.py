@@ -146,7 +146,9 @@ def summary_table(res, lat: dict | None):
     active = (max((r["sent_at"] for r in rs), default=0) - min((r["start"] for r in rs), default=0)) or 1e-9
     total = (max((r["end"] for r in rs), default=0) - min((r["start"] for r in rs), default=0)) or 1e-9
     cfg = res.config
-    t = Table(title=f"bus1py stress: {cfg.processes} processes, seed {cfg.seed}"
+    t = Table(title=f"bus1py stress: {cfg.processes} processes, seed {cfg.seed}, "
+                    f"transport {cfg.transport}" + (f", protocol {cfg.protocol}" if cfg.protocol else "")
+                    + (f", chaos delay ≤{cfg.chaos_delay * 1e3:g} ms" if cfg.chaos_delay else "")
                     + (f", inject={cfg.inject}" if cfg.inject else ""), show_header=False)
     t.add_column("what", style="bold")
     t.add_column("value")

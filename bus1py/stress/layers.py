@@ -51,6 +51,7 @@ class Causal:
         self.p = causal.create(name, me, n)
         self.multicast = self.p.multicast
         self.control_bytes = self.control_wires = self.data_wires = self.header_bytes = 0
+        self.data_control = 0  # control bytes on data wires (the per-copy figure)
         self.arrived = {}     # message id -> arrival ns of the data wire the machine kept
         self.hold_ns = []     # one sample per message held back: delivery - arrival
         self.held_max = 0
@@ -69,6 +70,7 @@ class Causal:
             self.header_bytes += c.header
             if c.data:
                 self.data_wires += 1
+                self.data_control += c.control
             else:
                 self.control_wires += 1
         return step.wires
@@ -100,6 +102,7 @@ class Causal:
     def stats(self):
         return {"control_bytes": self.control_bytes, "control_wires": self.control_wires,
                 "data_wires": self.data_wires, "header_bytes": self.header_bytes,
+                "data_control": self.data_control,
                 "held_max": self.held_max, "held_count": len(self.hold_ns),
                 "hold_ns": self.hold_ns}
 
