@@ -87,7 +87,7 @@ def register(subparsers):
                    help="runs per cell (default: 5 at paper scale, 1 at quick scale)")
     p.add_argument("--scale", choices=("paper", "quick"), default="quick",
                    help="paper: warm up 10,000 then measure 50,000 deliveries per process; "
-                        "quick: 20 then 150 (default)")
+                        "quick: 10 then 80 (default)")
     p.add_argument("--warmup", type=_nonneg_int, default=None,
                    help="override the scale's warm-up deliveries per process")
     p.add_argument("--measure", type=_positive(int, "--measure"), default=None,

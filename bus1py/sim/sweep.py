@@ -24,7 +24,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from .engine import RunSpec, run
 
 #: (warm-up, measured) deliveries per process
-SCALES = {"paper": (10_000, 50_000), "quick": (20, 150)}
+SCALES = {"paper": (10_000, 50_000), "quick": (10, 80)}
 #: the spec fields that identify a row in the CSV
 KEY = ("protocol", "n", "mode", "run", "seed", "warmup", "measure", "send_mean", "net_delay")
 #: relative per-delivery cost of each protocol's bookkeeping, for longest-first ordering only
