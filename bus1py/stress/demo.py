@@ -94,4 +94,19 @@ def register(sub):
     p.add_argument("--rate", type=float, default=DEMO_RATE,
                    help=f"actions per second per process (default {DEMO_RATE:g}; 0: as fast as possible)")
     p.add_argument("--out", metavar="DIR", help="where the trace and report go (default: a new temp dir)")
-    p.set_defaults(func=lambda a: run_demo(a.processes, a.duration, a.seed, a.out, rate=a.rate))
+    p.add_argument("--compare", action="store_true",
+                   help="the same short workload over the bus, pipe and mp-queue, all checked: "
+                        "one table of messages/s and verdicts (--processes, --messages, --seed)")
+    p.add_argument("--messages", type=int, default=300,
+                   help="with --compare: messages per process (default 300)")
+    p.set_defaults(func=_main)
+
+
+def _main(a) -> int:
+    if a.compare:
+        from .compare import run_compare
+        if a.processes < 2 or a.messages < 1:
+            print("bus1py demo --compare: needs --processes >= 2 and --messages >= 1", file=sys.stderr)
+            return 2
+        return run_compare(a.processes, a.messages, 1 if a.seed is None else a.seed, a.out)[0]
+    return run_demo(a.processes, a.duration, a.seed, a.out, rate=a.rate)
