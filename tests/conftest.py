@@ -85,3 +85,12 @@ def _no_leaks_per_session():
     yield
     left = our_segments()
     assert not left, f"test session left bus segments in {SHM_DIR}: {sorted(left)}"
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """The URL of a real standalone Spark cluster (one master, one worker) on 127.0.0.1."""
+    from spark_cluster import start_cluster
+    url, stop = start_cluster(str(tmp_path_factory.mktemp("spark-cluster")))
+    yield url
+    stop()

@@ -146,3 +146,18 @@ def test_simulate_cli_quick_prints_table_writes_csv_plots_and_trace(tmp_path):
     traces = sorted(os.listdir(tmp_path / "traces"))
     assert len(traces) == 24 and "jpcy-n5-multicast-r0-d0.02" in traces
     assert set(causal.PROTOCOLS) >= {r["protocol"] for r in rows}
+
+
+@pytest.mark.timeout(600)
+def test_simulate_runs_on_a_standalone_cluster(spark_cluster, tmp_path):
+    out = tmp_path / "r.csv"
+    p = subprocess.run(
+        BUS1PY + ["simulate", "--protocols", "fifo,jpcy", "--n", "4", "--mode", "unicast",
+                  "--warmup", "2", "--measure", "10", "--runs", "2", "--out", str(out),
+                  "--master", spark_cluster],
+        capture_output=True, text=True, timeout=500)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = read_csv(str(out))
+    assert sorted((r["protocol"], r["run"]) for r in rows) == \
+        [("fifo", 0), ("fifo", 1), ("jpcy", 0), ("jpcy", 1)]
+    assert all(r["undelivered"] == 0 and r["sends"] > 0 for r in rows)
