@@ -40,6 +40,7 @@ from __future__ import annotations
 import struct
 
 from .base import U32_MAX, Protocol, Step, WireCost, WireError
+from .holdback import HoldBack
 
 _HEAD = struct.Struct("<HIHHH")
 
@@ -68,12 +69,11 @@ class Jpcy(Protocol):
         self.ci = {}                 # k -> {tau: D mask}
         self.dlv = [0] * n
         self._bit = [1 << x for x in range(n)]
-        self._waiting = {}           # k -> [held record] blocked on a constraint of k
-        self._held_ids = set()       # j << 32 | tau of every held message
+        self._hold = HoldBack(self.dlv)
 
     @property
     def held(self) -> int:
-        return len(self._held_ids)
+        return len(self._hold)
 
     # ---- SEND ----
 
@@ -150,14 +150,8 @@ class Jpcy(Protocol):
 
     def _receive(self, src, data):
         rec = self._decode(src, data)
-        key = src << 32 | rec[3]
-        if rec[3] <= self.dlv[src] or key in self._held_ids:
-            raise WireError(f"duplicate message {rec[3]} from {src}")
         step = Step()
-        if self._blocked(rec):
-            self._held_ids.add(key)
-            return step
-        self._deliver(rec, step)
+        self._hold.admit(rec, lambda r: self._deliver(r, step))
         return step
 
     def _decode(self, src, data):
@@ -242,36 +236,10 @@ class Jpcy(Protocol):
         # record: [dc senders, dc taus, next constraint, tau, sender, D, CI_m, payload]
         return [dc_ks, dc_ts, 0, tau, j, dm, cim, payload]
 
-    def _blocked(self, rec) -> bool:
-        """R1, resumed at the first constraint not yet known met; indexes rec if unmet."""
-        ks, ts, pos = rec[0], rec[1], rec[2]
-        dlv = self.dlv
-        for x in range(pos, len(ks)):
-            k = ks[x]
-            if ts[x] > dlv[k]:
-                rec[2] = x
-                w = self._waiting.get(k)
-                if w is None:
-                    self._waiting[k] = [rec]
-                else:
-                    w.append(rec)
-                return True
-        return False
-
     def _deliver(self, rec, step):
-        """R2-R9 for rec, then for every held message it unblocks, transitively."""
-        stack = [rec]
-        while stack:
-            rec = stack.pop()
-            j = rec[4]
-            step.delivered.append((j, rec[7]))          # R2
-            self._merge(j, rec[3], rec[5], rec[6])
-            waiters = self._waiting.pop(j, None)
-            if waiters:
-                for w in waiters:
-                    if not self._blocked(w):
-                        self._held_ids.discard(w[4] << 32 | w[3])
-                        stack.append(w)
+        """R2-R9 for one message whose constraints are met (R1)."""
+        step.delivered.append((rec[4], rec[7]))          # R2
+        self._merge(rec[4], rec[3], rec[5], rec[6])
 
     def _merge(self, j, tau, dm, cim):
         me = self.me

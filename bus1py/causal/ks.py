@@ -34,6 +34,7 @@ from __future__ import annotations
 import struct
 
 from .base import U32_MAX, Protocol, Step, WireCost, WireError
+from .holdback import HoldBack
 
 _HEAD = struct.Struct("<HIHH")
 
@@ -69,12 +70,11 @@ class Ks(Protocol):
         self.sr = [0] * n
         self._bit = [1 << x for x in range(n)]
         self.log = {s: {0: 0} for s in range(n)}    # s -> {t: Dests mask}
-        self._waiting = {}
-        self._held_ids = set()
+        self._hold = HoldBack(self.sr)
 
     @property
     def held(self) -> int:
-        return len(self._held_ids)
+        return len(self._hold)
 
     # ---- SND ----
 
@@ -136,14 +136,8 @@ class Ks(Protocol):
 
     def _receive(self, src, data):
         rec = self._decode(src, data)
-        key = src << 32 | rec[3]
-        if rec[3] <= self.sr[src] or key in self._held_ids:
-            raise WireError(f"duplicate message {rec[3]} from {src}")
         step = Step()
-        if self._blocked(rec):
-            self._held_ids.add(key)
-            return step
-        self._deliver(rec, step)
+        self._hold.admit(rec, lambda r: self._deliver(r, step))
         return step
 
     def _decode(self, src, data):
@@ -226,34 +220,9 @@ class Ks(Protocol):
         # record: [wait senders, wait clocks, next wait, t_k, k, Dests, O_M, payload]
         return [wk, wt, 0, tk, k, dm, om, payload]
 
-    def _blocked(self, rec) -> bool:
-        ks, ts, pos = rec[0], rec[1], rec[2]
-        sr = self.sr
-        for x in range(pos, len(ks)):
-            s = ks[x]
-            if ts[x] > sr[s]:
-                rec[2] = x
-                w = self._waiting.get(s)
-                if w is None:
-                    self._waiting[s] = [rec]
-                else:
-                    w.append(rec)
-                return True
-        return False
-
     def _deliver(self, rec, step):
-        stack = [rec]
-        while stack:
-            rec = stack.pop()
-            k = rec[4]
-            step.delivered.append((k, rec[7]))
-            self._merge(k, rec[3], rec[5], rec[6], rec[0], rec[1])
-            waiters = self._waiting.pop(k, None)
-            if waiters:
-                for w in waiters:
-                    if not self._blocked(w):
-                        self._held_ids.discard(w[4] << 32 | w[3])
-                        stack.append(w)
+        step.delivered.append((rec[4], rec[7]))
+        self._merge(rec[4], rec[3], rec[5], rec[6], rec[0], rec[1])
 
     def _merge(self, k, tk, dm, om, wk, wt):
         me = self.me

@@ -39,6 +39,7 @@ from __future__ import annotations
 import struct
 
 from .base import U32_MAX, Protocol, Step, WireCost, WireError
+from .holdback import HoldBack
 
 _HEAD = struct.Struct("<HIHH")
 
@@ -56,12 +57,11 @@ class Prs(Protocol):
         self.sn = 0
         self.deliv = [0] * n
         self.cb = [dict() for _ in range(n)]         # k -> {sender: sn}
-        self._waiting = {}
-        self._held_ids = set()
+        self._hold = HoldBack(self.deliv)
 
     @property
     def held(self) -> int:
-        return len(self._held_ids)
+        return len(self._hold)
 
     # ---- send ----
 
@@ -94,14 +94,8 @@ class Prs(Protocol):
 
     def _receive(self, src, data):
         rec = self._decode(src, data)
-        key = src << 32 | rec[3]
-        if rec[3] <= self.deliv[src] or key in self._held_ids:
-            raise WireError(f"duplicate message {rec[3]} from {src}")
         step = Step()
-        if self._blocked(rec):
-            self._held_ids.add(key)
-            return step
-        self._deliver(rec, step)
+        self._hold.admit(rec, lambda r: self._deliver(r, step))
         return step
 
     def _decode(self, src, data):
@@ -153,34 +147,9 @@ class Prs(Protocol):
         # record: [wait senders, wait sns, next wait, sn, sender, Dests, CB_M, payload]
         return [wk, wt, 0, sn, j, ds, cbm, payload]
 
-    def _blocked(self, rec) -> bool:
-        ks, ts, pos = rec[0], rec[1], rec[2]
-        deliv = self.deliv
-        for x in range(pos, len(ks)):
-            k = ks[x]
-            if ts[x] > deliv[k]:
-                rec[2] = x
-                w = self._waiting.get(k)
-                if w is None:
-                    self._waiting[k] = [rec]
-                else:
-                    w.append(rec)
-                return True
-        return False
-
     def _deliver(self, rec, step):
-        stack = [rec]
-        while stack:
-            rec = stack.pop()
-            j = rec[4]
-            step.delivered.append((j, rec[7]))
-            self._merge(j, rec[3], rec[5], rec[6])
-            waiters = self._waiting.pop(j, None)
-            if waiters:
-                for w in waiters:
-                    if not self._blocked(w):
-                        self._held_ids.discard(w[4] << 32 | w[3])
-                        stack.append(w)
+        step.delivered.append((rec[4], rec[7]))
+        self._merge(rec[4], rec[3], rec[5], rec[6])
 
     def _merge(self, j, x, dests, cbm):
         me = self.me

@@ -43,7 +43,7 @@ def one(step):
 
 def state(p):
     return (p.tau, {k: dict(v) for k, v in p.ci.items()}, list(p.dlv), p.held,
-            {k: [(r[4], r[3], r[2]) for r in v] for k, v in p._waiting.items()})
+            {k: [(r[4], r[3], r[2]) for r in v] for k, v in p._hold.waiting.items()})
 
 
 def test_registered_and_flags():

@@ -41,7 +41,7 @@ def one(step):
 
 def state(p):
     return (p.clock, {s: dict(v) for s, v in p.log.items()}, list(p.sr), p.held,
-            {k: [(r[4], r[3], r[2]) for r in v] for k, v in p._waiting.items()})
+            {k: [(r[4], r[3], r[2]) for r in v] for k, v in p._hold.waiting.items()})
 
 
 INIT3 = [(0, 0, []), (1, 0, []), (2, 0, [])]

@@ -34,7 +34,7 @@ def one(step):
 
 def state(p):
     return (p.sn, [dict(r) for r in p.cb], list(p.deliv), p.held,
-            {k: [(r[4], r[3], r[2]) for r in v] for k, v in p._waiting.items()})
+            {k: [(r[4], r[3], r[2]) for r in v] for k, v in p._hold.waiting.items()})
 
 
 def test_registered_and_flags():
