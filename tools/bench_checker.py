@@ -10,6 +10,11 @@ reused when already present with the same parameters (generation is not timed).
 
     tools/bench_checker.py --events 1e6 10e6 --procs 64 [--exact] [--master local[2]]
     tools/bench_checker.py --events 1e7 --floor      # the scan and the shuffles alone
+    tools/bench_checker.py --wall TRACE_DIR ... [--repeat 3]   # `bus1py check` wall time
+
+--wall times the command a user runs, JVM start included: `bus1py check TRACE` as a child
+process, with the 1-minute load average before and after each run (the machine may be
+shared: a figure taken under load says so).
 """
 from __future__ import annotations
 
@@ -38,12 +43,18 @@ def main(argv=None):
                     help="instead of checking, time what any check needs at least: a scan, "
                          "a shuffle by message id, a sort by process, and the one-exchange "
                          "alternative to the two")
+    ap.add_argument("--wall", nargs="+", metavar="TRACE_DIR",
+                    help="time `bus1py check TRACE_DIR` (JVM start included) instead")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per trace with --wall")
     a = ap.parse_args(argv)
+    if a.wall:
+        return wall(a.wall, a.repeat, a.out)
 
     import gen_trace
     from bus1py.check.load import load_trace
     from bus1py.check.checker import check_trace
-    from bus1py.check.spark import get_session, set_shuffle_partitions
+    from bus1py.check.load import read_footers
+    from bus1py.check.spark import get_session, plan_for_trace
 
     t = time.perf_counter()
     spark = get_session(a.master, driver_memory=a.driver_memory)
@@ -59,7 +70,7 @@ def main(argv=None):
             gen_trace.generate(path, n, a.procs, stamps=not a.exact, quiet=True)
             open(stamp, "w").write("ok\n")
             print(f"generated {path} in {time.perf_counter() - t:.1f} s", flush=True)
-        parts = set_shuffle_partitions(spark, path, a.partitions)
+        parts = plan_for_trace(spark, read_footers(path), a.partitions)
         if a.floor:
             floor(spark, path)
             continue
@@ -80,6 +91,26 @@ def main(argv=None):
         if a.out:
             with open(a.out, "a") as f:
                 f.write(json.dumps(res) + "\n")
+
+
+def wall(traces, repeat, out=None):
+    """Wall time of `bus1py check TRACE` in a child process, with the load around it."""
+    import subprocess
+    for trace in traces:
+        for _ in range(repeat):
+            load0 = os.getloadavg()[0]
+            t = time.perf_counter()
+            cp = subprocess.run([sys.executable, "-m", "bus1py.cli", "check", trace,
+                                 "--progress", "never"], capture_output=True, text=True)
+            secs = time.perf_counter() - t
+            verdict = cp.stdout.strip().splitlines()[-1] if cp.stdout.strip() else ""
+            res = {"trace": trace, "wall_s": round(secs, 2), "exit": cp.returncode,
+                   "load_before": round(load0, 2), "load_after": round(os.getloadavg()[0], 2),
+                   "verdict": verdict, "stderr": cp.stderr.strip()[-300:]}
+            print(json.dumps(res), flush=True)
+            if out:
+                with open(out, "a") as f:
+                    f.write(json.dumps(res) + "\n")
 
 
 def floor(spark, path):

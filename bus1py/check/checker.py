@@ -36,19 +36,27 @@ from pyspark.sql import functions as F
 from . import direct, main_pass
 from .causal import causal_exact
 from .consistent import consistent_exact
+from .driver import DRIVER_MAX_CELLS, Skeleton, causal_and_consistent
 from .explain import explain_summary
 from .screen import screen
 from .witness import MAX_ROUNDS_FACTOR, witness
 
 PROPERTIES = ("exactly_once", "fifo", "causal", "consistent", "node_rules")
+SCREEN_MIN_ROWS = 1_000_000
 
 
 class Checker:
     """One check of one trace. `phase` callbacks feed the CLI's progress display."""
 
     def __init__(self, spark, trace, exact=False, max_examples=3, on_phase=None,
-                 keep_details=False, group_span=None):
+                 keep_details=False, group_span=None, screen_min_rows=SCREEN_MIN_ROWS,
+                 driver_max_cells=DRIVER_MAX_CELLS):
         self.spark = spark
+        # Plans sized to the input: the screen pays off only where a main pass is dear, and
+        # a trace of at most driver_max_cells (rows x processes) is decided exactly on the
+        # driver after the main pass (driver.py) instead of by rounds of Spark jobs.
+        self.screen_min_rows = screen_min_rows
+        self.driver_max_cells = driver_max_cells
         self.trace = trace
         self.force_exact = exact
         self.max_examples = max_examples
@@ -65,6 +73,7 @@ class Checker:
         self.span = group_span
         self.tier1_failed = False
         self.rows = None           # the main pass's table (main_pass.py), built when needed
+        self.skeleton = None       # the events on the driver (driver.py), when they fit
         self.screen = "not run"
         self._set_procs(trace.processes)
 
@@ -147,7 +156,11 @@ class Checker:
         t0 = time.perf_counter()
         if self.trace.rows == 0:  # an empty trace: every property holds vacuously
             return self._summary(t0, _all_hold(()), "empty trace")
-        if not self.force_exact:
+        if self.force_exact:
+            self.screen = "skipped (--exact)"
+        elif self.trace.rows < self.screen_min_rows:
+            self.screen = f"skipped: {self.trace.rows} rows, the main pass alone is cheaper"
+        else:
             self._phase("screen: by message and destination, by process")
             passed, self.screen = self._timed("screen", screen, self)
             if passed:
@@ -164,6 +177,17 @@ class Checker:
                 props[name]["method"] = self.fifo_method
             if self.keep_details:
                 self.details[name] = v
+        if self.trace.rows * max(1, len(self.procs)) <= self.driver_max_cells:
+            self._phase("checking causal and consistent (exact, on the driver)")
+            found = self._timed("driver", self._on_driver)
+            if found is not None:
+                for name, (v, n, ex) in found.items():
+                    props[name] = {"ok": n == 0, "violations": int(n), "examples": ex,
+                                   "method": "exact"}
+                    if self.keep_details:
+                        self.details[name] = self.spark.createDataFrame(
+                            [(int(p),) for p in v], "process int")
+                return self._summary(t0, props, "not needed: decided exactly on the driver")
         if self.force_exact:
             cons_ok, caus_ok, wmsg = False, False, "skipped (--exact)"
         else:
@@ -196,6 +220,17 @@ class Checker:
                 if self.keep_details:
                     self.details[name] = v
         return self._summary(t0, props, wmsg)
+
+    def _on_driver(self):
+        """{causal, consistent: (violating processes, count, examples)} from the driver's
+        walk, or None when the history has a causality cycle (the Spark formulations then
+        decide: they define happened-before as reachability, cycles included)."""
+        self.skeleton = sk = Skeleton(self)
+        clock = sk.vector_clocks()
+        if clock is None:
+            return None
+        causal, consistent = causal_and_consistent(self, sk, clock)
+        return {"causal": causal, "consistent": consistent}
 
     def _timed(self, name, fn, *args):
         """fn(*args), its wall time recorded under timings[name] (also from a thread)."""
@@ -249,9 +284,10 @@ def _all_hold(by_witness):
 
 
 def check_trace(spark, trace, exact=False, max_examples=3, on_phase=None, keep_details=False,
-                group_span=None):
+                group_span=None, **plan):
+    """Check one trace; `plan` may set Checker's screen_min_rows and driver_max_cells."""
     c = Checker(spark, trace, exact=exact, max_examples=max_examples, on_phase=on_phase,
-                keep_details=keep_details, group_span=group_span)
+                keep_details=keep_details, group_span=group_span, **plan)
     try:
         summary = c.run()
     except BaseException:

@@ -93,23 +93,32 @@ def _print_summary(summary, out=None):
 
 
 def run(args) -> int:
-    from .load import TraceError, load_trace, parquet_files
+    from .load import TraceError, parquet_files
 
     try:
-        parquet_files(args.trace)  # fail fast, before paying for a JVM
+        files = parquet_files(args.trace)  # fail fast, before paying for a JVM
     except TraceError as e:
         print(f"bus1py check: error: {e}", file=sys.stderr)
         return 2
-    from .spark import get_session, set_shuffle_partitions
-    spark = get_session(args.master, driver_memory=args.driver_memory)
-    set_shuffle_partitions(spark, args.trace, args.partitions)
-    enabled = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
+    from .spark import QUICK_START_BYTES, EarlySession, plan_for_trace
+    # The JVM boots in a thread while this one imports the checker and reads the footers.
+    quick = sum(os.path.getsize(f) for f in files) < QUICK_START_BYTES
+    early = EarlySession(args.master, driver_memory=args.driver_memory, quick_start=quick)
     from .checker import check_trace
+    from .load import open_rows, read_footers
     from .report import write_report, write_shiviz
+    try:
+        trace = read_footers(args.trace)
+    except TraceError as e:
+        print(f"bus1py check: malformed trace: {e}", file=sys.stderr)
+        return 2
+    spark = early.result()
+    plan_for_trace(spark, trace, args.partitions)
+    enabled = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
     with StageProgress(spark, enabled) as prog:
         prog.set_phase("reading and validating the trace")
         try:
-            trace = load_trace(spark, args.trace)
+            trace = open_rows(spark, trace)
         except TraceError as e:
             print(f"bus1py check: malformed trace: {e}", file=sys.stderr)
             return 2

@@ -13,17 +13,21 @@ def name(ev) -> str:
     return f"message {ev.get('msg')}"
 
 
-def _at(ev) -> str:
-    return f"p{ev['process']}:{ev['seq']}"
+def _event_words(ev) -> str:
+    at = f"p{ev['process']}:{ev['seq']}"
+    if ev["kind"] == "deliver":
+        return f"{at} deliver of {name(ev)}"
+    if ev["kind"] == "signal_recv":
+        return f"{at} signal_recv of signal {ev.get('msg')}"
+    return f"{at} {ev['kind']}"
 
 
 def edge_words(a, b) -> str:
     """Why event a happened-before event b, for one edge of a path."""
     if a["process"] == b["process"]:
-        return f"{_at(a)} {a['kind']} precedes {_at(b)} {b['kind']} at process {a['process']}"
-    if a["kind"] == "signal_send":
-        return f"{_at(a)} signalled {_at(b)} (signal {a.get('msg')})"
-    return f"{_at(a)} sent {name(a)}, delivered at {_at(b)}"
+        return f"{_event_words(a)} precedes {_event_words(b)} at process {a['process']}"
+    verb = "received" if a["kind"] == "signal_send" else "delivered"
+    return f"{_event_words(a)}, {verb} at p{b['process']}:{b['seq']}"
 
 
 def path_words(path) -> list[str]:

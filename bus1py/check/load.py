@@ -110,31 +110,40 @@ def _file_of(df, fname, process, seq) -> str:
     return got[0]["file"] if got else "?"
 
 
-def load_trace(spark, path: str, validate: bool = True) -> Trace:
+def read_footers(path: str) -> Trace:
+    """The trace's files, schemas, row count and stamp ranges, from Parquet footers only
+    (no Spark, no data): what the checker needs to size its plan before the rows are read.
+    The stamp ranges are None when a writer left out statistics (open_rows scans then)."""
     files = parquet_files(path)
     check_schemas(files)
+    trace = Trace(path=path, df=None, files=files)
+    try:
+        _footer_facts(files, trace)
+    except Exception as e:  # a footer that passed the schema check but fails to decode
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TraceError(f"{path}: cannot read trace footers: {first[:500]}") from None
+    return trace
+
+
+def open_rows(spark, trace: Trace) -> Trace:
+    """Attach the Spark DataFrame of the rows to a trace from read_footers()."""
     # An explicit schema makes files that lack an optional column read it as null, and keeps
     # producers' extra columns out of every plan.
     try:
-        df = spark.read.schema(spark_schema()).parquet(*files)
-    except Exception as e:
-        raise TraceError(f"{path}: cannot read trace: {e}") from None
-    trace = Trace(path=path, df=df, files=files)
-    if not validate:
-        return trace
-    # Footers only: the row count and the stamp ranges (for packing stamps). The row rules
-    # are checked by the checker's main pass (Checker._base), which reads every row anyway;
-    # a trace loaded here is not yet known to be well formed.
-    try:
-        _footer_facts(files, trace)
+        trace.df = spark.read.schema(spark_schema()).parquet(*trace.files)
         if trace.stamp_ranges is None:
-            _scan_ranges(df, trace)
-    except TraceError:
-        raise
+            _scan_ranges(trace.df, trace)
     except Exception as e:  # a file that passed its footer check but fails to decode
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise TraceError(f"{path}: cannot read trace rows: {first[:500]}") from None
+        raise TraceError(f"{trace.path}: cannot read trace rows: {first[:500]}") from None
     return trace
+
+
+def load_trace(spark, path: str) -> Trace:
+    """read_footers() then open_rows(). The row rules are checked by the checker's main
+    pass (main_pass.py), which reads every row anyway: a trace loaded here is not yet known
+    to be well formed."""
+    return open_rows(spark, read_footers(path))
 
 
 def _footer_facts(files, trace):

@@ -23,81 +23,144 @@ def _esc(x) -> str:
     return html.escape(str(x), quote=True)
 
 
+_RECV = {"deliver": "send", "signal_recv": "signal_send"}
+COLUMN_DX, ROW_DY, LEFT, TOP = 120, 56, 90, 30
+LABEL_CHARS = 17      # at 11px, 17 characters fit in a column of COLUMN_DX
+
+
+def _origin_key(e):
+    signal = e["kind"] in ("signal_send", "signal_recv")
+    return (signal, e["msg"])
+
+
 def _layout(events):
-    """x positions: process order and send-before-deliver, as ShiViz lays out a trace."""
+    """One column per event, in an order that respects process order and send-before-
+    receive (longest-path layers, then process, then seq): a label never shares its
+    column, so labels cannot overlap. Returns (events, column of (process, seq), origins)."""
     evs = sorted({(e["process"], e["seq"]): e for e in events}.values(),
                  key=lambda e: (e["process"], e["seq"]))
-    x = {(e["process"], e["seq"]): 0 for e in evs}
+    layer = {(e["process"], e["seq"]): 0 for e in evs}
     origin = {}
     for e in evs:
         if e["kind"] in ("send", "destroy", "signal_send"):
-            origin[(e["kind"] == "signal_send", e["msg"])] = (e["process"], e["seq"])
+            origin[_origin_key(e)] = (e["process"], e["seq"])
+    by_proc = {}
+    for e in evs:
+        by_proc.setdefault(e["process"], []).append((e["process"], e["seq"]))
     for _ in range(len(evs) + 1):
         changed = False
-        by_proc = {}
-        for e in evs:
-            by_proc.setdefault(e["process"], []).append(e)
-        for lst in by_proc.values():
-            for a, b in zip(lst, lst[1:]):
-                ka, kb = (a["process"], a["seq"]), (b["process"], b["seq"])
-                if x[kb] < x[ka] + 1:
-                    x[kb] = x[ka] + 1
+        for keys in by_proc.values():
+            for ka, kb in zip(keys, keys[1:]):
+                if layer[kb] < layer[ka] + 1:
+                    layer[kb] = layer[ka] + 1
                     changed = True
         for e in evs:
-            if e["kind"] in ("deliver", "signal_recv"):
-                o = origin.get((e["kind"] == "signal_recv", e["msg"]))
+            if e["kind"] in _RECV:
+                o = origin.get(_origin_key(e))
                 k = (e["process"], e["seq"])
-                if o and x[k] < x[o] + 1:
-                    x[k] = x[o] + 1
+                if o and layer[k] < layer[o] + 1:
+                    layer[k] = layer[o] + 1
                     changed = True
         if not changed:
             break
-    return evs, x, origin
+    ranked = sorted(layer, key=lambda k: (layer[k], k))
+    return evs, {k: i for i, k in enumerate(ranked)}, origin
 
 
-def spacetime_svg(events, highlight=()) -> str:
-    """Processes as horizontal lines, events as dots, messages as arrows (offending in red)."""
+def _label(e):
+    if e["kind"] in ("signal_send", "signal_recv"):
+        text = f"{e['kind'].replace('_', ' ')} {e['msg']}"
+    else:
+        text = f"{e['kind']} {e.get('message') or e['msg']}"
+    return text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1] + "…"
+
+
+def spacetime_svg(events, highlight=(), paths=()) -> str:
+    """Processes as horizontal lines (only those with an event here), events as dots,
+    messages and signals as arrows. The deliveries of the `highlight` messages are red;
+    each path in `paths` (lists of events, consecutive ones one happened-before edge) is
+    drawn in blue over them: its events ringed, its same-process steps as a thick segment
+    of the process line, its message and signal steps as thick arrows."""
+    paths = [p for p in paths if p]
+    events = list(events) + [e for p in paths for e in p]
     if not events:
         return ""
-    evs, x, origin = _layout(events)
+    evs, col, origin = _layout(events)
     hl = set(highlight or ())
+    on_path = {(e["process"], e["seq"]) for p in paths for e in p}
+    path_edges = {((a["process"], a["seq"]), (b["process"], b["seq"]))
+                  for p in paths for a, b in zip(p, p[1:])}
     procs = sorted({e["process"] for e in evs})
     row = {p: i for i, p in enumerate(procs)}
-    dx, dy, left, top = 110, 56, 90, 30
-    width = left + (max(x.values()) + 1) * dx + 40
-    height = top + len(procs) * dy
-    pos = {k: (left + x[k] * dx, top + row[k[0]] * dy) for k in x}
+    width = LEFT + len(col) * COLUMN_DX + 40
+    height = TOP + len(procs) * ROW_DY
+    pos = {k: (LEFT + col[k] * COLUMN_DX + COLUMN_DX // 2, TOP + row[k[0]] * ROW_DY)
+           for k in col}
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'font-size="11">',
-           '<defs><marker id="ah" markerWidth="8" markerHeight="8" refX="7" refY="4" '
-           'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#555"/></marker>'
-           '<marker id="ahr" markerWidth="8" markerHeight="8" refX="7" refY="4" '
-           'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#c00"/></marker></defs>']
+           f'font-size="11">', "<defs>"]
+    for mid, color in (("ah", "#555"), ("ahr", "#c00"), ("ahb", "#1565c0")):
+        out.append(f'<marker id="{mid}" markerWidth="8" markerHeight="8" refX="7" refY="4" '
+                   f'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="{color}"/></marker>')
+    out.append("</defs>")
     for p in procs:
-        y = top + row[p] * dy
+        y = TOP + row[p] * ROW_DY
         out.append(f'<text x="8" y="{y + 4}">process {_esc(p)}</text>'
-                   f'<line x1="{left - 20}" y1="{y}" x2="{width - 20}" y2="{y}" '
+                   f'<line x1="{LEFT - 10}" y1="{y}" x2="{width - 20}" y2="{y}" '
                    f'stroke="#999"/>')
+    for a, b in sorted(path_edges):
+        if a[0] == b[0]:          # a same-process step of the path
+            (x1, y1), (x2, _) = pos[a], pos[b]
+            out.append(f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y1}" stroke="#1565c0" '
+                       f'stroke-width="4" opacity="0.6"/>')
     for e in evs:
-        if e["kind"] in ("deliver", "signal_recv"):
-            o = origin.get((e["kind"] == "signal_recv", e["msg"]))
-            if o:
-                (x1, y1), (x2, y2) = pos[o], pos[(e["process"], e["seq"])]
-                red = e["msg"] in hl and e["kind"] == "deliver"
-                dash = ' stroke-dasharray="4,3"' if e["kind"] == "signal_recv" else ""
-                out.append(f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" '
-                           f'stroke="{"#c00" if red else "#555"}" stroke-width="'
-                           f'{2 if red else 1}"{dash} marker-end="url(#{"ahr" if red else "ah"})"/>')
+        if e["kind"] not in _RECV:
+            continue
+        o = origin.get(_origin_key(e))
+        k = (e["process"], e["seq"])
+        if not o:
+            continue
+        (x1, y1), (x2, y2) = pos[o], pos[k]
+        if (o, k) in path_edges:
+            color, w, mid = "#1565c0", 3, "ahb"
+        elif e["msg"] in hl and e["kind"] == "deliver":
+            color, w, mid = "#c00", 2, "ahr"
+        else:
+            color, w, mid = "#555", 1, "ah"
+        dash = ' stroke-dasharray="4,3"' if e["kind"] == "signal_recv" else ""
+        out.append(f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="{color}" '
+                   f'stroke-width="{w}"{dash} marker-end="url(#{mid})"/>')
     for e in evs:
-        cx, cy = pos[(e["process"], e["seq"])]
-        red = e["msg"] in hl
-        label = f'{e["kind"]} {e["msg"] if e["msg"] is not None else ""} @{e["seq"]}'
-        out.append(f'<circle cx="{cx}" cy="{cy}" r="5" fill="{"#c00" if red else "#333"}">'
+        k = (e["process"], e["seq"])
+        cx, cy = pos[k]
+        red = e["msg"] in hl and e["kind"] in ("send", "destroy", "deliver")
+        fill = "#c00" if red else "#333"
+        if k in on_path:
+            out.append(f'<circle cx="{cx}" cy="{cy}" r="8" fill="none" stroke="#1565c0" '
+                       f'stroke-width="2"/>')
+        out.append(f'<circle cx="{cx}" cy="{cy}" r="5" fill="{fill}">'
                    f'<title>{_esc(json.dumps(e))}</title></circle>'
-                   f'<text x="{cx - 30}" y="{cy - 9}" fill="{"#c00" if red else "#333"}">'
-                   f'{_esc(label)}</text>')
+                   f'<text x="{cx}" y="{cy - 11}" text-anchor="middle" fill="{fill}">'
+                   f'{_esc(_label(e))}</text>'
+                   f'<text x="{cx}" y="{cy + 17}" text-anchor="middle" fill="#777">'
+                   f'p{_esc(e["process"])}:{_esc(e["seq"])}</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+def _example_paths(ex):
+    if ex.get("path"):
+        return [ex["path"]]
+    return [s["path"] for s in ex.get("edges", ()) if s.get("path")]
+
+
+def _steps_html(ex):
+    lines = list(ex.get("steps", ()))
+    for s in ex.get("edges", ()):
+        lines += s.get("steps", ())
+    if not lines:
+        return ""
+    return ("<p>the chain, edge by edge (blue in the diagram):</p><ol>"
+            + "".join(f"<li>{_esc(line)}</li>" for line in lines) + "</ol>")
 
 
 def render_html(summary) -> str:
@@ -130,16 +193,20 @@ def render_html(summary) -> str:
         for i, ex in enumerate(p["examples"], 1):
             parts.append(f"<div class='ex'><p><b>counterexample {i}</b>: {_esc(ex.get('why'))}"
                          "</p>")
-            if ex.get("cycle"):
+            if ex.get("edges"):
+                names = [s["before"].get("message") or s["before"]["msg"] for s in ex["edges"]]
                 parts.append("<p>cycle of messages: <code>"
-                             + " → ".join(_esc(m) for m in ex["cycle"] + ex["cycle"][:1])
+                             + " → ".join(_esc(m) for m in names + names[:1])
                              + "</code></p>")
-            parts.append(spacetime_svg(ex.get("events", []), ex.get("highlight")))
-            parts.append("<table><tr><th>process</th><th>seq</th><th>kind</th><th>msg</th>"
-                         "</tr>")
+            parts.append(_steps_html(ex))
+            parts.append(spacetime_svg(ex.get("events", []), ex.get("highlight"),
+                                       _example_paths(ex)))
+            parts.append("<table><tr><th>process</th><th>seq</th><th>kind</th>"
+                         "<th>message</th><th>msg id</th></tr>")
             for e in ex.get("events", []):
                 parts.append(f"<tr><td>{_esc(e['process'])}</td><td>{_esc(e['seq'])}</td>"
-                             f"<td>{_esc(e['kind'])}</td><td>{_esc(e['msg'])}</td></tr>")
+                             f"<td>{_esc(e['kind'])}</td><td>{_esc(e.get('message', ''))}</td>"
+                             f"<td>{_esc(e['msg'])}</td></tr>")
             parts.append("</table></div>")
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -1,13 +1,16 @@
 # Invariants: one SparkSession per process, created lazily by get_session(); the driver is
 # bound to 127.0.0.1 (the machine may have no resolvable hostname and must never listen on a
 # public interface); workers run the same interpreter as the driver (PYSPARK_PYTHON); Spark's
-# own logging is cut to ERROR through a log4j2 file so the user sees our output, not warnings.
+# own logging is cut to ERROR through a log4j2 file so the user sees our output, not warnings;
+# the JVM we launch writes its stdout and stderr (the launcher's "Using incubator modules"
+# line, anything log4j still prints) to jvm_log_path(), never to the terminal.
 # Nothing here reads a trace: this module only owns the session and its configuration.
 from __future__ import annotations
 
 import os
 import sys
 import tempfile
+import threading
 
 _LOG4J = """\
 rootLogger.level = error
@@ -43,54 +46,134 @@ def _log4j_file() -> str:
     return path
 
 
+def jvm_log_path() -> str:
+    """Where the JVM's own stdout and stderr go (one file per user, rewritten per launch)."""
+    return os.path.join(tempfile.gettempdir(), f"bus1py-spark-{os.getuid()}.log")
+
+
+def _launch_quiet_gateway(conf):
+    """Launch the driver JVM with its stdout/stderr in jvm_log_path(), and install it as
+    PySpark's gateway, unless a gateway already exists (then nothing changes). PySpark
+    itself would let the JVM inherit our terminal."""
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        with open(jvm_log_path(), "wb") as log:
+            gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
+
+
+# A driver JVM for a small trace lives a few seconds: most of its CPU goes to compiling
+# Spark's own code, so the quick first-tier compiler alone (C1) answers sooner; a long
+# check wants the optimising compiler (C2). Chosen from the trace's size on disk, which is
+# known before the JVM starts.
+QUICK_START_BYTES = 64 << 20
+QUICK_START_JAVA_OPTS = "-XX:TieredStopAtLevel=1"
+
+
 def get_session(master: str | None = None, shuffle_partitions: int | None = None,
                 driver_memory: str | None = None, app_name: str = "bus1py-check",
-                extra_conf: dict | None = None):
+                extra_conf: dict | None = None, quick_start: bool = False):
     """Return the process-wide SparkSession, creating it on first use.
 
     Environment must be set before the JVM starts, so it is done here, before the import of
-    the builder has any effect.
+    the builder has any effect. quick_start: JVM options for a short-lived driver
+    (QUICK_START_JAVA_OPTS); BUS1PY_JAVA_OPTS adds options of the user's. Neither changes
+    a session that already exists.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     log4j = _log4j_file()
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dlog4j.configurationFile=file:{log4j}"
+    if quick_start:
+        java_opts += " " + QUICK_START_JAVA_OPTS
+    java_opts += " " + os.environ.get("BUS1PY_JAVA_OPTS", "")
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     master = master or "local[*]"
-    builder = (SparkSession.builder.master(master).appName(app_name)
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.extraJavaOptions", java_opts)
-               .config("spark.executor.extraJavaOptions", java_opts)
-               .config("spark.sql.session.timeZone", "UTC")
-               # Adaptive execution coalesces small shuffles: cheap wins on small traces.
-               .config("spark.sql.adaptive.enabled", "true")
-               # Our plans are iterative (rounds): keep lineage from exploding in the optimizer.
-               .config("spark.sql.optimizer.maxIterations", "200"))
+    conf = {"spark.master": master, "spark.app.name": app_name,
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.driver.extraJavaOptions": java_opts,
+            "spark.executor.extraJavaOptions": java_opts,
+            "spark.sql.session.timeZone": "UTC",
+            # Adaptive execution coalesces small shuffles: cheap wins on small traces.
+            "spark.sql.adaptive.enabled": "true",
+            # Our plans are iterative (rounds): keep lineage from exploding in the optimizer.
+            "spark.sql.optimizer.maxIterations": "200"}
     if shuffle_partitions:
-        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-    for k, v in (extra_conf or {}).items():
-        builder = builder.config(k, v)
+        conf["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
+    conf.update(extra_conf or {})
     if driver_memory and master.startswith("local"):
-        builder = builder.config("spark.driver.memory", driver_memory)
+        conf["spark.driver.memory"] = driver_memory
+    _launch_quiet_gateway(SparkConf(loadDefaults=False).setAll(list(conf.items())))
+    builder = SparkSession.builder
+    for k, v in conf.items():
+        builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
+class EarlySession:
+    """get_session() in a thread, started at once: the JVM boots while the caller parses
+    arguments and reads Parquet footers. result() returns the session or raises what
+    get_session raised."""
+
+    def __init__(self, *args, **kwargs):
+        self._session = self._error = None
+        self._thread = threading.Thread(target=self._run, args=args, kwargs=kwargs,
+                                        name="bus1py-spark-start", daemon=True)
+        self._thread.start()
+
+    def _run(self, *args, **kwargs):
+        try:
+            self._session = get_session(*args, **kwargs)
+        except BaseException as e:  # handed to the caller by result()
+            self._error = e
+
+    def result(self):
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._session
+
+
 def auto_partitions(files, cores=None) -> int:
-    """Shuffle partitions for a trace: ~8 MB of Parquet per partition, at least 2 per core.
+    """Shuffle partitions for a trace: ~8 MB of Parquet per partition, at least 2 per core,
+    and one per core for a trace under 8 MB a core.
 
     Spark's default of 200 is far too many for small traces on few cores (each task costs
     tens of milliseconds, and there are a dozen shuffles) and too few for 100M events.
     """
     cores = cores or os.cpu_count() or 2
     size = sum(os.path.getsize(f) for f in files)
+    if size < cores * (8 << 20):
+        return cores
     return int(max(2 * cores, min(4000, -(-size // (8 << 20)))))
+
+
+# Below this many rows a check is dominated by fixed costs per job and per stage, not by the
+# rows: whole-stage code generation (a Java compile per stage) and adaptive re-planning
+# (a planning round per shuffle) then cost more than they save.
+SMALL_TRACE_ROWS = 1_000_000
+
+
+def plan_for_trace(spark, trace, partitions=None) -> int:
+    """Size the session's runtime SQL settings to a trace from load.read_footers(): shuffle
+    partitions (set_shuffle_partitions), and for a small trace no whole-stage code
+    generation and no adaptive execution. Returns the shuffle partitions set."""
+    small = trace.rows < SMALL_TRACE_ROWS
+    spark.conf.set("spark.sql.codegen.wholeStage", "false" if small else "true")
+    spark.conf.set("spark.sql.adaptive.enabled", "false" if small else "true")
+    return set_shuffle_partitions(spark, trace.path, partitions)
 
 
 def set_shuffle_partitions(spark, trace_path: str, partitions: int | None = None) -> int:

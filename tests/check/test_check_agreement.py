@@ -37,14 +37,16 @@ def _make(p, mutation=None):
     return rows
 
 
-def _check_batch(spark, tmp_path, traces, exact):
+def _check_batch(spark, tmp_path, traces, exact, driver_max_cells=0):
+    """Check the traces in one run; by default off the driver's walk, so the witness and
+    the Spark formulations decide (test_paths.py batches through the driver)."""
     combined = []
     for k, rows in enumerate(traces):
         combined += offset_rows(rows, k, SPAN)
     write_trace(combined, str(tmp_path / "batch"), files=3)
     trace = load_trace(spark, str(tmp_path / "batch"))
     summary, checker = check_trace(spark, trace, exact=exact, keep_details=True,
-                                   group_span=SPAN)
+                                   group_span=SPAN, driver_max_cells=driver_max_cells)
     per = {k: dict.fromkeys(PROPERTIES, 0) for k in range(len(traces))}
     for name, df in checker.details.items():
         if df is None:
@@ -111,7 +113,8 @@ def test_witness_decides_signal_free_traces_and_exact_path_agrees(spark, tmp_pat
     rng = random.Random(11)
     rows = simulate(rng, nprocs=4, steps=70, p_signal=0.0, p_destroy=0.1)
     write_trace(rows, str(tmp_path / "w"))
-    summary, checker = check_trace(spark, load_trace(spark, str(tmp_path / "w")))
+    summary, checker = check_trace(spark, load_trace(spark, str(tmp_path / "w")),
+                                   driver_max_cells=0)
     checker.unpersist()
     assert summary["witness"] == "holds"
     assert summary["properties"]["causal"]["method"] == "stamp witness"
@@ -119,7 +122,8 @@ def test_witness_decides_signal_free_traces_and_exact_path_agrees(spark, tmp_pat
     assert summary["ok"]
     scrambled = mutate(rows, "scramble_stamps", rng)
     write_trace(scrambled, str(tmp_path / "s"))
-    summary, checker = check_trace(spark, load_trace(spark, str(tmp_path / "s")))
+    summary, checker = check_trace(spark, load_trace(spark, str(tmp_path / "s")),
+                                   driver_max_cells=0)
     checker.unpersist()
     assert summary["witness"].startswith(("failed", "partial"))
     assert summary["properties"]["consistent"]["method"] == "exact" or \

@@ -1,0 +1,239 @@
+# Invariants: the exact `causal` and `consistent` formulations for a trace small enough to
+# hold on the driver (rows x processes <= DRIVER_MAX_CELLS): the main pass's table (which
+# has validated the rows: seq numbering, one origin per id, no dangling receive) is
+# collected once through Arrow, and vector clocks are computed by walking the events in a
+# topological order of happened-before. The definitions are the Spark formulations' (causal.py,
+# consistent.py) and the reference's; a causality cycle (possible only in a broken trace)
+# leaves the walk unfinished, and then the Spark formulations decide. A Spark job costs
+# about as much as this whole walk on such a trace, and the Spark formulations need one
+# or more jobs per round.
+from __future__ import annotations
+
+from collections import deque
+
+from . import kinds as K
+from .consistent import cycle_example, shortest_cycle
+from .examples import event, inversion, message_name
+
+DRIVER_MAX_CELLS = 20_000_000      # rows x processes: vector clocks held at origins
+
+
+class Skeleton:
+    """The events of a validated trace, per process in seq order, with the maps the
+    formulations and the path search need."""
+
+    def __init__(self, c):
+        t = c.rows.select("process", "seq", "kind_code", "msg", "first_delivery",
+                          "sender_process", "send_seq", "is_destroy").toArrow()
+        col = {n: t.column(n).to_pylist() for n in t.column_names}
+        self.procs = sorted(set(col["process"]))
+        self.index = {p: i for i, p in enumerate(self.procs)}
+        self.events = {p: [] for p in self.procs}
+        order = sorted(range(len(col["seq"])), key=lambda i: (col["process"][i], col["seq"][i]))
+        for i in order:
+            self.events[col["process"][i]].append(
+                (col["kind_code"][i], col["msg"][i], bool(col["first_delivery"][i]),
+                 col["sender_process"][i], col["send_seq"][i], bool(col["is_destroy"][i])))
+        self.origin = {}        # (is_signal, id) -> (process, seq) of its origin
+        self.receives = {}      # (is_signal, id) -> [(process, seq) of each receive]
+        self.origins_at = {p: [] for p in self.procs}   # seqs of origins, ascending
+        for p, evs in self.events.items():
+            for s, (code, msg, *_rest) in enumerate(evs):
+                if code <= K.SIGNAL_SEND:
+                    self.origin[(code == K.SIGNAL_SEND, msg)] = (p, s)
+                    self.origins_at[p].append(s)
+                elif code <= K.SIGNAL_RECV:
+                    self.receives.setdefault((code == K.SIGNAL_RECV, msg), []).append((p, s))
+
+    def describe(self, p, s):
+        """The event (p, s) as a counterexample event."""
+        code, msg = self.events[p][s][:2]
+        o = None
+        if code >= K.DELIVER and code != K.INTERNAL:
+            o = self.origin.get((code == K.SIGNAL_RECV, msg))
+        return event(p, s, K.NAMES[code], msg, origin=o)
+
+    def vector_clocks(self):
+        """{origin key: its vector clock (tuple, by process index)}, or None when the
+        history has a causality cycle (the walk cannot finish)."""
+        P = len(self.procs)
+        clock = {}
+        pos = [0] * P
+        cur = [[-1] * P for _ in range(P)]
+        seqs = [self.events[p] for p in self.procs]
+        moved = True
+        while moved:
+            moved = False
+            for i in range(P):
+                evs, k, v = seqs[i], pos[i], cur[i]
+                start = k
+                while k < len(evs):
+                    code, msg = evs[k][0], evs[k][1]
+                    if code == K.DELIVER or code == K.SIGNAL_RECV:
+                        o = clock.get((code == K.SIGNAL_RECV, msg))
+                        if o is None:
+                            break       # its origin is not walked yet
+                        v = list(map(max, v, o))
+                    v[i] = k
+                    if code <= K.SIGNAL_SEND:
+                        clock[(code == K.SIGNAL_SEND, msg)] = tuple(v)
+                    k += 1
+                if k != start:
+                    pos[i], cur[i], moved = k, v, True
+        if any(pos[i] < len(seqs[i]) for i in range(P)):
+            return None
+        return clock
+
+    def path(self, start, goal):
+        """A happened-before path from event `start` to event `goal` with the fewest message
+        and signal hops (a same-process step, of any length, is one edge), as events; None
+        when goal is not reachable. BFS over processes: reaching p at an earlier seq
+        dominates reaching it later, so each origin is expanded at most once."""
+        (p0, s0), (pg, sg) = start, goal
+        reached = {p0: s0}          # process -> earliest seq reached
+        expanded = {p0: None}       # process -> lowest origin seq already expanded from
+        parent = {(p0, s0): None}   # receive (or start) -> (origin event, previous state)
+        frontier = deque([(p0, s0)])
+        end = None
+        while frontier:
+            p, s = frontier.popleft()
+            if p == pg and s <= sg:
+                end = (p, s)
+                break
+            hi = expanded.get(p)
+            for o in self.origins_at[p]:
+                if o < s or (hi is not None and o >= hi):
+                    continue
+                code, msg = self.events[p][o][:2]
+                for q, r in self.receives.get((code == K.SIGNAL_SEND, msg), ()):
+                    if q in reached and reached[q] <= r:
+                        continue
+                    reached[q] = r
+                    parent[(q, r)] = ((p, o), (p, s))
+                    frontier.append((q, r))
+            expanded[p] = s if hi is None else min(hi, s)
+        if end is None:
+            return None
+        out = [end] if end == goal else [goal, end]
+        state = end
+        while parent[state] is not None:
+            origin, prev = parent[state]
+            out.append(origin)
+            if origin != prev:
+                out.append(prev)
+            state = prev
+        out.reverse()
+        return [self.describe(p, s) for p, s in out]
+
+
+def causal_and_consistent(c, sk, clock):
+    """((violations, count, examples) for causal, the same for consistent)."""
+    return _causal(c, sk, clock), _consistent(c, sk)
+
+
+def _causal(c, sk, clock):
+    P = len(sk.procs)
+    found = []          # (process, deliver_seq, row, later row)
+    n = 0
+    for p in sk.procs:
+        known = [-1] * P
+        seen = []       # earlier first deliveries at p: (row, send clock)
+        for s, (code, msg, first, sp, ss, destroy) in enumerate(sk.events[p]):
+            if code != K.DELIVER or not first:
+                continue
+            row = {"msg": msg, "sender_process": sp, "send_seq": ss, "is_destroy": destroy,
+                   "deliver_seq": s}
+            q = sk.index[sp]
+            if known[q] >= ss:
+                n += 1
+                if len(found) < c.max_examples:
+                    later = next(r for r, v in seen if v[q] >= ss)
+                    found.append((p, row, later))
+            vc = clock[(False, msg)]
+            known = list(map(max, known, vc))
+            seen.append((row, vc))
+    examples = []
+    for p, row, later in found:
+        ex = inversion(row, later, p)
+        ex["path"] = sk.path((row["sender_process"], row["send_seq"]),
+                             (later["sender_process"], later["send_seq"]))
+        examples.append(ex)
+    return [p for p, _, _ in found], n, examples
+
+
+def _consistent(c, sk):
+    """Components (more than one message) of the delivery-chain graph contracted to the
+    messages first-delivered at two or more processes, as consistent.py counts them."""
+    at = {}
+    for p in sk.procs:
+        for s, (code, msg, first, *_r) in enumerate(sk.events[p]):
+            if code == K.DELIVER and first:
+                at[msg] = at.get(msg, 0) + 1
+    rows, succ = [], {}
+    for p in sk.procs:
+        prev = None
+        for s, (code, msg, first, sp, ss, _d) in enumerate(sk.events[p]):
+            if code == K.DELIVER and first and at[msg] > 1:
+                rows.append({"process": p, "deliver_seq": s, "msg": msg,
+                             "sender_process": sp, "send_seq": ss})
+                if prev is not None:
+                    succ.setdefault(prev, []).append(msg)
+                prev = msg
+    comps = [sorted(cc) for cc in _sccs(succ) if len(cc) > 1]
+    comps.sort(key=lambda cc: (len(cc), cc[0]))
+    examples = []
+    for cc in comps[:c.max_examples]:
+        members = set(cc)
+        mine = [r for r in rows if r["msg"] in members]
+        cycle = shortest_cycle(mine)
+        if cycle:
+            origin = {r["msg"]: (r["sender_process"], r["send_seq"]) for r in mine}
+            ex = cycle_example(cycle, len(cc), origin)
+            for step in ex["edges"]:
+                step["path"] = [step["before"], step["after"]]
+            examples.append(ex)
+    firsts = {r["msg"]: r["process"] for r in rows}
+    return [min(firsts[m] for m in cc) for cc in comps], len(comps), examples
+
+
+def _sccs(succ):
+    """Strongly connected components of a graph {node: [successors]} (iterative Tarjan)."""
+    index, low, on, stack, out = {}, {}, set(), [], []
+    counter = 0
+    nodes = set(succ) | {b for bs in succ.values() for b in bs}
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            v, i = work.pop()
+            if i == 0:
+                index[v] = low[v] = counter
+                counter += 1
+                stack.append(v)
+                on.add(v)
+            nxt = succ.get(v, ())
+            if i < len(nxt):
+                work.append((v, i + 1))
+                w = nxt[i]
+                if w not in index:
+                    work.append((w, 0))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            for w in nxt:
+                if w in on:
+                    low[v] = min(low[v], low[w])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                out.append(comp)
+    return out
+
+
+__all__ = ["DRIVER_MAX_CELLS", "Skeleton", "causal_and_consistent", "message_name"]
