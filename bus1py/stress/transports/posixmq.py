@@ -2,7 +2,7 @@
 carries the sender index in its first 2 bytes.
 
 Invariants: every queue's message size fits the largest wire of the run (the payload
-maximum plus room for a protocol's control section); its depth is as large as the
+maximum plus, under a protocol, room for its control section); its depth is as large as the
 per-user RLIMIT_MSGQUEUE allows for n queues (at most the system's msg_max).  A full
 queue makes the non-blocking send fail (BusyError) and the message waits in the endpoint.
 The parent creates every queue before fork and unlinks them all after the run.
@@ -29,8 +29,10 @@ class PosixMqTransport(Transport):
     def setup(self):
         import posix_ipc
         n = self.n
+        self.queues, self.names = [], []
         # payload, our prefix, and a protocol's control (RST's n x n matrix is the largest)
-        self.msg_size = self.cfg.sizes.b + 64 + 4 * n * n + 8 * n
+        control = 4 * n * n + 8 * n if self.cfg.protocol else 0
+        self.msg_size = self.cfg.sizes.b + 64 + control
         size_max = _sysctl("msgsize_max", 8192)
         if self.msg_size > size_max:
             raise ValueError(f"--transport posix-mq: a wire may need {self.msg_size} bytes but "
