@@ -273,7 +273,8 @@ class Checker:
                 "processes": len(self.procs), "screen": self.screen, "witness": wmsg,
                 "ok": all(p["ok"] for p in ordered.values()),
                 "properties": ordered, "rounds": self.rounds,
-                "seconds": round(self.elapsed, 3)})
+                "seconds": round(self.elapsed, 3),
+                "timings": {k: round(v, 3) for k, v in self.timings.items()}})
 
 
 def _all_hold(by_witness):

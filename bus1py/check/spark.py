@@ -74,6 +74,62 @@ QUICK_START_BYTES = 64 << 20
 QUICK_START_JAVA_OPTS = "-XX:TieredStopAtLevel=1"
 
 
+def _cds_options() -> str:
+    """JVM options for a class-data-sharing archive of the classes a check loads.
+
+    Loading and verifying Spark's classes is most of a cold JVM's start. The first check
+    (per user, JDK and PySpark) asks its JVM to dump the classes it loaded at exit
+    (-XX:ArchiveClassesAtExit, into a file of its own, since the JVM cannot write it
+    atomically); a later check adopts a finished dump (no live process names it) under the
+    final name and maps it (-XX:SharedArchiveFile). A JVM that cannot use
+    an archive (another JDK, a damaged file) says so in its log and starts without it, so a
+    stale archive costs nothing but its speed-up. BUS1PY_CDS=0 turns this off."""
+    if os.environ.get("BUS1PY_CDS", "1") == "0":
+        return ""
+    import hashlib
+    import shutil
+    try:
+        import pyspark
+        java = os.path.realpath(shutil.which("java") or os.path.join(
+            os.environ.get("JAVA_HOME", ""), "bin", "java"))
+        key = f"{java}:{os.stat(java).st_mtime_ns}:{pyspark.__version__}:{sys.version_info[:2]}"
+    except OSError:
+        return ""
+    base = os.path.join(os.path.expanduser("~"), ".cache", "bus1py")
+    final = os.path.join(base, f"spark-cds-{hashlib.sha1(key.encode()).hexdigest()[:12]}.jsa")
+    try:
+        os.makedirs(base, exist_ok=True)
+        dumps = [os.path.join(base, n) for n in sorted(os.listdir(base))
+                 if n.startswith(os.path.basename(final)) and n.endswith(".dump")]
+        if any(_being_written(d) for d in dumps):
+            return ""      # another check's JVM is writing one: no second dump meanwhile
+        for d in dumps:    # finished: the first becomes the archive, the rest go
+            if os.path.exists(final):
+                os.unlink(d)
+            else:
+                os.replace(d, final)
+    except OSError:
+        return ""
+    if os.path.exists(final):
+        return f"-XX:SharedArchiveFile={final}"
+    return f"-XX:ArchiveClassesAtExit={final}.{os.getpid()}.dump"
+
+
+def _being_written(dump: str) -> bool:
+    """Is a JVM that was told to dump into `dump` still alive? (It outlives the Python
+    process that started it while it writes the archive.)"""
+    needle = dump.encode()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if needle in f.read():
+                        return True
+            except OSError:
+                continue
+    return False
+
+
 def get_session(master: str | None = None, shuffle_partitions: int | None = None,
                 driver_memory: str | None = None, app_name: str = "bus1py-check",
                 extra_conf: dict | None = None, quick_start: bool = False):
@@ -91,7 +147,7 @@ def get_session(master: str | None = None, shuffle_partitions: int | None = None
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dlog4j.configurationFile=file:{log4j}"
     if quick_start:
         java_opts += " " + QUICK_START_JAVA_OPTS
-    java_opts += " " + os.environ.get("BUS1PY_JAVA_OPTS", "")
+    java_opts += " " + _cds_options() + " " + os.environ.get("BUS1PY_JAVA_OPTS", "")
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
