@@ -9,7 +9,9 @@ Invariants:
   - The verdicts are the checker's: all traces are judged in one child process
     (`python -m bus1py.stress.compare TRACE REPORT JSON ...`) sharing one JVM, with the
     checker's own entry points (check_trace, write_report), each writing the same JSON
-    summary and HTML report `bus1py check --json --report` writes.
+    summary and HTML report `bus1py check --json --report` writes.  The exit status is 0
+    when everything ran, was judged, and the bus passed; 1 when the bus did not; 2 when a
+    run or the checker failed.
   - Output goes to a fresh directory (a temporary one unless --out): DIR/TRANSPORT/trace,
     report.html, check.json; never into the source tree.
 """
@@ -40,8 +42,9 @@ def messages_per_s(results) -> float:
 
 
 def run_compare(processes=16, messages=300, seed=1, out=None, console=None,
-                transports=COMPARE_TRANSPORTS, timeout=900) -> tuple[int, list]:
-    """Run, check, print the table; returns (exit status, rows)."""
+                transports=COMPARE_TRANSPORTS, timeout=900, spark=None) -> tuple[int, list]:
+    """Run, check, print the table; returns (exit status, rows).  `spark`: check in this
+    session instead of a child process (the tests share theirs)."""
     console = console or Console()
     out = out or tempfile.mkdtemp(prefix="bus1py-compare-")
     os.makedirs(out, exist_ok=True)
@@ -56,20 +59,25 @@ def run_compare(processes=16, messages=300, seed=1, out=None, console=None,
             res = run_stress(cfg)
         if not res.ok:
             console.print(f"[red]the run over {t} failed: {'; '.join(res.failures[:3])}[/red]")
-            return 1, rows
+            return 2, rows
         rate = messages_per_s(res.results)
         console.print(f"{t}: {sum(r['sent'] for r in res.results):,} messages, {rate:,.0f} messages/s")
         rows.append({"transport": t, "messages_per_s": rate, "trace": cfg.trace_dir,
                      "report": os.path.join(d, "report.html"), "json": os.path.join(d, "check.json")})
-    cmd = [sys.executable, "-m", "bus1py.stress.compare"]
-    for r in rows:
-        cmd += [r["trace"], r["report"], r["json"]]
     t0 = time.monotonic()
-    with console.status("checking the three traces (one Spark session) ..."):
-        cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if cp.returncode != 0:
-        console.print(f"[red]the checker failed (exit {cp.returncode})[/red]\n{cp.stderr[-3000:]}")
-        return 2, rows
+    if spark is not None:
+        for r in rows:
+            check_one(spark, r["trace"], r["report"], r["json"])
+    else:
+        cmd = [sys.executable, "-m", "bus1py.stress.compare"]
+        for r in rows:
+            cmd += [r["trace"], r["report"], r["json"]]
+        with console.status("checking the three traces (one Spark session) ..."):
+            cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if cp.returncode != 0:
+            console.print(f"[red]the checker failed (exit {cp.returncode})[/red]\n"
+                          f"{cp.stderr[-3000:]}")
+            return 2, rows
     console.print(f"checked in {time.monotonic() - t0:.0f} s")
     for r in rows:
         with open(r["json"]) as f:
@@ -112,24 +120,29 @@ def compare_table(rows, markdown=False):
     return t
 
 
-def _check_all(argv) -> int:
-    """Child process: check each (trace, report, json) triple with one Spark session."""
+def check_one(spark, trace_dir, report, json_out):
+    """What `bus1py check TRACE --report REPORT --json JSON` does, in a given session."""
     from ..check.checker import check_trace
     from ..check.load import open_rows, read_footers
     from ..check.report import write_report
-    from ..check.spark import EarlySession, plan_for_trace
+    from ..check.spark import plan_for_trace
 
-    early = EarlySession(None)
-    spark = early.result()
+    trace = read_footers(trace_dir)
+    plan_for_trace(spark, trace)
+    summary, checker = check_trace(spark, open_rows(spark, trace))
+    with open(json_out, "w") as f:
+        json.dump(summary, f, indent=2)
+    write_report(summary, report)
+    checker.unpersist()
+
+
+def _check_all(argv) -> int:
+    """Child process: check each (trace, report, json) triple with one Spark session."""
+    from ..check.spark import EarlySession
+
+    spark = EarlySession(None).result()
     for i in range(0, len(argv), 3):
-        trace_dir, report, json_out = argv[i:i + 3]
-        trace = read_footers(trace_dir)
-        plan_for_trace(spark, trace)
-        summary, checker = check_trace(spark, open_rows(spark, trace))
-        with open(json_out, "w") as f:
-            json.dump(summary, f, indent=2)
-        write_report(summary, report)
-        checker.unpersist()
+        check_one(spark, *argv[i:i + 3])
     return 0
 
 

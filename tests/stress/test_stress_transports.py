@@ -57,7 +57,7 @@ def check(spark, path):
 
 @pytest.mark.timeout(600)
 def test_causal_protocols_pass_over_pipe_and_over_bus_with_chaos(spark, tmp_path):
-    dirs = [stress(tmp_path, f"{p}-{t}", t, p, chaos=0.002)
+    dirs = [stress(tmp_path, f"{p}-{t}", t, p, chaos=0.002, messages=40)
             for p in CAUSAL for t in ("pipe", "bus")]
     props = check(spark, combine(dirs, tmp_path / "all"))
     assert {k: props[k]["violations"] for k in ("exactly_once", "fifo", "causal")} == \
@@ -95,3 +95,17 @@ def test_plain_transport_breaks_causal_and_consistent(spark, tmp_path, transport
     found = {k: v["violations"] for k, v in props.items()}
     assert found["exactly_once"] == found["fifo"] == found["node_rules"] == 0, found
     assert found["causal"] > 0 and found["consistent"] > 0, found
+
+
+@pytest.mark.timeout(300)
+def test_demo_compare_judges_all_three(spark, tmp_path):
+    from rich.console import Console
+
+    from bus1py.stress.compare import COMPARE_TRANSPORTS, run_compare
+    status, rows = run_compare(processes=4, messages=40, seed=2, out=str(tmp_path / "cmp"),
+                               console=Console(file=open(os.devnull, "w")), spark=spark)
+    assert status == 0 and [r["transport"] for r in rows] == list(COMPARE_TRANSPORTS)
+    bus = rows[0]
+    assert bus["violations"] == dict.fromkeys(bus["violations"], 0)
+    for r in rows:
+        assert r["messages_per_s"] > 0 and os.path.getsize(r["report"]) > 0
