@@ -17,7 +17,8 @@ Phases: warm-up until every process has had `warmup` messages delivered to its a
 then measurement until every process has had `measure` more. A protocol whose multicast is
 "sequential" (the buffer protocol) is handed a multicast as k one-copy sends, which is all it
 implements; its figures still count one message. Counters cover the wires emitted
-during measurement; per-message figures divide by the sends made during measurement. After
+during measurement; per-message figures are per data copy transmitted times the copies a message
+has (in steady state: the window's cost over its sends). After
 measurement no new sends start and the network drains, so every message sent must be
 delivered to each destination exactly once: `undelivered` counts those that were not (0 for a
 live protocol).
@@ -198,25 +199,41 @@ def run(spec: RunSpec, trace: list | None = None) -> dict:
 def _figures(spec, t, delays, held_max, undelivered, receives, seconds) -> dict:
     import numpy as np
     d = np.frombuffer(delays, dtype=np.float64) if len(delays) else np.zeros(1)
-    sends = max(t.sends, 1)
+    fanout = t.copies / max(t.sends, 1)
+    # Per message = per data copy transmitted, times the copies of a message. In steady state
+    # the window's data wires are its sends' copies and this is "the window's cost over its
+    # sends"; a protocol whose output backlog grows (buffer at high load) has sent fewer copies
+    # than it accepted, and dividing by sends would under-count what each copy costs.
+    per = max(t.sends, 1) * max(t.data_wires, 1)
+
+    def per_msg(x):         # one division, so the ratio is exact whenever it can be
+        return x * t.copies / per
     return {
         **asdict(spec),
         "sends": t.sends,
         "copies": t.copies,
-        "fanout": t.copies / sends,
-        # per message = summed over its destinations (seed 001 section 6.2)
-        "dependents_per_msg": t.dependents / sends,
-        "bytes_per_msg": t.control / sends,
-        "control_msgs_per_msg": t.control_wires / sends,
-        "header_bytes_per_msg": t.header / sends,
+        "fanout": fanout,
+        # per message, summed over its destinations (seed 001 section 6.2)
+        "dependents_per_msg": per_msg(t.dependents),
+        "bytes_per_msg": per_msg(t.control),
+        "control_msgs_per_msg": per_msg(t.control_wires),
+        "header_bytes_per_msg": per_msg(t.header),
         # per data copy (the unit of the paper's claim "RST carries n^2")
         "dependents_per_copy": t.data_dependents / max(t.data_wires, 1),
         "bytes_per_copy": t.data_control / max(t.data_wires, 1),
+        # the copies the window accepted that it also transmitted (< 1: a growing backlog)
+        "posted_fraction": t.data_wires / max(t.copies, 1),
         "delay_mean": float(d.mean()),
         "delay_p50": float(np.percentile(d, 50)),
         "delay_p99": float(np.percentile(d, 99)),
         "buffered_max": held_max,
         "undelivered": undelivered,
+        # raw counters of the measurement window, to recompute any other definition
+        "data_wires": t.data_wires,
+        "control_wires": t.control_wires,
+        "control_bytes": t.control,
+        "header_bytes": t.header,
+        "dependents": t.dependents,
         "receive_events": receives,
         "seconds": seconds,
         "receive_events_per_s": receives / seconds if seconds > 0 else 0.0,

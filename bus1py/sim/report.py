@@ -21,7 +21,8 @@ from .. import causal
 
 METRICS = ("dependents_per_msg", "bytes_per_msg", "control_msgs_per_msg", "delay_mean",
            "delay_p99", "buffered_max", "dependents_per_copy", "bytes_per_copy",
-           "header_bytes_per_msg", "undelivered", "receive_events_per_s", "seconds")
+           "header_bytes_per_msg", "posted_fraction", "undelivered", "receive_events_per_s",
+           "seconds")
 GROUP = ("protocol", "mode", "n", "net_delay")
 
 
@@ -36,9 +37,11 @@ def aggregate(rows) -> list[dict]:
         agg = dict(zip(GROUP, key))
         agg["runs"] = len(rs)
         for m in METRICS:
-            vals = [float(r[m]) for r in rs]
-            agg[m] = sum(vals) / len(vals)
-            agg[m + "_min"], agg[m + "_max"] = min(vals), max(vals)
+            # rows from an older CSV may lack a column: average what is there
+            vals = [float(r[m]) for r in rs if isinstance(r.get(m), (int, float))]
+            if vals:
+                agg[m] = sum(vals) / len(vals)
+                agg[m + "_min"], agg[m + "_max"] = min(vals), max(vals)
         out.append(agg)
     return out
 
@@ -49,6 +52,12 @@ def _fmt(x: float) -> str:
     if x >= 100:
         return f"{x:.0f}"
     return f"{x:.1f}"
+
+
+def _backlog(a) -> str:
+    """A note when the protocol could not transmit what it accepted (a growing backlog)."""
+    f = a.get("posted_fraction", 1.0)
+    return "" if f >= 0.95 else f" (backlog: {f:.0%} of copies posted)"
 
 
 def print_tables(agg, console) -> None:
@@ -75,7 +84,8 @@ def print_tables(agg, console) -> None:
                             f" / {_fmt(a['control_msgs_per_msg'])}")
             last = row[max(row)]
             flag = "" if last["undelivered"] == 0 else f" ({last['undelivered']:.0f} lost!)"
-            vals.append(f"{last['delay_mean'] * 1e3:.0f} / {last['delay_p99'] * 1e3:.0f} ms{flag}")
+            vals.append(f"{last['delay_mean'] * 1e3:.0f} / {last['delay_p99'] * 1e3:.0f} ms{flag}"
+                        + _backlog(last))
             t.add_row(proto, *vals)
         console.print(t)
 
@@ -104,7 +114,8 @@ def markdown(agg) -> str:
                      f" / {_fmt(row[n]['control_msgs_per_msg'])}") for n in ns]
             last = row[max(row)]
             vals.append(_fmt(last["bytes_per_copy"]))
-            vals.append(f"{last['delay_mean'] * 1e3:.0f} / {last['delay_p99'] * 1e3:.0f} ms")
+            vals.append(f"{last['delay_mean'] * 1e3:.0f} / {last['delay_p99'] * 1e3:.0f} ms"
+                        + _backlog(last))
             out.append(f"| {proto} | " + " | ".join(vals) + " |")
         out.append("")
     return "\n".join(out)
@@ -146,6 +157,7 @@ def _vs_n(agg, metric, ylabel, title, path, log=True, p99=False):
         ax.set_ylabel(ylabel)
         if log:
             ax.set_yscale("symlog", linthresh=1)
+        ax.set_ylim(bottom=0)
         ax.grid(True, which="both", alpha=0.3)
     axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(f"{title} (network delay mean {delay:g} s; bars: min-max over runs)")
@@ -173,6 +185,7 @@ def _vs_delay(agg, path):
                     marker="o", ms=4, linestyle=_style(proto), label=proto)
         ax.set_xscale("log")
         ax.set_yscale("symlog", linthresh=1)
+        ax.set_ylim(bottom=0)
         ax.set_xlabel("network delay mean (s)")
         ax.set_ylabel("control bytes per message")
         ax.set_title(f"{mode}, n={nmax}")

@@ -76,30 +76,36 @@ def read_csv(path) -> list[dict]:
 
 
 class _CsvSink:
-    """Appends rows as they arrive; the header is written with the first row."""
+    """Appends rows as they arrive. A row with a column the file lacks (rows kept from an
+    older CSV by --resume) rewrites the file once with every column; missing cells are empty."""
 
     def __init__(self, path, keep):
         self.path = path
         self.lock = threading.Lock()
-        self.fields = None
+        self.rows = list(keep)
+        self.fields = list(dict.fromkeys(k for r in keep for k in r))
         if path:
-            d = os.path.dirname(os.path.abspath(path))
-            os.makedirs(d, exist_ok=True)
-            with open(path, "w", newline="") as f:
-                if keep:
-                    self.fields = list(keep[0].keys())
-                    w = csv.DictWriter(f, self.fields)
-                    w.writeheader()
-                    w.writerows(keep)
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self._rewrite()
+
+    def _rewrite(self):
+        with open(self.path, "w", newline="") as f:
+            if self.fields:
+                w = csv.DictWriter(f, self.fields)
+                w.writeheader()
+                w.writerows(self.rows)
 
     def add(self, row):
         if not self.path:
             return
-        with self.lock, open(self.path, "a", newline="") as f:
-            if self.fields is None:
-                self.fields = list(row.keys())
-                csv.DictWriter(f, self.fields).writeheader()
-            csv.DictWriter(f, self.fields, extrasaction="ignore").writerow(row)
+        with self.lock:
+            self.rows.append(row)
+            if any(k not in self.fields for k in row):
+                self.fields += [k for k in row if k not in self.fields]
+                self._rewrite()
+                return
+            with open(self.path, "a", newline="") as f:
+                csv.DictWriter(f, self.fields).writerow(row)
 
 
 def _task(spec: RunSpec, trace_dir: str | None):

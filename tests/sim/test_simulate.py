@@ -46,7 +46,9 @@ def test_bus1_stamp_does_not_grow_with_n_but_costs_control_messages():
     large = run(RunSpec("bus1", 30, "unicast", seed=1, warmup=5, measure=20))
     assert small["bytes_per_copy"] == large["bytes_per_copy"] > 0
     assert small["dependents_per_copy"] == large["dependents_per_copy"] == 1
-    assert small["control_msgs_per_msg"] == large["control_msgs_per_msg"] >= 3
+    # REPLY and SYNC_COMMIT+ACK: 3 control wires a unicast, 4 when it waits behind an earlier send
+    for r in (small, large):
+        assert 3 <= r["control_msgs_per_msg"] <= 4
 
 
 def test_jpcy_carries_less_than_rst_and_grows_slowly():
@@ -109,6 +111,14 @@ def test_sweep_is_one_task_per_run_and_resumes(spark, tmp_path):
     # the same cell gives every protocol the same seed
     assert {r["seed"] for r in rows if r["n"] == 4 and r["mode"] == "unicast"
             and r["run"] == 0} == {specs[0].seed}
+    # a CSV written before a column existed: resuming keeps its rows and adds the column
+    with open(out) as f:
+        old_rows = list(csv.DictReader(f))
+    with open(out, "w", newline="") as f:
+        w = csv.DictWriter(f, [k for k in old_rows[0] if k != "posted_fraction"],
+                           extrasaction="ignore")
+        w.writeheader()
+        w.writerows(old_rows)
     # resuming runs nothing that is already in the CSV
     more = plan(["fifo", "rst", "jpcy"], [4, 6], ["unicast", "multicast"], 2, "quick",
                 warmup=3, measure=10)
@@ -116,7 +126,9 @@ def test_sweep_is_one_task_per_run_and_resumes(spark, tmp_path):
     rows2 = run_sweep(more, spark, out, resume=True,
                       on_done=lambda r, k, t: seen.append((r and r["protocol"], k)))
     assert seen[0] == (None, 16) and {p for p, _ in seen[1:]} == {"jpcy"}
-    assert len(read_csv(out)) == 24
+    kept = read_csv(out)
+    assert len(kept) == 24
+    assert [r["posted_fraction"] == "" for r in kept].count(True) == 16
     old = {(r["protocol"], r["n"], r["mode"], r["run"]): r["sends"] for r in rows}
     assert all(old[(r["protocol"], r["n"], r["mode"], r["run"])] == r["sends"]
                for r in rows2 if r["protocol"] != "jpcy")
