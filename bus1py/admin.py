@@ -63,7 +63,7 @@ def cmd_ls(args, console=None) -> int:
         for col in ("peer", "state", "processes", "queued", "quota msgs", "bytes", "handles", "sent", "received"):
             table.add_column(col, justify="right" if col not in ("state", "processes") else "left")
         for p in peers:
-            if p["state"] == "disconnected" and not args.all:
+            if p["state"] in ("disconnected", "free") and not args.all:
                 continue
             table.add_row(str(p["id"]), p["state"], _procs(p["pids"]) + (" (pinned)" if p["pinned"] else ""),
                           str(p["queued_entries"]), f"{p['queued_messages']}/{p['quota_messages']}",

@@ -214,8 +214,9 @@ class Bus:
         return peer
 
     def peers(self) -> list:
-        """Every peer slot ever used on the bus, connected or not: PeerInfo with `state`
-        ('connected', 'disconnected', ...) as a dict (for `bus1py ls`)."""
+        """Every peer slot carved on the bus, connected or not: PeerInfo with `state`
+        ('connected', 'disconnected', 'free' for a reclaimed slot, ...) as a dict (for
+        `bus1py ls`)."""
         from .peer import PeerInfo
 
         out, rows = ffi.new("struct b1_peer_info *"), []
@@ -247,6 +248,8 @@ class Bus:
             "version": info.version,
             "segment_size": info.segment_size,
             "peers": info.peers_used,
+            "nodes": info.nodes_used,
+            "handles": info.handles_used,
             "entries_in_use": info.entries_used,
             "pool_used": info.pool_used,
             "pool_size": info.pool_size,

@@ -83,7 +83,23 @@ int b1_bus_info(void *base, struct b1_bus_info *out) {
     out->version = h->version;
     out->inject = h->limits.inject;
     out->segment_size = h->segment_size;
-    out->peers_used = atomic_load(&h->peers_bump) - 1;
+    /* counted by a walk over the carved slots, so the hot paths keep no shared counter;
+     * exact when the bus is quiet, a snapshot otherwise */
+    uint32_t peers = 0, nodes = 0, handles = 0;
+    uint32_t bump = atomic_load(&h->peers_bump);
+    for (uint32_t i = 1; i < bump && i <= h->limits.max_peers; i++)
+        peers += __atomic_load_n(&PEER(base, i)->state, __ATOMIC_RELAXED) != B1_PEER_FREE;
+    bump = atomic_load(&h->nodes_bump);
+    for (uint32_t i = 1; i < bump && i <= h->limits.max_nodes; i++)
+        nodes += __atomic_load_n(&NODE(base, i)->state, __ATOMIC_RELAXED) != B1_NODE_FREE;
+    bump = atomic_load(&h->handles_bump);
+    for (uint32_t i = 1; i < bump && i <= h->limits.max_handles; i++) {
+        struct b1_handle *hd = HANDLE(base, i);
+        handles += __atomic_load_n(&hd->refs, __ATOMIC_RELAXED) || __atomic_load_n(&hd->pending, __ATOMIC_RELAXED);
+    }
+    out->peers_used = peers;
+    out->nodes_used = nodes;
+    out->handles_used = handles;
     out->entries_used = (uint32_t)b1_usage_entries(base);
     out->pool_used = (uint64_t)b1_usage_pool(base);
     out->pool_size = h->limits.pool_size;

@@ -9,7 +9,9 @@
  *   - `base` is this process's mapping of the bus segment; all links inside the segment are
  *     offsets or indices, never pointers, so every process may map it anywhere.
  *   - A peer is named by (slot, id): the slot locates it in the segment, the id (unique on
- *     the bus, never reused) proves the slot still holds the same peer.
+ *     the bus, never reused) proves the slot still holds the same peer.  Slots are reused
+ *     once nothing names the old peer; its (slot, id) then reads ESHUTDOWN, like any
+ *     disconnected peer.
  *   - Calls return 0 (or a non-negative value) on success and -errno on failure, and a
  *     failed call changes nothing visible.
  */
@@ -18,7 +20,7 @@
 #include <stdint.h>
 
 /* cdef-begin */
-#define B1_VERSION 4
+#define B1_VERSION 5
 #define B1_HANDLE_INVALID 0xffffffffffffffff
 
 #define B1_MSG_DATA 0
@@ -120,8 +122,10 @@ struct b1_bus_info {
     uint32_t version;
     uint32_t inject;
     uint64_t segment_size;
-    uint32_t peers_used;
+    uint32_t peers_used;       /* peer slots not free: connected, or gone but still named */
     uint32_t entries_used;
+    uint32_t nodes_used;       /* node slots not free (alive, or destroyed and still named) */
+    uint32_t handles_used;     /* handle slots held or in flight */
     uint64_t pool_used;
     uint64_t pool_size;
     int32_t creator_pid;

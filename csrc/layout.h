@@ -33,6 +33,8 @@
 #define B1_POOL_CLASSES 22             /* up to 2^27 = 128 MiB slots */
 #define B1_USAGE_SHARDS 64
 
+/* A peer slot goes FREE -> ACTIVE (b1_peer_new) -> DISCONNECTING -> DISCONNECTED -> FREE
+ * (reclaimed once nothing names the slot: no handle, node or queued entry; peer.c). */
 enum { B1_PEER_FREE = 0, B1_PEER_ACTIVE = 1, B1_PEER_DISCONNECTED = 2, B1_PEER_DISCONNECTING = 3 };
 enum { B1_NODE_FREE = 0, B1_NODE_ALIVE = 1, B1_NODE_DESTROYING = 2, B1_NODE_DESTROYED = 3 };
 #define B1_PEER_PIDS 8
@@ -57,7 +59,7 @@ struct b1_header {
     _Atomic uint32_t nodes_bump;
     _Atomic uint32_t handles_bump;
     _Atomic uint32_t entries_bump;
-    b1_stack free_nodes, free_handles;
+    b1_stack free_nodes, free_handles, free_peers;
     _Atomic uint64_t pool_bump;        /* bytes of the pool carved so far */
     /* a send pops an entry and a record, a receive pushes both back: those stack heads
      * share one cache line (records up to 4 KiB), so a message moves one line for both */
@@ -105,6 +107,9 @@ struct b1_peer {
     uint32_t lock_initialised;
     uint32_t lock_recoveries;
     uint64_t fifo_counter; /* B1_INJECT_FIFO only: arrival order (guarded by lock) */
+    uint32_t n_nodes;      /* nodes owned by this slot's peers and not yet freed (guarded
+                              by lock): a destroyed node of a gone peer pins the slot */
+    _Atomic uint32_t next_free; /* free-stack link while FREE */
     uint32_t pinned;       /* more holder processes than pids[] records: never reaped */
     int32_t pids[B1_PEER_PIDS];       /* processes that used the peer (0: none) */
     uint64_t pid_starts[B1_PEER_PIDS]; /* their start times, so a reused pid is told apart */
@@ -264,6 +269,11 @@ int b1_lock_live(void *base, uint32_t slot, uint64_t id, struct b1_peer **out);
 int b1_check_live(void *base, uint32_t slot, uint64_t id);
 int b1_pid_alive(int32_t pid, uint64_t start);
 int b1_queue_reap(void *base, uint32_t slot);
+int b1_peer_gone(void *base, uint64_t id);
+struct b1_peer *b1_peer_at_slot(void *base, uint32_t slot);
+int b1_peer_reclaim(void *base, uint32_t slot);
+int b1_peer_reclaim_locked(void *base, uint32_t slot, struct b1_peer *p);
+void b1_peer_reclaim_all(void *base);
 
 /* node.c */
 uint32_t b1_handle_lookup(void *base, uint32_t slot, uint64_t peer_id, uint64_t id);

@@ -25,7 +25,9 @@
 #include <string.h>
 #include "layout.h"
 
+/* what handle_put_locked leaves for its caller to do once the owner's lock is released */
 #define PUT_RELEASE 1 /* the node lost its last non-owner reference: notify the owner */
+#define PUT_RECLAIM 2 /* a gone peer lost its last handle: its slot may be free (slot << 8) */
 
 /* ---- handles ---- */
 
@@ -85,12 +87,22 @@ static struct b1_peer *lock_owner(void *base, uint32_t n, uint32_t gen) {
     return p;
 }
 
+/* Free a destroyed node nothing names any more (the owner slot's lock held); the last
+ * node of a gone owner frees the owner's slot too. */
 static void maybe_free_node_locked(void *base, uint32_t n) {
     struct b1_node *nd = NODE(base, n);
     if (nd->state == B1_NODE_DESTROYED && !nd->holders && !nd->owner_handle_live && nd->owner_notified) {
+        struct b1_peer *owner = PEER(base, nd->owner_slot);
         nd->state = B1_NODE_FREE;
         b1_free_index(&HDR(base)->free_nodes, n, &nd->next_free);
+        if (--owner->n_nodes == 0) b1_peer_reclaim_locked(base, nd->owner_slot, owner);
     }
+}
+
+/* Finish what handle_put_locked asked for, with no lock held. */
+static void put_done(void *base, int put, uint32_t n, uint32_t gen) {
+    if (put & PUT_RELEASE) b1_notify_release(base, n, gen);
+    if (put & PUT_RECLAIM) b1_peer_reclaim(base, (uint32_t)put >> 8);
 }
 
 /* Drop `held` references and `pending` in-flight ones of handle hi (owner lock held). */
@@ -112,7 +124,11 @@ static int handle_put_locked(void *base, uint32_t hi, uint32_t held, uint32_t pe
             result = PUT_RELEASE;
         }
     }
-    atomic_fetch_sub(&PEER(base, hd->peer_slot)->n_handles, 1);
+    /* seq_cst, then the state: see b1_peer_reclaim_locked */
+    struct b1_peer *holder = PEER(base, hd->peer_slot);
+    if (atomic_fetch_sub(&holder->n_handles, 1) == 1 &&
+        __atomic_load_n(&holder->state, __ATOMIC_SEQ_CST) == B1_PEER_DISCONNECTED)
+        result |= PUT_RECLAIM | (int)(hd->peer_slot << 8);
     uint32_t n = hd->node;
     handle_free(base, hi);
     maybe_free_node_locked(base, n);
@@ -133,9 +149,16 @@ static int handle_get_locked(void *base, uint32_t n, uint32_t slot, uint64_t id,
             return 0;
         }
     struct b1_peer *to = PEER(base, slot);
+    /* counted first, then the peer checked (seq_cst): a slot being reclaimed either sees
+     * the count or is seen here (b1_peer_reclaim_locked) */
     if (atomic_fetch_add(&to->n_handles, 1) >= to->quota_handles) {
         atomic_fetch_sub(&to->n_handles, 1);
         return -EDQUOT;
+    }
+    if (__atomic_load_n(&to->id, __ATOMIC_SEQ_CST) != id ||
+        __atomic_load_n(&to->state, __ATOMIC_SEQ_CST) != B1_PEER_ACTIVE) {
+        atomic_fetch_sub(&to->n_handles, 1);
+        return -ESHUTDOWN;
     }
     uint32_t hi = handle_alloc(base); /* lock-free: allowed under the owner's lock */
     if (!hi) {
@@ -181,6 +204,7 @@ int b1_node_create(void *base, uint32_t slot, uint64_t id, uint64_t *out) {
     }
     struct b1_node *nd = NODE(base, n);
     struct b1_handle *hd = HANDLE(base, hi);
+    p->n_nodes++;
     nd->gen++;
     nd->owner_id = id;
     nd->owner_slot = slot;
@@ -248,7 +272,7 @@ int b1_handle_release(void *base, uint32_t slot, uint64_t id, uint64_t handle) {
     }
     int put = handle_put_locked(base, hi, 1, 0);
     b1_unlock(owner);
-    if (put & PUT_RELEASE) b1_notify_release(base, n, gen);
+    put_done(base, put, n, gen);
     return 0;
 }
 
@@ -266,7 +290,7 @@ void b1_drop_peer_handles(void *base, uint32_t slot, uint64_t id) {
         if (hd->gen == hgen && hd->peer_slot == slot && hd->peer_id == id && hd->refs)
             put = handle_put_locked(base, hi, hd->refs, 0);
         b1_unlock(owner);
-        if (put & PUT_RELEASE) b1_notify_release(base, n, gen);
+        put_done(base, put, n, gen);
     }
 }
 
@@ -286,7 +310,7 @@ void b1_tx_unregister_handles(void *base, struct b1_msg *m, uint32_t j) {
         if (hi && HANDLE(base, hi)->pending) put = handle_put_locked(base, hi, 0, 1);
         b1_unlock(owner);
         ids[k] = B1_HANDLE_INVALID;
-        if (put & PUT_RELEASE) b1_notify_release(base, c[k].node, c[k].node_gen);
+        put_done(base, put, c[k].node, c[k].node_gen);
     }
 }
 
@@ -315,6 +339,10 @@ int b1_tx_register_handles(void *base, struct b1_tx *tx, const uint64_t *handles
                     uint32_t rh;
                     r = handle_get_locked(base, c[k].node, tx->dests[j].peer_slot,
                                           tx->dests[j].peer_id, &rh);
+                    if (r == -ESHUTDOWN) { /* a receiver leaving: its copy will be dropped */
+                        r = 0;
+                        continue;
+                    }
                     if (!r) {
                         HANDLE(base, rh)->pending++;
                         ids[(uint64_t)j * nh + k] = handle_id(base, rh);
@@ -364,7 +392,7 @@ void b1_resolve_handles(void *base, struct b1_entry *e, struct b1_msg *m, uint64
             }
         }
         b1_unlock(owner);
-        if (put & PUT_RELEASE) b1_notify_release(base, c[k].node, c[k].node_gen);
+        put_done(base, put, c[k].node, c[k].node_gen);
     }
 }
 
@@ -542,8 +570,11 @@ int b1_destroy(void *base, uint32_t slot, uint64_t id, const uint64_t *handles, 
         for (uint32_t i = 0; i < n; i++) {
             uint32_t hi = b1_handle_lookup(base, slot, id, handles[i]);
             if (!hi || b1_lock(p)) continue;
-            if (b1_handle_lookup(base, slot, id, handles[i])) handle_put_locked(base, hi, HANDLE(base, hi)->refs, 0);
+            int put = 0;
+            if (b1_handle_lookup(base, slot, id, handles[i]))
+                put = handle_put_locked(base, hi, HANDLE(base, hi)->refs, 0);
             b1_unlock(p);
+            put_done(base, put, nodes[i], NODE(base, nodes[i])->gen);
         }
     }
     free(nodes);

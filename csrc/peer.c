@@ -1,9 +1,20 @@
 /*
- * peer.c -- a peer's life: creation, the processes that use it, disconnection, reaping.
+ * peer.c -- a peer's life: creation, the processes that use it, disconnection, and the
+ * reuse of its slot (reaping dead processes is reap.c).
  *
  * Invariants:
- *   - A peer slot's mutex is initialised once, when the slot is first carved; slots are not
- *     recycled, and peer ids come from one counter and are never reused.
+ *   - A peer slot's mutex is initialised once, when the slot is first carved, and never
+ *     again: a process holding a stale (slot, id) may lock it at any moment, even after
+ *     the slot was reused, so re-initialising it could corrupt a lock in use.  A reuse
+ *     takes it like any locker (recovering it from a dead holder) and resets the rest.
+ *   - Peer ids come from one counter and are never reused; every check of a (slot, id)
+ *     compares the id under the slot's lock, so a stale id reads ESHUTDOWN, never the
+ *     slot's new peer.
+ *   - A slot is FREE again (on the free-peer stack) only when its peer is DISCONNECTED
+ *     and nothing names the slot: no handle of the peer, held or in flight (n_handles),
+ *     no node it owned (n_nodes), nothing in its queue.  The last of these to go
+ *     reclaims it (b1_peer_reclaim*); b1_peer_new sweeps for any missed when the table
+ *     is full.
  *   - A peer is held by the processes recorded in pids[] (each with its start time, so a
  *     reused pid is not mistaken for the old process).  A peer with no recorded process
  *     was never used and is never reaped; one used by more processes than pids[] holds is
@@ -12,9 +23,6 @@
  *     transaction, flush the queue (DISCONNECTED), drop every handle the peer holds.
  *     Blocks flushed from the queue stay owned by their transactions, which notice the
  *     peer is gone at their next step and free their entries themselves.
- *   - Reaping treats a dead process's half-done transaction by its record: a stamped
- *     message is committed at its stamp everywhere it is still a block (as the sender
- *     would have), an unstamped one is removed.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -64,31 +72,121 @@ static int init_peer_lock(struct b1_peer *p) {
     return -r;
 }
 
-int b1_peer_new(void *base, uint32_t quota_messages, uint32_t quota_handles,
-                uint64_t quota_bytes, uint32_t *slot, uint64_t *id) {
-    struct b1_header *h = HDR(base);
-    uint32_t cur = atomic_load(&h->peers_bump);
-    do {
-        if (cur > h->limits.max_peers) return -ENOSPC;
-    } while (!atomic_compare_exchange_weak(&h->peers_bump, &cur, cur + 1));
-    struct b1_peer *p = PEER(base, cur);
-    int r = init_peer_lock(p);
-    if (r) return r;
-    r = b1_lock(p);
-    if (r) return r;
-    p->id = atomic_fetch_add(&h->next_peer_id, 1);
+/* The slot's peer afresh: everything but the lock (see the invariants), the futex word and
+ * its waiters (stale sleepers may be registered), and the counts of what still names the
+ * slot (zero: it was reclaimed).  The lock is held. */
+static void reset_peer_locked(struct b1_header *h, struct b1_peer *p, uint32_t quota_messages,
+                              uint32_t quota_handles, uint64_t quota_bytes) {
+    p->root = p->front = p->back = 0;
+    p->clock = 0;
+    p->n_bytes = 0;
+    p->received = 0;
+    p->n_entries = p->n_messages = 0;
+    atomic_store(&p->front_ts, 0);
+    p->lock_recoveries = 0;
+    p->fifo_counter = 0;
+    p->pinned = 0;
+    memset(p->pids, 0, sizeof p->pids);
+    memset(p->pid_starts, 0, sizeof p->pid_starts);
+    atomic_store(&p->tx_seq, 0);
+    atomic_store(&p->sent, 0);
     p->quota_messages = quota_messages ? quota_messages : h->limits.quota_messages;
     p->quota_handles = quota_handles ? quota_handles : h->limits.quota_handles;
     p->quota_bytes = quota_bytes ? quota_bytes : h->limits.quota_bytes;
-    p->state = B1_PEER_ACTIVE;
-    __atomic_store_n(&p->lock_initialised, 1, __ATOMIC_RELEASE);
-    *slot = cur;
-    *id = p->id;
-    b1_unlock(p);
-    return 0;
+    /* a stale caller compares the id first, the state after: the new id goes first */
+    __atomic_store_n(&p->id, atomic_fetch_add(&h->next_peer_id, 1), __ATOMIC_SEQ_CST);
+    __atomic_store_n(&p->state, B1_PEER_ACTIVE, __ATOMIC_SEQ_CST);
 }
 
-static struct b1_peer *peer_at(void *base, uint32_t slot) {
+/* A never-used slot from the bump pointer, its lock initialised: 0 when all are carved. */
+static uint32_t carve_peer(void *base) {
+    struct b1_header *h = HDR(base);
+    uint32_t cur = atomic_load(&h->peers_bump);
+    do {
+        if (cur > h->limits.max_peers) return 0;
+    } while (!atomic_compare_exchange_weak(&h->peers_bump, &cur, cur + 1));
+    struct b1_peer *p = PEER(base, cur);
+    if (init_peer_lock(p)) return 0; /* cannot happen for a process-shared robust mutex */
+    __atomic_store_n(&p->lock_initialised, 1, __ATOMIC_RELEASE);
+    return cur;
+}
+
+static uint32_t pop_free_peer(void *base) {
+    struct b1_header *h = HDR(base);
+    return b1_alloc_index(base, &h->free_peers, &h->peers_bump, 0, offsetof(struct b1_peer, next_free),
+                          sizeof(struct b1_peer), (char *)PEER(base, 0));
+}
+
+int b1_peer_new(void *base, uint32_t quota_messages, uint32_t quota_handles,
+                uint64_t quota_bytes, uint32_t *slot, uint64_t *id) {
+    struct b1_header *h = HDR(base);
+    for (int round = 0; round < 2; round++) {
+        uint32_t s = pop_free_peer(base);
+        if (!s) s = carve_peer(base);
+        if (!s && round == 0) {
+            /* every slot carved and none known free: look for gone peers that became
+             * unnamed without anyone noticing (see b1_peer_reclaim), then try again */
+            b1_peer_reclaim_all(base);
+            continue;
+        }
+        if (!s) return -ENOSPC;
+        struct b1_peer *p = PEER(base, s);
+        int r = b1_lock(p);
+        if (r) return r; /* only a corrupted lock: the slot stays out of the free stack */
+        reset_peer_locked(h, p, quota_messages, quota_handles, quota_bytes);
+        *slot = s;
+        *id = p->id;
+        b1_unlock(p);
+        return 0;
+    }
+    return -ENOSPC;
+}
+
+/* Free the slot of a DISCONNECTED peer if nothing names it any more (its lock held):
+ * no handle of it (held or in flight), no node it owned, nothing in its queue.
+ * The state goes FREE before n_handles is read, and a new handle re-checks the state
+ * after counting itself in n_handles (node.c handle_get_locked): one of the two sees the
+ * other, so no handle is ever made for a reclaimed slot. */
+int b1_peer_reclaim_locked(void *base, uint32_t slot, struct b1_peer *p) {
+    if (p->state != B1_PEER_DISCONNECTED) return 0;
+    __atomic_store_n(&p->state, B1_PEER_FREE, __ATOMIC_SEQ_CST);
+    if (atomic_load(&p->n_handles) || p->n_nodes || p->root) {
+        __atomic_store_n(&p->state, B1_PEER_DISCONNECTED, __ATOMIC_SEQ_CST);
+        return 0;
+    }
+    b1_free_index(&HDR(base)->free_peers, slot, &p->next_free); /* lock-free: allowed */
+    return 1;
+}
+
+int b1_peer_reclaim(void *base, uint32_t slot) {
+    struct b1_peer *p = b1_peer_at_slot(base, slot);
+    if (!p || __atomic_load_n(&p->state, __ATOMIC_SEQ_CST) != B1_PEER_DISCONNECTED) return 0;
+    if (b1_lock(p)) return 0;
+    int r = b1_peer_reclaim_locked(base, slot, p);
+    b1_unlock(p);
+    return r;
+}
+
+/* Reclaim every gone peer that can be.  Held references left by a transfer that raced
+ * with the disconnect are dropped first (the disconnect's sweep may have missed them). */
+void b1_peer_reclaim_all(void *base) {
+    uint32_t bump = atomic_load(&HDR(base)->peers_bump);
+    for (uint32_t s = 1; s < bump; s++) {
+        struct b1_peer *p = b1_peer_at_slot(base, s);
+        if (!p || __atomic_load_n(&p->state, __ATOMIC_SEQ_CST) != B1_PEER_DISCONNECTED) continue;
+        uint64_t id = __atomic_load_n(&p->id, __ATOMIC_SEQ_CST);
+        if (atomic_load(&p->n_handles)) b1_drop_peer_handles(base, s, id);
+        b1_peer_reclaim(base, s);
+    }
+}
+
+/* The error for a (slot, id) whose slot holds another peer: the id's peer is gone if the
+ * bus ever issued it (ESHUTDOWN), otherwise the caller made the id up (EINVAL). */
+int b1_peer_gone(void *base, uint64_t id) {
+    return id && id < atomic_load(&HDR(base)->next_peer_id) ? -ESHUTDOWN : -EINVAL;
+}
+
+struct b1_peer *b1_peer_at_slot(void *base, uint32_t slot) {
     struct b1_header *h = HDR(base);
     if (slot == 0 || slot > h->limits.max_peers) return NULL;
     struct b1_peer *p = PEER(base, slot);
@@ -97,13 +195,13 @@ static struct b1_peer *peer_at(void *base, uint32_t slot) {
 
 /* Lock a peer and check it is still the one named by id and connected. */
 int b1_lock_live(void *base, uint32_t slot, uint64_t id, struct b1_peer **out) {
-    struct b1_peer *p = peer_at(base, slot);
+    struct b1_peer *p = b1_peer_at_slot(base, slot);
     if (!p) return -EINVAL;
     int r = b1_lock(p);
     if (r) return r;
     if (p->id != id) {
         b1_unlock(p);
-        return -EINVAL;
+        return b1_peer_gone(base, id);
     }
     if (p->state != B1_PEER_ACTIVE) {
         b1_unlock(p);
@@ -188,7 +286,9 @@ int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id) {
     struct b1_peer *p;
     int r = b1_lock_live(base, slot, id, &p);
     if (r) return r;
-    p->state = B1_PEER_DISCONNECTING; /* nothing new is staged here from now on */
+    /* nothing new is staged here from now on, and no new handle made for it (seq_cst:
+     * node.c handle_get_locked reads it after counting the handle) */
+    __atomic_store_n(&p->state, B1_PEER_DISCONNECTING, __ATOMIC_SEQ_CST);
     b1_unlock(p);
 
     /* destroy the peer's nodes, in one transaction */
@@ -208,9 +308,11 @@ int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id) {
 
     r = b1_lock(p);
     if (r) return r;
-    p->state = B1_PEER_DISCONNECTED;
+    /* seq_cst: a handle released from now on sees it and retries the reclaim (node.c) */
+    __atomic_store_n(&p->state, B1_PEER_DISCONNECTED, __ATOMIC_SEQ_CST);
     flush_queue(base, p); /* unlocks */
     b1_drop_peer_handles(base, slot, id);
+    b1_peer_reclaim(base, slot);
     return 0;
 }
 
@@ -245,7 +347,7 @@ int b1_peer_query(void *base, uint32_t slot, uint64_t id, struct b1_peer_info *o
 int b1_peer_at(void *base, uint32_t slot, struct b1_peer_info *out) {
     if (slot == 0) return -EINVAL;
     if (slot >= atomic_load(&HDR(base)->peers_bump)) return -ENOENT;
-    struct b1_peer *p = peer_at(base, slot);
+    struct b1_peer *p = b1_peer_at_slot(base, slot);
     if (!p) return -EAGAIN; /* carved but still being initialised */
     int r = b1_lock(p);
     if (r) return r;
@@ -257,9 +359,10 @@ int b1_peer_at(void *base, uint32_t slot, struct b1_peer_info *out) {
 /* 1 when a committed entry is at the front, 0 when not, -errno for a bad peer.
  * Lock-free: front_ts is published under the lock by every change of the front. */
 int b1_peer_ready(void *base, uint32_t slot, uint64_t id) {
-    struct b1_peer *p = peer_at(base, slot);
-    if (!p || p->id != id) return -EINVAL;
-    if (p->state != B1_PEER_ACTIVE) return -ESHUTDOWN;
+    struct b1_peer *p = b1_peer_at_slot(base, slot);
+    if (!p) return -EINVAL;
+    if (__atomic_load_n(&p->id, __ATOMIC_ACQUIRE) != id) return b1_peer_gone(base, id);
+    if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != B1_PEER_ACTIVE) return -ESHUTDOWN;
     uint64_t ts = atomic_load(&p->front_ts);
     return ts && !(ts & 1);
 }
@@ -271,7 +374,7 @@ uint32_t b1_peer_wake_seq(void *base, uint32_t slot) {
 /* Wait until the peer's readiness (b1_peer_ready) differs from `last`, at most timeout_ns;
  * returns the readiness then.  Registers as a waiter before reading wake_seq (b1_wake). */
 int b1_peer_watch(void *base, uint32_t slot, uint64_t id, int last, int64_t timeout_ns) {
-    struct b1_peer *p = peer_at(base, slot);
+    struct b1_peer *p = b1_peer_at_slot(base, slot);
     if (!p) return -EINVAL;
     atomic_fetch_add(&p->waiters, 1);
     uint32_t seen = atomic_load(&p->wake_seq);
@@ -279,96 +382,4 @@ int b1_peer_watch(void *base, uint32_t slot, uint64_t id, int last, int64_t time
     if (ready == last) b1_futex_wait(&p->wake_seq, seen, timeout_ns);
     atomic_fetch_sub(&p->waiters, 1);
     return ready == last ? b1_peer_ready(base, slot, id) : ready;
-}
-
-/* ---- reaping ---- */
-
-struct dead_block {
-    uint32_t e;
-    uint64_t ts, sender, seq;
-    uint32_t idx;
-};
-
-static void collect_dead(void *base, uint32_t t, struct dead_block *out, uint32_t cap, uint32_t *n) {
-    while (t && *n < cap) {
-        struct b1_entry *e = ENTRY(base, t);
-        if ((e->ts & 1) && !b1_pid_alive(MSG(base, e->msg)->stager_pid, 0))
-            out[(*n)++] = (struct dead_block){t, e->ts, e->sender, e->seq, e->idx};
-        collect_dead(base, e->left, out, cap, n);
-        t = e->right;
-    }
-}
-
-/* Complete or remove the blocks of dead stagers in one queue; returns how many. */
-static int reap_queue(void *base, uint32_t slot, struct b1_gc_stats *stats) {
-    struct b1_peer *p = peer_at(base, slot);
-    if (!p) return 0;
-    if (b1_lock(p)) return 0;
-    uint32_t cap = p->n_entries, n = 0;
-    struct dead_block *dead = cap ? malloc(cap * sizeof *dead) : NULL;
-    if (dead) collect_dead(base, p->root, dead, cap, &n);
-    b1_unlock(p);
-    int done = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        if (b1_lock(p)) break;
-        struct b1_entry *e = ENTRY(base, dead[i].e);
-        /* still the same block, still in this queue? (another reaper may have been first) */
-        if (e->ts != dead[i].ts || e->sender != dead[i].sender || e->seq != dead[i].seq ||
-            e->idx != dead[i].idx || !b1_queue_contains_locked(base, p, dead[i].e)) {
-            b1_unlock(p);
-            continue;
-        }
-        struct b1_msg *m = MSG(base, e->msg);
-        int woke = b1_queue_remove_locked(base, p, dead[i].e);
-        if (m->ts) {
-            /* the sender had stamped: finish its commit here, as it would have */
-            if (p->clock < m->ts) p->clock = m->ts;
-            e->ts = m->ts;
-            woke |= b1_queue_insert_locked(base, p, dead[i].e);
-            b1_unlock(p);
-            if (stats) stats->blocks_completed++;
-        } else {
-            if (e->type == B1_MSG_DATA) {
-                p->n_messages--;
-                p->n_bytes -= m->len;
-            }
-            b1_unlock(p);
-            if (e->type == B1_MSG_DATA) b1_tx_unregister_handles(base, m, e->idx);
-            b1_msg_put(base, e->msg);
-            b1_entry_free(base, dead[i].e);
-            if (stats) stats->blocks_removed++;
-        }
-        if (woke) b1_wake(p);
-        done++;
-    }
-    free(dead);
-    return done;
-}
-
-int b1_queue_reap(void *base, uint32_t slot) { return reap_queue(base, slot, NULL); }
-
-int b1_gc(void *base, struct b1_gc_stats *out) {
-    struct b1_header *h = HDR(base);
-    struct b1_gc_stats stats = {0};
-    uint32_t bump = atomic_load(&h->peers_bump);
-    for (uint32_t slot = 1; slot < bump; slot++) {
-        struct b1_peer *p = peer_at(base, slot);
-        if (!p || b1_lock(p)) continue;
-        int active = p->state == B1_PEER_ACTIVE, used = 0, alive = p->pinned;
-        uint64_t id = p->id;
-        for (int i = 0; i < B1_PEER_PIDS; i++)
-            if (p->pids[i]) {
-                used = 1;
-                alive |= b1_pid_alive(p->pids[i], p->pid_starts[i]);
-            }
-        b1_unlock(p);
-        if (active && used && !alive) {
-            if (b1_peer_disconnect(base, slot, id) == 0) stats.peers_reaped++;
-        } else if (active) {
-            stats.live_peers++;
-        }
-    }
-    for (uint32_t slot = 1; slot < bump; slot++) reap_queue(base, slot, &stats);
-    if (out) *out = stats;
-    return 0;
 }

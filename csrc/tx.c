@@ -127,8 +127,8 @@ int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,
     if (len > h->limits.max_payload || n_handles > h->limits.max_msg_handles) return -EMSGSIZE;
     if (slot == 0 || slot > h->limits.max_peers) return -EINVAL;
     struct b1_peer *sender = PEER(base, slot);
-    if (sender->id != id) return -EINVAL;
-    if (sender->state != B1_PEER_ACTIVE) return -ESHUTDOWN;
+    if (__atomic_load_n(&sender->id, __ATOMIC_ACQUIRE) != id) return b1_peer_gone(base, id);
+    if (__atomic_load_n(&sender->state, __ATOMIC_ACQUIRE) != B1_PEER_ACTIVE) return -ESHUTDOWN;
 
     tx->sender_slot = slot;
     tx->sender_id = id;
@@ -335,7 +335,9 @@ int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, u
     if (!r) r = b1_tx_run(base, &tx);
     if (ds != small) free(ds);
     if (r) return r;
-    atomic_fetch_add_explicit(&PEER(base, slot)->sent, 1, memory_order_relaxed);
+    struct b1_peer *sender = PEER(base, slot);
+    if (__atomic_load_n(&sender->id, __ATOMIC_RELAXED) == id) /* not a new peer of the slot */
+        atomic_fetch_add_explicit(&sender->sent, 1, memory_order_relaxed);
     *seq = tx.seq;
     return (int64_t)tx.ts;
 }
