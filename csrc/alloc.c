@@ -16,15 +16,23 @@
 #include <string.h>
 #include "layout.h"
 
+__thread int b1_bad; /* see layout.h: an out-of-range index met during this call */
+
 #define TAG(h) ((h) >> 32)
 #define IDX(h) ((uint32_t)(h))
 #define HEAD(tag, idx) (((uint64_t)(tag) << 32) | (uint64_t)(idx))
 
-static uint32_t stack_pop(b1_stack *s, char *table, size_t elem_size, size_t link_offset) {
+/* Pop a slot of `table`, whose indices are below `limit`: a scribbled link out of range
+ * is not followed (b1_bad). */
+static uint32_t stack_pop(b1_stack *s, char *table, size_t elem_size, size_t link_offset, uint64_t limit) {
     uint64_t h = atomic_load_explicit(&s->head, memory_order_acquire);
     for (;;) {
         uint32_t idx = IDX(h);
         if (idx == 0) return 0;
+        if (idx >= limit) {
+            b1_bad = 1;
+            return 0;
+        }
         _Atomic uint32_t *link = (_Atomic uint32_t *)(table + (size_t)idx * elem_size + link_offset);
         uint32_t next = atomic_load_explicit(link, memory_order_relaxed);
         if (atomic_compare_exchange_weak_explicit(&s->head, &h, HEAD(TAG(h) + 1, next),
@@ -41,12 +49,13 @@ static void stack_push(b1_stack *s, uint32_t idx, _Atomic uint32_t *link) {
                                                     memory_order_release, memory_order_relaxed));
 }
 
-/* Take a slot: a recycled one if any, else a fresh one; 0 when the table is full. */
+/* Take a slot below `limit`: a recycled one if any, else (with a bump pointer) a fresh
+ * one; 0 when the table is full. */
 uint32_t b1_alloc_index(void *base, b1_stack *stack, _Atomic uint32_t *bump, uint32_t limit,
                         size_t link_offset, size_t elem_size, char *table) {
     (void)base;
-    uint32_t idx = stack_pop(stack, table, elem_size, link_offset);
-    if (idx) return idx;
+    uint32_t idx = stack_pop(stack, table, elem_size, link_offset, limit);
+    if (idx || !bump) return idx;
     uint32_t cur = atomic_load_explicit(bump, memory_order_relaxed);
     do {
         if (cur >= limit) return 0;
@@ -101,8 +110,11 @@ static uint32_t size_class(uint64_t bytes) {
 static uint32_t pool_pop(void *base, uint32_t cls) {
     struct b1_header *h = HDR(base);
     /* a pool record's free-list link lives in its first word (refs), units are 64 bytes */
-    return stack_pop(&h->pool_free[cls], (char *)base + h->off_pool,
-                     (size_t)1 << B1_POOL_MIN_SHIFT, 0);
+    uint64_t bytes = (uint64_t)1 << (cls + B1_POOL_MIN_SHIFT);
+    if (bytes > h->limits.pool_size) return 0;
+    /* a record of this class must end inside the pool */
+    return stack_pop(&h->pool_free[cls], (char *)base + h->off_pool, (size_t)1 << B1_POOL_MIN_SHIFT, 0,
+                     ((h->limits.pool_size - bytes) >> B1_POOL_MIN_SHIFT) + 1);
 }
 
 /* A record of the smallest class that fits; larger classes serve when the pool is carved
@@ -150,6 +162,10 @@ void b1_msg_put(void *base, uint32_t unit) {
     struct b1_header *h = HDR(base);
     struct b1_msg *m = MSG(base, unit);
     if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
+    if (m->size_class >= B1_POOL_CLASSES) { /* scribbled: leak it rather than guess */
+        b1_bad = 1;
+        return;
+    }
     atomic_fetch_sub_explicit(&shard(h)->pool, (int64_t)1 << (m->size_class + B1_POOL_MIN_SHIFT),
                               memory_order_relaxed);
     stack_push(&h->pool_free[m->size_class], unit, &m->refs);

@@ -5,6 +5,9 @@
  *   - The layout is a pure function of the limits (layout_offsets), so the size computed
  *     before creation is the size initialised.
  *   - The magic is stored last, with release order (see layout.h).
+ *   - A segment is attached only if its header is the layout of its limits, so the bounds
+ *     checks of layout.h, which read the limits and offsets there, keep every access
+ *     inside the mapping.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -75,6 +78,14 @@ int b1_attach(void *base, uint64_t size) {
     if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != B1_MAGIC) return -EBADMSG;
     if (h->version != B1_VERSION || h->header_size != sizeof(*h)) return -EPROTO;
     if (h->segment_size > size) return -EBADMSG;
+    /* the tables must lie where the limits put them: every bounds check (layout.h)
+     * trusts the header from here on */
+    uint64_t off[6];
+    if (!limits_valid(&h->limits)) return -EBADMSG;
+    layout_offsets(&h->limits, off);
+    if (h->off_peers != off[0] || h->off_nodes != off[1] || h->off_handles != off[2] ||
+        h->off_entries != off[3] || h->off_pool != off[4] || off[5] > h->segment_size)
+        return -EBADMSG;
     return 0;
 }
 
@@ -106,6 +117,11 @@ int b1_bus_info(void *base, struct b1_bus_info *out) {
     out->creator_pid = h->creator_pid;
     out->creator_alive = b1_pid_alive(h->creator_pid, 0);
     out->limits = h->limits;
+    uint64_t offs[5] = {h->off_peers, h->off_nodes, h->off_handles, h->off_entries, h->off_pool};
+    uint32_t sizes[4] = {sizeof(struct b1_peer), sizeof(struct b1_node), sizeof(struct b1_handle),
+                         sizeof(struct b1_entry)};
+    memcpy(out->table_offsets, offs, sizeof offs);
+    memcpy(out->slot_sizes, sizes, sizeof sizes);
     return 0;
 }
 

@@ -131,6 +131,10 @@ struct b1_bus_info {
     int32_t creator_pid;
     uint32_t creator_alive;
     struct b1_limits limits;
+    /* where the tables start (peers, nodes, handles, entries, pool) and the size of one
+     * slot of each table: for tests that damage a segment on purpose */
+    uint64_t table_offsets[5];
+    uint32_t slot_sizes[4];
 };
 
 uint64_t b1_segment_size(const struct b1_limits *l);

@@ -221,21 +221,73 @@ static inline void b1_relax(void) {
 #endif
 }
 
+/* ---- bounds: every index and offset read from the segment is checked ----
+ * A process that scribbles over the segment must not crash the others.  Each accessor
+ * below checks its index against the table's size (the header is validated once, at
+ * attach, against the layout its limits imply); an index out of range is redirected to
+ * the table's slot 0, which is never used, and sets b1_bad.  Every call from Python is
+ * wrapped (csrc/guard.h) to return -EBADMSG when b1_bad was set during it.  Walks over
+ * links in the segment (trees, lists) are bounded by the table's size the same way, so a
+ * cycle cannot hang a call either.  What this cannot catch is a scribbled mutex word: a
+ * lock that looks held by someone else is waited for, like a live holder's. */
+extern __thread int b1_bad;
+
+static inline uint32_t b1_in_range(uint32_t i, uint32_t max) {
+    if (__builtin_expect(i > max, 0)) {
+        b1_bad = 1;
+        return 0;
+    }
+    return i;
+}
+
+/* one more step of a walk over segment links; 0 (and b1_bad) past `max` steps */
+static inline int b1_step(uint32_t *steps, uint32_t max) {
+    if (__builtin_expect(++*steps > max + 1, 0)) {
+        b1_bad = 1;
+        return 0;
+    }
+    return 1;
+}
+
 static inline struct b1_header *HDR(void *base) { return (struct b1_header *)base; }
 static inline struct b1_peer *PEER(void *base, uint32_t i) {
-    return (struct b1_peer *)((char *)base + HDR(base)->off_peers) + i;
+    return (struct b1_peer *)((char *)base + HDR(base)->off_peers) + b1_in_range(i, HDR(base)->limits.max_peers);
 }
 static inline struct b1_node *NODE(void *base, uint32_t i) {
-    return (struct b1_node *)((char *)base + HDR(base)->off_nodes) + i;
+    return (struct b1_node *)((char *)base + HDR(base)->off_nodes) + b1_in_range(i, HDR(base)->limits.max_nodes);
 }
 static inline struct b1_handle *HANDLE(void *base, uint32_t i) {
-    return (struct b1_handle *)((char *)base + HDR(base)->off_handles) + i;
+    return (struct b1_handle *)((char *)base + HDR(base)->off_handles) +
+           b1_in_range(i, HDR(base)->limits.max_handles);
 }
 static inline struct b1_entry *ENTRY(void *base, uint32_t i) {
-    return (struct b1_entry *)((char *)base + HDR(base)->off_entries) + i;
+    return (struct b1_entry *)((char *)base + HDR(base)->off_entries) +
+           b1_in_range(i, HDR(base)->limits.max_entries);
 }
+/* a record's header lies inside the pool; b1_msg_ok checks the rest of it */
 static inline struct b1_msg *MSG(void *base, uint32_t unit) {
+    uint64_t last = (HDR(base)->limits.pool_size - sizeof(struct b1_msg)) >> B1_POOL_MIN_SHIFT;
+    if (__builtin_expect(unit > last, 0)) {
+        b1_bad = 1;
+        unit = 0;
+    }
     return (struct b1_msg *)((char *)base + HDR(base)->off_pool + ((uint64_t)unit << B1_POOL_MIN_SHIFT));
+}
+
+/* Does record `unit` fit its size class inside the pool, and is `idx` one of its
+ * destinations?  Sets b1_bad when not.  Checked before a record read from an entry is
+ * used (its payload copied, its handle arrays indexed). */
+static inline int b1_msg_ok(void *base, uint32_t unit, uint32_t idx) {
+    struct b1_header *h = HDR(base);
+    struct b1_msg *m = MSG(base, unit);
+    uint32_t cls = m->size_class;
+    int ok = unit && cls < B1_POOL_CLASSES &&
+             ((uint64_t)unit << B1_POOL_MIN_SHIFT) + ((uint64_t)1 << (cls + B1_POOL_MIN_SHIFT)) <= h->limits.pool_size &&
+             m->len <= h->limits.max_payload && m->n_handles <= h->limits.max_msg_handles &&
+             idx < m->n_dests &&
+             msg_record_size(m->len, m->n_dests, m->n_handles) <= ((uint64_t)1 << (cls + B1_POOL_MIN_SHIFT));
+    if (!ok) b1_bad = 1;
+    return ok;
 }
 
 /* alloc.c */

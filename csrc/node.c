@@ -25,6 +25,11 @@
 #include <string.h>
 #include "layout.h"
 
+/* a node's holder list, walked at most max_handles steps (layout.h: bounds) */
+#define FOR_HOLDERS(base, nd, i)                                                              \
+    for (uint32_t i = (nd)->holders, i##_steps = 0;                                           \
+         i && b1_step(&i##_steps, HDR(base)->limits.max_handles); i = HANDLE(base, i)->next_holder)
+
 /* what handle_put_locked leaves for its caller to do once the owner's lock is released */
 #define PUT_RELEASE 1 /* the node lost its last non-owner reference: notify the owner */
 #define PUT_RECLAIM 2 /* a gone peer lost its last handle: its slot may be free (slot << 8) */
@@ -117,8 +122,10 @@ static int handle_put_locked(void *base, uint32_t hi, uint32_t held, uint32_t pe
         nd->owner_handle_live = 0;
     } else {
         uint32_t *link = &nd->holders;
-        while (*link && *link != hi) link = &HANDLE(base, *link)->next_holder;
-        if (*link) *link = hd->next_holder;
+        uint32_t steps = 0;
+        while (*link && *link != hi && b1_step(&steps, HDR(base)->limits.max_handles))
+            link = &HANDLE(base, *link)->next_holder;
+        if (*link == hi) *link = hd->next_holder;
         if (!nd->holders && nd->state == B1_NODE_ALIVE && !nd->release_pending) {
             nd->release_pending = 1;
             result = PUT_RELEASE;
@@ -143,7 +150,7 @@ static int handle_get_locked(void *base, uint32_t n, uint32_t slot, uint64_t id,
         *out = (uint32_t)(nd->owner_handle & B1_HANDLE_INDEX_MASK);
         return 0;
     }
-    for (uint32_t i = nd->holders; i; i = HANDLE(base, i)->next_holder)
+    FOR_HOLDERS(base, nd, i)
         if (HANDLE(base, i)->peer_slot == slot && HANDLE(base, i)->peer_id == id) {
             *out = i;
             return 0;
@@ -485,7 +492,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
             nd->state = B1_NODE_DESTROYING;
             versions[i] = nd->holders_version;
             count += !disconnecting;
-            for (uint32_t hi = nd->holders; hi; hi = HANDLE(base, hi)->next_holder) count++;
+            FOR_HOLDERS(base, nd, hi) count++;
         }
         struct b1_dest *dests = (!r && count) ? calloc(count, sizeof *dests) : NULL;
         if (!r && count && !dests) r = -ENOMEM;
@@ -499,7 +506,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
             if (!disconnecting)
                 dests[k++] = (struct b1_dest){.peer_id = id, .owner_handle = nd->owner_handle,
                                               .peer_slot = slot, .node = nodes[i], .node_gen = nd->gen};
-            for (uint32_t hi = nd->holders; hi; hi = HANDLE(base, hi)->next_holder) {
+            FOR_HOLDERS(base, nd, hi) {
                 struct b1_handle *hd = HANDLE(base, hi);
                 dests[k++] = (struct b1_dest){.peer_id = hd->peer_id, .owner_handle = handle_id(base, hi),
                                               .peer_slot = hd->peer_slot, .node = nodes[i],

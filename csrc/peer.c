@@ -113,8 +113,8 @@ static uint32_t carve_peer(void *base) {
 
 static uint32_t pop_free_peer(void *base) {
     struct b1_header *h = HDR(base);
-    return b1_alloc_index(base, &h->free_peers, &h->peers_bump, 0, offsetof(struct b1_peer, next_free),
-                          sizeof(struct b1_peer), (char *)PEER(base, 0));
+    return b1_alloc_index(base, &h->free_peers, NULL, h->limits.max_peers + 1,
+                          offsetof(struct b1_peer, next_free), sizeof(struct b1_peer), (char *)PEER(base, 0));
 }
 
 int b1_peer_new(void *base, uint32_t quota_messages, uint32_t quota_handles,
@@ -259,13 +259,20 @@ int b1_peer_detach(void *base, uint32_t slot, uint64_t id, int32_t pid) {
 
 /* Take every entry out of a disconnecting peer's queue. */
 static void flush_queue(void *base, struct b1_peer *p) {
-    uint32_t cap = p->n_entries, n = 0;
+    uint32_t cap = p->n_entries, n = 0, steps = 0;
+    if (cap > HDR(base)->limits.max_entries) cap = HDR(base)->limits.max_entries;
     uint32_t *taken = cap ? malloc(cap * sizeof *taken) : NULL;
-    while (p->root) {
+    while (p->root && b1_step(&steps, HDR(base)->limits.max_entries)) {
         uint32_t e = p->front;
         b1_queue_remove_locked(base, p, e);
+        if (b1_bad) { /* a scribbled tree: give up on the rest (leaked, not misused) */
+            p->root = p->front = p->back = 0;
+            atomic_store(&p->front_ts, 0);
+            break;
+        }
         /* a block stays owned by its transaction, which frees it */
-        if (!(ENTRY(base, e)->ts & 1) && taken && n < cap) taken[n++] = e;
+        if (!(ENTRY(base, e)->ts & 1) && taken && n < cap && b1_msg_ok(base, ENTRY(base, e)->msg, ENTRY(base, e)->idx))
+            taken[n++] = e;
     }
     p->n_messages = 0;
     p->n_bytes = 0;
@@ -293,6 +300,7 @@ int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id) {
 
     /* destroy the peer's nodes, in one transaction */
     uint32_t bump = atomic_load(&h->nodes_bump), n = 0;
+    if (bump > h->limits.max_nodes + 1) bump = h->limits.max_nodes + 1;
     uint32_t *nodes = malloc((bump + 1) * sizeof *nodes);
     if (!nodes) return -ENOMEM;
     if (b1_lock(p) == 0) {

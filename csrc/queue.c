@@ -108,8 +108,11 @@ static inline uint32_t key_priority(const struct b1_entry *e) {
 }
 
 /* Split t into keys below e (into *l) and above e (into *r). */
+#define MAXE(base) (HDR(base)->limits.max_entries)
+
 static void split(void *base, uint32_t t, const struct b1_entry *e, uint32_t *l, uint32_t *r) {
-    while (t) {
+    uint32_t steps = 0;
+    while (t && b1_step(&steps, MAXE(base))) {
         struct b1_entry *n = ENTRY(base, t);
         if (key_less(base, n, e)) {
             *l = t;
@@ -127,8 +130,8 @@ static void split(void *base, uint32_t t, const struct b1_entry *e, uint32_t *l,
 
 /* Join two trees where every key of a is below every key of b. */
 static uint32_t merge(void *base, uint32_t a, uint32_t b) {
-    uint32_t root = 0, *slot = &root;
-    while (a && b) {
+    uint32_t root = 0, *slot = &root, steps = 0;
+    while (a && b && b1_step(&steps, MAXE(base))) {
         struct b1_entry *x = ENTRY(base, a), *y = ENTRY(base, b);
         if (x->prio > y->prio) {
             *slot = a;
@@ -145,14 +148,16 @@ static uint32_t merge(void *base, uint32_t a, uint32_t b) {
 }
 
 static uint32_t leftmost(void *base, uint32_t t) {
+    uint32_t steps = 0;
     if (!t) return 0;
-    while (ENTRY(base, t)->left) t = ENTRY(base, t)->left;
+    while (ENTRY(base, t)->left && b1_step(&steps, MAXE(base))) t = ENTRY(base, t)->left;
     return t;
 }
 
 static uint32_t rightmost(void *base, uint32_t t) {
+    uint32_t steps = 0;
     if (!t) return 0;
-    while (ENTRY(base, t)->right) t = ENTRY(base, t)->right;
+    while (ENTRY(base, t)->right && b1_step(&steps, MAXE(base))) t = ENTRY(base, t)->right;
     return t;
 }
 
@@ -167,8 +172,8 @@ int b1_queue_insert_locked(void *base, struct b1_peer *p, uint32_t e) {
     struct b1_entry *n = ENTRY(base, e);
     n->prio = key_priority(n);
     n->left = n->right = 0;
-    uint32_t *slot = &p->root;
-    while (*slot && ENTRY(base, *slot)->prio >= n->prio) {
+    uint32_t *slot = &p->root, steps = 0;
+    while (*slot && ENTRY(base, *slot)->prio >= n->prio && b1_step(&steps, MAXE(base))) {
         struct b1_entry *t = ENTRY(base, *slot);
         slot = key_less(base, n, t) ? &t->left : &t->right;
     }
@@ -186,8 +191,12 @@ int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e) {
     if (e == p->front) {
         /* the dequeue: the front has no left child, so it sits at the end of the left
          * spine; its right subtree takes its place and holds the next front, if any */
-        uint32_t *slot = &p->root, parent = 0;
+        uint32_t *slot = &p->root, parent = 0, steps = 0;
         while (*slot != e) {
+            if (!*slot || !b1_step(&steps, MAXE(base))) { /* not in the tree: scribbled */
+                b1_bad = 1;
+                return 0;
+            }
             parent = *slot;
             slot = &ENTRY(base, parent)->left;
         }
@@ -196,8 +205,12 @@ int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e) {
         if (e == p->back) p->back = 0; /* it was the only entry */
         return b1_queue_publish_front(base, p);
     }
-    uint32_t *slot = &p->root;
+    uint32_t *slot = &p->root, steps = 0;
     while (*slot != e) {
+        if (!*slot || !b1_step(&steps, MAXE(base))) {
+            b1_bad = 1;
+            return 0;
+        }
         struct b1_entry *t = ENTRY(base, *slot);
         slot = key_less(base, n, t) ? &t->left : &t->right;
     }
@@ -222,7 +235,8 @@ int b1_queue_rekey_locked(void *base, struct b1_peer *p, uint32_t e, uint64_t ts
 /* Is entry e linked in p's tree (searched by its key)? */
 int b1_queue_contains_locked(void *base, struct b1_peer *p, uint32_t e) {
     struct b1_entry *n = ENTRY(base, e);
-    for (uint32_t t = p->root; t;) {
+    uint32_t steps = 0;
+    for (uint32_t t = p->root; t && b1_step(&steps, MAXE(base));) {
         if (t == e) return 1;
         struct b1_entry *x = ENTRY(base, t);
         t = key_less(base, n, x) ? x->left : x->right;
@@ -259,23 +273,25 @@ int b1_futex_wait(_Atomic uint32_t *word, uint32_t seen, int64_t timeout_ns) {
 /* ---- inspection (tests, benchmarks) ---- */
 
 static int check_subtree(void *base, uint32_t t, const struct b1_entry *lo,
-                         const struct b1_entry *hi, uint32_t *count) {
+                         const struct b1_entry *hi, uint32_t *count, uint32_t depth) {
     if (!t) return 0;
+    if (*count > MAXE(base) || depth > 4096) return -EUCLEAN; /* a cycle, or no treap */
     struct b1_entry *n = ENTRY(base, t);
     if ((lo && !key_less(base, lo, n)) || (hi && !key_less(base, n, hi))) return -EUCLEAN;
     if (n->left && ENTRY(base, n->left)->prio > n->prio) return -EUCLEAN;
     if (n->right && ENTRY(base, n->right)->prio > n->prio) return -EUCLEAN;
     (*count)++;
-    int r = check_subtree(base, n->left, lo, n, count);
-    return r ? r : check_subtree(base, n->right, n, hi, count);
+    int r = check_subtree(base, n->left, lo, n, count, depth + 1);
+    return r ? r : check_subtree(base, n->right, n, hi, count, depth + 1);
 }
 
 int b1_queue_check(void *base, uint32_t slot) {
+    if (!slot || slot > HDR(base)->limits.max_peers) return -EINVAL;
     struct b1_peer *p = PEER(base, slot);
     int r = b1_lock(p);
     if (r) return r;
     uint32_t count = 0;
-    r = check_subtree(base, p->root, NULL, NULL, &count);
+    r = check_subtree(base, p->root, NULL, NULL, &count, 0);
     if (!r && count != p->n_entries) r = -EUCLEAN;
     if (!r && p->front != leftmost(base, p->root)) r = -EUCLEAN;
     if (!r && p->back != rightmost(base, p->root)) r = -EUCLEAN;
@@ -284,12 +300,14 @@ int b1_queue_check(void *base, uint32_t slot) {
 }
 
 int b1_queue_depth(void *base, uint32_t slot) {
+    if (!slot || slot > HDR(base)->limits.max_peers) return -EINVAL;
     struct b1_peer *p = PEER(base, slot);
     int r = b1_lock(p);
     if (r) return r;
     /* depth of the front's path: what a dequeue walks */
     int depth = 0;
-    for (uint32_t t = p->root; t; t = ENTRY(base, t)->left) depth++;
+    uint32_t steps = 0;
+    for (uint32_t t = p->root; t && b1_step(&steps, MAXE(base)); t = ENTRY(base, t)->left) depth++;
     b1_unlock(p);
     return depth;
 }

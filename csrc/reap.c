@@ -22,12 +22,18 @@ struct dead_block {
     uint32_t idx;
 };
 
-static void collect_dead(void *base, uint32_t t, struct dead_block *out, uint32_t cap, uint32_t *n) {
-    while (t && *n < cap) {
+/* depth and visits are bounded: a scribbled tree may have cycles */
+static void collect_dead(void *base, uint32_t t, struct dead_block *out, uint32_t cap, uint32_t *n,
+                         uint32_t depth, uint32_t *visits) {
+    if (depth > 4096) {
+        b1_bad = 1;
+        return;
+    }
+    while (t && *n < cap && b1_step(visits, HDR(base)->limits.max_entries)) {
         struct b1_entry *e = ENTRY(base, t);
-        if ((e->ts & 1) && !b1_pid_alive(MSG(base, e->msg)->stager_pid, 0))
+        if ((e->ts & 1) && b1_msg_ok(base, e->msg, e->idx) && !b1_pid_alive(MSG(base, e->msg)->stager_pid, 0))
             out[(*n)++] = (struct dead_block){t, e->ts, e->sender, e->seq, e->idx};
-        collect_dead(base, e->left, out, cap, n);
+        collect_dead(base, e->left, out, cap, n, depth + 1, visits);
         t = e->right;
     }
 }
@@ -37,9 +43,10 @@ static int reap_queue(void *base, uint32_t slot, struct b1_gc_stats *stats) {
     struct b1_peer *p = b1_peer_at_slot(base, slot);
     if (!p) return 0;
     if (b1_lock(p)) return 0;
-    uint32_t cap = p->n_entries, n = 0;
+    uint32_t cap = p->n_entries, n = 0, visits = 0;
+    if (cap > HDR(base)->limits.max_entries) cap = HDR(base)->limits.max_entries;
     struct dead_block *dead = cap ? malloc(cap * sizeof *dead) : NULL;
-    if (dead) collect_dead(base, p->root, dead, cap, &n);
+    if (dead) collect_dead(base, p->root, dead, cap, &n, 0, &visits);
     b1_unlock(p);
     int done = 0;
     for (uint32_t i = 0; i < n; i++) {

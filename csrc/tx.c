@@ -357,11 +357,19 @@ int b1_recv(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *info,
         }
         struct b1_entry *e = ENTRY(base, ei);
         struct b1_msg *m = MSG(base, e->msg);
+        if (b1_bad || e->type > B1_MSG_NODE_RELEASE || !b1_msg_ok(base, e->msg, e->idx)) {
+            b1_unlock(p); /* a scribbled queue: leave it as it is */
+            return -EBADMSG;
+        }
         if (m->len > buflen) {
             b1_unlock(p);
             return -EMSGSIZE;
         }
         int woke = b1_queue_remove_locked(base, p, ei);
+        if (b1_bad) {
+            b1_unlock(p);
+            return -EBADMSG;
+        }
         int deliver = 1;
         if (e->type == B1_MSG_DATA) {
             p->n_messages--;
