@@ -35,5 +35,7 @@ _MEANING = {
 def bus_error(code: int, detail: str = "") -> OSError:
     """The exception for a negative or positive errno from the C helper."""
     code = abs(code)
+    if code >= 1 << 16:  # no errno: a result the C helper should never give
+        return OSError(errno.EIO, f"unexpected result {code} from the bus: {detail}")
     text = _MEANING.get(code) or os.strerror(code)
     return OSError(code, f"{text}: {detail}" if detail else text)

@@ -15,6 +15,8 @@ unfinished is aborted (before its stamp) or completed (after it), so no block ou
 """
 from __future__ import annotations
 
+import errno
+
 from ._b1 import ffi, lib
 from .errors import bus_error
 from .peer import Peer, _as_bytes
@@ -24,9 +26,12 @@ STATES = ("prepared", "staged", "synced", "committed", "dropped")
 
 class Transaction:
     def __init__(self, peer: Peer, destinations, payload=b"", handles=()):
-        destinations, handles = list(destinations), list(handles)
+        if not isinstance(peer, Peer):
+            raise TypeError(f"a transaction is sent by a Peer, not {peer!r}")
+        destinations, handles = _ids(destinations, "destinations"), _ids(handles, "handles")
         payload = payload if type(payload) is bytes else _as_bytes(payload)
         self._bus = peer.bus
+        self._bus.base()  # raises: closed
         self._dests = ffi.new("struct b1_dest[]", max(len(destinations), 1))
         self._tx = ffi.new("struct b1_tx *")
         self._tx.dests = self._dests
@@ -42,18 +47,25 @@ class Transaction:
         if r:
             raise bus_error(r, what)
 
+    def _index(self, i, what) -> int:
+        if type(i) is not int:
+            raise TypeError(f"{what} takes a destination index (an int), not {i!r}")
+        if not 0 <= i < self._tx.n:
+            raise bus_error(errno.EINVAL, f"{what} {i}: no such destination (0..{self._tx.n - 1})")
+        return i
+
     def stage(self, i: int) -> None:
-        self._step(lib.b1_tx_stage(self._bus.base(), self._tx, i), f"stage {i}")
+        self._step(lib.b1_tx_stage(self._bus.base(), self._tx, self._index(i, "stage")), f"stage {i}")
 
     def stamp(self) -> int:
         self._step(lib.b1_tx_stamp(self._bus.base(), self._tx), "stamp")
         return self._tx.ts
 
     def sync(self, i: int) -> None:
-        self._step(lib.b1_tx_sync(self._bus.base(), self._tx, i), f"sync {i}")
+        self._step(lib.b1_tx_sync(self._bus.base(), self._tx, self._index(i, "sync")), f"sync {i}")
 
     def commit(self, i: int) -> None:
-        self._step(lib.b1_tx_commit(self._bus.base(), self._tx, i), f"commit {i}")
+        self._step(lib.b1_tx_commit(self._bus.base(), self._tx, self._index(i, "commit")), f"commit {i}")
         if all(s in ("committed", "dropped") for s in self.states):
             self._open = False
 
@@ -98,3 +110,15 @@ class Transaction:
                     lib.b1_tx_commit(self._bus.base(), self._tx, i)
         except Exception:
             pass
+
+
+def _ids(values, what) -> list:
+    """Handle ids as a list, refusing anything cffi would reject with an unclear error."""
+    try:
+        values = list(values)
+    except TypeError:
+        raise TypeError(f"{what} must be a sequence of handle ids, not {values!r}") from None
+    for v in values:
+        if type(v) is not int or not 0 <= v < 1 << 64:
+            raise TypeError(f"{what} must be handle ids (ints from 0 to 2**64-1), not {v!r}")
+    return values

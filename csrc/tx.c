@@ -339,6 +339,10 @@ int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, u
     if (__atomic_load_n(&sender->id, __ATOMIC_RELAXED) == id) /* not a new peer of the slot */
         atomic_fetch_add_explicit(&sender->sent, 1, memory_order_relaxed);
     *seq = tx.seq;
+    if (tx.ts > INT64_MAX) { /* only a scribbled clock gets here */
+        b1_bad = 1;
+        return -EBADMSG;
+    }
     return (int64_t)tx.ts;
 }
 
