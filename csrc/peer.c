@@ -265,7 +265,8 @@ static void flush_queue(void *base, struct b1_peer *p) {
     while (p->root && b1_step(&steps, HDR(base)->limits.max_entries)) {
         uint32_t e = p->front;
         b1_queue_remove_locked(base, p, e);
-        if (b1_bad) { /* a scribbled tree: give up on the rest (leaked, not misused) */
+        if (b1_bad || p->front == e) { /* a scribbled tree: give up on the rest (leaked, not misused) */
+            b1_bad = 1;
             p->root = p->front = p->back = 0;
             atomic_store(&p->front_ts, 0);
             break;

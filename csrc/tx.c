@@ -350,7 +350,9 @@ int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, u
 
 int b1_recv(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *info,
             char *buf, uint32_t buflen, uint64_t *handles_out) {
-    for (;;) {
+    /* each round takes one entry out for good: more rounds than entries is a cycle */
+    for (uint32_t rounds = 0;;) {
+        if (!b1_step(&rounds, HDR(base)->limits.max_entries)) return -EBADMSG;
         struct b1_peer *p;
         int r = b1_lock_live(base, slot, id, &p);
         if (r) return r;
@@ -370,7 +372,8 @@ int b1_recv(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *info,
             return -EMSGSIZE;
         }
         int woke = b1_queue_remove_locked(base, p, ei);
-        if (b1_bad) {
+        if (b1_bad || p->front == ei) { /* still linked: a cycle in a scribbled tree */
+            b1_bad = 1;
             b1_unlock(p);
             return -EBADMSG;
         }
