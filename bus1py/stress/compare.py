@@ -7,9 +7,9 @@ Invariants:
     bus has), so their plans are identical (same plan digests) and only how messages
     travel differs.
   - The verdicts are the checker's: all traces are judged in one child process
-    (`python -m bus1py.stress.compare TRACE REPORT JSON ...`) sharing one JVM, with the
-    checker's own entry points (check_trace, write_report), each writing the same JSON
-    summary and HTML report `bus1py check --json --report` writes.  The exit status is 0
+    (`python -m bus1py.stress.compare TRACE REPORT JSON ...`) that runs the checker's own
+    command-line entry point (`bus1py check TRACE --report --json`) once per trace, so
+    they share one JVM and each gets exactly what `bus1py check` writes.  The exit status is 0
     when everything ran, was judged, and the bus passed; 1 when the bus did not; 2 when a
     run or the checker failed.
   - Output goes to a fresh directory (a temporary one unless --out): DIR/TRANSPORT/trace,
@@ -42,9 +42,9 @@ def messages_per_s(results) -> float:
 
 
 def run_compare(processes=16, messages=300, seed=1, out=None, console=None,
-                transports=COMPARE_TRANSPORTS, timeout=900, spark=None) -> tuple[int, list]:
-    """Run, check, print the table; returns (exit status, rows).  `spark`: check in this
-    session instead of a child process (the tests share theirs)."""
+                transports=COMPARE_TRANSPORTS, timeout=900, in_process=False) -> tuple[int, list]:
+    """Run, check, print the table; returns (exit status, rows).  in_process: check in
+    this process (the tests, which already have a Spark session) instead of a child."""
     console = console or Console()
     out = out or tempfile.mkdtemp(prefix="bus1py-compare-")
     os.makedirs(out, exist_ok=True)
@@ -65,9 +65,11 @@ def run_compare(processes=16, messages=300, seed=1, out=None, console=None,
         rows.append({"transport": t, "messages_per_s": rate, "trace": cfg.trace_dir,
                      "report": os.path.join(d, "report.html"), "json": os.path.join(d, "check.json")})
     t0 = time.monotonic()
-    if spark is not None:
-        for r in rows:
-            check_one(spark, r["trace"], r["report"], r["json"])
+    if in_process:
+        codes = [check_one(r["trace"], r["report"], r["json"]) for r in rows]
+        if max(codes) > 1:
+            console.print(f"[red]the checker failed (exit {max(codes)})[/red]")
+            return 2, rows
     else:
         cmd = [sys.executable, "-m", "bus1py.stress.compare"]
         for r in rows:
@@ -120,30 +122,30 @@ def compare_table(rows, markdown=False):
     return t
 
 
-def check_one(spark, trace_dir, report, json_out):
-    """What `bus1py check TRACE --report REPORT --json JSON` does, in a given session."""
-    from ..check.checker import check_trace
-    from ..check.load import open_rows, read_footers
-    from ..check.report import write_report
-    from ..check.spark import plan_for_trace
+def check_one(trace_dir, report, json_out) -> int:
+    """`bus1py check TRACE --report REPORT --json JSON --progress never`, run in this
+    process by the checker's own command-line entry point; its exit status.  The checker
+    keeps one SparkSession per process, so checks after the first reuse its JVM."""
+    import argparse
+    import contextlib
+    import io
 
-    trace = read_footers(trace_dir)
-    plan_for_trace(spark, trace)
-    summary, checker = check_trace(spark, open_rows(spark, trace))
-    with open(json_out, "w") as f:
-        json.dump(summary, f, indent=2)
-    write_report(summary, report)
-    checker.unpersist()
+    from ..check import cli as check_cli
+
+    parser = argparse.ArgumentParser(prog="bus1py")
+    check_cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["check", trace_dir, "--report", report, "--json", json_out,
+                              "--progress", "never"])
+    with contextlib.redirect_stdout(io.StringIO()):  # the table shows the verdicts
+        return args.func(args)
 
 
 def _check_all(argv) -> int:
-    """Child process: check each (trace, report, json) triple with one Spark session."""
-    from ..check.spark import EarlySession
-
-    spark = EarlySession(None).result()
+    """Child process: check each (trace, report, json) triple, one JVM for all."""
+    worst = 0
     for i in range(0, len(argv), 3):
-        check_one(spark, *argv[i:i + 3])
-    return 0
+        worst = max(worst, check_one(*argv[i:i + 3]))
+    return 0 if worst <= 1 else worst
 
 
 if __name__ == "__main__":

@@ -103,7 +103,7 @@ def test_demo_compare_judges_all_three(spark, tmp_path):
 
     from bus1py.stress.compare import COMPARE_TRANSPORTS, run_compare
     status, rows = run_compare(processes=4, messages=40, seed=2, out=str(tmp_path / "cmp"),
-                               console=Console(file=open(os.devnull, "w")), spark=spark)
+                               console=Console(file=open(os.devnull, "w")), in_process=True)
     assert status == 0 and [r["transport"] for r in rows] == list(COMPARE_TRANSPORTS)
     bus = rows[0]
     assert bus["violations"] == dict.fromkeys(bus["violations"], 0)
