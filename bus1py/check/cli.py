@@ -132,6 +132,10 @@ def run(args) -> int:
         except TraceError as e:   # the seq and id rules are checked in the main pass
             print(f"bus1py check: malformed trace: {e}", file=sys.stderr)
             return 2
+        if args.report:
+            prog.set_phase("summarising the run for the report")
+            from .overview import overview
+            summary["overview"] = overview(checker)
         if args.shiviz:
             prog.set_phase("exporting ShiViz log")
             n = write_shiviz(checker, args.shiviz)

@@ -163,6 +163,65 @@ def _steps_html(ex):
             + "".join(f"<li>{_esc(line)}</li>" for line in lines) + "</ol>")
 
 
+def _bars_svg(items, unit):
+    """A horizontal bar chart of (label, count) pairs."""
+    if not items:
+        return ""
+    top = max(n for _, n in items) or 1
+    w, h = 420, 18
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{150 + w + 80}" '
+           f'height="{len(items) * h + 10}" font-size="11">']
+    for i, (label, n) in enumerate(items):
+        y = 5 + i * h
+        out.append(f'<text x="145" y="{y + 12}" text-anchor="end">{_esc(label)}</text>'
+                   f'<rect x="150" y="{y + 2}" width="{max(1, round(w * n / top))}" '
+                   f'height="{h - 5}" fill="#5c85c4"/>'
+                   f'<text x="{155 + round(w * n / top)}" y="{y + 12}">{_esc(n)} {unit}'
+                   f'</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _latency_label(b):
+    b = int(b)
+    if b < 0:
+        return "negative"
+    if b == 0:
+        return "< 1 us"
+    lo, hi = 1 << (b - 1), 1 << b
+    fmt = (lambda v: f"{v} us" if v < 1000 else f"{v / 1000:g} ms")  # noqa: E731
+    return f"{fmt(lo)} - {fmt(hi)}"
+
+
+def _overview_html(ov):
+    parts = ["<h2 id='run'>the run</h2>"]
+    st = ov.get("stress")
+    if st:
+        rows = [(k, v) for k, v in st.items() if not isinstance(v, dict)]
+        for group in ("latency_us", "peaks", "errors"):
+            rows += [(f"{group}.{k}", v) for k, v in (st.get(group) or {}).items()]
+        if "errors" in st and not st["errors"]:
+            rows.append(("errors", "none"))
+        parts.append("<p>the stress tool's summary:</p><table><tr><th>field</th>"
+                     "<th>value</th></tr>" + "".join(
+                         f"<tr><td>{_esc(k)}</td><td>"
+                         f"{_esc(round(v, 3) if isinstance(v, float) else v)}</td></tr>"
+                         for k, v in rows) + "</table>")
+    counts = ov.get("events_per_process", {})
+    parts.append("<p>events per process:</p>"
+                 + _bars_svg([(f"process {p}", n) for p, n in counts.items()], "events"))
+    hist = ov.get("latency_log2_us", {})
+    if hist:
+        parts.append("<p>delivery latency (wall time of the delivery minus that of its "
+                     "send):</p>"
+                     + _bars_svg([(_latency_label(b), n) for b, n in hist.items()],
+                                 "deliveries"))
+    if ov.get("window"):
+        parts.append("<p>the first events of a few processes (messages whose other end is "
+                     "outside this window have no arrow):</p>" + spacetime_svg(ov["window"]))
+    return "\n".join(parts)
+
+
 def render_html(summary) -> str:
     ok = summary.get("ok")
     parts = ["<!doctype html><html><head><meta charset='utf-8'>",
@@ -208,6 +267,8 @@ def render_html(summary) -> str:
                              f"<td>{_esc(e['kind'])}</td><td>{_esc(e.get('message', ''))}</td>"
                              f"<td>{_esc(e['msg'])}</td></tr>")
             parts.append("</table></div>")
+    if summary.get("overview"):
+        parts.append(_overview_html(summary["overview"]))
     parts.append("</body></html>")
     return "\n".join(parts)
 

@@ -195,3 +195,29 @@ def test_not_a_trace(tmp_path, capsys):
     _expect_2(tmp_path, capsys, "a.parquet", "cannot read Parquet footer")
     rc = main(["check", str(tmp_path / "nowhere")])
     assert rc == 2
+
+
+def test_clean_run_report_shows_the_run(spark, tmp_path):
+    rows = simulate(random.Random(3), nprocs=3, steps=40, p_signal=0.2)
+    trace = tmp_path / "run" / "trace"
+    write_trace(rows, str(trace))
+    stress = {"processes": 3, "sent": 40, "latency_us": {"p50": 12.5, "p99": 80.0},
+              "errors": {}, "per_process": [{"ignored": 1}]}
+    (tmp_path / "run" / "stress.json").write_text(json.dumps(stress))
+    rc = main(["check", str(trace), "--json", str(tmp_path / "s.json"),
+               "--report", str(tmp_path / "r.html"), "--progress", "never"])
+    assert rc == 0
+    ov = json.loads((tmp_path / "s.json").read_text())["overview"]
+    per = {}
+    for r in rows:
+        per[str(r["process"])] = per.get(str(r["process"]), 0) + 1
+    assert ov["events_per_process"] == per
+    deliveries = sum(r["kind"] == "deliver" for r in rows)
+    assert sum(ov["latency_log2_us"].values()) == deliveries
+    assert ov["stress"]["latency_us"] == {"p50": 12.5, "p99": 80.0}
+    assert "per_process" not in ov["stress"]
+    assert ov["window"] and all(e["seq"] < 8 for e in ov["window"])
+    html = (tmp_path / "r.html").read_text()
+    assert "the stress tool" in html and "latency_us.p99" in html
+    assert "events per process" in html and "delivery latency" in html
+    assert html.count("<svg") >= 3 and "<script" not in html
