@@ -114,7 +114,14 @@ def run(args) -> int:
     except TraceError as e:
         print(f"bus1py check: malformed trace: {e}", file=sys.stderr)
         return 2
-    spark = early.result()
+    try:
+        spark = early.result()
+    except Exception:
+        # the JVM's own words went to its log, not to this terminal: say where they are
+        from .spark import jvm_log_path
+        print(f"bus1py check: Spark did not start; the JVM's output is in {jvm_log_path()}",
+              file=sys.stderr)
+        raise
     session_ready = time.perf_counter() - t0
     plan_for_trace(spark, trace, args.partitions)
     enabled = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
