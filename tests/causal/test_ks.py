@@ -1,7 +1,6 @@
 """ks: exact transcripts (O_M per destination), purging, invariants, bytes, bad input."""
 from __future__ import annotations
 
-import random
 import struct
 
 import pytest
@@ -9,6 +8,7 @@ import pytest
 from bus1py import causal
 from bus1py.causal import WireCost, WireError
 from bus1py.causal.ks import Ks
+from harness import random_run as _random_run
 
 
 def procs(n):
@@ -159,32 +159,8 @@ def parse_cost(data):
     return 10 + 2 * nd + 2 * no, sum(6 + 2 * x for x in dlens), no
 
 
-def random_run(n, sends, seed, multicast):
-    rng = random.Random(seed)
-    ps = procs(n)
-    flight, expected, got = [], {}, {}
-    done = 0
-    while done < sends or flight:
-        if done < sends and (not flight or rng.random() < 0.4):
-            s = rng.randrange(n)
-            others = [x for x in range(n) if x != s]
-            dests = rng.sample(others, rng.randint(1, n - 1) if multicast else 1)
-            payload = f"{s}:{done}".encode()
-            step = ps[s].send(dests, payload)
-            for (d, data), c in zip(step.wires, step.costs):
-                assert c.header + c.control + len(payload) == len(data)
-                assert (c.header, c.control, c.dependents) == parse_cost(data)
-                flight.append((s, d, data))
-                expected.setdefault(d, []).append(payload)
-            done += 1
-            check_invariants(ps[s])
-        else:
-            s, d, data = flight.pop(rng.randrange(len(flight)))
-            for _, payload in ps[d].receive(s, data).delivered:
-                got.setdefault(d, []).append(payload)
-            check_invariants(ps[d])
-    assert all(p.held == 0 for p in ps)
-    assert {d: sorted(v) for d, v in got.items()} == {d: sorted(v) for d, v in expected.items()}
+def random_run(n, sends, seed, multicast, check=check_invariants):
+    return _random_run(procs, parse_cost, check, n, sends, seed, multicast)
 
 
 @pytest.mark.parametrize("multicast", [False, True])
