@@ -14,10 +14,14 @@ Invariants:
   - `ids` holds `sender << 32 | counter` of every held record, once: a copy received twice
     (already delivered, or already held) is refused before anything changes.
   - After `admit` returns, no held record is deliverable (the releases are transitive).
+
+`HoldBackProtocol` is the receive side those protocols share: decode (every check, no state
+change), then admit; subclasses provide `_decode(src, data) -> record` and
+`_deliver(record, step)`, and create `self._hold` over their delivered-counter vector.
 """
 from __future__ import annotations
 
-from .base import WireError
+from .base import Protocol, Step, WireError
 
 
 class HoldBack:
@@ -66,3 +70,25 @@ class HoldBack:
                     w.append(rec)
                 return True
         return False
+
+
+class HoldBackProtocol(Protocol):
+    """A protocol whose receive is: decode the wire, then deliver or hold it in `_hold`."""
+
+    _hold: HoldBack
+
+    @property
+    def held(self) -> int:
+        return len(self._hold)
+
+    def _receive(self, src, data):
+        rec = self._decode(src, data)
+        step = Step()
+        self._hold.admit(rec, lambda r: self._deliver(r, step))
+        return step
+
+    def _decode(self, src, data):
+        raise NotImplementedError
+
+    def _deliver(self, rec, step):
+        raise NotImplementedError

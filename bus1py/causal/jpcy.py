@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import struct
 
-from .base import U32_MAX, Protocol, Step, WireCost, WireError
-from .holdback import HoldBack
+from .base import U32_MAX, Step, WireCost, WireError
+from .holdback import HoldBack, HoldBackProtocol
 
 _HEAD = struct.Struct("<HIHHH")
 
@@ -59,7 +59,7 @@ def _pack(fmt_char: str, values) -> bytes:
     return struct.pack(f"<{len(values)}{fmt_char}", *values)
 
 
-class Jpcy(Protocol):
+class Jpcy(HoldBackProtocol):
     name = "jpcy"
     rule = "deliver m at i iff every (k, tau) in DC_m has tau <= DLV_i[k]"
 
@@ -71,9 +71,6 @@ class Jpcy(Protocol):
         self._bit = [1 << x for x in range(n)]
         self._hold = HoldBack(self.dlv)
 
-    @property
-    def held(self) -> int:
-        return len(self._hold)
 
     # ---- SEND ----
 
@@ -147,12 +144,6 @@ class Jpcy(Protocol):
         return step
 
     # ---- RECEIVE ----
-
-    def _receive(self, src, data):
-        rec = self._decode(src, data)
-        step = Step()
-        self._hold.admit(rec, lambda r: self._deliver(r, step))
-        return step
 
     def _decode(self, src, data):
         """Every check happens here, before any state changes."""

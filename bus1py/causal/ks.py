@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import struct
 
-from .base import U32_MAX, Protocol, Step, WireCost, WireError
-from .holdback import HoldBack
+from .base import U32_MAX, Step, WireCost, WireError
+from .holdback import HoldBack, HoldBackProtocol
 
 _HEAD = struct.Struct("<HIHH")
 
@@ -60,7 +60,7 @@ def _purge(entries: dict) -> None:
         del entries[t]
 
 
-class Ks(Protocol):
+class Ks(HoldBackProtocol):
     name = "ks"
     rule = "deliver M at j iff every o(m,t) in O_M listing j has t <= SR_j[m]"
 
@@ -72,9 +72,6 @@ class Ks(Protocol):
         self.log = {s: {0: 0} for s in range(n)}    # s -> {t: Dests mask}
         self._hold = HoldBack(self.sr)
 
-    @property
-    def held(self) -> int:
-        return len(self._hold)
 
     # ---- SND ----
 
@@ -133,12 +130,6 @@ class Ks(Protocol):
         return step
 
     # ---- RCV ----
-
-    def _receive(self, src, data):
-        rec = self._decode(src, data)
-        step = Step()
-        self._hold.admit(rec, lambda r: self._deliver(r, step))
-        return step
 
     def _decode(self, src, data):
         """Every check happens here, before any state changes."""

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import struct
 
-from .base import U32_MAX, Protocol, Step, WireCost, WireError
-from .holdback import HoldBack
+from .base import U32_MAX, Step, WireCost, WireError
+from .holdback import HoldBack, HoldBackProtocol
 
 _HEAD = struct.Struct("<HIHH")
 
@@ -48,7 +48,7 @@ def _pack(fmt_char: str, values) -> bytes:
     return struct.pack(f"<{len(values)}{fmt_char}", *values)
 
 
-class Prs(Protocol):
+class Prs(HoldBackProtocol):
     name = "prs"
     rule = "deliver M at i iff every (k, y) in CB_M[i] has y <= Deliv_i[k]"
 
@@ -59,9 +59,6 @@ class Prs(Protocol):
         self.cb = [dict() for _ in range(n)]         # k -> {sender: sn}
         self._hold = HoldBack(self.deliv)
 
-    @property
-    def held(self) -> int:
-        return len(self._hold)
 
     # ---- send ----
 
@@ -91,12 +88,6 @@ class Prs(Protocol):
         return step
 
     # ---- receive ----
-
-    def _receive(self, src, data):
-        rec = self._decode(src, data)
-        step = Step()
-        self._hold.admit(rec, lambda r: self._deliver(r, step))
-        return step
 
     def _decode(self, src, data):
         """Every check happens here, before any state changes."""
