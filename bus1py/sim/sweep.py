@@ -2,8 +2,10 @@
 
 Each task is one `engine.run` on an executor; the driver only plans, collects rows and writes
 the CSV. Tasks are submitted as one single-task Spark job each, from a pool of as many driver
-threads as the cluster has cores, longest first: the slowest runs (large n, matrix protocols)
-start at once instead of ending a wave, every finished row is appended to the CSV as it
+threads as the cluster has cores, one n at a time from the smallest, and within one n longest
+first: a study stopped part-way (the paper scale takes many CPU-hours) leaves every protocol
+and mode complete for the smaller n, which is a usable partial figure, and each n's slowest runs
+start early instead of ending its wave. Every finished row is appended to the CSV as it
 arrives (so a long study survives an interruption and `--resume` skips what is done), and the
 progress bar counts real tasks.
 
@@ -27,7 +29,7 @@ from .engine import RunSpec, run
 SCALES = {"paper": (10_000, 50_000), "quick": (10, 80)}
 #: the spec fields that identify a row in the CSV
 KEY = ("protocol", "n", "mode", "run", "seed", "warmup", "measure", "send_mean", "net_delay")
-#: relative per-delivery cost of each protocol's bookkeeping, for longest-first ordering only
+#: relative per-delivery cost of each protocol's bookkeeping, for the order of submission only
 _WEIGHT = {"rst": 4.0, "ses": 3.0, "bus1": 3.0, "prs": 3.0, "bss": 2.0, "ks": 2.0,
            "jpcy": 2.0, "buffer": 1.5, "fifo": 1.0}
 
@@ -53,6 +55,11 @@ def plan(protocols, ns, modes, runs, scale="quick", seed=1, send_mean=0.1,
 
 def _key(row) -> tuple:
     return tuple(str(row[k]) for k in KEY)
+
+
+def _order(spec: RunSpec) -> tuple:
+    """Submission order: smaller n first, then longest first."""
+    return spec.n, -_cost(spec)
 
 
 def _cost(spec: RunSpec) -> float:
@@ -141,7 +148,7 @@ def run_sweep(specs, spark=None, out_csv=None, resume=False, trace_dir=None,
             from ..check.spark import get_session
             spark = get_session(app_name="bus1py-simulate")
         sc = spark.sparkContext
-        todo.sort(key=_cost, reverse=True)
+        todo.sort(key=_order)
         workers = max(1, sc.defaultParallelism)
 
         def one(spec):
