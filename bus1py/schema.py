@@ -27,6 +27,12 @@ COLUMNS = (("process", "int32"), ("seq", "int64"), ("kind", "string"), ("msg", "
            ("stamp_ts", "int64"), ("stamp_peer", "int64"), ("stamp_tx", "int64"))
 COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
 
+# An optional extra column (SPEC: producers may add columns): the event's vector clock,
+# one entry per process of the trace in ascending process id order, each the number of
+# that process's events that happened-before this event or are it. The checker uses it
+# only after verifying it against the rows (docs/CHECKER.md, "A vector-clock column").
+VCLOCK = ("vclock", "list<int32>")
+
 
 def _arrow_type(name: str):
     import pyarrow as pa

@@ -33,7 +33,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
-from . import direct, main_pass
+from . import direct, main_pass, walk
 from .causal import causal_exact
 from .consistent import consistent_exact
 from .driver import DRIVER_MAX_CELLS, Skeleton, causal_and_consistent
@@ -205,6 +205,22 @@ class Checker:
                 exact[name] = fn
         if exact:
             self._phase(f"checking {' and '.join(exact)} (exact)")
+            self._exact(exact, props)
+        return self._summary(t0, props, wmsg)
+
+    def _exact(self, exact, props):
+        """Decide the properties of `exact` ({name: its Spark-rounds formulation}) exactly:
+        by the compiled walk (walk.py) when it is built, and by the rounds what it leaves
+        (causal in a history with a causality cycle) or without it."""
+        found = {}
+        if walk.available():
+            for name, (v, n, ex, extra) in self._timed("exact", walk.exact, self,
+                                                       set(exact)).items():
+                verified = extra.get("vclock") == "holds"
+                found[name] = (v, n, ex, dict(
+                    extra, method="vector-clock witness" if verified else "exact"))
+        rest = {name: fn for name, fn in exact.items() if name not in found}
+        if rest:
             # Rounds join tables laid out once by key with tables partitioned by process:
             # co-partitioning on a subset of the join keys avoids a shuffle per round, and
             # without adaptive execution both sides keep the same partition count.
@@ -213,13 +229,12 @@ class Checker:
             # driver between rounds) where the other one's tasks fill the idle core.
             with self._conf(requireAllClusterKeysForCoPartition="false",
                             adaptive__enabled="false"):
-                found = self.side_by_side({name: (fn, self) for name, fn in exact.items()})
-            for name, (v, n, ex) in found.items():
-                props[name] = {"ok": n == 0, "violations": int(n), "examples": ex,
-                               "method": "exact"}
-                if self.keep_details:
-                    self.details[name] = v
-        return self._summary(t0, props, wmsg)
+                rounds = self.side_by_side({name: (fn, self) for name, fn in rest.items()})
+            found.update({name: (*r, {"method": "exact"}) for name, r in rounds.items()})
+        for name, (v, n, ex, extra) in found.items():
+            props[name] = dict({"ok": n == 0, "violations": int(n), "examples": ex}, **extra)
+            if self.keep_details:
+                self.details[name] = v
 
     def _on_driver(self):
         """{causal, consistent: (violating processes, count, examples)} from the driver's

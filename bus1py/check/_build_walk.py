@@ -1,0 +1,34 @@
+"""cffi build script: compiles csrc/check/walk.c into bus1py.check._walk, the checker's
+exact kernels (a module of its own, so the checker does not depend on the bus's C code).
+The cdef is the part of csrc/check/walk.h between its cdef markers."""
+from pathlib import Path
+
+from cffi import FFI
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+SRC = ROOT / "csrc" / "check"
+
+
+
+def builder(root=Path(".")):
+    """The FFI builder, with paths relative to `root` (setup.py runs from the checkout)."""
+    ffi = FFI()
+    ffi.cdef((SRC / "walk.h").read_text().split("/* cdef-begin */", 1)[1]
+             .split("/* cdef-end */", 1)[0])
+    src = root / SRC.relative_to(ROOT)
+    ffi.set_source("bus1py.check._walk", '#include "walk.h"\n',
+                   sources=[str(src / "walk.c")], include_dirs=[str(src)],
+                   extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"])
+    return ffi
+
+
+ffibuilder = builder()
+
+if __name__ == "__main__":
+    # in place, for a checkout whose package is already installed in editable mode (the
+    # build runs in a scratch directory: setuptools there must not read our pyproject)
+    import shutil
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        built = builder(ROOT).compile(tmpdir=tmp)
+        shutil.copy(built, ROOT / "bus1py" / "check" / Path(built).name)

@@ -1,0 +1,217 @@
+# Invariants: exact `causal` and `consistent` of one whole trace in one process, from the
+# main pass's validated rows (seq numbering 0,1,2,... per process, one origin per id, no
+# dangling receive), with the compiled kernels of bus1py.check._walk over arrays laid out by
+# position (a process's events in seq order, processes in ascending id order, so the
+# position of an event is start[slot] + seq and a receive reaches its origin without a
+# join). Vector clocks come from one topological walk, or from a producer's `vclock` column
+# once it has verified against the rows (never trusted: every event's clock must be exactly
+# the join of its predecessors' plus its own step). Definitions are the Spark
+# formulations' (causal.py, consistent.py) and the reference's. Nothing here imports
+# Spark: it runs inside mapInArrow on an executor (walk.py), on the rows of one task.
+from __future__ import annotations
+
+import numpy as np
+
+from . import kinds as K
+from .consistent import MAX_ROWS, cycle_example, shortest_cycle
+from .examples import event, inversion
+
+# The columns the kernel reads (vclock only when the trace carries one).
+COLUMNS = ("process", "seq", "kind_code", "msg", "first_delivery", "sender_process",
+           "send_seq", "is_destroy")
+
+
+class Layout:
+    """The rows of a trace as arrays by position. procs: ascending process ids; span: the
+    tests' group_span (clock columns shared by process id modulo span) or None."""
+
+    def __init__(self, table, procs, span):
+        self.procs = np.asarray(procs, dtype=np.int64)
+        P = len(self.procs)
+        self.col = (self.procs % span if span else np.arange(P)).astype(np.int32)
+        self.ncols = int(self.col.max()) + 1 if P else 0
+        proc = table.column("process").to_numpy(zero_copy_only=False).astype(np.int64)
+        seq = table.column("seq").to_numpy(zero_copy_only=False).astype(np.int64)
+        slot = np.searchsorted(self.procs, proc)
+        counts = np.bincount(slot, minlength=P)
+        self.start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.n = n = int(self.start[-1])
+        pos = self.start[slot] + seq
+        if n and (seq.max() >= 2 ** 31 - 1 or np.any(seq >= counts[slot])):
+            raise ValueError("rows are not numbered 0,1,2,... per process below 2^31")
+
+        def place(name, dtype, fill=0):
+            out = np.full(n, fill, dtype=dtype)
+            arr = table.column(name).fill_null(fill).to_numpy(zero_copy_only=False)
+            out[pos] = arr
+            return out
+
+        self.pos = pos
+        self.kind = place("kind_code", np.int8, K.INTERNAL)
+        self.msg = place("msg", np.int64)
+        self.first = place("first_delivery", np.bool_, False).astype(np.int8)
+        self.is_destroy = place("is_destroy", np.bool_, False)
+        sender = place("sender_process", np.int64, -1)
+        self.send_seq = place("send_seq", np.int64, -1)
+        recv = (self.kind == K.DELIVER) | (self.kind == K.SIGNAL_RECV)
+        sslot = np.searchsorted(self.procs, sender)
+        sslot[~recv] = 0
+        self.src = np.where(recv, self.start[sslot] + self.send_seq, -1).astype(np.int64)
+        self.sender_col = np.where(recv, self.col[sslot], 0).astype(np.int32)
+        self.slot_of = np.repeat(np.arange(P), counts)
+
+    def positions(self, table):
+        """The positions of other rows of the same trace (process, seq columns)."""
+        proc = table.column("process").to_numpy(zero_copy_only=False).astype(np.int64)
+        seq = table.column("seq").to_numpy(zero_copy_only=False).astype(np.int64)
+        return self.start[np.searchsorted(self.procs, proc)] + seq
+
+    def process_at(self, k):
+        return int(self.procs[self.slot_of[k]])
+
+    def seq_at(self, k):
+        return int(k - self.start[self.slot_of[k]])
+
+    def event_at(self, k):
+        """Position k as a counterexample event."""
+        code = int(self.kind[k])
+        o = None
+        if code in (K.DELIVER, K.SIGNAL_RECV):
+            o = (self.process_at(self.src[k]), self.seq_at(self.src[k]))
+        return event(self.process_at(k), self.seq_at(k), K.NAMES[code],
+                     None if code == K.INTERNAL else int(self.msg[k]), origin=o)
+
+
+def _ptr(ffi, a, ctype):
+    return ffi.cast(ctype + " *", a.ctypes.data) if a.size else ffi.NULL
+
+
+def walk(lay):
+    """(row, clocks, complete): each origin's clock row in `clocks`, by the walk."""
+    from ._walk import ffi, lib
+    origin = lay.kind <= K.SIGNAL_SEND
+    row = np.where(origin, np.cumsum(origin) - 1, -1).astype(np.int64)
+    clocks = np.zeros(max(1, int(origin.sum()) * lay.ncols), dtype=np.int32)
+    walked = lib.walk_clocks(lay.n, lay.ncols, len(lay.procs), _ptr(ffi, lay.start, "int64_t"),
+                             _ptr(ffi, lay.col, "int32_t"), _ptr(ffi, lay.kind, "int8_t"),
+                             _ptr(ffi, lay.src, "int64_t"), _ptr(ffi, row, "int64_t"),
+                             _ptr(ffi, clocks, "int32_t"))
+    if walked < 0:
+        raise MemoryError("the vector-clock walk could not allocate its state")
+    return row, clocks, walked == lay.n
+
+
+def claimed_clocks(lay, pos, vclock):
+    """The producer's clocks (rows at positions `pos`) by position, n x P int32, or (None,
+    (why, position)) when the column cannot be one: a row without a clock, or a clock
+    without one entry per process."""
+    P = len(lay.procs)
+    if vclock.null_count:
+        k = int(pos[np.flatnonzero(vclock.is_null().to_numpy(zero_copy_only=False))[0]])
+        return None, ("a row has no clock", k)
+    offsets = vclock.offsets.to_numpy()
+    widths = np.diff(offsets)
+    if len(widths) and np.any(widths != P):
+        k = int(pos[np.flatnonzero(widths != P)[0]])
+        return None, (f"a clock does not have one entry per process ({P})", k)
+    values = vclock.values.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]]
+    claimed = np.empty((lay.n, P), dtype=np.int32)
+    claimed[pos] = values.reshape(-1, P)
+    return claimed, None
+
+
+def verify(lay, claimed):
+    """None when the claimed clocks are the true vector clocks, else (why, position)."""
+    from ._walk import ffi, lib
+    reason = ffi.new("int64_t *")
+    bad = lib.verify_clocks(lay.n, lay.ncols, len(lay.procs), _ptr(ffi, lay.start, "int64_t"),
+                            _ptr(ffi, lay.col, "int32_t"), _ptr(ffi, lay.kind, "int8_t"),
+                            _ptr(ffi, lay.src, "int64_t"), _ptr(ffi, claimed, "int32_t"),
+                            reason)
+    if bad < 0:
+        return None
+    why = {1: "the clock is not the join of its predecessors' plus its own step",
+           2: "the clock knows a later event of its own process (a causality cycle)"}
+    return why[reason[0]], int(bad)
+
+
+def causal(lay, row, clocks, max_examples):
+    """(violating positions, examples) of the causal test on the origins' clocks."""
+    from ._walk import ffi, lib
+    out = np.empty(max(1, int((lay.kind == K.DELIVER).sum())), dtype=np.int64)
+    n = lib.causal_scan(lay.n, lay.ncols, len(lay.procs), _ptr(ffi, lay.start, "int64_t"),
+                        _ptr(ffi, lay.kind, "int8_t"), _ptr(ffi, lay.first, "int8_t"),
+                        _ptr(ffi, lay.src, "int64_t"), _ptr(ffi, lay.sender_col, "int32_t"),
+                        _ptr(ffi, row, "int64_t"), _ptr(ffi, clocks, "int32_t"),
+                        _ptr(ffi, out, "int64_t"))
+    if n < 0:
+        raise MemoryError("the causal scan could not allocate its state")
+    bad = out[:n]
+    examples = []
+    clk = clocks.reshape(-1, lay.ncols)
+    for k in bad[:max_examples]:
+        k = int(k)
+        q = lay.sender_col[k]
+        need = clk[row[lay.src[k]], q]
+        s0 = int(lay.start[lay.slot_of[k]])
+        earlier = s0 + np.flatnonzero((lay.kind[s0:k] == K.DELIVER) & (lay.first[s0:k] == 1))
+        later = earlier[clk[row[lay.src[earlier]], q] >= need][0]
+        examples.append(inversion(_delivery(lay, k), _delivery(lay, int(later)),
+                                  lay.process_at(k)))
+    return bad, examples
+
+
+def _delivery(lay, k):
+    o = int(lay.src[k])
+    return {"msg": int(lay.msg[k]), "sender_process": lay.process_at(o),
+            "send_seq": lay.seq_at(o), "is_destroy": bool(lay.is_destroy[k]),
+            "deliver_seq": lay.seq_at(k)}
+
+
+def consistent(lay, max_examples):
+    """(process of each component, examples): the strongly connected components (more than
+    one message) of the delivery-chain graph, contracted to the messages first-delivered at
+    two or more processes (a message delivered at one process only sits inside one chain,
+    and every cycle switches chains)."""
+    from ._walk import ffi, lib
+    fpos = np.flatnonzero((lay.kind == K.DELIVER) & (lay.first == 1))
+    origin = lay.src[fpos]
+    shared = np.bincount(origin, minlength=lay.n)[origin] >= 2
+    kpos, korigin = fpos[shared], origin[shared]
+    nodes, node = np.unique(korigin, return_inverse=True)
+    kslot = lay.slot_of[kpos]
+    same = kslot[:-1] == kslot[1:]
+    u, v = node[:-1][same], node[1:][same]
+    order = np.argsort(u, kind="stable")
+    succ = v[order].astype(np.int64)
+    V = len(nodes)
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(u, minlength=V))]).astype(np.int64)
+    comp = np.empty(max(1, V), dtype=np.int64)
+    scratch = np.empty(max(1, 4 * V), dtype=np.int64)
+    ncomp = lib.tarjan(V, _ptr(ffi, indptr, "int64_t"), _ptr(ffi, succ, "int64_t"),
+                       _ptr(ffi, comp, "int64_t"), _ptr(ffi, scratch, "int64_t"))
+    comp = comp[:V]
+    size = np.bincount(comp, minlength=ncomp)
+    big = np.flatnonzero(size > 1)
+    if not len(big):
+        return [], []
+    row_comp = comp[node]
+    first_proc = np.full(ncomp, np.iinfo(np.int64).max)
+    np.minimum.at(first_proc, row_comp, lay.procs[kslot])
+    min_msg = np.full(ncomp, np.iinfo(np.int64).max)
+    np.minimum.at(min_msg, comp, lay.msg[nodes])
+    ranked = big[np.lexsort((min_msg[big], size[big]))]
+    examples = []
+    for cc in ranked[:max_examples]:
+        rows = [{"process": lay.process_at(k), "deliver_seq": lay.seq_at(k),
+                 "msg": int(lay.msg[k]), "sender_process": lay.process_at(o),
+                 "send_seq": lay.seq_at(o)}
+                for k, o in zip(kpos[row_comp == cc][:MAX_ROWS], korigin[row_comp == cc])]
+        cycle = shortest_cycle(rows)
+        if cycle:
+            origin_of = {r["msg"]: (r["sender_process"], r["send_seq"]) for r in rows}
+            ex = cycle_example(cycle, int(size[cc]), origin_of)
+            for step in ex["edges"]:
+                step["path"] = [step["before"], step["after"]]
+            examples.append(ex)
+    return [int(p) for p in first_proc[big]], examples
