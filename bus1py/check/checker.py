@@ -36,12 +36,11 @@ from pyspark.sql import functions as F
 from . import direct, main_pass, walk
 from .causal import causal_exact
 from .consistent import consistent_exact
-from .driver import DRIVER_MAX_CELLS, Skeleton, causal_and_consistent
-from .explain import explain_summary
+from .driver import DRIVER_MAX_CELLS, SKELETON_COLUMNS, Skeleton, causal_and_consistent
 from .screen import screen
+from .summary import PROPERTIES, all_hold, build
 from .witness import MAX_ROUNDS_FACTOR, witness
 
-PROPERTIES = ("exactly_once", "fifo", "causal", "consistent", "node_rules")
 SCREEN_MIN_ROWS = 1_000_000
 
 
@@ -155,7 +154,7 @@ class Checker:
     def run(self):
         t0 = time.perf_counter()
         if self.trace.rows == 0:  # an empty trace: every property holds vacuously
-            return self._summary(t0, _all_hold(()), "empty trace")
+            return self._summary(t0, all_hold(()), "empty trace")
         if self.force_exact:
             self.screen = "skipped (--exact)"
         elif self.trace.rows < self.screen_min_rows:
@@ -164,7 +163,7 @@ class Checker:
             self._phase("screen: by message and destination, by process")
             passed, self.screen = self._timed("screen", screen, self)
             if passed:
-                return self._summary(t0, _all_hold(("fifo", "causal", "consistent")), "holds")
+                return self._summary(t0, all_hold(("fifo", "causal", "consistent")), "holds")
         self._phase("main pass: by message, by process, one aggregation")
         self._timed("main_pass", self.main_pass)
         props = {}
@@ -240,7 +239,7 @@ class Checker:
         """{causal, consistent: (violating processes, count, examples)} from the driver's
         walk, or None when the history has a causality cycle (the Spark formulations then
         decide: they define happened-before as reachability, cycles included)."""
-        self.skeleton = sk = Skeleton(self)
+        self.skeleton = sk = Skeleton(self.rows.select(*SKELETON_COLUMNS).toArrow())
         clock = sk.vector_clocks()
         if clock is None:
             return None
@@ -279,24 +278,12 @@ class Checker:
             pool.shutdown(wait=False)
 
     def _summary(self, t0, props, wmsg):
-        ordered = {k: props[k] for k in PROPERTIES}
         if self.keep_details:
             for k in PROPERTIES:
                 self.details.setdefault(k, None)
         self.elapsed = time.perf_counter() - t0
-        return explain_summary({"trace": self.trace.path, "events": self.trace.rows,
-                "processes": len(self.procs), "screen": self.screen, "witness": wmsg,
-                "ok": all(p["ok"] for p in ordered.values()),
-                "properties": ordered, "rounds": self.rounds,
-                "seconds": round(self.elapsed, 3),
-                "timings": {k: round(v, 3) for k, v in self.timings.items()}})
-
-
-def _all_hold(by_witness):
-    """Every property holding, those named in by_witness decided by the stamp witness."""
-    return {name: dict({"ok": True, "violations": 0, "examples": []},
-                       **({"method": "stamp witness"} if name in by_witness else {}))
-            for name in PROPERTIES}
+        return build(self.trace.path, self.trace.rows, len(self.procs), self.screen, wmsg,
+                     props, self.rounds, self.elapsed, self.timings)
 
 
 def check_trace(spark, trace, exact=False, max_examples=3, on_phase=None, keep_details=False,

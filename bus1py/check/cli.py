@@ -19,7 +19,11 @@ def register(subparsers):
                     "2: the trace is malformed or unreadable.")
     p.add_argument("trace", metavar="TRACE_DIR")
     p.add_argument("--master", default=None,
-                   help="Spark master URL (default: local[*], an embedded session)")
+                   help="Spark master URL (default: local[*], an embedded session); "
+                        "implies --spark")
+    p.add_argument("--spark", action="store_true",
+                   help="check with Spark even a trace small enough for the driver alone "
+                        "(below 1M rows and 20M rows x processes, checked without a JVM)")
     p.add_argument("--json", metavar="FILE", help="write the JSON summary here ('-' = stdout)")
     p.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report")
     p.add_argument("--shiviz", metavar="FILE",
@@ -95,25 +99,41 @@ def _print_summary(summary, out=None):
 def run(args) -> int:
     import time
     t0 = time.perf_counter()
-    from .load import TraceError, parquet_files
-
+    from .load import TraceError, parquet_files, read_footers
     try:
-        files = parquet_files(args.trace)  # fail fast, before paying for a JVM
+        parquet_files(args.trace)
     except TraceError as e:
         print(f"bus1py check: error: {e}", file=sys.stderr)
         return 2
-    from .spark import QUICK_START_BYTES, EarlySession, plan_for_trace
-    # The JVM boots in a thread while this one imports the checker and reads the footers.
-    quick = sum(os.path.getsize(f) for f in files) < QUICK_START_BYTES
-    early = EarlySession(args.master, driver_memory=args.driver_memory, quick_start=quick)
-    from .checker import check_trace
-    from .load import open_rows, read_footers
-    from .report import write_report, write_shiviz
     try:
-        trace = read_footers(args.trace)
+        trace = read_footers(args.trace)   # footers only: before deciding on a JVM
     except TraceError as e:
         print(f"bus1py check: malformed trace: {e}", file=sys.stderr)
         return 2
+    from . import local
+    if not (args.spark or args.master or args.shiviz) and local.fits(trace):
+        from .local_check import check_local
+        try:
+            done = check_local(trace, exact=args.exact, max_examples=args.examples,
+                               overview=bool(args.report))
+        except TraceError as e:
+            print(f"bus1py check: malformed trace: {e}", file=sys.stderr)
+            return 2
+        if done is not None:       # else too many processes, or a causality cycle
+            return _finish(args, done[0])
+    return _with_spark(args, trace, t0)
+
+
+def _with_spark(args, trace, t0) -> int:
+    import time
+    from .load import TraceError
+    from .spark import QUICK_START_BYTES, EarlySession, plan_for_trace
+    # The JVM boots in a thread while this one imports the checker.
+    quick = sum(os.path.getsize(f) for f in trace.files) < QUICK_START_BYTES
+    early = EarlySession(args.master, driver_memory=args.driver_memory, quick_start=quick)
+    from .checker import check_trace
+    from .load import open_rows
+    from .report import write_shiviz
     try:
         spark = early.result()
     except Exception:
@@ -150,6 +170,12 @@ def run(args) -> int:
     # seconds from the command's start until the session was up (the JVM start that the
     # footers and imports did not hide), beside the checker's own phases
     summary["timings"]["session_ready"] = round(session_ready, 3)
+    checker.unpersist()
+    return _finish(args, summary)
+
+
+def _finish(args, summary) -> int:
+    """Print the verdict, write the JSON and the report; the exit code."""
     _print_summary(summary)
     if args.json:
         text = json.dumps(summary, indent=2)
@@ -159,7 +185,7 @@ def run(args) -> int:
             with open(args.json, "w") as f:
                 f.write(text + "\n")
     if args.report:
+        from .report import write_report
         write_report(summary, args.report)
         print(f"wrote report to {os.path.abspath(args.report)}", file=sys.stderr)
-    checker.unpersist()
     return 0 if summary["ok"] else 1

@@ -7,13 +7,11 @@
 # reaches the driver, for its shortest cycle.
 from __future__ import annotations
 
-from collections import deque
-
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from .causal import vc_columns
-from .examples import event
+from .examples import cycle_example, shortest_cycle
 
 MAX_MEMBERS, MAX_ROWS = 20_000, 200_000   # of one component, collected for its example
 
@@ -74,55 +72,3 @@ def consistent_exact(c):
             origin = {r["msg"]: (r["sender_process"], r["send_seq"]) for r in rows}
             examples.append(cycle_example(cycle, r["size"], origin))
     return v, n, examples
-
-
-def shortest_cycle(rows):
-    """Shortest cycle in the delivery-chain graph of one SCC (rows: process, deliver_seq,
-    msg): a list of edges (a, b, process, seq of a's delivery, seq of b's delivery)."""
-    chains = {}
-    for r in rows:
-        chains.setdefault(r["process"], []).append((r["deliver_seq"], r["msg"]))
-    succ = {}
-    for p, lst in chains.items():
-        lst.sort()
-        for (d1, a), (d2, b) in zip(lst, lst[1:]):
-            succ.setdefault(a, []).append((b, p, d1, d2))
-    best = None
-    for s in sorted(succ)[:50]:
-        parent = {s: None}
-        dq = deque([s])
-        found = None
-        while dq and found is None:
-            a = dq.popleft()
-            for b, p, d1, d2 in succ.get(a, ()):
-                if b == s:
-                    found = (a, (b, p, d1, d2))
-                    break
-                if b not in parent:
-                    parent[b] = (a, p, d1, d2)
-                    dq.append(b)
-        if found is None:
-            continue
-        a, (b, p, d1, d2) = found
-        edges = [(a, b, p, d1, d2)]
-        while parent[a] is not None:
-            pa, pp, pd1, pd2 = parent[a]
-            edges.append((pa, a, pp, pd1, pd2))
-            a = pa
-        edges.reverse()
-        if best is None or len(edges) < len(best):
-            best = edges
-    return best
-
-
-def cycle_example(edges, size, origin):
-    """The data of a cycle counterexample: for each edge, the process whose first
-    deliveries order a before b. `origin`: msg -> (sender process, send seq)."""
-    cyc = [int(e[0]) for e in edges]
-    steps, evs = [], []
-    for a, b, p, d1, d2 in edges:
-        da = event(p, d1, "deliver", a, origin=origin.get(a))
-        db = event(p, d2, "deliver", b, origin=origin.get(b))
-        steps.append({"process": int(p), "before": da, "after": db})
-        evs += [da, db]
-    return {"cycle": cyc, "size": int(size), "edges": steps, "events": evs, "highlight": cyc}

@@ -10,9 +10,7 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from . import kinds as K
-from .examples import event, inversion, origin_kind
-
-LOST, DUPLICATED, NOT_A_DESTINATION = "lost", "duplicated", "not a destination"
+from .examples import DUPLICATED, LOST, NOT_A_DESTINATION, event, inversion, origin_kind
 
 
 def exactly_once(c):

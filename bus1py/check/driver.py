@@ -12,28 +12,28 @@ from __future__ import annotations
 from collections import deque
 
 from . import kinds as K
-from .consistent import cycle_example, shortest_cycle
-from .examples import event, inversion, message_name
+from .examples import cycle_example, event, inversion, message_name, shortest_cycle
 
 DRIVER_MAX_CELLS = 20_000_000      # rows x processes: vector clocks held at origins
+# what the walk needs of each event (the main pass's columns, main_pass.py)
+SKELETON_COLUMNS = ("process", "seq", "kind_code", "msg", "first_delivery",
+                    "sender_process", "send_seq", "is_destroy")
 
 
 class Skeleton:
     """The events of a validated trace, per process in seq order, with the maps the
-    formulations and the path search need."""
+    formulations and the path search need. Built from an Arrow table with
+    SKELETON_COLUMNS (from Spark's main pass, or from the driver's, local.py)."""
 
-    def __init__(self, c):
-        t = c.rows.select("process", "seq", "kind_code", "msg", "first_delivery",
-                          "sender_process", "send_seq", "is_destroy").toArrow()
-        col = {n: t.column(n).to_pylist() for n in t.column_names}
-        self.procs = sorted(set(col["process"]))
+    def __init__(self, table):
+        t = table.sort_by([("process", "ascending"), ("seq", "ascending")])
+        col = [t.column(n).to_pylist() for n in SKELETON_COLUMNS]
+        process = col[0]
+        self.procs = sorted(set(process))
         self.index = {p: i for i, p in enumerate(self.procs)}
         self.events = {p: [] for p in self.procs}
-        order = sorted(range(len(col["seq"])), key=lambda i: (col["process"][i], col["seq"][i]))
-        for i in order:
-            self.events[col["process"][i]].append(
-                (col["kind_code"][i], col["msg"][i], bool(col["first_delivery"][i]),
-                 col["sender_process"][i], col["send_seq"][i], bool(col["is_destroy"][i])))
+        for p, _s, code, msg, first, sp, ss, destroy in zip(*col):
+            self.events[p].append((code, msg, bool(first), sp, ss, bool(destroy)))
         self.origin = {}        # (is_signal, id) -> (process, seq) of its origin
         self.receives = {}      # (is_signal, id) -> [(process, seq) of each receive]
         self.origins_at = {p: [] for p in self.procs}   # seqs of origins, ascending
@@ -236,4 +236,5 @@ def _sccs(succ):
     return out
 
 
-__all__ = ["DRIVER_MAX_CELLS", "Skeleton", "causal_and_consistent", "message_name"]
+__all__ = ["DRIVER_MAX_CELLS", "SKELETON_COLUMNS", "Skeleton", "causal_and_consistent",
+           "message_name"]

@@ -5,6 +5,11 @@
 # take plain values (ints from collected rows); nothing here runs a Spark job.
 from __future__ import annotations
 
+from collections import deque
+
+# the problems of an exactly_once example
+LOST, DUPLICATED, NOT_A_DESTINATION = "lost", "duplicated", "not a destination"
+
 
 def message_name(process, seq) -> str | None:
     """A message's name for people: its origin event, "p<process>:<seq>"."""
@@ -44,3 +49,55 @@ def inversion(first, second, process):
     return {"process": int(process), "earlier": origin(first), "later": origin(second),
             "events": [origin(first), origin(second), delivery(second), delivery(first)],
             "highlight": [int(first["msg"]), int(second["msg"])]}
+
+
+def shortest_cycle(rows):
+    """Shortest cycle in the delivery-chain graph of one SCC (rows: process, deliver_seq,
+    msg): a list of edges (a, b, process, seq of a's delivery, seq of b's delivery)."""
+    chains = {}
+    for r in rows:
+        chains.setdefault(r["process"], []).append((r["deliver_seq"], r["msg"]))
+    succ = {}
+    for p, lst in chains.items():
+        lst.sort()
+        for (d1, a), (d2, b) in zip(lst, lst[1:]):
+            succ.setdefault(a, []).append((b, p, d1, d2))
+    best = None
+    for s in sorted(succ)[:50]:
+        parent = {s: None}
+        dq = deque([s])
+        found = None
+        while dq and found is None:
+            a = dq.popleft()
+            for b, p, d1, d2 in succ.get(a, ()):
+                if b == s:
+                    found = (a, (b, p, d1, d2))
+                    break
+                if b not in parent:
+                    parent[b] = (a, p, d1, d2)
+                    dq.append(b)
+        if found is None:
+            continue
+        a, (b, p, d1, d2) = found
+        edges = [(a, b, p, d1, d2)]
+        while parent[a] is not None:
+            pa, pp, pd1, pd2 = parent[a]
+            edges.append((pa, a, pp, pd1, pd2))
+            a = pa
+        edges.reverse()
+        if best is None or len(edges) < len(best):
+            best = edges
+    return best
+
+
+def cycle_example(edges, size, origin):
+    """The data of a cycle counterexample: for each edge, the process whose first
+    deliveries order a before b. `origin`: msg -> (sender process, send seq)."""
+    cyc = [int(e[0]) for e in edges]
+    steps, evs = [], []
+    for a, b, p, d1, d2 in edges:
+        da = event(p, d1, "deliver", a, origin=origin.get(a))
+        db = event(p, d2, "deliver", b, origin=origin.get(b))
+        steps.append({"process": int(p), "before": da, "after": db})
+        evs += [da, db]
+    return {"cycle": cyc, "size": int(size), "edges": steps, "events": evs, "highlight": cyc}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -180,6 +181,21 @@ def _footer_facts(files, trace):
         trace.stamp_ranges = None
 
 
+def stamp_layout(ranges):
+    """How a send stamp (ts, peer, tx) packs into one order-preserving long: a list of
+    (column, offset, shift), least significant first, or None when the ranges are unknown
+    or need more than 62 bits. Each component is offset by its minimum over the trace and
+    given the bits its range needs, so the packing is injective and monotone for the
+    lexicographic order: comparisons of packed stamps are comparisons of stamps."""
+    if not ranges:
+        return None
+    out, shift = [], 0
+    for c in ("stamp_tx", "stamp_peer", "stamp_ts"):
+        out.append((c, ranges[c][0], shift))
+        shift += max(1, (ranges[c][1] - ranges[c][0]).bit_length())
+    return out if shift <= 62 else None
+
+
 def _scan_ranges(df, trace):
     """Stamp ranges by a scan, for files written without column statistics."""
     from pyspark.sql import functions as F
@@ -189,6 +205,37 @@ def _scan_ranges(df, trace):
         trace.stamp_ranges = {c: (int(r[f"min_{c}"]), int(r[f"max_{c}"])) for c in STAMPS}
     else:
         trace.stamp_ranges = {}
+
+
+# The per-row rules in the order they are checked, as the words of a TraceError ("{kind}"
+# stands for the row's kind); the Spark main pass (_problem_expr) and the driver's
+# (local.py) test the same conditions in this order.
+ROW_RULES = ("column 'process' is null", "column 'seq' is null", "column 'seq' is negative",
+             "column 'kind' is null", "column 'kind' has unknown value '{kind}'",
+             "column 'msg' is null for a {kind} row",
+             "column 'dests' is null or empty for a {kind} row",
+             "column 'dests' contains a null process",
+             "column 'node' is null for a destroy row")
+
+
+def read_arrow(trace: Trace):
+    """Every row of the trace as one Arrow table with exactly the SPEC columns and types
+    (absent optional columns as nulls, producers' extra columns left out), plus `file`: the
+    index in trace.files of each row's file. On the driver: for traces that fit there."""
+    target = schema()
+    parts = []
+    try:
+        for i, f in enumerate(trace.files):
+            have = set(pq.read_schema(f).names)
+            t = pq.read_table(f, columns=[n for n in target.names if n in have])
+            cols = [t.column(fld.name).cast(fld.type) if fld.name in have
+                    else pa.nulls(t.num_rows, fld.type) for fld in target]
+            cols.append(pa.array(np.full(t.num_rows, i, np.int32)))
+            parts.append(pa.table(cols, names=[*target.names, "file"]))
+    except Exception as e:  # a file that passed its footer check but fails to decode
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TraceError(f"{trace.path}: cannot read trace rows: {first[:500]}") from None
+    return pa.concat_tables(parts).combine_chunks()
 
 
 def row_problem_code():
@@ -202,24 +249,19 @@ def _problem_expr(out):
     from pyspark.sql import functions as F
     kind = F.col("kind")
     is_msg = kind.isin(SEND, DESTROY)
-    rules = [
-        (F.col("process").isNull(), F.lit("column 'process' is null")),
-        (F.col("seq").isNull(), F.lit("column 'seq' is null")),
-        (F.col("seq") < 0, F.lit("column 'seq' is negative")),
-        (kind.isNull(), F.lit("column 'kind' is null")),
-        (~kind.isin(*KINDS), F.concat(F.lit("column 'kind' has unknown value '"), kind,
-                                      F.lit("'"))),
-        ((kind != INTERNAL) & F.col("msg").isNull(),
-         F.concat(F.lit("column 'msg' is null for a "), kind, F.lit(" row"))),
-        (is_msg & (F.col("dests").isNull() | (F.size("dests") == 0)),
-         F.concat(F.lit("column 'dests' is null or empty for a "), kind, F.lit(" row"))),
-        (is_msg & F.exists("dests", lambda d: d.isNull()),
-         F.lit("column 'dests' contains a null process")),
-        ((kind == DESTROY) & F.col("node").isNull(),
-         F.lit("column 'node' is null for a destroy row")),
-    ]
+    conditions = [
+        F.col("process").isNull(), F.col("seq").isNull(), F.col("seq") < 0, kind.isNull(),
+        ~kind.isin(*KINDS), (kind != INTERNAL) & F.col("msg").isNull(),
+        is_msg & (F.col("dests").isNull() | (F.size("dests") == 0)),
+        is_msg & F.exists("dests", lambda d: d.isNull()),
+        (kind == DESTROY) & F.col("node").isNull()]
+
+    def words(template):
+        before, _, after = template.partition("{kind}")
+        return F.concat(F.lit(before), kind, F.lit(after)) if _ else F.lit(template)
+
     e = None
-    for i, (cond, msg) in enumerate(rules):
+    for i, (cond, msg) in enumerate(zip(conditions, map(words, ROW_RULES))):
         e = F.when(cond, out(i, msg)) if e is None else e.when(cond, out(i, msg))
     return e
 

@@ -28,30 +28,21 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from . import kinds as K
-from .load import TraceError, _file_of, _fmt_row, raise_row_problem, row_problem_code
+from .load import (TraceError, _file_of, _fmt_row, raise_row_problem, row_problem_code,
+                   stamp_layout)
 
 
 def pack_stamp(checker):
-    """The send stamp (ts, peer, tx) packed into one order-preserving long, or None.
-
-    Each component is offset by its minimum over the trace (footer statistics) and given
-    the bits its range needs; the packing is injective and monotone for the lexicographic
-    order, so comparisons of packed stamps are comparisons of stamps. Wider stamps (more
-    than 62 bits in all) leave the witness inconclusive and the exact path decides.
-    """
-    r = checker.trace.stamp_ranges
-    if not r:
+    """The send stamp (ts, peer, tx) packed into one order-preserving long, or None
+    (load.stamp_layout: wider stamps leave the witness inconclusive, the exact path decides)."""
+    layout = stamp_layout(checker.trace.stamp_ranges)
+    if layout is None:
         return None
-    names = ("stamp_tx", "stamp_peer", "stamp_ts")          # least significant first
-    bits = [max(1, (r[c][1] - r[c][0]).bit_length()) for c in names]
-    if sum(bits) > 62:
-        return None
-    expr, shift = None, 0
-    for c, b in zip(names, bits):
-        part = (F.col(c) - F.lit(r[c][0])).cast("long")
+    expr = None
+    for c, offset, shift in layout:
+        part = (F.col(c) - F.lit(offset)).cast("long")
         part = F.shiftleft(part, shift) if shift else part
         expr = part if expr is None else expr + part
-        shift += b
     return expr
 
 

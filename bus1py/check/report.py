@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 import json
 
-from .checker import PROPERTIES
+from .summary import PROPERTIES
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}

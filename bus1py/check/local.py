@@ -1,0 +1,246 @@
+# Invariants: the main pass on the driver, for a trace that fits there (fits()): the rows
+# are read once with pyarrow, validated by the same rules in the same order as Spark's main
+# pass (per-row rules, seq numbering, one origin per id, no dangling receive; the same
+# TraceError words), and turned into the same per-event columns (main_pass.py) as numpy
+# arrays, every row in (process, seq) order. Nothing here imports pyspark: a small check
+# never starts a JVM. Vectorised: no Python loop runs over all rows here (the walk in
+# driver.py does, once).
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import kinds as K
+from .driver import DRIVER_MAX_CELLS, SKELETON_COLUMNS
+from .load import ROW_RULES, TraceError, _fmt_row, read_arrow, stamp_layout
+from ..schema import STAMPS
+
+# Below SCREEN_MIN_ROWS (checker.py) the Spark path too skips the screen and decides
+# causal and consistent by driver.py's walk, so both engines compute the same things; the
+# driver then answers sooner than a JVM starts (docs/BENCHMARKS.md, "Small and medium
+# checks"). rows x processes bounds the walk's vector clocks, as on the Spark path.
+LOCAL_MAX_ROWS = 1_000_000
+_CODES = pa.array([K.NAMES[c] for c in range(K.INTERNAL + 1)])   # index = kind code
+
+
+def fits(trace) -> bool:
+    """Can this trace (footers read) be checked on the driver alone, as far as its row
+    count says? The process count is known only after reading: see Events.fits."""
+    return trace.rows < LOCAL_MAX_ROWS
+
+
+class Events:
+    """A validated trace on the driver. Arrays, one entry per event in (process, seq)
+    order: process, seq, code (kinds.py), msg, node/has_node (a delivery's own node, else
+    its origin's), wall/has_wall, origin (row index of its message's or signal's origin;
+    -1 for internal rows), first (a receive that is its process's first of that id),
+    dup (a first delivery delivered again there), has_msg (msg not null), dest_of (origin row, destination) pairs
+    of message origins, distinct; and `stamp` (packed, load.stamp_layout) or None."""
+
+    def __init__(self, trace):
+        t = read_arrow(trace)
+        self.trace = trace
+        self.n = t.num_rows
+        _check_rows(t, trace)
+        order = np.lexsort((_np(t, "seq"), _np(t, "process")))
+        t = t.take(order)
+        self.files = _np(t, "file")
+        self.process = _np(t, "process").astype(np.int64)
+        self.seq = _np(t, "seq")
+        self.code = _np(pa.table({"c": pc.index_in(t.column("kind"), _CODES)}), "c")
+        self.code = self.code.astype(np.int8)
+        self.msg, self.has_msg = _np(t, "msg", fill=0), _valid(t, "msg")
+        self._check_numbering()
+        self.procs = np.unique(self.process)
+        self.wall, self.has_wall = _np(t, "wall_ns", fill=0), _valid(t, "wall_ns")
+        own_node, has_own = _np(t, "node", fill=0), _valid(t, "node")
+        self._link_origins()
+        o = np.where(self.origin >= 0, self.origin, 0)
+        linked = self.origin >= 0
+        self.node = np.where(has_own & (self.code == K.DELIVER), own_node, own_node[o])
+        self.has_node = np.where(self.code == K.DELIVER, has_own | has_own[o],
+                                 has_own[o] & linked)
+        self.sender = np.where(linked, self.process[o], -1)
+        self.send_seq = np.where(linked, self.seq[o], -1)
+        self.is_destroy = linked & (self.code[o] == K.DESTROY)
+        self._dests(t)
+        self._firsts()
+        self.stamp = self._stamps(t)
+
+    def fits(self) -> bool:
+        return self.n * max(1, len(self.procs)) <= DRIVER_MAX_CELLS
+
+    def name_file(self, i) -> str:
+        import os
+        return os.path.basename(self.trace.files[self.files[i]])
+
+    def _check_numbering(self):
+        """Each process's seq runs 0, 1, 2, ... (rows are in (process, seq) order)."""
+        p, s = self.process, self.seq
+        same = np.zeros(self.n, bool)
+        same[1:] = p[1:] == p[:-1]
+        prev = np.where(same, np.roll(s, 1), -1)
+        bad = np.flatnonzero(np.where(same, s != prev + 1, s != 0))
+        if not len(bad):
+            return
+        i = bad[0]       # the first in (process, seq) order, as Spark's min of structs
+        seq, before = int(s[i]), int(prev[i])
+        if before < 0:
+            what = f"first seq is {seq}, expected 0"
+        elif seq == before:
+            what = f"duplicate seq {seq}"
+        else:
+            what = f"gap in seq: {before} is followed by {seq}"
+        j = np.flatnonzero((p == p[i]) & (s == s[i])).min()
+        raise TraceError(f"{self.name_file(j)}: column 'seq' of process {int(p[i])}: {what}")
+
+    def _link_origins(self):
+        """origin[i] for every non-internal row: one origin per (space, id), each receive's
+        found, else TraceError (several origins before dangling receives, messages before
+        signals, as Spark's main pass reports them)."""
+        code, msg = self.code, self.msg
+        self.origin = np.full(self.n, -1, np.int64)
+        spaces = []
+        for signal in (False, True):
+            is_origin = (code == K.SIGNAL_SEND) if signal else (code <= K.DESTROY)
+            oi = np.flatnonzero(is_origin)
+            oi = oi[np.argsort(msg[oi], kind="stable")]
+            om = msg[oi]
+            again = np.flatnonzero(om[1:] == om[:-1])
+            if len(again):
+                self._several_origins(signal, om, oi, again)
+            spaces.append((signal, oi, om))
+        for signal, oi, om in spaces:
+            self.origin[oi] = oi
+            ri = np.flatnonzero(code == (K.SIGNAL_RECV if signal else K.DELIVER))
+            pos = np.minimum(np.searchsorted(om, msg[ri]), max(len(om) - 1, 0))
+            found = (om[pos] == msg[ri]) if len(om) else np.zeros(len(ri), bool)
+            if not found.all():
+                self._dangling(signal, ri[~found])
+            self.origin[ri] = oi[pos]
+
+    def _several_origins(self, signal, om, oi, again):
+        rows = oi[np.isin(om, om[again])]
+        # named as Spark names it: the least (id, process, seq)
+        i = rows[np.lexsort((self.seq[rows], self.process[rows], self.msg[rows]))[0]]
+        m = int(self.msg[i])
+        n = int((om == m).sum())
+        space = "signal" if signal else "message"
+        raise TraceError(f"{self.name_file(i)}: column 'msg': {space} id {m} is sent by {n} "
+                         f"rows (ids must be unique in the trace)")
+
+    def _dangling(self, signal, rows):
+        i = rows[np.lexsort((self.seq[rows], self.process[rows], self.msg[rows]))[0]]
+        m = int(self.msg[i])
+        r = {"process": int(self.process[i]), "seq": int(self.seq[i]),
+             "kind": K.NAMES[int(self.code[i])], "msg": m}
+        what = "receives unknown signal" if signal else "delivers unknown message"
+        src = "no signal_send row" if signal else "no send or destroy row"
+        raise TraceError(f"{self.name_file(i)}: column 'msg': row {_fmt_row(r)} {what} {m} "
+                         f"({src} has that id)")
+
+    def _dests(self, t):
+        """dest_of: (origin row, destination) pairs of message origins, distinct."""
+        is_msg = self.code <= K.DESTROY
+        lists = t.column("dests").take(pa.array(np.flatnonzero(is_msg)))
+        counts = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
+        values = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(np.int64)
+        rows = np.repeat(np.flatnonzero(is_msg), counts)
+        pairs = np.unique(np.stack([rows, values], axis=1), axis=0) if len(rows) \
+            else np.zeros((0, 2), np.int64)
+        self.dest_of = pairs
+
+    def _firsts(self):
+        """first and dup for receives: sorted by (origin, process, seq)."""
+        self.first = np.zeros(self.n, bool)
+        self.dup = np.zeros(self.n, bool)
+        ri = np.flatnonzero(self.code >= K.DELIVER)
+        ri = ri[self.code[ri] != K.INTERNAL]
+        ri = ri[np.lexsort((self.seq[ri], self.process[ri], self.origin[ri]))]
+        key_o, key_p = self.origin[ri], self.process[ri]
+        new = np.ones(len(ri), bool)
+        new[1:] = (key_o[1:] != key_o[:-1]) | (key_p[1:] != key_p[:-1])
+        self.first[ri[new]] = True
+        again = np.zeros(len(ri), bool)
+        again[:-1] = ~new[1:]
+        self.dup[ri[new & again]] = True
+        self.dup &= self.code == K.DELIVER
+
+    def _stamps(self, t):
+        """Packed stamps of message origins, and of deliveries (their origin's), or None
+        unless every send and destroy row is stamped and the stamps fit 62 bits."""
+        ranges = self.trace.stamp_ranges
+        if ranges is None:      # a writer left out statistics: from the rows, as Spark scans
+            ranges = {}
+            for c in STAMPS:
+                lo, hi = pc.min(t.column(c)).as_py(), pc.max(t.column(c)).as_py()
+                if lo is None:
+                    ranges = {}
+                    break
+                ranges[c] = (int(lo), int(hi))
+        layout = stamp_layout(ranges)
+        is_msg = self.code <= K.DESTROY
+        if layout is None or not is_msg.any():
+            return None
+        packed = np.zeros(self.n, np.int64)
+        for c, offset, shift in layout:
+            if not _valid(t, c)[is_msg].all():
+                return None
+            packed += (_np(t, c, fill=offset) - offset) << shift
+        o = np.where(self.origin >= 0, self.origin, 0)
+        return np.where(is_msg | (self.code == K.DELIVER), packed[o], 0)
+
+    def skeleton_table(self):
+        """The columns driver.Skeleton reads, as an Arrow table."""
+        cols = (self.process, self.seq, self.code, self.msg,
+                self.first, self.sender, self.send_seq, self.is_destroy)
+        return pa.table(list(cols), names=list(SKELETON_COLUMNS))
+
+
+def _np(t, name, fill=None):
+    col = t.column(name)
+    if fill is not None:
+        col = pc.fill_null(col, fill)
+    return col.to_numpy()
+
+
+def _valid(t, name):
+    return pc.is_valid(t.column(name)).to_numpy(zero_copy_only=False)
+
+
+def _check_rows(t, trace):
+    """The per-row rules (load.ROW_RULES, in order); the first failing row is named as
+    Spark names it: the least (file, process, seq, kind, msg), nulls first."""
+    kind = t.column("kind")
+    code = pc.index_in(kind, _CODES)
+    null = {n: pc.is_null(t.column(n)) for n in ("process", "seq", "kind", "msg", "dests",
+                                                 "node")}
+    is_msg = pc.or_(pc.equal(code, K.SEND), pc.equal(code, K.DESTROY))
+    is_msg = pc.fill_null(is_msg, False)
+    lengths = pc.fill_null(pc.list_value_length(t.column("dests")), 0)
+    flat_null = pc.is_null(pc.list_flatten(t.column("dests")))
+    parents = pc.list_parent_indices(t.column("dests"))
+    has_null_dest = np.zeros(t.num_rows, bool)
+    has_null_dest[parents.to_numpy()[flat_null.to_numpy(zero_copy_only=False)]] = True
+    conditions = [
+        null["process"], null["seq"], pc.fill_null(pc.less(t.column("seq"), 0), False),
+        null["kind"], pc.and_(pc.is_null(code), pc.invert(null["kind"])),
+        pc.and_(pc.fill_null(pc.not_equal(code, K.INTERNAL), True), null["msg"]),
+        pc.and_(is_msg, pc.or_(null["dests"], pc.equal(lengths, 0))),
+        pc.and_(is_msg, pa.array(has_null_dest)),
+        pc.and_(pc.fill_null(pc.equal(code, K.DESTROY), False), null["node"])]
+    problem = np.full(t.num_rows, -1)
+    for i, cond in reversed(list(enumerate(conditions))):
+        problem[np.asarray(cond.to_numpy(zero_copy_only=False), bool)] = i
+    bad = np.flatnonzero(problem >= 0)
+    if not len(bad):
+        return
+    import os
+    rows = [(os.path.basename(trace.files[f]), p, s, k, m, i) for f, p, s, k, m, i in zip(
+        t.column("file").take(bad).to_pylist(), t.column("process").take(bad).to_pylist(),
+        t.column("seq").take(bad).to_pylist(), kind.take(bad).to_pylist(),
+        t.column("msg").take(bad).to_pylist(), problem[bad])]
+    f, p, s, k, m, i = min(rows, key=lambda r: tuple((v is not None, v) for v in r[:5]))
+    r = {"process": p, "seq": s, "kind": k, "msg": m}
+    raise TraceError(f"{f}: row {_fmt_row(r)}: {ROW_RULES[i].format(kind=k)}")
