@@ -6,7 +6,8 @@
  *     between "in use" and its free stack; memory is never returned to the system, so a
  *     racing reader of a stale free-list link reads garbage but never faults, and the tag
  *     in the stack head makes its compare-and-swap fail.
- *   - Pool records come in power-of-two size classes (64 B .. 128 MiB).  A record never
+ *   - Pool records come in size classes of a power of two plus one unit for the header
+ *     (B1_CLASS_BYTES: 64 B .. 128 MiB of room).  A record never
  *     changes class, so a free record goes back to the stack of the class it was cut for.
  *   - Nothing here takes a lock: allocation is wait-free on the bump path and lock-free on
  *     the stack path, so it cannot deadlock with the per-queue locks and a process that
@@ -103,14 +104,14 @@ void b1_entry_free(void *base, uint32_t e) {
 
 static uint32_t size_class(uint64_t bytes) {
     uint32_t c = 0;
-    while (((uint64_t)1 << (c + B1_POOL_MIN_SHIFT)) < bytes) c++;
+    while (c < B1_POOL_CLASSES && B1_CLASS_BYTES(c) < bytes) c++;
     return c;
 }
 
 static uint32_t pool_pop(void *base, uint32_t cls) {
     struct b1_header *h = HDR(base);
     /* a pool record's free-list link lives in its first word (refs), units are 64 bytes */
-    uint64_t bytes = (uint64_t)1 << (cls + B1_POOL_MIN_SHIFT);
+    uint64_t bytes = B1_CLASS_BYTES(cls);
     if (bytes > h->limits.pool_size) return 0;
     /* a record of this class must end inside the pool */
     return stack_pop(&h->pool_free[cls], (char *)base + h->off_pool, (size_t)1 << B1_POOL_MIN_SHIFT, 0,
@@ -123,7 +124,7 @@ uint32_t b1_msg_alloc(void *base, uint64_t size_needed, uint32_t len, uint32_t r
     struct b1_header *h = HDR(base);
     uint32_t cls = size_class(size_needed);
     if (cls >= B1_POOL_CLASSES) return 0;
-    uint64_t size = (uint64_t)1 << (cls + B1_POOL_MIN_SHIFT);
+    uint64_t size = B1_CLASS_BYTES(cls);
     uint32_t unit = pool_pop(base, cls);
     uint32_t got = cls;
     if (!unit) {
@@ -152,7 +153,7 @@ uint32_t b1_msg_alloc(void *base, uint64_t size_needed, uint32_t len, uint32_t r
     m->type = 0;
     m->ts = 0;
     m->size_class = got;
-    atomic_fetch_add_explicit(&shard(h)->pool, (int64_t)1 << (got + B1_POOL_MIN_SHIFT),
+    atomic_fetch_add_explicit(&shard(h)->pool, (int64_t)B1_CLASS_BYTES(got),
                               memory_order_relaxed);
     return unit;
 }
@@ -166,7 +167,7 @@ void b1_msg_put(void *base, uint32_t unit) {
         b1_bad = 1;
         return;
     }
-    atomic_fetch_sub_explicit(&shard(h)->pool, (int64_t)1 << (m->size_class + B1_POOL_MIN_SHIFT),
+    atomic_fetch_sub_explicit(&shard(h)->pool, (int64_t)B1_CLASS_BYTES(m->size_class),
                               memory_order_relaxed);
     stack_push(&h->pool_free[m->size_class], unit, &m->refs);
 }

@@ -31,8 +31,7 @@ static int limits_valid(const struct b1_limits *l) {
     if (l->max_handles >= B1_HANDLE_INDEX_MASK) return 0;
     if (!l->max_dests || l->max_dests > l->max_entries || l->max_dests > 65536) return 0;
     if (l->pool_size < 4096 || l->pool_size > ((uint64_t)1 << 38)) return 0;
-    if ((uint64_t)l->max_payload + sizeof(struct b1_msg) >
-        ((uint64_t)1 << (B1_POOL_CLASSES - 1 + B1_POOL_MIN_SHIFT)))
+    if ((uint64_t)l->max_payload + sizeof(struct b1_msg) > B1_CLASS_BYTES(B1_POOL_CLASSES - 1))
         return 0;
     if (l->inject > B1_INJECT_FIFO) return 0;
     return 1;

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 /* cdef-begin */
-#define B1_VERSION 5
+#define B1_VERSION 6
 #define B1_HANDLE_INVALID 0xffffffffffffffff
 
 #define B1_MSG_DATA 0
@@ -29,6 +29,9 @@
 
 /* send flags */
 #define B1_SEND_UNREACHABLE_ERROR 1  /* EHOSTUNREACH when every destination is known dead */
+
+/* receive flags */
+#define B1_RECV_NOCOPY 1  /* leave data payloads in the pool as slices (b1_slice_release) */
 
 /* fault injection (bus1py stress --inject): deliberately broken ordering paths */
 #define B1_INJECT_NONE 0
@@ -90,6 +93,10 @@ struct b1_msg_info {
     uint64_t len;
     uint64_t n_handles;
     uint64_t left_ns;      /* after -EINTR from b1_recv_wait with a timeout: the time left */
+    uint64_t offset;       /* where the payload is: in the caller's buffer, or (a slice)
+                              from the segment base */
+    uint64_t slice;        /* B1_RECV_NOCOPY: the record to give back (b1_slice_release);
+                              0 when nothing is held */
 };
 
 struct b1_peer_info {
@@ -203,6 +210,9 @@ struct b1_frame {
     uint32_t pad;
     uint64_t seq;              /* out of b1_frame_send: the transaction's sequence number */
     struct b1_msg_info info;   /* out of b1_frame_recv */
+    struct b1_msg_info *infos; /* out of b1_frame_recv_many: room for infos_cap */
+    uint32_t infos_cap;
+    uint32_t pad2;
 };
 /* b1_send over the frame: n destinations in f->dests, or with n == 0 the one destination
  * `dest` (the common unicast passes it as a scalar, no array write) */
@@ -210,6 +220,24 @@ int64_t b1_frame_send(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t d
                       const char *payload, uint32_t len, uint32_t n_handles, uint32_t flags);
 /* b1_recv_wait over the frame */
 int b1_frame_recv(struct b1_frame *f, uint32_t slot, uint64_t id, int64_t timeout_ns);
+
+/* Batches.  b1_frame_send_many: `count` payloads (lens[i] bytes each, back to back in
+ * data) to the same destinations as b1_frame_send, each its own transaction with its own
+ * stamp, in order; stops at the first failure.  Returns how many were sent, or the first
+ * failure's -errno when none was (f->seq: the last one's sequence number). */
+int b1_frame_send_many(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t dest, uint32_t n,
+                       const char *data, const uint32_t *lens, uint32_t count,
+                       uint32_t n_handles, uint32_t flags);
+/* Up to `max` (<= f->infos_cap) committed front entries in one lock hold, waiting as
+ * b1_frame_recv only while the queue has none: f->infos[0..r) with the payloads packed
+ * into f->buf and the carried handles into f->handles (room for max_msg_handles) while
+ * they fit -- the first always does.  With B1_RECV_NOCOPY a data payload stays in the pool
+ * as a slice, its record and the receiver's quota charged until b1_slice_release.
+ * Returns how many (> 0) or -errno. */
+int b1_frame_recv_many(struct b1_frame *f, uint32_t slot, uint64_t id, uint32_t max,
+                       int64_t timeout_ns, uint32_t flags);
+/* give back a slice (info.slice) received by the peer (slot, id) */
+int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice);
 
 /* queue internals exposed for tests and benchmarks */
 int b1_queue_check(void *base, uint32_t slot);   /* verifies tree order and counts */

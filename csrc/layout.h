@@ -29,8 +29,12 @@
 #include "bus1.h"
 
 #define B1_MAGIC 0x7962317375627962ULL /* "bybus1by" */
-#define B1_POOL_MIN_SHIFT 6            /* smallest pool slot: 64 bytes */
-#define B1_POOL_CLASSES 22             /* up to 2^27 = 128 MiB slots */
+#define B1_POOL_MIN_SHIFT 6            /* pool units: 64 bytes */
+#define B1_POOL_CLASSES 22             /* payload room up to 2^27 = 128 MiB */
+/* A record of class c holds the 32-byte header (rounded up to one unit, so records stay
+ * unit-aligned) plus 2^(c+6) bytes: a payload of a power of two fits the class of its size
+ * (4 KiB in a 4 KiB + 64 B record, not the next power of two). */
+#define B1_CLASS_BYTES(c) (((uint64_t)1 << ((c) + B1_POOL_MIN_SHIFT)) + ((uint64_t)1 << B1_POOL_MIN_SHIFT))
 #define B1_USAGE_SHARDS 64
 
 /* A peer slot goes FREE -> ACTIVE (b1_peer_new) -> DISCONNECTING -> DISCONNECTED -> FREE
@@ -282,10 +286,10 @@ static inline int b1_msg_ok(void *base, uint32_t unit, uint32_t idx) {
     struct b1_msg *m = MSG(base, unit);
     uint32_t cls = m->size_class;
     int ok = unit && cls < B1_POOL_CLASSES &&
-             ((uint64_t)unit << B1_POOL_MIN_SHIFT) + ((uint64_t)1 << (cls + B1_POOL_MIN_SHIFT)) <= h->limits.pool_size &&
+             ((uint64_t)unit << B1_POOL_MIN_SHIFT) + B1_CLASS_BYTES(cls) <= h->limits.pool_size &&
              m->len <= h->limits.max_payload && m->n_handles <= h->limits.max_msg_handles &&
              idx < m->n_dests &&
-             msg_record_size(m->len, m->n_dests, m->n_handles) <= ((uint64_t)1 << (cls + B1_POOL_MIN_SHIFT));
+             msg_record_size(m->len, m->n_dests, m->n_handles) <= B1_CLASS_BYTES(cls);
     if (!ok) b1_bad = 1;
     return ok;
 }

@@ -348,66 +348,135 @@ int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, u
 
 /* ---- receiving ---- */
 
-int b1_recv(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *info,
-            char *buf, uint32_t buflen, uint64_t *handles_out) {
-    /* each round takes one entry out for good: more rounds than entries is a cycle */
+/* Where a receive puts what it takes: room for `max` infos, payloads and carried handles. */
+struct recv_req {
+    struct b1_msg_info *infos;
+    uint32_t max;
+    uint32_t flags;       /* B1_RECV_* */
+    char *buf;
+    uint64_t buflen;
+    uint64_t *handles;    /* room for max_msg_handles */
+};
+
+#define TAKE_ON_STACK 64
+
+/* Dequeue up to q->max committed front entries under one hold of the lock, then copy them
+ * out unlocked (a record is immutable while an entry references it).  Entries dropped at
+ * the front (node.c) are consumed and not counted.  -EAGAIN when none is committed. */
+static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q) {
+    uint32_t stack[TAKE_ON_STACK], *taken = stack;
+    if (q->max > TAKE_ON_STACK && !(taken = malloc(q->max * sizeof *taken))) return -ENOMEM;
+    int nocopy = q->flags & B1_RECV_NOCOPY;
+    uint32_t max_entries = HDR(base)->limits.max_entries, max_nh = HDR(base)->limits.max_msg_handles;
+    int r;
+    /* each round takes at least one entry out for good: more rounds than entries is a cycle */
     for (uint32_t rounds = 0;;) {
-        if (!b1_step(&rounds, HDR(base)->limits.max_entries)) return -EBADMSG;
+        if (!b1_step(&rounds, max_entries)) {
+            r = -EBADMSG;
+            break;
+        }
         struct b1_peer *p;
-        int r = b1_lock_live(base, slot, id, &p);
-        if (r) return r;
-        uint32_t ei = p->front;
-        if (!ei || (ENTRY(base, ei)->ts & 1)) {
-            b1_unlock(p);
-            return -EAGAIN;
+        r = b1_lock_live(base, slot, id, &p);
+        if (r) break;
+        uint32_t n = 0, delivered = 0, nh = 0, steps = 0;
+        uint64_t used = 0;
+        int woke = 0;
+        r = 0;
+        while (n < q->max && b1_step(&steps, max_entries)) {
+            uint32_t ei = p->front;
+            if (!ei || (ENTRY(base, ei)->ts & 1)) break;
+            struct b1_entry *e = ENTRY(base, ei);
+            struct b1_msg *m = MSG(base, e->msg);
+            if (b1_bad || e->type > B1_MSG_NODE_RELEASE || !b1_msg_ok(base, e->msg, e->idx)) {
+                r = -EBADMSG; /* a scribbled queue: leave it as it is */
+                break;
+            }
+            int copied = !nocopy || e->type != B1_MSG_DATA;
+            if ((copied && used + m->len > q->buflen) || nh + m->n_handles > max_nh) {
+                if (!n) r = -EMSGSIZE; /* only a buffer smaller than max_payload */
+                break;
+            }
+            woke |= b1_queue_remove_locked(base, p, ei);
+            if (b1_bad || p->front == ei) { /* still linked: a cycle in a scribbled tree */
+                b1_bad = 1;
+                r = -EBADMSG;
+                break;
+            }
+            int deliver = 1;
+            if (e->type == B1_MSG_DATA) {
+                deliver = !b1_data_dropped_locked(base, e);
+                if (!deliver || copied) { /* a slice keeps its quota until it is given back */
+                    p->n_messages--;
+                    p->n_bytes -= m->len;
+                }
+            } else if (e->type == B1_MSG_NODE_DESTROY) {
+                b1_destroy_delivered(base, p, e);
+            } else {
+                deliver = b1_release_wanted_locked(base, p, e);
+            }
+            taken[n++] = ei;
+            if (deliver) {
+                delivered++;
+                if (copied) used += m->len;
+                nh += m->n_handles;
+            } else {
+                e->ts |= 1; /* marks it consumed, not delivered (the entry is ours now) */
+            }
         }
-        struct b1_entry *e = ENTRY(base, ei);
-        struct b1_msg *m = MSG(base, e->msg);
-        if (b1_bad || e->type > B1_MSG_NODE_RELEASE || !b1_msg_ok(base, e->msg, e->idx)) {
-            b1_unlock(p); /* a scribbled queue: leave it as it is */
-            return -EBADMSG;
-        }
-        if (m->len > buflen) {
-            b1_unlock(p);
-            return -EMSGSIZE;
-        }
-        int woke = b1_queue_remove_locked(base, p, ei);
-        if (b1_bad || p->front == ei) { /* still linked: a cycle in a scribbled tree */
-            b1_bad = 1;
-            b1_unlock(p);
-            return -EBADMSG;
-        }
-        int deliver = 1;
-        if (e->type == B1_MSG_DATA) {
-            p->n_messages--;
-            p->n_bytes -= m->len;
-            deliver = !b1_data_dropped_locked(base, e);
-        } else if (e->type == B1_MSG_NODE_DESTROY) {
-            b1_destroy_delivered(base, p, e);
-        } else {
-            deliver = b1_release_wanted_locked(base, p, e);
-        }
-        if (deliver) p->received++;
+        p->received += delivered;
         b1_unlock(p);
         if (woke) b1_wake(p);
-        if (deliver) {
-            /* the record is immutable and referenced by this entry: read it unlocked */
-            info->ts = e->ts;
-            info->sender = e->sender;
-            info->seq = e->seq;
-            info->destination = e->destination;
-            info->type = e->type;
-            info->len = m->len;
-            info->n_handles = m->n_handles;
-            memcpy(buf, msg_payload(m), m->len);
-            if (m->n_handles) b1_resolve_handles(base, e, m, handles_out);
-        } else if (e->type == B1_MSG_DATA && m->n_handles) {
-            b1_tx_unregister_handles(base, m, e->idx);
+        used = nh = 0;
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            struct b1_entry *e = ENTRY(base, taken[i]);
+            struct b1_msg *m = MSG(base, e->msg);
+            int keep = 0;
+            if (!(e->ts & 1)) {
+                struct b1_msg_info *info = &q->infos[k++];
+                info->ts = e->ts;
+                info->sender = e->sender;
+                info->seq = e->seq;
+                info->destination = e->destination;
+                info->type = e->type;
+                info->len = m->len;
+                info->n_handles = m->n_handles;
+                keep = nocopy && e->type == B1_MSG_DATA;
+                if (keep) {
+                    info->offset = (uint64_t)(msg_payload(m) - (char *)base);
+                    info->slice = e->msg;
+                } else {
+                    info->offset = used;
+                    info->slice = 0;
+                    memcpy(q->buf + used, msg_payload(m), m->len);
+                    used += m->len;
+                }
+                if (m->n_handles) b1_resolve_handles(base, e, m, q->handles + nh);
+                nh += m->n_handles;
+            } else if (e->type == B1_MSG_DATA && m->n_handles) {
+                b1_tx_unregister_handles(base, m, e->idx);
+            }
+            if (!keep) b1_msg_put(base, e->msg);
+            b1_entry_free(base, taken[i]);
         }
-        b1_msg_put(base, e->msg);
-        b1_entry_free(base, ei);
-        if (deliver) return 0;
+        if (k || r) {
+            r = k ? (int)k : r;
+            break;
+        }
+        if (!n) {
+            r = -EAGAIN;
+            break;
+        }
     }
+    if (taken != stack) free(taken);
+    return r;
+}
+
+int b1_recv(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *info,
+            char *buf, uint32_t buflen, uint64_t *handles_out) {
+    struct recv_req q = {.infos = info, .max = 1, .buf = buf, .buflen = buflen, .handles = handles_out};
+    int r = recv_some(base, slot, id, &q);
+    return r > 0 ? 0 : r;
 }
 
 static inline int front_ready(struct b1_peer *p) {
@@ -417,13 +486,13 @@ static inline int front_ready(struct b1_peer *p) {
 
 #define REAP_CHECK_NS 200000000 /* a block at the front this long: is its sender alive? */
 
-int b1_recv_wait(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *info,
-                 char *buf, uint32_t buflen, uint64_t *handles_out, int64_t timeout_ns) {
+/* recv_some, waiting while nothing is committed at the front: > 0 taken, or -errno */
+static int recv_wait(void *base, uint32_t slot, uint64_t id, struct recv_req *q, int64_t timeout_ns) {
     uint64_t deadline = timeout_ns > 0 ? b1_now_ns() + (uint64_t)timeout_ns : 0;
     uint32_t spin_ns = HDR(base)->limits.spin_ns;
     struct b1_peer *p = PEER(base, slot);
     for (;;) {
-        int r = b1_recv(base, slot, id, info, buf, buflen, handles_out);
+        int r = recv_some(base, slot, id, q);
         if (r != -EAGAIN || timeout_ns == 0) return r;
         /* spin briefly: a futex wake across CPUs costs tens of microseconds.  After a
          * short pure spin, yield instead: when processes outnumber CPUs the sender we wait
@@ -456,7 +525,7 @@ int b1_recv_wait(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *inf
         if (r == -EINTR) {
             /* the caller runs its signal handlers and calls again with the time left */
             uint64_t t = b1_now_ns();
-            info->left_ns = deadline ? (deadline > t ? deadline - t : 0) : 0;
+            q->infos[0].left_ns = deadline ? (deadline > t ? deadline - t : 0) : 0;
             return r;
         }
         if (r == -ETIMEDOUT) {
@@ -464,11 +533,39 @@ int b1_recv_wait(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *inf
             uint64_t fts = atomic_load(&p->front_ts);
             if (fts & 1) b1_queue_reap(base, slot);
             if (deadline && b1_now_ns() >= deadline) {
-                r = b1_recv(base, slot, id, info, buf, buflen, handles_out);
+                r = recv_some(base, slot, id, q);
                 return r == -EAGAIN ? -ETIMEDOUT : r;
             }
         }
     }
+}
+
+int b1_recv_wait(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *info,
+                 char *buf, uint32_t buflen, uint64_t *handles_out, int64_t timeout_ns) {
+    struct recv_req q = {.infos = info, .max = 1, .buf = buf, .buflen = buflen, .handles = handles_out};
+    int r = recv_wait(base, slot, id, &q, timeout_ns);
+    return r > 0 ? 0 : r;
+}
+
+/* A slice's record is referenced by the receiver until now, and its data message still
+ * counts against the receiver's quota unless the peer was flushed since (which zeroed the
+ * counts) or its slot holds another peer. */
+int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice) {
+    if (!slice || slice > UINT32_MAX) return -EINVAL;
+    uint32_t unit = (uint32_t)slice;
+    struct b1_msg *m = MSG(base, unit);
+    if (!b1_msg_ok(base, unit, 0) || m->type != B1_MSG_DATA) return -EBADMSG;
+    struct b1_peer *p = b1_peer_at_slot(base, slot);
+    if (!p) return -EINVAL;
+    if (b1_lock(p) == 0) {
+        if (p->id == id && (p->state == B1_PEER_ACTIVE || p->state == B1_PEER_DISCONNECTING)) {
+            p->n_messages--;
+            p->n_bytes -= m->len;
+        }
+        b1_unlock(p);
+    }
+    b1_msg_put(base, unit);
+    return 0;
 }
 
 /* ---- the hot calls over a per-thread frame (see struct b1_frame) ---- */
@@ -481,4 +578,24 @@ int64_t b1_frame_send(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t d
 
 int b1_frame_recv(struct b1_frame *f, uint32_t slot, uint64_t id, int64_t timeout_ns) {
     return b1_recv_wait(f->base, slot, id, &f->info, f->buf, f->buflen, f->handles, timeout_ns);
+}
+
+int b1_frame_send_many(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t dest, uint32_t n,
+                       const char *data, const uint32_t *lens, uint32_t count,
+                       uint32_t n_handles, uint32_t flags) {
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        int64_t r = b1_frame_send(f, slot, id, dest, n, data + off, lens[i], n_handles, flags);
+        if (r < 0) return i ? (int)i : (int)r;
+        off += lens[i];
+    }
+    return (int)count;
+}
+
+int b1_frame_recv_many(struct b1_frame *f, uint32_t slot, uint64_t id, uint32_t max,
+                       int64_t timeout_ns, uint32_t flags) {
+    if (!max || max > f->infos_cap) return -EINVAL;
+    struct recv_req q = {.infos = f->infos, .max = max, .flags = flags, .buf = f->buf,
+                         .buflen = f->buflen, .handles = f->handles};
+    return recv_wait(f->base, slot, id, &q, timeout_ns);
 }
