@@ -109,6 +109,7 @@ class Bus:
         self._base = ffi.from_buffer(mm)
         self._created = created
         self._tls = threading.local()
+        self._pool_view = None  # zero-copy payloads are slices of it (receive.py)
         info = ffi.new("struct b1_bus_info *")
         lib.b1_bus_info(self._base, info)
         self.limits = Limits(**{f.name: getattr(info.limits, f.name) for f in fields(Limits)})
@@ -299,10 +300,13 @@ class Bus:
         ffi.release(self._base)
         self._base = None
         self._tls = threading.local()
+        if self._pool_view is not None:
+            self._pool_view.release()  # its slices (zero-copy payloads) still hold the mapping
+            self._pool_view = None
         try:
             self._mmap.close()
         except BufferError:
-            pass  # a scratch buffer still points into it; the mapping goes with the process
+            pass  # a scratch buffer or a payload view still points into it; it goes with the process
         with Bus._lock:
             if Bus._attached.get(self.name) is self:
                 del Bus._attached[self.name]

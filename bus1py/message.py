@@ -1,7 +1,8 @@
 """Messages as a receiver sees them.
 
 Invariant: a Message is immutable and self-contained (its payload is a copy), so it stays
-valid after the bus is closed.
+valid after the bus is closed -- except a zero-copy one (`recv(copy=False)`,
+receive.SliceMessage), whose payload is a view into the pool until it is released.
 """
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ class Message(NamedTuple):
     """Receiver-local handle ids carried by the message (HANDLE_INVALID for dead ones)."""
     stamp: tuple
     """(timestamp, sender peer id, transaction sequence): diagnostic, for traces."""
+
+    def release(self) -> None:
+        """Nothing to give back: the payload is a copy (see receive.SliceMessage)."""
 
 
 MESSAGE_TYPES = tuple(MessageType)  # indexed by the C type code, cheaper than MessageType(x)

@@ -9,31 +9,30 @@ Invariants:
     closed by its last holder.
   - `send` and `recv` are one C call each; the Python side only converts arguments, using
     per-thread scratch buffers of the bus, so concurrent threads never share one.
-  - The readiness pipe of `fileno()` belongs to the process that asked for it: it is
-    readable while a committed message is at the front of the queue, kept so by a watcher
-    thread that sleeps on the queue's futex between changes.
+  - The readiness pipe of `fileno()` belongs to the process that asked for it (ready.py).
+  - Batches and zero-copy slices are receive.py's, asyncio is aio.py's: Peer names them.
 """
 from __future__ import annotations
 
-import atexit
 import errno
 import os
 import struct
-import threading
 import time
-import weakref
 from dataclasses import dataclass
 
+from . import args, holders, receive
 from ._b1 import ffi, lib
 from .bus import Bus
 from .errors import bus_error
-from .message import HANDLE_INVALID, MESSAGE_TYPES, Message
+from .message import MESSAGE_TYPES, Message
+from .ready import ReadyPipe
 
 _EINTR = -errno.EINTR
 _EAGAIN = -errno.EAGAIN
 _new_message = tuple.__new__  # Message(...) through its generated __new__ costs 3x more
 _UNREACHABLE = lib.B1_SEND_UNREACHABLE_ERROR
 _send, _recv, _unpack = lib.b1_frame_send, lib.b1_frame_recv, ffi.unpack
+_send_many = lib.b1_frame_send_many
 _unpack_info = struct.Struct("=8Q").unpack_from  # struct b1_msg_info, all words at once
 
 
@@ -75,7 +74,7 @@ class Peer:
         self._id = peer_id
         self._ready = None
         self._attached = False
-        _peers.add(self)
+        holders.peers.add(self)
 
     @property
     def id(self) -> int:
@@ -102,8 +101,8 @@ class Peer:
         r = lib.b1_peer_attach(self._bus.base(), self._slot, self._id, os.getpid())
         self._attached = True
         if r == 0:
-            _held[(self._bus.name, self._slot, self._id)] = self
-            _register_exit_hook()
+            holders.held[(self._bus.name, self._slot, self._id)] = self
+            holders.register_exit_hook()
 
     # ---- nodes and handles ----
 
@@ -125,7 +124,7 @@ class Peer:
         """
         if not isinstance(other, Peer) or other._bus.name != self._bus.name:
             raise ValueError(f"transfer target must be a Peer of bus {self._bus.name!r}, not {other!r}")
-        _check_handle(handle, "handle")
+        args.check_handle(handle, "handle")
         if not self._attached:
             self._attach()
         out = ffi.new("uint64_t *")
@@ -139,7 +138,7 @@ class Peer:
         """Drop one reference to `handle`.  The owner of the node gets NODE_RELEASE when
         the last reference other than its own goes; releasing the owner's last reference
         to a live node fails with EBUSY."""
-        _check_handle(handle, "handle")
+        args.check_handle(handle, "handle")
         if not self._attached:
             self._attach()
         r = lib.b1_handle_release(self._bus.base(), self._slot, self._id, handle)
@@ -154,7 +153,7 @@ class Peer:
         if not handles:
             raise bus_error(errno.EINVAL, "destroy needs at least one handle")
         for h in handles:
-            _check_handle(h, "handle")
+            args.check_handle(h, "handle")
         if not self._attached:
             self._attach()
         arr, stamp = ffi.new("uint64_t[]", handles), ffi.new("uint64_t[2]")
@@ -184,7 +183,7 @@ class Peer:
         if not self._attached:
             self._attach()
         if type(payload) is not bytes:
-            payload = _as_bytes(payload)
+            payload = args.as_bytes(payload)
         flags = _UNREACHABLE if unreachable_error else 0
         try:
             if type(destinations) is int:
@@ -192,10 +191,10 @@ class Peer:
             elif type(destinations) is list and len(destinations) == 1 and type(destinations[0]) is int:
                 dest, n = destinations[0], 0
             else:
-                dest, n = 0, _fill(dests, destinations, bus.limits.max_dests, "destinations")
+                dest, n = 0, args.fill(dests, destinations, bus.limits.max_dests, "destinations")
                 if n == 0:
                     raise bus_error(-errno.EINVAL, "no destinations")
-            nh = _fill(carried, handles, bus.limits.max_msg_handles, "handles") if handles else 0
+            nh = args.fill(carried, handles, bus.limits.max_msg_handles, "handles") if handles else 0
             ts = _send(frame, self._slot, self._id, dest, n, payload, len(payload), nh, flags)
         except (TypeError, OverflowError):  # cffi's words for a bad id: say it for the user
             raise TypeError(f"destinations and handles must be handle ids (ints >= 0) or "
@@ -205,12 +204,19 @@ class Peer:
             if ts == -errno.EDQUOT and _reap_dead(bus):
                 ts = _send(frame, self._slot, self._id, dest, n, payload, len(payload), nh, flags)
             if ts < 0:
-                raise self._send_error(ts, destinations, len(payload), n or 1, nh)
+                raise args.send_error(self, ts, destinations, len(payload), n or 1, nh)
         return (ts, self._id, seq[0])
 
-    def recv(self, timeout: float | None = None) -> Message:
+    def recv(self, timeout: float | None = None, copy: bool = True) -> Message:
         """The next message: waits for one (None), fails at once (0, BlockingIOError), or
-        waits at most `timeout` seconds (TimeoutError)."""
+        waits at most `timeout` seconds (TimeoutError).
+
+        With copy=False a data message's payload is a read-only memoryview into the pool
+        instead of bytes: no copy at any size, but the message's pool record and this
+        peer's quota stay charged until `msg.release()` or until the message is garbage
+        collected, and the view raises ValueError once released (receive.py)."""
+        if not copy:
+            return self.recv_many(1, timeout, copy=False)[0]
         bus = self._bus
         try:
             frame, _, handles, info, payload, _, _ = bus._tls.scratch
@@ -221,7 +227,7 @@ class Peer:
         if timeout is None:
             r = _recv(frame, self._slot, self._id, -1)
         elif type(timeout) in (int, float) and timeout >= 0:
-            r = _recv(frame, self._slot, self._id, _timeout_ns(timeout))
+            r = _recv(frame, self._slot, self._id, args.timeout_ns(timeout))
         elif type(timeout) in (int, float) and timeout < 0:
             raise ValueError(f"timeout must be None or >= 0, not {timeout!r}")
         else:
@@ -235,12 +241,99 @@ class Peer:
                                       tuple(_unpack(handles, nh)) if nh else (),
                                       (ts, sender, seq)))
 
+    def send_many(self, destinations, payloads, handles=(), *, unreachable_error: bool = False) -> int:
+        """Send each of `payloads` to the same `destinations`, in one C call: one
+        transaction per payload, each with its own stamp, exactly as a loop of
+        `send(destinations, payload, handles)` in order would (`handles` are carried by
+        every message).
+
+        Stops at the first failure and returns how many were sent; when the first payload
+        already fails, raises that failure (the errors of `send`) with nothing sent.  A
+        caller that gets fewer than len(payloads) retries the rest, typically after the
+        receiver drained its queue (EDQUOT or EXFULL would be the next error).
+        """
+        bus = self._bus
+        try:
+            frame, dests, carried, _, _, _, _ = bus._tls.scratch
+        except AttributeError:
+            frame, dests, carried, _, _, _, _ = bus.scratch()  # raises: closed
+        if not self._attached:
+            self._attach()
+        if type(payloads) is not list and type(payloads) is not tuple:
+            if isinstance(payloads, (bytes, bytearray, memoryview, str)):
+                raise TypeError("payloads must be a sequence of bytes-like payloads, not one payload")
+            payloads = list(payloads)
+        if not payloads:
+            return 0
+        try:
+            data = b"".join(payloads)
+            lens = list(map(len, payloads))
+        except TypeError:
+            data = None
+        if data is None or len(data) != sum(lens):  # str, non-buffers, or items of >1 byte
+            payloads = [args.as_bytes(p) for p in payloads]
+            data, lens = b"".join(payloads), list(map(len, payloads))
+        flags = _UNREACHABLE if unreachable_error else 0
+        try:
+            if type(destinations) is int:
+                dest, n = destinations, 0
+            elif type(destinations) is list and len(destinations) == 1 and type(destinations[0]) is int:
+                dest, n = destinations[0], 0
+            else:
+                dest, n = 0, args.fill(dests, destinations, bus.limits.max_dests, "destinations")
+                if n == 0:
+                    raise bus_error(-errno.EINVAL, "no destinations")
+            nh = args.fill(carried, handles, bus.limits.max_msg_handles, "handles") if handles else 0
+            arr = ffi.new("uint32_t[]", lens)
+        except (TypeError, OverflowError):
+            raise TypeError(f"destinations and handles must be handle ids (ints >= 0) or "
+                            f"sequences of them, not {destinations!r} and {handles!r}") from None
+        count = len(lens)
+        r = _send_many(frame, self._slot, self._id, dest, n, data, arr, count, nh, flags)
+        if r < 0 and r == -errno.EDQUOT and _reap_dead(bus):
+            r = _send_many(frame, self._slot, self._id, dest, n, data, arr, count, nh, flags)
+        if r < 0:
+            raise args.send_error(self, r, destinations, lens[0], n or 1, nh)
+        return r
+
+    def recv_many(self, max_messages: int, timeout: float | None = None, copy: bool = True) -> list:
+        """Up to `max_messages` messages, in one C call and one hold of the queue's lock:
+        the committed messages at the front of the queue, in queue order, as that many
+        `recv` calls would return them.  Waits only while none is there, with `recv`'s
+        timeout rules (None, 0: BlockingIOError, seconds: TimeoutError); never returns an
+        empty list.  Fewer are returned when the copied payloads would overflow this
+        thread's receive buffer (max_payload bytes together).  copy=False as in `recv`."""
+        if type(max_messages) is not int or max_messages < 1:
+            raise ValueError(f"max_messages must be an int >= 1, not {max_messages!r}")
+        if timeout is None:
+            ns = -1
+        elif type(timeout) in (int, float) and timeout >= 0:
+            ns = args.timeout_ns(timeout)
+        elif type(timeout) in (int, float):
+            raise ValueError(f"timeout must be None or >= 0, not {timeout!r}")
+        else:
+            raise TypeError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
+        return receive.recv_many(self, max_messages, ns, copy, timeout)
+
+    async def arecv(self, timeout: float | None = None, copy: bool = True) -> Message:
+        """`recv` for asyncio: waits on the running loop's reader for `fileno()`, never in
+        the C helper.  Cancelling it leaves the queue as it was: a message is taken only by
+        the non-blocking receive that returns it."""
+        from . import aio
+        return await aio.arecv(self, timeout, copy)
+
+    def messages(self, copy: bool = True):
+        """`async for msg in peer.messages()`: every message as it arrives (`arecv`), until
+        the peer is disconnected."""
+        from . import aio
+        return aio.messages(self, copy)
+
     def _recv_slow(self, r, timeout, frame):
         """A receive interrupted by a signal (EINTR: its Python handler has run by now, so
         wait out the time the C helper says is left), or an error to raise."""
         while r:
             if r != _EINTR:
-                raise self._recv_error(r, timeout)
+                raise args.recv_error(self, r, timeout)
             ns = -1 if timeout is None else frame.info.left_ns
             if ns == 0:  # the deadline passed while the handler ran: one last look
                 r = _recv(frame, self._slot, self._id, 0)
@@ -261,7 +354,7 @@ class Peer:
         transaction, its handles released, its queue flushed; later calls raise ESHUTDOWN
         (BrokenPipeError).  Messages it already sent stay valid."""
         r = lib.b1_peer_disconnect(self._bus.base(), self._slot, self._id)
-        _held.pop((self._bus.name, self._slot, self._id), None)
+        holders.held.pop((self._bus.name, self._slot, self._id), None)
         if r:
             raise bus_error(r, f"peer {self._id}")
 
@@ -272,39 +365,8 @@ class Peer:
             self._attach()
         ready = self._ready
         if ready is None or ready.pid != os.getpid():
-            ready = self._ready = _ReadyPipe(self)
+            ready = self._ready = ReadyPipe(self)
         return ready.read_fd
-
-    # ---- errors ----
-
-    def _send_error(self, r, destinations, length, n, nh):
-        code = -r
-        limits = self._bus.limits
-        if code == errno.ENXIO:
-            return bus_error(r, f"peer {self._id} holds no handle among destinations {destinations!r}"
-                                f"{' or carried handles' if nh else ''}")
-        if code == errno.EMSGSIZE:
-            if nh > limits.max_msg_handles:
-                return bus_error(r, f"{nh} handles exceed max_msg_handles={limits.max_msg_handles}")
-            return bus_error(r, f"payload of {length} bytes exceeds max_payload={limits.max_payload}")
-        if code == errno.EXFULL:
-            return bus_error(r, f"no room for {n} cop{'y' if n == 1 else 'ies'} of {length} bytes "
-                                f"(pool_size={limits.pool_size}, max_entries={limits.max_entries})")
-        if code == errno.EDQUOT:
-            return bus_error(r, f"a receiver among {destinations!r} is at its quota of queued "
-                                f"messages, bytes or handles")
-        if code == errno.EHOSTUNREACH:
-            return bus_error(r, f"every destination in {destinations!r} is destroyed")
-        if code == errno.EINVAL and n == 0:
-            return bus_error(r, "no destinations")
-        return bus_error(r, f"peer {self._id} sending to {destinations!r}")
-
-    def _recv_error(self, r, timeout):
-        if r == _EAGAIN:
-            return bus_error(r, f"peer {self._id} has no committed message at its front")
-        if r == -errno.ETIMEDOUT:
-            return bus_error(r, f"no message for peer {self._id} within {timeout} s")
-        return bus_error(r, f"peer {self._id}")
 
 
 def send(peer: Peer, destinations, payload, handles=(), **flags) -> tuple:
@@ -332,151 +394,3 @@ def _reap_dead(bus: Bus) -> bool:
         return False
     _last_reap[bus.name] = now
     return bus.gc()["peers_reaped"] > 0
-
-
-def _timeout_ns(seconds) -> int:
-    """Seconds as the C helper's nanoseconds: 0 is non-blocking, any positive time waits at
-    least 1 ns, and a time past int64 nanoseconds (292 years, inf) waits forever (-1)."""
-    if seconds <= 0:
-        return 0
-    if seconds >= 9.2e9:
-        return -1
-    return max(1, int(seconds * 1e9))
-
-
-def _check_handle(handle, what):
-    if type(handle) is not int or handle < 0 or handle >= 1 << 64:
-        raise TypeError(f"{what} must be a handle id (an int >= 0), not {handle!r}")
-
-
-def _fill(array, values, limit, what) -> int:
-    """Copy handle ids into a scratch array.  Anything but ints from 0 to 2**64-1 makes
-    cffi raise TypeError or OverflowError, which the caller words for the user."""
-    if type(values) is not list and type(values) is not tuple:
-        values = tuple(values)  # sets, generators, ...; TypeError for non-iterables
-    n = len(values)
-    if any(type(v) is bool for v in values):
-        raise TypeError(f"{what} must be handle ids, not booleans: {values!r}")
-    if n > limit:
-        raise bus_error(errno.EINVAL if what == "destinations" else errno.EMSGSIZE,
-                        f"{n} {what}, more than the bus allows "
-                        f"({'max_dests' if what == 'destinations' else 'max_msg_handles'}={limit})")
-    if n == 1:
-        array[0] = values[0]
-    else:
-        array[0:n] = values
-    return n
-
-
-def _as_bytes(payload) -> bytes:
-    if isinstance(payload, str):
-        raise TypeError("payload must be bytes-like, not str (encode it first)")
-    try:
-        return memoryview(payload).tobytes()  # any buffer, strided ones too
-    except TypeError:
-        raise TypeError(f"payload must be bytes-like, not {type(payload).__name__}") from None
-
-
-# ---- the processes holding peers ----
-
-_peers: "weakref.WeakSet[Peer]" = weakref.WeakSet()  # every Peer object of this process
-_held: dict = {}  # (bus name, slot, id) -> Peer this process recorded itself as holding
-_exit_pid = [None]
-
-
-def _after_fork_in_child():
-    # the child holds nothing yet: it becomes a holder of a peer when it uses it
-    for peer in list(_peers):
-        peer._attached = False
-        peer._ready = None
-    _held.clear()
-
-
-def _release_held_at_exit():
-    """The last process holding a peer disconnects it as it exits."""
-    pid = os.getpid()
-    if _exit_pid[0] == pid:
-        return
-    _exit_pid[0] = pid
-    for (name, slot, peer_id), peer in list(_held.items()):
-        base = peer._bus._base
-        if base is None:
-            continue
-        if lib.b1_peer_detach(base, slot, peer_id, pid) == 0:
-            lib.b1_peer_disconnect(base, slot, peer_id)
-    _held.clear()
-
-
-def _register_exit_hook():
-    """Once per process: leave as a holder at exit.  Lazily, at the first attach, because a
-    multiprocessing child clears the finalizers it inherited before running its target,
-    and leaves through os._exit after running its own (so atexit alone would not do)."""
-    pid = os.getpid()
-    if _exit_hook_pid[0] == pid:
-        return
-    _exit_hook_pid[0] = pid
-    atexit.register(_release_held_at_exit)
-    try:
-        from multiprocessing import util as mp_util
-    except ImportError:  # pragma: no cover
-        return
-    mp_util.Finalize(None, _release_held_at_exit, exitpriority=100)
-
-
-_exit_hook_pid = [None]
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-class _ReadyPipe:
-    """A pipe kept readable exactly while the peer's front entry is committed.
-
-    A watcher thread follows changes made by other processes; a receive in this process
-    re-syncs the pipe at once (`sync`), so select never sees readiness this process itself
-    has just consumed.  Another process taking the message can leave the pipe readable for
-    the moment the watcher needs to wake: a reader then gets EAGAIN, as with any shared fd.
-    """
-
-    def __init__(self, peer: Peer):
-        self.pid = os.getpid()
-        self.read_fd, self._write_fd = os.pipe()
-        os.set_blocking(self.read_fd, False)
-        os.set_blocking(self._write_fd, False)
-        self._peer = peer
-        self._lock = threading.Lock()
-        self._full = False
-        threading.Thread(target=self._watch, name=f"bus1py-ready-{peer.id}", daemon=True).start()
-
-    def _set(self, ready: bool) -> None:
-        with self._lock:
-            if ready and not self._full:
-                os.write(self._write_fd, b"!")
-                self._full = True
-            elif not ready and self._full:
-                try:
-                    os.read(self.read_fd, 1)
-                except BlockingIOError:
-                    pass
-                self._full = False
-
-    def sync(self) -> None:
-        peer = self._peer
-        self._set(lib.b1_peer_ready(peer._bus.base(), peer._slot, peer._id) != 0)
-
-    def _watch(self):
-        peer = self._peer
-        bus, slot, pid = peer._bus, peer._slot, peer._id
-        # our own export of the mapping: while it exists Bus.close() cannot unmap it
-        try:
-            base = ffi.from_buffer(bus._mmap)
-        except ValueError:
-            return
-        try:
-            ready = None
-            while bus._base is not None:
-                ready = lib.b1_peer_watch(base, slot, pid, -1000 if ready is None else ready, 500_000_000)
-                # disconnected (< 0): stay readable so the reader's recv reports it
-                self._set(ready != 0)
-                if ready < 0:
-                    return
-        finally:
-            ffi.release(base)

@@ -19,7 +19,8 @@ import errno
 
 from ._b1 import ffi, lib
 from .errors import bus_error
-from .peer import Peer, _as_bytes
+from .args import as_bytes
+from .peer import Peer
 
 STATES = ("prepared", "staged", "synced", "committed", "dropped")
 
@@ -29,7 +30,7 @@ class Transaction:
         if not isinstance(peer, Peer):
             raise TypeError(f"a transaction is sent by a Peer, not {peer!r}")
         destinations, handles = _ids(destinations, "destinations"), _ids(handles, "handles")
-        payload = payload if type(payload) is bytes else _as_bytes(payload)
+        payload = payload if type(payload) is bytes else as_bytes(payload)
         self._bus = peer.bus
         self._bus.base()  # raises: closed
         self._dests = ffi.new("struct b1_dest[]", max(len(destinations), 1))

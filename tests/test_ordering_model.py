@@ -3,7 +3,8 @@
 A Hypothesis state machine drives the transaction steps of several concurrent senders
 (prepare, stage, stamp, sync, commit, abort) and receives on any queue, in random
 interleavings, through `bus1py.Transaction` -- the very C steps `Peer.send` runs in one
-call.  After every step it checks that
+call -- and whole batches (`Peer.send_many`, `Peer.recv_many` copying or zero-copy).  After
+every step it checks that
 
   * every queue yields exactly the model's next message (or EAGAIN where the model's front
     is a block or the queue is empty), and every clock equals the model's clock;
@@ -161,8 +162,26 @@ class BusOrdering(RuleBasedStateMachine):
                 self.peers[r].recv(timeout=0)
             assert e.value.errno == errno.EAGAIN
             return
+        self._check_received(r, got, self.peers[r].recv(timeout=0))
+
+    @rule(r=st.integers(0, N_PEERS - 1), k=st.integers(1, 5), copy=st.booleans())
+    def recv_batch(self, r, k, copy):
+        """Peer.recv_many: the model's next k committed fronts (or fewer), in one call."""
+        expected = []
+        while len(expected) < k and (got := self.queues[r].pop()) is not None:
+            expected.append(got)
+        if not expected:
+            with pytest.raises(BlockingIOError):
+                self.peers[r].recv_many(k, timeout=0, copy=copy)
+            return
+        msgs = self.peers[r].recv_many(k, timeout=0, copy=copy)
+        assert len(msgs) == len(expected)
+        for got, msg in zip(expected, msgs):
+            self._check_received(r, got, msg)
+            msg.release()
+
+    def _check_received(self, r, got, msg):
         key, mid = got
-        msg = self.peers[r].recv(timeout=0)
         assert int.from_bytes(msg.payload, "little") == mid
         assert msg.stamp == key[:3]
         assert msg.destination == self.handles[r][r]
@@ -171,6 +190,27 @@ class BusOrdering(RuleBasedStateMachine):
         assert not missing, f"peer {r} received {mid} before its causes {missing}"
         self.received[r].append(mid)
         self.knows[r] |= {mid} | self.deps[mid]
+
+    @rule(sender=st.integers(0, N_PEERS - 1), k=st.integers(1, 4),
+          dests=st.lists(st.integers(0, N_PEERS - 1), min_size=1, max_size=N_PEERS, unique=True))
+    def send_batch(self, sender, dests, k):
+        """Peer.send_many: k whole transactions in one call, between two steps of the others;
+        the model runs each as `ordering.transact` does (a unicast syncs in its commit)."""
+        mids = [next(self.ids) for _ in range(k)]
+        sent = self.peers[sender].send_many([self.handles[sender][d] for d in dests],
+                                            [m.to_bytes(8, "little") for m in mids])
+        assert sent == k
+        for mid in mids:
+            tx = ordering.Transaction(self.peers[sender].id, self.next_seq[sender], self.queues[sender].clock)
+            self.next_seq[sender] += 1
+            blocks = [tx.stage(self.queues[d], i, mid) for i, d in enumerate(dests)]
+            ts = tx.stamp(self.queues[sender])
+            for d in dests if len(dests) > 1 else ():
+                self.queues[d].sync(ts)
+            for d, block in zip(dests, blocks):
+                self.queues[d].commit(block, ts)
+            self.deps[mid], self.dests_of[mid], self.stamp_of[mid] = set(self.knows[sender]), set(dests), ts
+            self.knows[sender] |= {mid} | self.deps[mid]
 
     @rule(a=st.integers(0, N_PEERS - 1), b=st.integers(0, N_PEERS - 1))
     def signal(self, a, b):

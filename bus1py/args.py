@@ -1,0 +1,85 @@
+"""Arguments from Python to the C helper, and its errors back in the caller's words.
+
+Invariant: every check here runs before the C call it guards, so a bad argument raises a
+clear TypeError or ValueError (or the bus's OSError for a limit) and changes nothing.
+"""
+from __future__ import annotations
+
+import errno
+
+from .errors import bus_error
+
+_EAGAIN = -errno.EAGAIN
+
+
+def timeout_ns(seconds) -> int:
+    """Seconds as the C helper's nanoseconds: 0 is non-blocking, any positive time waits at
+    least 1 ns, and a time past int64 nanoseconds (292 years, inf) waits forever (-1)."""
+    if seconds <= 0:
+        return 0
+    if seconds >= 9.2e9:
+        return -1
+    return max(1, int(seconds * 1e9))
+
+
+def check_handle(handle, what):
+    if type(handle) is not int or handle < 0 or handle >= 1 << 64:
+        raise TypeError(f"{what} must be a handle id (an int >= 0), not {handle!r}")
+
+
+def fill(array, values, limit, what) -> int:
+    """Copy handle ids into a scratch array.  Anything but ints from 0 to 2**64-1 makes
+    cffi raise TypeError or OverflowError, which the caller words for the user."""
+    if type(values) is not list and type(values) is not tuple:
+        values = tuple(values)  # sets, generators, ...; TypeError for non-iterables
+    n = len(values)
+    if any(type(v) is bool for v in values):
+        raise TypeError(f"{what} must be handle ids, not booleans: {values!r}")
+    if n > limit:
+        raise bus_error(errno.EINVAL if what == "destinations" else errno.EMSGSIZE,
+                        f"{n} {what}, more than the bus allows "
+                        f"({'max_dests' if what == 'destinations' else 'max_msg_handles'}={limit})")
+    if n == 1:
+        array[0] = values[0]
+    else:
+        array[0:n] = values
+    return n
+
+
+def as_bytes(payload) -> bytes:
+    if isinstance(payload, str):
+        raise TypeError("payload must be bytes-like, not str (encode it first)")
+    try:
+        return memoryview(payload).tobytes()  # any buffer, strided ones too
+    except TypeError:
+        raise TypeError(f"payload must be bytes-like, not {type(payload).__name__}") from None
+
+
+def send_error(peer, r, destinations, length, n, nh):
+    code = -r
+    limits = peer._bus.limits
+    if code == errno.ENXIO:
+        return bus_error(r, f"peer {peer._id} holds no handle among destinations {destinations!r}"
+                            f"{' or carried handles' if nh else ''}")
+    if code == errno.EMSGSIZE:
+        if nh > limits.max_msg_handles:
+            return bus_error(r, f"{nh} handles exceed max_msg_handles={limits.max_msg_handles}")
+        return bus_error(r, f"payload of {length} bytes exceeds max_payload={limits.max_payload}")
+    if code == errno.EXFULL:
+        return bus_error(r, f"no room for {n} cop{'y' if n == 1 else 'ies'} of {length} bytes "
+                            f"(pool_size={limits.pool_size}, max_entries={limits.max_entries})")
+    if code == errno.EDQUOT:
+        return bus_error(r, f"a receiver among {destinations!r} is at its quota of queued "
+                            f"messages, bytes or handles")
+    if code == errno.EHOSTUNREACH:
+        return bus_error(r, f"every destination in {destinations!r} is destroyed")
+    if code == errno.EINVAL and n == 0:
+        return bus_error(r, "no destinations")
+    return bus_error(r, f"peer {peer._id} sending to {destinations!r}")
+
+def recv_error(peer, r, timeout):
+    if r == _EAGAIN:
+        return bus_error(r, f"peer {peer._id} has no committed message at its front")
+    if r == -errno.ETIMEDOUT:
+        return bus_error(r, f"no message for peer {peer._id} within {timeout} s")
+    return bus_error(r, f"peer {peer._id}")

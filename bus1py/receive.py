@@ -1,0 +1,129 @@
+"""Receiving in batches, and zero-copy slices of the pool (bus1's slices).
+
+Invariants:
+  - A batch is one C call and one hold of the queue's lock: the messages it returns are
+    consecutive in the queue's order, exactly as the same number of `recv` calls would have
+    returned them, and a message is in at most one batch.
+  - A `SliceMessage`'s payload is a read-only memoryview into the bus's pool.  Its record,
+    and the receiver's quota for it, stay charged until `release()` (or the message's
+    garbage collection), which first releases the view: the view then raises ValueError on
+    any use, and only afterwards does the record go back to the pool.
+  - A view that still has a buffer exported from it (numpy.frombuffer, ...) cannot be
+    released: `release()` raises BufferError and changes nothing.  A slice taken from the
+    view (`payload[a:b]`) is another view of the same bytes, which reads whatever the pool
+    holds after the release; every view keeps the mapping alive, so none can fault.
+  - Only the receiving process gives a slice back: a forked child inheriting a message
+    only drops its view.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import struct
+import warnings
+
+from . import args
+from ._b1 import ffi, lib
+from .message import MESSAGE_TYPES, Message
+
+_EINTR = -errno.EINTR
+_EAGAIN = -errno.EAGAIN
+_INFO = ffi.sizeof("struct b1_msg_info")
+_iter_infos = struct.Struct("=10Q").iter_unpack  # struct b1_msg_info, all words at once
+_new = tuple.__new__
+_unpack = ffi.unpack
+
+
+class SliceMessage(Message):
+    """A message received with copy=False: `payload` is a read-only memoryview into the
+    pool, valid until `release()` or until the message is garbage collected."""
+
+    def release(self) -> None:
+        """Give the payload's pool record and quota back (idempotent).  Raises BufferError,
+        changing nothing, while a buffer obtained from the payload is still alive."""
+        held = self.__dict__.pop("_slice", None)
+        if held is None:
+            return
+        try:
+            self.payload.release()
+        except BufferError:
+            self._slice = held
+            raise BufferError("the payload is still exported (a buffer obtained from it, such as "
+                              "a numpy array, is alive): drop that first, then release") from None
+        bus, slot, peer_id, unit, pid = held
+        base = bus._base
+        if pid == os.getpid() and base is not None:
+            lib.b1_slice_release(base, slot, peer_id, unit)
+
+    def __del__(self):
+        try:
+            self.release()
+        except BufferError:
+            # an export outlives the message: keep the record rather than free bytes in use
+            warnings.warn("a zero-copy payload was still exported when its message was "
+                          "collected: its pool record stays charged", ResourceWarning, stacklevel=1)
+
+
+def _infos(bus, frame, n):
+    """This thread's array of `n` or more message infos, attached to its frame."""
+    tls = bus._tls
+    held = getattr(tls, "infos", None)
+    if held is None or held[1] < n:
+        cap = max(n, 64)
+        arr = ffi.new("struct b1_msg_info[]", cap)
+        held = tls.infos = (arr, cap, memoryview(ffi.buffer(arr)))
+        frame.infos, frame.infos_cap = arr, cap
+    return held[2]
+
+
+def pool_view(bus):
+    """A read-only view of the whole mapping, which zero-copy payloads are slices of."""
+    view = bus._pool_view
+    if view is None:
+        bus.base()  # raises: closed
+        view = bus._pool_view = memoryview(bus._mmap).toreadonly()
+    return view
+
+
+def recv_many(peer, max_messages, timeout_ns, copy, timeout) -> list:
+    """Peer.recv_many once its arguments are checked (timeout_ns: the C helper's)."""
+    bus = peer._bus
+    try:
+        frame, _, handles, _, payload, _, _ = bus._tls.scratch
+    except AttributeError:
+        frame, _, handles, _, payload, _, _ = bus.scratch()  # raises: closed
+    if not peer._attached:
+        peer._attach()
+    n = min(max_messages, bus.limits.max_entries)
+    words = _infos(bus, frame, n)
+    pool = None if copy else pool_view(bus)
+    flags = 0 if copy else lib.B1_RECV_NOCOPY
+    slot, pid_ = peer._slot, peer._id
+    r = lib.b1_frame_recv_many(frame, slot, pid_, n, timeout_ns, flags)
+    while r < 0:
+        # EINTR: the signal's Python handler has run; wait out the time the helper left
+        if r != _EINTR:
+            raise args.recv_error(peer, r, timeout)
+        ns = -1 if timeout_ns < 0 else frame.infos[0].left_ns
+        r = lib.b1_frame_recv_many(frame, slot, pid_, n, ns, flags)
+        if r == _EAGAIN and ns == 0:
+            r = -errno.ETIMEDOUT
+    if peer._ready is not None:
+        peer._ready.sync()
+    out, h = [], 0
+    me = os.getpid()
+    for ts, sender, seq, dest, kind, length, nh, _, off, unit in _iter_infos(words[:r * _INFO]):
+        if nh:
+            carried = tuple(_unpack(handles + h, nh))
+            h += nh
+        else:
+            carried = ()
+        if unit:
+            m = _new(SliceMessage, (MESSAGE_TYPES[kind], dest, pool[off:off + length], carried,
+                                    (ts, sender, seq)))
+            m._slice = (bus, slot, pid_, unit, me)
+        else:
+            m = _new(Message, (MESSAGE_TYPES[kind], dest, payload[off:off + length], carried,
+                               (ts, sender, seq)))
+        out.append(m)
+    return out
