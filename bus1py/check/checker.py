@@ -239,7 +239,8 @@ class Checker:
         """{causal, consistent: (violating processes, count, examples)} from the driver's
         walk, or None when the history has a causality cycle (the Spark formulations then
         decide: they define happened-before as reachability, cycles included)."""
-        self.skeleton = sk = Skeleton(self.rows.select(*SKELETON_COLUMNS).toArrow())
+        table = self.rows.select(*SKELETON_COLUMNS).toArrow()
+        self.skeleton = sk = Skeleton.from_arrow(table)
         clock = sk.vector_clocks()
         if clock is None:
             return None

@@ -22,14 +22,15 @@ SKELETON_COLUMNS = ("process", "seq", "kind_code", "msg", "first_delivery",
 
 class Skeleton:
     """The events of a validated trace, per process in seq order, with the maps the
-    formulations and the path search need. Built from an Arrow table with
-    SKELETON_COLUMNS (from Spark's main pass, or from the driver's, local.py)."""
+    formulations and the path search need, from SKELETON_COLUMNS of Spark's main pass
+    (from_arrow) or of the driver's (local.py)."""
 
-    def __init__(self, table):
-        t = table.sort_by([("process", "ascending"), ("seq", "ascending")])
-        col = [t.column(n).to_pylist() for n in SKELETON_COLUMNS]
-        process = col[0]
-        self.procs = sorted(set(process))
+    def __init__(self, columns):
+        """columns: SKELETON_COLUMNS -> a list (or array) each, rows in (process, seq)
+        order (from_arrow sorts)."""
+        col = [columns[n] for n in SKELETON_COLUMNS]
+        col = [c.tolist() if hasattr(c, "tolist") else c for c in col]
+        self.procs = sorted(set(col[0]))
         self.index = {p: i for i, p in enumerate(self.procs)}
         self.events = {p: [] for p in self.procs}
         for p, _s, code, msg, first, sp, ss, destroy in zip(*col):
@@ -44,6 +45,12 @@ class Skeleton:
                     self.origins_at[p].append(s)
                 elif code <= K.SIGNAL_RECV:
                     self.receives.setdefault((code == K.SIGNAL_RECV, msg), []).append((p, s))
+
+    @classmethod
+    def from_arrow(cls, table):
+        """From an Arrow table with SKELETON_COLUMNS, in any order."""
+        t = table.sort_by([("process", "ascending"), ("seq", "ascending")])
+        return cls({n: t.column(n).to_pylist() for n in SKELETON_COLUMNS})
 
     def describe(self, p, s):
         """The event (p, s) as a counterexample event."""
@@ -132,33 +139,41 @@ def causal_and_consistent(c, sk, clock):
 
 
 def _causal(c, sk, clock):
+    """A first delivery of m1 (sender q, send seq s) at p violates causal iff the send
+    clock of some message first-delivered at p before it has q entry >= s: per process,
+    a running maximum down the matrix of send clocks (numpy, no loop over the clocks)."""
+    import numpy as np
     P = len(sk.procs)
-    found = []          # (process, deliver_seq, row, later row)
-    n = 0
+    violations, found, n = [], [], 0     # found: (process, row, later row) for examples
     for p in sk.procs:
-        known = [-1] * P
-        seen = []       # earlier first deliveries at p: (row, send clock)
-        for s, (code, msg, first, sp, ss, destroy) in enumerate(sk.events[p]):
-            if code != K.DELIVER or not first:
-                continue
-            row = {"msg": msg, "sender_process": sp, "send_seq": ss, "is_destroy": destroy,
-                   "deliver_seq": s}
-            q = sk.index[sp]
-            if known[q] >= ss:
-                n += 1
-                if len(found) < c.max_examples:
-                    later = next(r for r, v in seen if v[q] >= ss)
-                    found.append((p, row, later))
-            vc = clock[(False, msg)]
-            known = list(map(max, known, vc))
-            seen.append((row, vc))
+        rows = [(s, msg, sp, ss, destroy) for s, (code, msg, first, sp, ss, destroy)
+                in enumerate(sk.events[p]) if code == K.DELIVER and first]
+        if not rows:
+            continue
+        vc = np.array([clock[(False, r[1])] for r in rows], np.int64).reshape(len(rows), P)
+        q = np.array([sk.index[r[2]] for r in rows])
+        ss = np.array([r[3] for r in rows], np.int64)
+        known = np.full((len(rows), P), -1, np.int64)    # before each delivery
+        known[1:] = np.maximum.accumulate(vc, axis=0)[:-1]
+        bad = np.flatnonzero(known[np.arange(len(rows)), q] >= ss)
+        n += len(bad)
+        violations += [p] * len(bad)
+        for j in bad[:max(0, c.max_examples - len(found))]:
+            k = int(np.flatnonzero(vc[:j, q[j]] >= ss[j])[0])   # the earliest witness
+            found.append((p, _row(rows[j]), _row(rows[k])))
     examples = []
     for p, row, later in found:
         ex = inversion(row, later, p)
         ex["path"] = sk.path((row["sender_process"], row["send_seq"]),
                              (later["sender_process"], later["send_seq"]))
         examples.append(ex)
-    return [p for p, _, _ in found], n, examples
+    return violations, n, examples
+
+
+def _row(r):
+    s, msg, sp, ss, destroy = r
+    return {"msg": msg, "sender_process": sp, "send_seq": ss, "is_destroy": destroy,
+            "deliver_seq": s}
 
 
 def _consistent(c, sk):

@@ -191,11 +191,11 @@ class Events:
         o = np.where(self.origin >= 0, self.origin, 0)
         return np.where(is_msg | (self.code == K.DELIVER), packed[o], 0)
 
-    def skeleton_table(self):
-        """The columns driver.Skeleton reads, as an Arrow table."""
+    def skeleton_columns(self):
+        """The columns driver.Skeleton reads, in (process, seq) order."""
         cols = (self.process, self.seq, self.code, self.msg,
                 self.first, self.sender, self.send_seq, self.is_destroy)
-        return pa.table(list(cols), names=list(SKELETON_COLUMNS))
+        return dict(zip(SKELETON_COLUMNS, cols))
 
 
 def _np(t, name, fill=None):

@@ -56,7 +56,7 @@ def check_local(trace, exact=False, max_examples=3, keep_details=False, overview
             props[name]["method"] = method
         details[name] = v
     t = time.perf_counter()
-    sk = Skeleton(ev.skeleton_table())
+    sk = Skeleton(ev.skeleton_columns())
     clock = sk.vector_clocks()
     if clock is None:
         return None
