@@ -51,16 +51,35 @@ def add_workload_options(p):
                    help="run this causal-order protocol (bus1py.causal) in every process")
     p.add_argument("--chaos-delay", type=float, default=0.0, metavar="D",
                    help="delay each wire by a seeded random 0..D seconds on the sending side")
+    p.add_argument("--churn", action="store_true",
+                   help="mortal processes come and go: each leaves after its life, half of them "
+                        "by SIGKILL (reaped through the bus), and a fresh process with a fresh peer "
+                        "takes its place (docs/STRESS.md, Churn)")
+    p.add_argument("--churn-slots", type=int, metavar="K",
+                   help="with --churn: how many of the processes are mortal (default a quarter)")
+    p.add_argument("--churn-life", type=int, metavar="N",
+                   help="with --churn: mean message-sending actions of one mortal process (default 2000)")
+    p.add_argument("--churn-kill", type=float, metavar="F",
+                   help="with --churn: fraction of mortal processes SIGKILLed rather than exiting (default 0.5)")
+    p.add_argument("--sample-every", type=float, metavar="S",
+                   help="sample RSS and segment use every S seconds into the trace directory "
+                        "(default 1 with --churn and --trace, else off)")
 
 
 def config_from_args(a) -> StressConfig:
+    given = [o for o, v in (("--churn-slots", a.churn_slots), ("--churn-life", a.churn_life),
+                            ("--churn-kill", a.churn_kill)) if v is not None]
+    if given and not a.churn:
+        raise ValueError(f"{', '.join(given)} only with --churn")
     return StressConfig(
         processes=a.processes, duration=a.duration, messages=a.messages, seed=a.seed, rate=a.rate,
         trace_dir=None if getattr(a, "no_trace", False) else a.trace, inject=a.inject,
         inject_pause_ns=a.inject_pause_ns, fanout=a.fanout, reach=a.reach,
         sizes=PayloadSizes.parse(a.payload), mix=parse_mix(a.mix), spin_ns=a.spin_ns,
         max_peers=a.max_peers, transport=a.transport, protocol=a.protocol,
-        chaos_delay=a.chaos_delay)
+        chaos_delay=a.chaos_delay, churn=a.churn, churn_slots=a.churn_slots,
+        churn_life=2000 if a.churn_life is None else a.churn_life,
+        churn_kill=0.5 if a.churn_kill is None else a.churn_kill, sample_every=a.sample_every)
 
 
 def run_and_report(cfg: StressConfig, console: Console, progress: bool = True, verify: bool = False,
@@ -90,6 +109,14 @@ def run_and_report(cfg: StressConfig, console: Console, progress: bool = True, v
             pred = None
         console.print(protocol_table(cfg, live, pred))
         proto = {"live": live, "simulator": pred}
+    if res.churn:
+        c = res.churn
+        console.print(f"churn: {c['spawned']:,} mortal processes, {c['exited']:,} exited, "
+                      f"{c['killed']:,} SIGKILLed, {c['reaped']:,} peers reaped by bus.gc()")
+    if res.resources:
+        from .display import resources_lines
+        for line in resources_lines(res.resources):
+            console.print(line)
     if verify and cfg.trace_dir:
         if problems:
             console.print(f"[red]trace self-check: {len(problems)} problem(s)[/red]")
@@ -105,7 +132,7 @@ def run_and_report(cfg: StressConfig, console: Console, progress: bool = True, v
                 break
     rs = [r for r in res.results if "failed" not in r]
     summary = {
-        "ok": res.ok and not problems, "failures": res.failures, "trace_problems": problems[:50],
+        "ok": res.ok and not problems and res.resources.get("back_to_zero", True), "failures": res.failures, "trace_problems": problems[:50],
         "processes": cfg.processes, "seed": cfg.seed, "inject": cfg.inject,
         "transport": cfg.transport, "protocol": cfg.protocol, "chaos_delay": cfg.chaos_delay,
         "protocol_figures": proto, "skipped": res.skipped,
@@ -114,7 +141,8 @@ def run_and_report(cfg: StressConfig, console: Console, progress: bool = True, v
         "latency_us": lat, "errors": errors_by_errno(res.results),
         "max_depth": max((r["max_depth"] for r in rs), default=0),
         "plans": {r["index"]: r["plan_sha256"] for r in rs}, "capabilities": res.capabilities,
-        "peaks": res.samples,
+        "peaks": res.samples, "churn": res.churn, "resources": res.resources,
+        "final_use": res.final_use,
         "per_process": [{k: v for k, v in r.items() if k != "hold_ns"} for r in res.results],
     }
     if json_path:

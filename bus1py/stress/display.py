@@ -103,7 +103,7 @@ class LiveMonitor:
         elif not self.last:
             self.last = (now, sent, deliv)
         states = col(STATE)
-        counts = {STATE_NAMES[s]: states.count(s) for s in sorted(set(states))}
+        counts = {STATE_NAMES.get(s, "leaving"): states.count(s) for s in sorted(set(states))}
         elapsed = now - run.t_go if run.t_go else 0.0
         goal = f"{cfg.duration:g} s" if cfg.duration else f"{cfg.messages:,} messages/process"
         head = Text.assemble(
@@ -192,3 +192,28 @@ def summary_table(res, lat: dict | None):
 
 def errno_name(code: int) -> str:
     return errno.errorcode.get(code, str(code))
+
+
+def resources_lines(r: dict) -> list:
+    """The resource summary (resources.Sampler.finish) in words: flat or not, and by how much."""
+    def judged(v, unit=1, fmt="{:,.0f}"):
+        if v is None:
+            return "too few samples"
+        word = "flat" if v["flat"] else "[red]NOT flat[/red]"
+        return f"{word} (rise {fmt.format(v['growth'] / unit)} over the last 80%, median {fmt.format(v['median'] / unit)})"
+
+    mib = 2 ** 20
+    w = r["rss"]["worst"]
+    lines = [f"resources: {r['samples']:,} samples every {r['every_s']:g} s -> " + ", ".join(r["csv"])]
+    lines.append(f"  RSS, stable processes and the coordinator (-1): {r['rss']['judged']} judged, "
+                 + ("none judged" if w is None else
+                    ("all flat" if r["rss"]["flat"] else "[red]NOT all flat[/red]")
+                    + f"; largest rise: process {w['process']}, {judged(w, mib, '{:.1f} MiB')}"))
+    lines.append(f"  RSS peaks of the mortal processes, by generation: {judged(r['mortal_peak_rss'], mib, '{:.1f} MiB')}")
+    for k, v in r["segment"].items():
+        lines.append(f"  segment {k}: {judged(v)}")
+    zero = "[green]all zero[/green]" if r["back_to_zero"] else f"[red]NOT zero: {r['final_use']}[/red]"
+    lines.append(f"  segment use once every process was gone: {zero}")
+    if r.get("plot"):
+        lines.append(f"  plot: {r['plot']}")
+    return lines

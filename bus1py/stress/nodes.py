@@ -26,7 +26,7 @@ class NodeActions:
         # plus everyone it passed the node to (handles are registered at the send, the
         # pass precedes the destroy in the owner's order, and nobody drops its last
         # reference to a destroyable node), so `dests` of a destroy row is exact.
-        destroyable = a.pick & 1
+        destroyable = 1 if self.all_destroyable else a.pick & 1
         pool = self.destroyable if destroyable else self.keep
         if len(pool) >= self.cfg.max_extra_nodes // 2:
             return  # cap reached: the action is a no-op, the plan is unchanged
@@ -75,6 +75,8 @@ class NodeActions:
             hs = self.out_handles.get(nid >> NODE_SHIFT, [])
             if h in hs:
                 hs.remove(h)
+            if not hs:  # a gone owner (churn) leaves no key behind: memory stays flat
+                self.out_handles.pop(nid >> NODE_SHIFT, None)
 
     def on_destroyed(self, h):
         """NODE_DESTROY for a handle of ours: drop every reference we still hold."""
@@ -92,16 +94,21 @@ class NodeActions:
         if not self.destroyable:
             return
         h = self.destroyable.pop(a.pick % len(self.destroyable))
+        if not self.destroy_node(h):
+            self.destroyable.append(h)
+
+    def destroy_node(self, h) -> bool:
+        """Destroy one of our nodes (and release our handle), traced with its exact
+        recipients: us and everyone we passed it to."""
         nid = self.own[h]
         now = time.monotonic_ns()
         try:
             stamp = self.peer.destroy(h, release=True)
         except OSError as e:
             self.error(e, "destroy")
-            self.destroyable.append(h)
-            return
-        self.extra.remove(h)
-        # NODE_DESTROY goes to the owner and every holder (see do_node_create)
+            return False
+        if h in self.extra:
+            self.extra.remove(h)
         dests = sorted({self.index} | self.passed.pop(h, set()))
         if not isinstance(stamp, tuple):
             stamp = None
@@ -111,6 +118,7 @@ class NodeActions:
             # destroy() gives no stamp: take it from our own NODE_DESTROY when it arrives
             self.trace.hold()
             self.stamp_wanted[nid] = row
+        return True
 
     def do_release(self, a):
         # one reference of a node we hold more than once, or a never-destroyed node outright

@@ -4,14 +4,17 @@ Invariants:
   - All wiring happens here, before any child exists: every peer, every process's primary
     node, every handle transfer (peer.transfer in the parent, as bus1's bootstrap
     HANDLE_TRANSFER), every side-channel pipe.  Children inherit it by fork and only
-    ever touch their own peer.
+    ever touch their own peer.  With --churn the mortal processes are the exception:
+    they come later and create their own peers; churn.py hands them their handles.
   - The parent never uses pyarrow before forking (only afterwards, to summarise), so no
     child inherits a half-held lock of pyarrow's thread pools.
   - Children start together: each waits on one Event the parent sets once every child is
     up, so startup of 256 processes does not eat into the measured duration.
   - The run always ends with no child left and the bus unlinked: on success, on a child
     failure (the rest are told to abort, then killed after a grace period), on the
-    watchdog, and on KeyboardInterrupt.
+    watchdog, and on KeyboardInterrupt.  Before unlinking, once every process is gone and
+    the parent has disconnected the peers it holds, the bus's use is read (`final_use`):
+    all zero unless something leaked.
 """
 from __future__ import annotations
 
@@ -25,71 +28,10 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from ..bus import Bus
-from .workload import (DEFAULT_MIX, PayloadSizes, Topology, capabilities, effective_mix,
-                       transport_mix)
+from .config import StressConfig, bus_limits, default_timeout
+from .workload import Topology, capabilities, effective_mix, transport_mix
 from .worker import (CTL_ABORT, CTL_DRAIN, ST_DONE, ST_FAILED, ST_SENT, ST_START, STATE, STRIDE,
                      WIRES_IN, WIRES_OUT, child_main)
-
-
-@dataclass
-class StressConfig:
-    processes: int = 16
-    duration: float | None = None      # seconds of workload per process ...
-    messages: int | None = None        # ... or this many message-sending actions per process
-    seed: int = 0
-    rate: float | None = None          # actions per second per process (None: as fast as possible)
-    trace_dir: str | None = None       # None: no trace (raw speed)
-    inject: str | None = None          # a bus1py.INJECT_KINDS key
-    inject_pause_ns: int = 200_000     # pause between destinations in injected modes
-    fanout: int = 4                    # most destinations of one multicast
-    reach: int = 8                     # how many other processes each process can send to
-    sizes: PayloadSizes = field(default_factory=PayloadSizes)
-    mix: dict = field(default_factory=lambda: dict(DEFAULT_MIX))
-    spin_ns: int = 2000                # receivers spin little: spinning starves senders on few cores
-    batch_rows: int = 50_000           # trace rows buffered per process before a file is written
-    max_extra_nodes: int = 16          # nodes a process may create beyond its primary one
-    recv_wait: float = 0.005           # how long recv_signal waits for a message to react to
-    max_peers: int | None = None       # default: processes + 8
-    timeout: float | None = None       # watchdog for the whole run; default from the workload
-    transport: str = "bus"             # a transports.TRANSPORTS kind
-    protocol: str | None = None        # a bus1py.causal protocol run in every process
-    chaos_delay: float = 0.0           # seconds: most delay of the sending-side delay line
-
-    def __post_init__(self):
-        if self.processes < 1:
-            raise ValueError("need at least one process")
-        if self.duration is None and self.messages is None:
-            self.duration = 10.0
-        if self.duration is not None and self.messages is not None:
-            raise ValueError("give a duration or a message count, not both")
-        if self.duration is not None and self.duration <= 0:
-            raise ValueError("duration must be positive")
-        if self.messages is not None and self.messages < 0:
-            raise ValueError("message count must be >= 0")
-        if self.max_peers is not None and self.max_peers < self.processes:
-            raise ValueError(f"max_peers={self.max_peers} is below processes={self.processes}")
-        if self.rate is not None and self.rate <= 0:
-            raise ValueError("rate must be positive")
-        from .transports import TRANSPORTS
-        if self.transport not in TRANSPORTS:
-            raise ValueError(f"unknown transport {self.transport!r}; choose from {', '.join(TRANSPORTS)}")
-        if self.protocol is not None:
-            from ..causal import PROTOCOLS
-            if self.protocol not in PROTOCOLS:
-                raise ValueError(f"unknown protocol {self.protocol!r}; choose from {', '.join(PROTOCOLS)}")
-            if self.processes < 2:
-                raise ValueError("a protocol needs at least 2 processes")
-        if self.chaos_delay < 0:
-            raise ValueError("chaos delay must be >= 0 seconds")
-        if self.inject and not self.direct_bus:
-            raise ValueError("--inject breaks the bus's own ordering: only with --transport bus "
-                             "and no --protocol")
-
-    @property
-    def direct_bus(self) -> bool:
-        """The bus with its whole API (nodes, handles, destroy): worker.py; everything else
-        runs the message workload over a transport: ipc_worker.py."""
-        return self.transport == "bus" and self.protocol is None and not self.chaos_delay
 
 
 @dataclass
@@ -104,27 +46,12 @@ class StressResult:
     mix: dict
     samples: dict = field(default_factory=dict)  # psutil peaks: cpu/rss
     skipped: dict = field(default_factory=dict)  # action kind left out -> why
+    final_use: dict | None = None  # bus.info() use counts once every process was gone
+    resources: dict = field(default_factory=dict)  # resources.Sampler.finish: flatness verdicts
+    churn: dict = field(default_factory=dict)      # churn.Churn.stats: spawned/exited/killed/reaped
 
 
-def _bus_limits(cfg: StressConfig) -> dict:
-    n = cfg.processes
-    peers = cfg.max_peers or n + 8
-    return dict(
-        max_peers=peers,
-        max_nodes=max(1024, n * (cfg.max_extra_nodes + 2)),
-        max_handles=max(4096, n * (cfg.reach + 2 * cfg.max_extra_nodes + 4)),
-        max_entries=262144,
-        max_payload=max(1 << 16, cfg.sizes.b + 64),
-        max_dests=max(16, cfg.fanout + 1),
-        spin_ns=cfg.spin_ns,
-        pool_size=128 << 20,
-    )
-
-
-def _default_timeout(cfg: StressConfig) -> float:
-    if cfg.duration:
-        return cfg.duration * 3 + 60 + cfg.processes * 0.25
-    return 60 + (cfg.messages or 0) * cfg.processes * 0.002 + cfg.processes * 0.25
+USE_KEYS = ("peers", "nodes", "handles", "entries_in_use", "pool_used")
 
 
 class Run:
@@ -142,15 +69,20 @@ class Run:
             self.mix, self.skipped = transport_mix(cfg.mix, cfg.protocol)
         self.transport = None
         self.quiet_since = None  # (wires out, wires in) at the last look, for quiescence
-        self.topology = Topology.ring(n, cfg.reach)
+        self.topology = Topology.ring(n - cfg.churn_slots if cfg.churn else n, cfg.reach)
         ctx = mp.get_context("fork")
         self.ctx = ctx
         self.counters = ctx.RawArray("q", n * STRIDE)
-        self.control = ctx.RawArray("q", 2)
+        self.control = ctx.RawArray("q", 3)
+        self.n_stable = n - cfg.churn_slots if cfg.churn else n  # the rest come and go
+        self.churn = None
+        self.sampler = None
+        self.final_use = None
         self.go = ctx.Event()
         self.result_dir = tempfile.mkdtemp(prefix="bus1py-stress-")
         self.procs = []
         self.pipe_fds = []
+        self.peers = []
         self.bus = None
         self.bus_name = ""
         self.t_go = None
@@ -167,32 +99,37 @@ class Run:
                                           f"{len(stale)} Parquet files; give an empty one")
         if not cfg.direct_bus:
             return self.setup_transport()
-        kw = _bus_limits(cfg)
+        kw = bus_limits(cfg)
         if cfg.inject:
             kw.update(inject=cfg.inject, inject_pause_ns=cfg.inject_pause_ns)
         self.bus = bus = Bus.create(**kw)
-        peers = [bus.peer() for _ in range(n)]
+        peers = [bus.peer() for _ in range(self.n_stable)]
         own = [p.create_node() for p in peers]
+        self.own = own
         reach = self.topology.reach
         handles = [{i: own[i] if i == j else peers[i].transfer(own[i], peers[j]) for i in reach[j]}
-                   for j in range(n)]
+                   for j in range(self.n_stable)]
         pipes = self.signal_pipes()
         self.specs = [SimpleNamespace(
             index=j, peer=peers[j], own_handle=own[j], handles=handles[j],
             signal_read_fd=pipes[j][0], signal_write_fds={t: pipes[t][1] for t in reach[j]},
             all_pipe_fds=self.pipe_fds, config=cfg, topology=self.topology, mix=self.mix,
             counters=self.counters, control=self.control, go=self.go,
-            trace_dir=cfg.trace_dir, result_dir=self.result_dir) for j in range(n)]
+            trace_dir=cfg.trace_dir, result_dir=self.result_dir) for j in range(self.n_stable)]
         self.peers = peers
+        if cfg.churn:
+            from .churn import Churn
+            self.churn = Churn(self)
 
     def signal_pipes(self):
         """One pipe per process for side-channel signals (read end theirs, write ends for the
         processes that reach it)."""
-        pipes = [os.pipe() for _ in range(self.cfg.processes)]
+        pipes = [os.pipe() for _ in range(len(self.topology.reach))]
         for r, w in pipes:  # O_NONBLOCK lives on the shared open file: set once, here
             os.set_blocking(r, False)
             os.set_blocking(w, False)
         self.pipe_fds = [fd for pair in pipes for fd in pair]
+        self.pipes = pipes
         return pipes
 
     def setup_transport(self):
@@ -231,20 +168,22 @@ class Run:
             p = self.ctx.Process(target=target, args=(spec,), name=f"bus1py-stress-{spec.index}")
             p.start()
             self.procs.append(p)
+        keep = {w for _, w in self.pipes} if self.churn else set()  # for mortals to come
         for fd in self.pipe_fds:  # the children hold what they need
-            os.close(fd)
-        self.pipe_fds = []
+            if fd not in keep:
+                os.close(fd)
+        self.pipe_fds = sorted(keep)
 
     def states(self):
         c = self.counters
-        return [c[i * STRIDE + STATE] for i in range(self.cfg.processes)]
+        return [c[i * STRIDE + STATE] for i in range(self.n_stable)]
 
     def wait_ready(self, timeout):
         """Every child has its peer and planner and waits at the start line."""
         deadline = time.monotonic() + timeout
         from .worker import PID
         while time.monotonic() < deadline:
-            if all(self.counters[i * STRIDE + PID] for i in range(self.cfg.processes)):
+            if all(self.counters[i * STRIDE + PID] for i in range(self.n_stable)):
                 return True
             if any(p.exitcode not in (None, 0) for p in self.procs):
                 return False
@@ -270,6 +209,8 @@ class Run:
                 p.kill()
         for p in self.procs:
             p.join(5)
+        if self.churn is not None:
+            self.churn.kill_all()
 
     def close(self):
         for fd in self.pipe_fds:
@@ -284,6 +225,15 @@ class Run:
             self.transport = None
         if self.bus is not None:
             name = self.bus.name
+            # every process is gone: disconnect what the parent still holds, and the bus
+            # must be back to zero use (nothing leaked over the whole run)
+            for p in self.peers:
+                try:
+                    p.disconnect()
+                except OSError:
+                    pass
+            self.bus.gc()
+            self.final_use = {k: v for k, v in self.bus.info().items() if k in USE_KEYS}
             self.bus.close()
             try:
                 self.bus.unlink()
@@ -294,7 +244,8 @@ class Run:
 
     def results(self):
         out = []
-        for i in range(self.cfg.processes):
+        extra = [i for i in self.churn.indices if i >= self.cfg.processes] if self.churn else []
+        for i in [*range(self.cfg.processes), *extra]:
             path = os.path.join(self.result_dir, f"{i}.json")
             try:
                 with open(path) as f:
@@ -310,7 +261,7 @@ def run_stress(cfg: StressConfig, monitor=None) -> StressResult:
     while it runs (the live display); it may be None."""
     run = Run(cfg)
     failures = []
-    timeout = cfg.timeout or _default_timeout(cfg)
+    timeout = cfg.timeout or default_timeout(cfg)
     t0 = time.monotonic()
     wall = 0.0
     try:
@@ -321,19 +272,35 @@ def run_stress(cfg: StressConfig, monitor=None) -> StressResult:
             run.abort()
         else:
             run.release()
+            if run.churn:
+                run.churn.start()
+            if cfg.sample_every or (cfg.churn and cfg.trace_dir):
+                from .resources import Sampler
+                run.sampler = Sampler(run, cfg.sample_every or 1.0)
             drained = False
             while True:
                 states = run.states()
                 if monitor:
                     monitor(run, "drain" if drained else "run")
+                if run.sampler:
+                    run.sampler.tick()
+                if run.churn:
+                    run.churn.tick()
+                    if run.churn.failures:
+                        failures += run.churn.failures
+                        run.abort()
+                        break
                 dead = [p for p in run.procs if p.exitcode not in (None, 0)]
                 if dead or ST_FAILED in states:
                     failures.append(f"process(es) failed: "
                                     f"{sorted(i for i, s in enumerate(states) if s == ST_FAILED) or [p.name for p in dead]}")
                     run.abort()
                     break
+                if not drained and run.churn and not run.churn.leaving and all(
+                        s >= ST_SENT for s in states):
+                    run.churn.leave()  # no new mortals; DRAIN once the last one is gone
                 if not drained and all(s >= ST_SENT for s in states) and (
-                        cfg.direct_bus or run.quiescent()):
+                        cfg.direct_bus or run.quiescent()) and not (run.churn and run.churn.live):
                     # the bus: every send returned, all is committed; a transport: nothing is
                     # in flight (every wire handed out was received, twice in a row)
                     run.control[CTL_DRAIN] = 1
@@ -356,6 +323,7 @@ def run_stress(cfg: StressConfig, monitor=None) -> StressResult:
     finally:
         run.reap(grace=5.0 if not failures else 3.0)
         run.close()
+    resources = run.sampler.finish(run.final_use) if run.sampler else {}
     results = run.results()
     for r in results:
         if "failed" in r:
@@ -366,4 +334,5 @@ def run_stress(cfg: StressConfig, monitor=None) -> StressResult:
     return StressResult(config=cfg, ok=not failures, results=results, failures=failures,
                         wall=wall, bus_name=getattr(run, "bus_name", ""), capabilities=run.caps,
                         mix=run.mix, samples=getattr(monitor, "peaks", {}) if monitor else {},
-                        skipped=run.skipped)
+                        skipped=run.skipped, final_use=run.final_use, resources=resources,
+                        churn=dict(run.churn.stats) if run.churn else {})

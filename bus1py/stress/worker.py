@@ -43,8 +43,8 @@ SENT, DELIVERED, SIG_SENT, SIG_RECV, ERRORS, MAX_DEPTH, ACTIONS, STATE, PID, WIR
 STRIDE = 11
 # Process states.
 ST_START, ST_RUN, ST_SENT, ST_DONE, ST_FAILED = range(5)
-# Control slots (parent writes).
-CTL_DRAIN, CTL_ABORT = range(2)
+# Control slots (parent writes); CTL_LEAVE: mortal processes leave now (churn.py).
+CTL_DRAIN, CTL_ABORT, CTL_LEAVE = range(3)
 
 _DATA, _DESTROY = MessageType.DATA, MessageType.NODE_DESTROY
 _FILL = bytes(range(256)) * 4096  # payload filler, sliced (1 MiB)
@@ -56,7 +56,7 @@ class Worker(NodeActions):
         self.index = s.index
         self.peer = s.peer
         self.counters = s.counters
-        self.base = s.index * STRIDE
+        self.base = getattr(s, "slot", s.index) * STRIDE  # a churned slot's processes share it
         cfg = s.config
         self.cfg = cfg
         self.trace = TraceWriter(s.trace_dir, s.index, cfg.batch_rows)
@@ -83,6 +83,9 @@ class Worker(NodeActions):
         self.last_recv = 0
         self.digest = hashlib.sha256()
         self.kinds = {}
+        # with churn: processes from n_stable up are mortal (churn.py); 0: no churn
+        self.n_stable = cfg.processes - cfg.churn_slots if cfg.churn else 0
+        self.all_destroyable = False  # churn.py: a mortal's holders must never drop its nodes
 
     # ---- events ----
 
@@ -115,6 +118,8 @@ class Worker(NodeActions):
                 self.trace.patch_stamp(row, msg.stamp)
                 self.trace.release_hold()
             self.on_destroyed(msg.destination)
+            if msg.destination in self.own and msg.destination != self.spec.own_handle:
+                del self.own[msg.destination]  # our destroyed node: nothing names it any more
         else:  # NODE_RELEASE: nobody holds our node any more; local bookkeeping only
             self.trace.record("internal", None, now, node=self.own.get(msg.destination),
                               stamp=msg.stamp, action="node_release")
@@ -138,6 +143,8 @@ class Worker(NodeActions):
         return n
 
     def drain_signals(self) -> int:
+        if self.signal_r is None:  # nobody signals this process (a mortal one: churn.py)
+            return 0
         try:
             data = os.read(self.signal_r, 8 * 512)
         except BlockingIOError:
@@ -202,6 +209,12 @@ class Worker(NodeActions):
 
     def do_unicast(self, a):
         target = a.targets[0]
+        if self.n_stable and a.pick % 4 == 1:  # churn: now and then to a mortal's node
+            hs = [h for o, l in self.out_handles.items() if o >= self.n_stable for h in l]
+            if hs:
+                h = hs[(a.pick >> 2) % len(hs)]
+                self.send(a, [h], [self.node_of[h] >> NODE_SHIFT], [self.node_of[h]])
+                return
         if self.extra and a.pick % 4 == 0:  # now and then: loop back to a node we created
             h = self.extra[(a.pick >> 2) % len(self.extra)]
             self.send(a, [h], [self.index], [self.own[h]])
@@ -257,21 +270,33 @@ class Worker(NodeActions):
 
     # ---- the run ----
 
-    def run(self):
+    def planner(self):
+        spec, cfg = self.spec, self.cfg
+        return Planner(cfg.seed, self.index, spec.topology, spec.mix, cfg.sizes, cfg.fanout)
+
+    def limits(self, start):
+        """(deadline, message budget) of the plan; one of them is None."""
+        cfg = self.cfg
+        if cfg.duration:
+            return start + cfg.duration, None
+        return None, cfg.messages
+
+    def stopping(self) -> bool:
+        return bool(self.spec.control[CTL_ABORT]) or os.getppid() != self.ppid
+
+    def act(self):
+        """Run the plan to its end (or an abort); returns the start time."""
         c, b, cfg, spec = self.counters, self.base, self.cfg, self.spec
         c[b + PID] = os.getpid()
         c[b + STATE] = ST_START
-        planner = Planner(cfg.seed, self.index, spec.topology, spec.mix, cfg.sizes, cfg.fanout)
+        planner = self.planner()
         handlers = {k: getattr(self, "do_" + k) for k in
                     ("unicast", "multicast", "signal", "recv_signal", "node_create",
                      "node_destroy", "pass_handle", "release")}
         spec.go.wait()
         c[b + STATE] = ST_RUN
         start = time.monotonic()
-        deadline = start + cfg.duration if cfg.duration else None
-        budget = cfg.messages if not cfg.duration else None
-        ctl = spec.control
-        ppid = os.getppid()
+        deadline, budget = self.limits(start)
         rate = cfg.rate
         it = 0
         while True:
@@ -279,7 +304,7 @@ class Worker(NodeActions):
             if it & 7 == 0:
                 self.sample_depth()
                 self.publish()
-                if ctl[CTL_ABORT] or os.getppid() != ppid:
+                if self.stopping():
                     break
             self.drain_signals()
             self.drain()
@@ -300,6 +325,12 @@ class Worker(NodeActions):
             self.kinds[action.kind] = self.kinds.get(action.kind, 0) + 1
             handlers[action.kind](action)
             self.n_actions += 1
+        return start
+
+    def run(self):
+        self.ppid = os.getppid()
+        c, b, ctl = self.counters, self.base, self.spec.control
+        start = self.act()
         sent_at = time.monotonic()
         self.publish()
         c[b + STATE] = ST_SENT
@@ -316,7 +347,7 @@ class Worker(NodeActions):
             self.drain()
             self.sample_depth()
             self.publish()
-            if os.getppid() != ppid:
+            if os.getppid() != self.ppid:
                 break
         drain_at = time.monotonic()
         # everything is committed now: drain to empty
@@ -325,6 +356,9 @@ class Worker(NodeActions):
         self.publish()
         drained_at = time.monotonic()
         self.trace.flush()
+        return self.result(start, sent_at=sent_at, drain_at=drain_at, drained_at=drained_at)
+
+    def result(self, start, **times):
         return {
             "index": self.index, "pid": os.getpid(), "actions": self.n_actions,
             "plan_sha256": self.digest.hexdigest(), "kinds": self.kinds,
@@ -332,8 +366,7 @@ class Worker(NodeActions):
             "signals_sent": self.n_sig_sent, "signals_received": self.n_sig_recv,
             "errors": self.errors, "max_depth": self.max_depth,
             "trace_rows": self.trace.seq, "trace_files": self.trace.files,
-            "trace_bytes": self.trace.bytes, "start": start, "sent_at": sent_at,
-            "drain_at": drain_at, "drained_at": drained_at,
+            "trace_bytes": self.trace.bytes, "start": start, **times,
             "end": time.monotonic(), "cpu": sum(os.times()[:2]),
         }
 
@@ -367,5 +400,5 @@ def finish(spec, result, status):
     with open(tmp, "w") as f:
         json.dump(result, f)
     os.replace(tmp, os.path.join(spec.result_dir, f"{spec.index}.json"))
-    spec.counters[spec.index * STRIDE + STATE] = ST_DONE if status == 0 else ST_FAILED
+    spec.counters[getattr(spec, "slot", spec.index) * STRIDE + STATE] = ST_DONE if status == 0 else ST_FAILED
     os._exit(status)  # no atexit handlers, no flushing of inherited parent buffers

@@ -194,11 +194,11 @@ class Planner:
     """The infinite, deterministic action sequence of one process."""
 
     def __init__(self, seed: int, index: int, topology: Topology, mix: dict,
-                 sizes: PayloadSizes, fanout: int):
+                 sizes: PayloadSizes, fanout: int, reach: tuple | None = None):
         # str seeding hashes with sha512: stable across runs and PYTHONHASHSEED
         self.rng = random.Random(f"bus1py-stress:{seed}:{index}")
         self.index = index
-        self.reach = topology.reach[index]
+        self.reach = topology.reach[index] if reach is None else reach
         self.kinds = [k for k in ACTION_KINDS if mix.get(k, 0) > 0]
         self.weights = [mix[k] for k in self.kinds]
         self.sizes = sizes

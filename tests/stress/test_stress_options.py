@@ -55,6 +55,12 @@ def test_non_bus1_protocol_drops_signals():
     (["--chaos-delay", "-1", "--transport", "pipe"], "chaos delay"),
     (["--inject", "fifo", "--transport", "pipe"], "--inject"),
     (["--protocol", "bss", "-n", "1"], "at least 2"),
+    (["--churn", "--churn-slots", "15"], "--churn-slots"),
+    (["--churn", "--churn-life", "0"], "--churn-life"),
+    (["--churn", "--churn-kill", "1.5"], "--churn-kill"),
+    (["--churn", "--transport", "pipe"], "--churn"),
+    (["--churn-life", "5"], "--churn"),
+    (["--sample-every", "0"], "--sample-every"),
 ])
 def test_bad_options_exit_2(tmp_path, args, words):
     cp = subprocess.run([sys.executable, "-m", "bus1py.cli", "stress", "--messages", "1", "-q",

@@ -1,0 +1,52 @@
+"""`bus1py stress --churn`: processes come and go, some by SIGKILL, and the trace still
+passes the checker; the bus's use is back to zero once everyone is gone.
+
+Invariants: real processes, a real bus and the Spark checker (in-process, the directory's
+session).  The run is short (8 processes, 3 of them mortal with a life of 60 messages:
+about 10 generations) so it fits the default suite; the soak's command and figures are in
+docs/RELIABILITY.md.
+"""
+from __future__ import annotations
+
+import csv
+import os
+
+import pytest
+
+from bus1py.check.checker import check_trace
+from bus1py.check.load import load_trace
+from bus1py.stress.analyze import wellformed
+from bus1py.stress.runner import StressConfig, run_stress
+
+pytestmark = pytest.mark.skipif(os.environ.get("BUS1PY_STRESS_CHECKER") == "0",
+                                reason="BUS1PY_STRESS_CHECKER=0: the Spark checker runs skipped")
+
+
+@pytest.mark.timeout(180)
+def test_churn_run_passes_the_checker_and_leaks_nothing(spark, tmp_path):
+    trace = str(tmp_path / "trace")
+    res = run_stress(StressConfig(processes=8, messages=400, seed=5, trace_dir=trace, churn=True,
+                                  churn_slots=3, churn_life=60, sample_every=0.1, batch_rows=500))
+    assert res.ok, res.failures
+    c = res.churn
+    # every mortal left, by exit or by SIGKILL, and each killed one's peer was reaped
+    assert c["exited"] >= 2 and c["killed"] >= 2, c
+    assert c["spawned"] == c["exited"] + c["killed"]
+    mortal = [r for r in res.results if "departure" in r]
+    assert len(mortal) == c["spawned"] and {r["departure"] for r in mortal} == {"exit", "kill"}
+    # replaced processes are new trace processes: indices past the 8 slots
+    assert max(r["index"] for r in res.results) >= 8
+    assert res.final_use == {"peers": 0, "nodes": 0, "handles": 0, "entries_in_use": 0, "pool_used": 0}
+    r = res.resources
+    assert r["back_to_zero"] and r["samples"] >= 5
+    with open(os.path.join(trace, "resources-bus.csv")) as f:
+        rows = list(csv.DictReader(f))
+    # the segment never holds more peers than there are slots plus the killed awaiting reaping
+    assert max(int(x["peers"]) for x in rows) <= 8 + c["killed"]
+    assert os.path.getsize(r["plot"]) > 0
+    assert wellformed(trace) == []
+    summary, checker = check_trace(spark, load_trace(spark, trace))
+    checker.unpersist()
+    bad = {k: v["violations"] for k, v in summary["properties"].items() if not v["ok"]}
+    assert summary["ok"], bad
+    assert summary["properties"]["exactly_once"]["violations"] == 0
