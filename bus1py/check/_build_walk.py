@@ -27,8 +27,12 @@ ffibuilder = builder()
 if __name__ == "__main__":
     # in place, for a checkout whose package is already installed in editable mode (the
     # build runs in a scratch directory: setuptools there must not read our pyproject)
+    import os
     import shutil
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
         built = builder(ROOT).compile(tmpdir=tmp)
-        shutil.copy(built, ROOT / "bus1py" / "check" / Path(built).name)
+        dest = ROOT / "bus1py" / "check" / Path(built).name
+        # a new file renamed over the old one: a running check keeps the one it mapped
+        shutil.copy(built, str(dest) + ".new")
+        os.replace(str(dest) + ".new", dest)

@@ -86,12 +86,14 @@ def _ptr(ffi, a, ctype):
     return ffi.cast(ctype + " *", a.ctypes.data) if a.size else ffi.NULL
 
 
-def walk(lay):
-    """(row, clocks, complete): each origin's clock row in `clocks`, by the walk."""
+def walk(lay, row=None):
+    """(row, clocks, complete) by the walk: row[k] is the row of position k's clock in
+    `clocks` (-1: not kept); by default only the origins' clocks are kept."""
     from ._walk import ffi, lib
-    origin = lay.kind <= K.SIGNAL_SEND
-    row = np.where(origin, np.cumsum(origin) - 1, -1).astype(np.int64)
-    clocks = np.zeros(max(1, int(origin.sum()) * lay.ncols), dtype=np.int32)
+    if row is None:
+        origin = lay.kind <= K.SIGNAL_SEND
+        row = np.where(origin, np.cumsum(origin) - 1, -1).astype(np.int64)
+    clocks = np.zeros(max(1, (int(row.max(initial=-1)) + 1) * lay.ncols), dtype=np.int32)
     walked = lib.walk_clocks(lay.n, lay.ncols, len(lay.procs), _ptr(ffi, lay.start, "int64_t"),
                              _ptr(ffi, lay.col, "int32_t"), _ptr(ffi, lay.kind, "int8_t"),
                              _ptr(ffi, lay.src, "int64_t"), _ptr(ffi, row, "int64_t"),
@@ -148,6 +150,8 @@ def causal(lay, row, clocks, max_examples):
         raise MemoryError("the causal scan could not allocate its state")
     bad = out[:n]
     examples = []
+    if not n:
+        return bad, examples
     clk = clocks.reshape(-1, lay.ncols)
     for k in bad[:max_examples]:
         k = int(k)

@@ -2,8 +2,8 @@
  *
  * Invariants: kind codes are bus1py/check/kinds.py's (origins 0..2, receives 3..4,
  * internal 5); src[i] is the position of a receive's origin and -1 on other rows; row[i]
- * is the row of an origin's clock in `clocks` (ncols entries per row) and -1 on other
- * rows. No function allocates more than O(n) or reads outside the arrays' stated sizes
+ * is the row of an event's clock in `clocks` (ncols entries per row), -1 for an event
+ * whose clock is not kept (every origin's is). No function allocates more than O(n) or reads outside the arrays' stated sizes
  * (callers guarantee 0 <= src < n and 0 <= col < ncols). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -15,9 +15,10 @@
 
 static int is_recv(int8_t k) { return k == DELIVER || k == SIGNAL_RECV; }
 
-/* Vector clocks of every origin, by walking the events in a topological order of
- * happened-before: each process advances until it meets a receive whose origin is not
- * walked yet, and the processes take turns until none moves. Returns the number of events
+/* Vector clocks of the events with row[k] >= 0 (every origin at least), by walking the
+ * events in a topological order of happened-before: each process advances until it meets
+ * a receive whose origin is not walked yet, and the processes take turns until none
+ * moves. Returns the number of events
  * walked: n, or fewer when the history has a causality cycle. */
 int64_t walk_clocks(int64_t n, int32_t ncols, int32_t nslots, const int64_t *start,
                     const int32_t *col, const int8_t *kind, const int64_t *src,
@@ -51,7 +52,7 @@ int64_t walk_clocks(int64_t n, int32_t ncols, int32_t nslots, const int64_t *sta
                 }
                 if ((int32_t)(k - start[s] + 1) > v[col[s]])
                     v[col[s]] = (int32_t)(k - start[s] + 1);
-                if (kind[k] <= SIGNAL_SEND)
+                if (row[k] >= 0)
                     memcpy(clocks + (size_t)row[k] * ncols, v, sizeof(int32_t) * ncols);
                 done[k] = 1;
             }

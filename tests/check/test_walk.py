@@ -1,0 +1,191 @@
+# Invariants: the compiled exact path (walk.py, walk_kernel.py, csrc/check/walk.c) agrees
+# with the brute-force reference on Hypothesis-drawn traces with every planted fault, its
+# vector clocks equal clocks computed here by plain relaxation, and a producer's vclock
+# column is used only when it is exactly right: every single-entry change is caught, and the
+# check then says why, names the first offending event and decides by the walk. The kernel
+# tests run without Spark (a main-pass table built here from the rows); the Spark tests
+# check traces without stamps, so the exact path decides.
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import strategies as st
+
+from bus1py import schema as S
+from bus1py.check import kinds as K
+from bus1py.check import walk_kernel as W
+from bus1py.check.checker import check_trace
+from bus1py.check.load import load_trace
+from bus1py.check.reference import reference_check
+from bus1py.check.simulate import MUTATIONS, mutate, simulate
+from drawn import gather
+from test_check_agreement import _check_batch
+
+traces = st.tuples(st.integers(0, 2 ** 32 - 1), st.integers(1, 6), st.integers(0, 80),
+                   st.sampled_from([None, *MUTATIONS]))
+
+
+def _make(seed, nprocs, steps, mutation):
+    rng = random.Random(seed)
+    rows = simulate(rng, nprocs=nprocs, steps=steps, p_multicast=0.3, p_signal=0.2,
+                    p_destroy=0.05)
+    return mutate(rows, mutation, rng) if mutation else rows
+
+
+def _unstamped(rows):
+    return [dict(r, stamp_ts=None, stamp_peer=None, stamp_tx=None) for r in rows]
+
+
+def _table(rows):
+    """The main pass's columns that the kernel reads, computed here from the rows."""
+    origin = {}
+    for r in rows:
+        if r["kind"] in ("send", "destroy", "signal_send"):
+            origin[(r["kind"] == "signal_send", r["msg"])] = r
+    seen, cols = set(), {c: [] for c in W.COLUMNS}
+    for r in sorted(rows, key=lambda r: (r["process"], r["seq"])):
+        code = {S.SEND: K.SEND, S.DESTROY: K.DESTROY, S.SIGNAL_SEND: K.SIGNAL_SEND,
+                S.DELIVER: K.DELIVER, S.SIGNAL_RECV: K.SIGNAL_RECV}.get(r["kind"], K.INTERNAL)
+        o = origin.get((code in K.SIGNALS, r["msg"])) if code != K.INTERNAL else None
+        key = (r["process"], code in K.SIGNALS, r["msg"])
+        recv = code in (K.DELIVER, K.SIGNAL_RECV)
+        for c, v in (("process", r["process"]), ("seq", r["seq"]), ("kind_code", code),
+                     ("msg", r["msg"]), ("first_delivery", recv and key not in seen),
+                     ("sender_process", o["process"] if o else None),
+                     ("send_seq", o["seq"] if o else None),
+                     ("is_destroy", bool(o and o["kind"] == "destroy"))):
+            cols[c].append(v)
+        if recv:
+            seen.add(key)
+    types = (pa.int32(), pa.int64(), pa.int8(), pa.int64(), pa.bool_(), pa.int32(),
+             pa.int64(), pa.bool_())
+    return pa.table({c: pa.array(cols[c], t) for c, t in zip(W.COLUMNS, types)})
+
+
+def true_clocks(rows):
+    """{(process, seq): clock} by relaxation to a fixpoint (None for a cyclic history):
+    the join of the predecessor's and the origin's clock, own entry seq + 1."""
+    procs = sorted({r["process"] for r in rows})
+    idx = {p: i for i, p in enumerate(procs)}
+    origin = {(r["kind"] == "signal_send", r["msg"]): (r["process"], r["seq"])
+              for r in rows if r["kind"] in ("send", "destroy", "signal_send")}
+    order = sorted(rows, key=lambda r: (r["process"], r["seq"]))
+    clock = {(r["process"], r["seq"]): [0] * len(procs) for r in rows}
+    for _ in range(len(rows) + 2):
+        changed = False
+        for r in order:
+            p, s = r["process"], r["seq"]
+            v = list(clock[(p, s - 1)]) if s else [0] * len(procs)
+            if r["kind"] in ("deliver", "signal_recv"):
+                v = list(map(max, v, clock[origin[(r["kind"] == "signal_recv", r["msg"])]]))
+            if v[idx[p]] > s:
+                return None
+            v[idx[p]] = s + 1
+            if v != clock[(p, s)]:
+                clock[(p, s)], changed = v, True
+        if not changed:
+            return clock
+    return None
+
+
+def _with_vclock(rows, clock):
+    return [dict(r, vclock=clock[(r["process"], r["seq"])]) for r in rows]
+
+
+def _layout(rows):
+    return W.Layout(_table(rows), sorted({r["process"] for r in rows}), None)
+
+
+def test_kernel_agrees_with_reference_and_relaxed_clocks():
+    for case in gather(60, traces):
+        rows = _make(*case)
+        if not rows:
+            continue
+        lay = _layout(rows)
+        ref = reference_check(rows)
+        row, clocks, complete = W.walk(lay)
+        expected = true_clocks(rows)
+        assert complete == (expected is not None), case
+        if complete:
+            bad, _ = W.causal(lay, row, clocks, 3)
+            assert len(bad) == ref["causal"], case
+            every = np.arange(lay.n, dtype=np.int64)
+            _, all_clocks, _ = W.walk(lay, every)
+            got = all_clocks.reshape(lay.n, -1)
+            for (p, s), v in expected.items():
+                k = lay.start[np.searchsorted(lay.procs, p)] + s
+                assert list(got[k]) == v, (case, p, s)
+        comps, _ = W.consistent(lay, 3)
+        assert len(comps) == ref["consistent"], case
+
+
+def test_every_changed_clock_entry_is_caught():
+    cases = gather(40, st.tuples(traces, st.integers(0, 10 ** 6), st.integers(0, 10 ** 6),
+                                 st.sampled_from([-2, -1, 1, 3])))
+    for case, at, entry, delta in cases:
+        rows = _make(*case)
+        clock = true_clocks(rows)
+        if clock is None or not rows:
+            continue
+        lay = _layout(rows)
+        claimed = np.array([clock[(lay.process_at(k), lay.seq_at(k))] for k in range(lay.n)],
+                           dtype=np.int32)
+        assert W.verify(lay, claimed) is None, case
+        k, c = at % lay.n, entry % len(lay.procs)
+        claimed[k, c] += delta
+        assert W.verify(lay, claimed) is not None, (case, k, c, delta)
+
+
+def _check(spark, tmp_path, rows, name):
+    extra = (S.VCLOCK,) if "vclock" in rows[0] else ()
+    S.write_rows(rows, str(tmp_path / name), files=2, extra=extra)
+    summary, checker = check_trace(spark, load_trace(spark, str(tmp_path / name)),
+                                   driver_max_cells=0)
+    checker.unpersist()
+    return summary
+
+
+@pytest.mark.timeout(300)
+def test_unstamped_planted_violations_agree_through_the_walk(spark, tmp_path):
+    got = gather(6, traces)
+    got += [(1000 + i, 4, 60, m) for i, m in enumerate(MUTATIONS)]
+    summary, _ = _check_batch(spark, tmp_path, [_unstamped(_make(*c)) for c in got],
+                              exact=False)
+    assert summary["witness"].startswith("absent"), summary["witness"]
+    assert "exact" in summary["timings"], summary["timings"]
+
+
+def _violating():
+    """A trace without stamps, with causal violations and no causality cycle."""
+    for seed in range(100):
+        rows = _unstamped(_make(seed, 4, 70, "swap"))
+        clock = true_clocks(rows)
+        if clock is not None and reference_check(rows)["causal"]:
+            return rows, clock
+    raise AssertionError("no seed gives a causal violation")
+
+
+@pytest.mark.timeout(300)
+def test_vclock_column_verified_decides_causal(spark, tmp_path):
+    rows, clock = _violating()
+    s = _check(spark, tmp_path, _with_vclock(rows, clock), "good")
+    causal = s["properties"]["causal"]
+    assert causal["method"] == "vector-clock witness" and causal["vclock"] == "holds", causal
+    assert causal["violations"] == reference_check(rows)["causal"] > 0
+
+
+@pytest.mark.timeout(300)
+def test_tampered_vclock_column_is_caught_and_the_walk_decides(spark, tmp_path):
+    rows, clock = _violating()
+    p, s = rows[len(rows) // 2]["process"], rows[len(rows) // 2]["seq"]
+    clock[(p, s)] = [v + 1 for v in clock[(p, s)]]      # knows one more of everybody
+    got = _check(spark, tmp_path, _with_vclock(rows, clock), "tampered")
+    causal = got["properties"]["causal"]
+    assert causal["method"] == "exact", causal
+    assert causal["vclock"].startswith("failed: "), causal
+    bad = causal["vclock_first_bad"]
+    # the tampered clock, its successor, or a receive that reads it
+    assert (bad["process"], bad["seq"]) in {(p, s), (p, s + 1)} \
+        or bad["kind"] in ("deliver", "signal_recv"), (bad, p, s)
+    assert causal["violations"] == reference_check(rows)["causal"]
