@@ -27,6 +27,27 @@ def check_handle(handle, what):
         raise TypeError(f"{what} must be a handle id (an int >= 0), not {handle!r}")
 
 
+def destinations(values, array, limit) -> tuple:
+    """(dest, n) for the frame's send calls: n == 0 when the one destination is `dest`,
+    else the n handle ids are copied into `array`.  TypeError or OverflowError for anything
+    but handle ids (worded by `bad_ids`), EINVAL for none at all."""
+    if type(values) is list and len(values) == 1:
+        values = values[0]
+    if type(values) is int:
+        if not 0 <= values < 1 << 64:
+            raise OverflowError(values)
+        return values, 0
+    n = fill(array, values, limit, "destinations")
+    if n == 0:
+        raise bus_error(-errno.EINVAL, "no destinations")
+    return 0, n
+
+
+def bad_ids(destinations, handles) -> TypeError:
+    return TypeError(f"destinations and handles must be handle ids (ints >= 0) or "
+                     f"sequences of them, not {destinations!r} and {handles!r}")
+
+
 def fill(array, values, limit, what) -> int:
     """Copy handle ids into a scratch array.  Anything but ints from 0 to 2**64-1 makes
     cffi raise TypeError or OverflowError, which the caller words for the user."""

@@ -104,6 +104,17 @@ class Peer:
             holders.held[(self._bus.name, self._slot, self._id)] = self
             holders.register_exit_hook()
 
+    def _scratch(self):
+        """This thread's scratch (Bus.scratch), the peer attached: for the batch calls
+        (send and recv inline it, once per message)."""
+        try:
+            scratch = self._bus._tls.scratch
+        except AttributeError:
+            scratch = self._bus.scratch()  # raises: closed
+        if not self._attached:
+            self._attach()
+        return scratch
+
     # ---- nodes and handles ----
 
     def create_node(self) -> int:
@@ -186,19 +197,17 @@ class Peer:
             payload = args.as_bytes(payload)
         flags = _UNREACHABLE if unreachable_error else 0
         try:
+            # the unicast forms inline: a call to args.destinations costs as much as a field
             if type(destinations) is int:
                 dest, n = destinations, 0  # n == 0: the one destination is `dest`
             elif type(destinations) is list and len(destinations) == 1 and type(destinations[0]) is int:
                 dest, n = destinations[0], 0
             else:
-                dest, n = 0, args.fill(dests, destinations, bus.limits.max_dests, "destinations")
-                if n == 0:
-                    raise bus_error(-errno.EINVAL, "no destinations")
+                dest, n = args.destinations(destinations, dests, bus.limits.max_dests)
             nh = args.fill(carried, handles, bus.limits.max_msg_handles, "handles") if handles else 0
             ts = _send(frame, self._slot, self._id, dest, n, payload, len(payload), nh, flags)
         except (TypeError, OverflowError):  # cffi's words for a bad id: say it for the user
-            raise TypeError(f"destinations and handles must be handle ids (ints >= 0) or "
-                            f"sequences of them, not {destinations!r} and {handles!r}") from None
+            raise args.bad_ids(destinations, handles) from None
         if ts < 0:
             # a receiver at its quota may be a peer whose processes died: reap and retry once
             if ts == -errno.EDQUOT and _reap_dead(bus):
@@ -253,12 +262,7 @@ class Peer:
         receiver drained its queue (EDQUOT or EXFULL would be the next error).
         """
         bus = self._bus
-        try:
-            frame, dests, carried, _, _, _, _ = bus._tls.scratch
-        except AttributeError:
-            frame, dests, carried, _, _, _, _ = bus.scratch()  # raises: closed
-        if not self._attached:
-            self._attach()
+        frame, dests, carried, _, _, _, _ = self._scratch()
         if type(payloads) is not list and type(payloads) is not tuple:
             if isinstance(payloads, (bytes, bytearray, memoryview, str)):
                 raise TypeError("payloads must be a sequence of bytes-like payloads, not one payload")
@@ -275,23 +279,14 @@ class Peer:
             data, lens = b"".join(payloads), list(map(len, payloads))
         flags = _UNREACHABLE if unreachable_error else 0
         try:
-            if type(destinations) is int:
-                dest, n = destinations, 0
-            elif type(destinations) is list and len(destinations) == 1 and type(destinations[0]) is int:
-                dest, n = destinations[0], 0
-            else:
-                dest, n = 0, args.fill(dests, destinations, bus.limits.max_dests, "destinations")
-                if n == 0:
-                    raise bus_error(-errno.EINVAL, "no destinations")
+            dest, n = args.destinations(destinations, dests, bus.limits.max_dests)
             nh = args.fill(carried, handles, bus.limits.max_msg_handles, "handles") if handles else 0
-            arr = ffi.new("uint32_t[]", lens)
         except (TypeError, OverflowError):
-            raise TypeError(f"destinations and handles must be handle ids (ints >= 0) or "
-                            f"sequences of them, not {destinations!r} and {handles!r}") from None
-        count = len(lens)
-        r = _send_many(frame, self._slot, self._id, dest, n, data, arr, count, nh, flags)
-        if r < 0 and r == -errno.EDQUOT and _reap_dead(bus):
-            r = _send_many(frame, self._slot, self._id, dest, n, data, arr, count, nh, flags)
+            raise args.bad_ids(destinations, handles) from None
+        arr = ffi.new("uint32_t[]", lens)
+        r = _send_many(frame, self._slot, self._id, dest, n, data, arr, len(lens), nh, flags)
+        if r == -errno.EDQUOT and _reap_dead(bus):
+            r = _send_many(frame, self._slot, self._id, dest, n, data, arr, len(lens), nh, flags)
         if r < 0:
             raise args.send_error(self, r, destinations, lens[0], n or 1, nh)
         return r

@@ -88,12 +88,7 @@ def pool_view(bus):
 def recv_many(peer, max_messages, timeout_ns, copy, timeout) -> list:
     """Peer.recv_many once its arguments are checked (timeout_ns: the C helper's)."""
     bus = peer._bus
-    try:
-        frame, _, handles, _, payload, _, _ = bus._tls.scratch
-    except AttributeError:
-        frame, _, handles, _, payload, _, _ = bus.scratch()  # raises: closed
-    if not peer._attached:
-        peer._attach()
+    frame, _, handles, _, payload, _, _ = peer._scratch()
     n = min(max_messages, bus.limits.max_entries)
     words = _infos(bus, frame, n)
     pool = None if copy else pool_view(bus)
