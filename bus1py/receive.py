@@ -13,7 +13,8 @@ Invariants:
     view (`payload[a:b]`) is another view of the same bytes, which reads whatever the pool
     holds after the release; every view keeps the mapping alive, so none can fault.
   - Only the receiving process gives a slice back: a forked child inheriting a message
-    only drops its view.
+    only drops its view.  The segment lists the slices each peer holds, so the ones a
+    crashed process never gave back go when the peer is disconnected (or reaped).
 """
 from __future__ import annotations
 
@@ -50,10 +51,10 @@ class SliceMessage(Message):
             self._slice = held
             raise BufferError("the payload is still exported (a buffer obtained from it, such as "
                               "a numpy array, is alive): drop that first, then release") from None
-        bus, slot, peer_id, unit, pid = held
+        bus, slot, peer_id, token, pid = held
         base = bus._base
         if pid == os.getpid() and base is not None:
-            lib.b1_slice_release(base, slot, peer_id, unit)
+            lib.b1_slice_release(base, slot, peer_id, token)
 
     def __del__(self):
         try:
@@ -107,16 +108,16 @@ def recv_many(peer, max_messages, timeout_ns, copy, timeout) -> list:
         peer._ready.sync()
     out, h = [], 0
     me = os.getpid()
-    for ts, sender, seq, dest, kind, length, nh, _, off, unit in _iter_infos(words[:r * _INFO]):
+    for ts, sender, seq, dest, kind, length, nh, _, off, token in _iter_infos(words[:r * _INFO]):
         if nh:
             carried = tuple(_unpack(handles + h, nh))
             h += nh
         else:
             carried = ()
-        if unit:
+        if token:
             m = _new(SliceMessage, (MESSAGE_TYPES[kind], dest, pool[off:off + length], carried,
                                     (ts, sender, seq)))
-            m._slice = (bus, slot, pid_, unit, me)
+            m._slice = (bus, slot, pid_, token, me)
         else:
             m = _new(Message, (MESSAGE_TYPES[kind], dest, payload[off:off + length], carried,
                                (ts, sender, seq)))

@@ -95,7 +95,7 @@ struct b1_msg_info {
     uint64_t left_ns;      /* after -EINTR from b1_recv_wait with a timeout: the time left */
     uint64_t offset;       /* where the payload is: in the caller's buffer, or (a slice)
                               from the segment base */
-    uint64_t slice;        /* B1_RECV_NOCOPY: the record to give back (b1_slice_release);
+    uint64_t slice;        /* B1_RECV_NOCOPY: the token to give it back with (b1_slice_release);
                               0 when nothing is held */
 };
 

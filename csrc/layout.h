@@ -115,6 +115,9 @@ struct b1_peer {
                               by lock): a destroyed node of a gone peer pins the slot */
     _Atomic uint32_t next_free; /* free-stack link while FREE */
     uint32_t pinned;       /* more holder processes than pids[] records: never reaped */
+    uint32_t held;         /* zero-copy slices given out and not yet given back: a list of
+                              entries (B1_TS_HELD, linked by left/right), freed at the
+                              latest when the peer is flushed (guarded by lock) */
     int32_t pids[B1_PEER_PIDS];       /* processes that used the peer (0: none) */
     uint64_t pid_starts[B1_PEER_PIDS]; /* their start times, so a reused pid is told apart */
     _Atomic uint32_t n_handles; /* handle slots of this peer, held or in flight (quota_handles) */
@@ -163,6 +166,9 @@ struct b1_handle {
 };
 #define B1_HANDLE_INDEX_BITS 24
 #define B1_HANDLE_INDEX_MASK ((1u << B1_HANDLE_INDEX_BITS) - 1)
+
+/* the timestamp of an entry that left the queue as a slice (on its peer's `held` list) */
+#define B1_TS_HELD UINT64_MAX
 
 /* A queue entry: one destination's copy of a message, in that destination's tree.
  * Sorted by (ts, sender, seq, idx), the same tie-break at every queue. */

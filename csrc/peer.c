@@ -20,7 +20,8 @@
  *     was never used and is never reaped; one used by more processes than pids[] holds is
  *     pinned and only disconnected explicitly.
  *   - Disconnecting is: stop accepting (DISCONNECTING), destroy the peer's nodes in one
- *     transaction, flush the queue (DISCONNECTED), drop every handle the peer holds.
+ *     transaction, flush the queue and the zero-copy slices still held (DISCONNECTED),
+ *     drop every handle the peer holds.
  *     Blocks flushed from the queue stay owned by their transactions, which notice the
  *     peer is gone at their next step and free their entries themselves.
  */
@@ -86,6 +87,7 @@ static void reset_peer_locked(struct b1_header *h, struct b1_peer *p, uint32_t q
     p->lock_recoveries = 0;
     p->fifo_counter = 0;
     p->pinned = 0;
+    p->held = 0;
     memset(p->pids, 0, sizeof p->pids);
     memset(p->pid_starts, 0, sizeof p->pid_starts);
     atomic_store(&p->tx_seq, 0);
@@ -277,8 +279,18 @@ static void flush_queue(void *base, struct b1_peer *p) {
     }
     p->n_messages = 0;
     p->n_bytes = 0;
+    uint32_t held = p->held; /* the slices its processes still hold go with it */
+    p->held = 0;
     b1_unlock(p);
     b1_wake(p);
+    steps = 0;
+    for (uint32_t i = held, next; i && b1_step(&steps, HDR(base)->limits.max_entries); i = next) {
+        struct b1_entry *e = ENTRY(base, i);
+        next = e->right;
+        e->ts = 0;
+        b1_msg_put(base, e->msg);
+        b1_entry_free(base, i);
+    }
     for (uint32_t i = 0; i < n; i++) {
         struct b1_entry *e = ENTRY(base, taken[i]);
         struct b1_msg *m = MSG(base, e->msg);

@@ -416,11 +416,26 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
             }
             taken[n++] = ei;
             if (deliver) {
-                delivered++;
-                if (copied) used += m->len;
+                struct b1_msg_info *info = &q->infos[delivered++];
+                info->ts = e->ts;
+                info->sender = e->sender;
+                info->seq = e->seq;
+                info->destination = e->destination;
+                info->type = e->type;
+                if (copied) {
+                    used += m->len;
+                    info->slice = 0;
+                } else { /* a slice: the entry moves to the held list, its token */
+                    info->slice = ei;
+                    e->ts = B1_TS_HELD;
+                    e->left = 0;
+                    e->right = p->held;
+                    if (p->held) ENTRY(base, p->held)->left = ei;
+                    p->held = ei;
+                }
                 nh += m->n_handles;
             } else {
-                e->ts |= 1; /* marks it consumed, not delivered (the entry is ours now) */
+                e->ts = 1; /* consumed, not delivered (the entry is ours now) */
             }
         }
         p->received += delivered;
@@ -431,23 +446,15 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
         for (uint32_t i = 0; i < n; i++) {
             struct b1_entry *e = ENTRY(base, taken[i]);
             struct b1_msg *m = MSG(base, e->msg);
-            int keep = 0;
-            if (!(e->ts & 1)) {
+            int keep = e->ts == B1_TS_HELD;
+            if (e->ts != 1) {
                 struct b1_msg_info *info = &q->infos[k++];
-                info->ts = e->ts;
-                info->sender = e->sender;
-                info->seq = e->seq;
-                info->destination = e->destination;
-                info->type = e->type;
                 info->len = m->len;
                 info->n_handles = m->n_handles;
-                keep = nocopy && e->type == B1_MSG_DATA;
                 if (keep) {
                     info->offset = (uint64_t)(msg_payload(m) - (char *)base);
-                    info->slice = e->msg;
                 } else {
                     info->offset = used;
-                    info->slice = 0;
                     memcpy(q->buf + used, msg_payload(m), m->len);
                     used += m->len;
                 }
@@ -456,8 +463,10 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
             } else if (e->type == B1_MSG_DATA && m->n_handles) {
                 b1_tx_unregister_handles(base, m, e->idx);
             }
-            if (!keep) b1_msg_put(base, e->msg);
-            b1_entry_free(base, taken[i]);
+            if (!keep) {
+                b1_msg_put(base, e->msg);
+                b1_entry_free(base, taken[i]);
+            }
         }
         if (k || r) {
             r = k ? (int)k : r;
@@ -547,24 +556,39 @@ int b1_recv_wait(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *inf
     return r > 0 ? 0 : r;
 }
 
-/* A slice's record is referenced by the receiver until now, and its data message still
- * counts against the receiver's quota unless the peer was flushed since (which zeroed the
- * counts) or its slot holds another peer. */
+/* A slice is an entry on its peer's held list, still referencing its record, its data
+ * message still counted against the peer's quota.  A peer flushed since (disconnected)
+ * freed its slices itself: giving one back then does nothing. */
 int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice) {
-    if (!slice || slice > UINT32_MAX) return -EINVAL;
-    uint32_t unit = (uint32_t)slice;
-    struct b1_msg *m = MSG(base, unit);
-    if (!b1_msg_ok(base, unit, 0) || m->type != B1_MSG_DATA) return -EBADMSG;
+    struct b1_header *h = HDR(base);
+    if (!slice || slice > h->limits.max_entries) return -EINVAL;
+    uint32_t ei = (uint32_t)slice;
+    struct b1_entry *e = ENTRY(base, ei);
     struct b1_peer *p = b1_peer_at_slot(base, slot);
     if (!p) return -EINVAL;
-    if (b1_lock(p) == 0) {
-        if (p->id == id && (p->state == B1_PEER_ACTIVE || p->state == B1_PEER_DISCONNECTING)) {
-            p->n_messages--;
-            p->n_bytes -= m->len;
-        }
+    int r = b1_lock(p);
+    if (r) return r;
+    if (p->id != id || (p->state != B1_PEER_ACTIVE && p->state != B1_PEER_DISCONNECTING)) {
         b1_unlock(p);
+        return 0;
     }
-    b1_msg_put(base, unit);
+    /* on this peer's list: marked, and linked from its neighbour or the head */
+    int linked = e->ts == B1_TS_HELD && (e->left ? ENTRY(base, e->left)->right == ei : p->held == ei);
+    if (!linked || b1_bad || !b1_msg_ok(base, e->msg, e->idx)) {
+        b1_unlock(p);
+        return -EINVAL;
+    }
+    if (e->left)
+        ENTRY(base, e->left)->right = e->right;
+    else
+        p->held = e->right;
+    if (e->right) ENTRY(base, e->right)->left = e->left;
+    p->n_messages--;
+    p->n_bytes -= MSG(base, e->msg)->len;
+    b1_unlock(p);
+    e->ts = 0;
+    b1_msg_put(base, e->msg);
+    b1_entry_free(base, ei);
     return 0;
 }
 

@@ -13,6 +13,7 @@ import pickle
 import pytest
 
 import bus1py
+from bus1py._b1 import lib
 
 
 @pytest.fixture
@@ -184,6 +185,34 @@ def test_exported_view_refuses_release_and_keeps_its_bytes(pair):
     export.release()
     m.release()
     assert b.query().queued_messages == 0
+
+
+def test_disconnect_frees_the_slices_still_held(pair):
+    bus, a, b, h = pair
+    base = bus.info()
+    a.send_many(h, [b"s" * 1000] * 5)
+    held = b.recv_many(5, copy=False)
+    assert bus.info()["pool_used"] > base["pool_used"]
+    b.disconnect()  # as the reaper does when the holding processes died
+    assert a.recv(timeout=0).type == bus1py.MessageType.NODE_DESTROY
+    info = bus.info()
+    assert (info["pool_used"], info["entries_in_use"]) == (base["pool_used"], base["entries_in_use"])
+    for m in held:
+        m.release()  # nothing left to give back: harmless
+    assert bus.info()["pool_used"] == base["pool_used"]
+
+
+def test_a_token_that_is_no_held_slice_is_refused(pair):
+    bus, a, b, h = pair
+    a.send(h, b"x")
+    m = b.recv(copy=False)
+    token = m._slice[3]
+    before = (b.query(), bus.info())
+    for bad in (token + 1, 0, 1 << 40):
+        assert lib.b1_slice_release(bus.base(), b._slot, b._id, bad) == -errno.EINVAL
+    assert (b.query(), bus.info()) == before
+    m.release()
+    assert lib.b1_slice_release(bus.base(), b._slot, b._id, token) == -errno.EINVAL  # twice: no
 
 
 def test_a_4k_payload_fits_a_4k_record(pair):
