@@ -8,7 +8,7 @@ checker's phases); session start-up is reported separately because it
 is a fixed ~5-15 s cost, not a per-event one. Traces come from tools/gen_trace.py and are
 reused when already present with the same parameters (generation is not timed).
 
-    tools/bench_checker.py --events 1e6 10e6 --procs 64 [--exact] [--master local[2]]
+    tools/bench_checker.py --events 1e6 10e6 --procs 64 [--exact | --vclock] [--master local[2]]
     tools/bench_checker.py --events 1e7 --floor      # the scan and the shuffles alone
     tools/bench_checker.py --wall TRACE_DIR ... [--repeat 3]   # `bus1py check` wall time
 
@@ -34,6 +34,9 @@ def main(argv=None):
     ap.add_argument("--procs", type=int, default=64)
     ap.add_argument("--exact", action="store_true",
                     help="traces without stamps, so the exact formulations run")
+    ap.add_argument("--vclock", action="store_true",
+                    help="traces without stamps but with a vclock column (tools/add_vclock.py),"
+                         " so the vector-clock witness decides causal")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--partitions", type=int, default=None)
     ap.add_argument("--driver-memory", default="8g")
@@ -63,13 +66,13 @@ def main(argv=None):
     print(f"session start-up: {startup:.1f} s", flush=True)
     for ev in a.events:
         n = int(ev)
-        path = os.path.join(a.dir, f"e{n}-p{a.procs}-{'nostamps' if a.exact else 'stamps'}")
-        stamp = os.path.join(path, "_GENERATED")
-        if not os.path.exists(stamp):
-            t = time.perf_counter()
-            gen_trace.generate(path, n, a.procs, stamps=not a.exact, quiet=True)
-            open(stamp, "w").write("ok\n")
-            print(f"generated {path} in {time.perf_counter() - t:.1f} s", flush=True)
+        stamps = not (a.exact or a.vclock)
+        path = os.path.join(a.dir, f"e{n}-p{a.procs}-{'stamps' if stamps else 'nostamps'}")
+        _generate(path, lambda: gen_trace.generate(path, n, a.procs, stamps=stamps, quiet=True))
+        if a.vclock:
+            import add_vclock
+            src, path = path, path.replace("-nostamps", "-vclock")
+            _generate(path, lambda: add_vclock.add_vclock(src, path))
         parts = plan_for_trace(spark, read_footers(path), a.partitions)
         if a.floor:
             floor(spark, path)
@@ -77,10 +80,12 @@ def main(argv=None):
         t = time.perf_counter()
         trace = load_trace(spark, path)
         t_load = time.perf_counter() - t
-        summary, checker = check_trace(spark, trace, exact=a.exact)
+        summary, checker = check_trace(spark, trace, exact=a.exact or a.vclock)
         total = time.perf_counter() - t
         checker.unpersist()
-        res = {"events": trace.rows, "procs": a.procs, "exact": a.exact, "master": a.master,
+        res = {"events": trace.rows, "procs": a.procs, "exact": a.exact, "vclock": a.vclock,
+               "causal_method": summary["properties"]["causal"].get("method"),
+               "master": a.master,
                "partitions": parts,
                "load_validate_s": round(t_load, 2), "check_s": round(total - t_load, 2),
                "total_s": round(total, 2), "events_per_s": round(trace.rows / total),
@@ -91,6 +96,16 @@ def main(argv=None):
         if a.out:
             with open(a.out, "a") as f:
                 f.write(json.dumps(res) + "\n")
+
+
+def _generate(path, make):
+    """make() the trace at path unless a finished one is there (generation is not timed)."""
+    stamp = os.path.join(path, "_GENERATED")
+    if not os.path.exists(stamp):
+        t = time.perf_counter()
+        make()
+        open(stamp, "w").write("ok\n")
+        print(f"generated {path} in {time.perf_counter() - t:.1f} s", flush=True)
 
 
 def wall(traces, repeat, out=None):

@@ -3,7 +3,7 @@
 # (mapInArrow), and walk_kernel.py decides both properties on it with compiled kernels --
 # one topological walk for the vector clocks, one linear scan for causal, Tarjan for the
 # components. The job's output stays in Spark: one row per violation (the details) and one
-# summary row (counts come from the rows, examples from the summary's JSON). A producer's
+# summary row (counts and examples, as JSON), so the driver collects one row. A producer's
 # vector-clock column (schema.VCLOCK) is a witness, never trusted: it is used only when it
 # verifies against the rows in the same job; otherwise the result says why and the walk
 # decides. A causality cycle (a broken trace) leaves the walk unfinished; `causal` then
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
@@ -40,7 +41,7 @@ def vclock_column(trace):
         if i < 0:
             return False, "absent" if f == trace.files[0] else f"absent from {f}"
         t = sch.field(i).type
-        if str(t) not in ("list<item: int32>", "list<element: int32>"):
+        if not (pa.types.is_list(t) and pa.types.is_int32(t.value_type)):
             return False, f"not used: column '{name}' of {f} has type {t}, expected {tname}"
     return True, "present"
 
@@ -58,9 +59,10 @@ def kernel_task(procs, span, max_examples, want, with_vclock):
             return
         table = pa.Table.from_batches(batches)
         del batches
+        received = time.perf_counter() - t0
         rows = table.filter(table.column("kind_code").is_valid())
         lay = W.Layout(rows, procs, span)
-        info = {"events": lay.n, "seconds": {"layout": 0.0}}
+        info = {"events": lay.n, "seconds": {"receive": round(received, 3)}}
         clock_rows = clocks = None
         if with_vclock:
             vrows = table.filter(table.column("kind_code").is_null())
@@ -76,7 +78,7 @@ def kernel_task(procs, span, max_examples, want, with_vclock):
                 info["vclock"] = f"failed: {why[0]}"
                 info["vclock_first_bad"] = lay.event_at(why[1])
         del table
-        info["seconds"]["layout"] = round(time.perf_counter() - t0, 3)
+        info["seconds"]["layout"] = round(time.perf_counter() - t0 - received, 3)
         out = {"causal": [], "consistent": []}
         if "causal" in want:
             t = time.perf_counter()
@@ -93,6 +95,7 @@ def kernel_task(procs, span, max_examples, want, with_vclock):
             out["consistent"], info["consistent_examples"] = W.consistent(lay, max_examples)
             info["seconds"]["consistent"] = round(time.perf_counter() - t, 3)
         for rec, procs_ in out.items():
+            info[f"{rec}_count"] = len(procs_)
             if len(procs_):
                 yield pa.RecordBatch.from_pydict(
                     {"rec": pa.array([rec] * len(procs_), pa.string()),
@@ -133,7 +136,6 @@ def exact(c, want):
     out = rows.coalesce(1).mapInArrow(fn, OUT_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
     c._persisted.append(out)
     info = json.loads(out.where(F.col("rec") == "summary").collect()[0]["info"])
-    counts = {r["rec"]: r["count"] for r in out.groupBy("rec").count().collect()}
     c.timings.update({f"kernel_{k}": v for k, v in info["seconds"].items()})
     found = {}
     for name in want:
@@ -145,5 +147,5 @@ def exact(c, want):
             if "vclock_first_bad" in info:
                 extra["vclock_first_bad"] = info["vclock_first_bad"]
         found[name] = (out.where(F.col("rec") == name).select("process"),
-                       counts.get(name, 0), info.get(f"{name}_examples", []), extra)
+                       info[f"{name}_count"], info.get(f"{name}_examples", []), extra)
     return found
