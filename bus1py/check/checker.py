@@ -1,5 +1,6 @@
-# Invariants: every property is computed from the trace rows alone with built-in DataFrame
-# functions (no Python UDFs, no extra JARs); happened-before is derived from process order,
+# Invariants: every property is computed from the trace rows alone, with built-in DataFrame
+# functions or, on the exact path, compiled kernels over Arrow batches (walk.py; no
+# row-at-a-time Python UDFs, no extra JARs); happened-before is derived from process order,
 # send->deliver and signal_send->signal_recv, never from stamps or wall clocks. Stamps are
 # used only as a *witness*: if the witness holds, `consistent` and `causal` hold (proof in
 # docs/CHECKER.md); if it fails or is absent, the exact formulations decide. Definitions
@@ -21,8 +22,9 @@
 # (persisted MEMORY_AND_DISK, so big traces spill instead of exhausting memory).
 # This module owns one check's state and its order of phases: the screen (screen.py), the
 # main pass (main_pass.py), exactly_once/fifo/node_rules (direct.py), the stamp witness
-# (witness.py), then exact causal (causal.py) and consistent (consistent.py) side by side;
-# explain.py puts the counterexamples into words.
+# (witness.py), then exact causal and consistent in one job (walk.py), or in Spark rounds
+# (causal.py, consistent.py) side by side for what it leaves; explain.py puts the
+# counterexamples into words.
 from __future__ import annotations
 
 import time
