@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import ClassVar, NamedTuple
 
 
@@ -206,3 +207,58 @@ class Reader:
         p = self.pos
         self.pos = len(self.data)
         return self.data[p:]
+
+
+@lru_cache(maxsize=4096)
+def mask_ids(mask: int) -> tuple:
+    """The process ids of a destination bitmask, lowest first (cached: the same few masks
+    recur on every send)."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return tuple(out)
+
+
+# ---- the columnar layout of the dependency-list protocols (prs, ks, jpcy) ----
+#
+#   header struct (sender u16 | counter u32 | section counts...) | columns
+#
+# Columns are runs of u16 ('H') or u32 ('I') values back to back; a wire is read in two
+# strides, the ones whose counts the header gives, then the ones whose counts are sums of
+# the first stride's length columns.
+
+_SIZE = {"H": 2, "I": 4}
+
+
+def pack_columns(spec: str, *columns) -> bytes:
+    """Columns `columns[i]` of type `spec[i]` ('H' u16, 'I' u32), back to back."""
+    return b"".join([struct.pack(f"<{len(c)}{ch}", *c) for ch, c in zip(spec, columns)])
+
+
+def read_head(data: bytes, src: int, head: struct.Struct, counter: str) -> tuple:
+    """The header fields of a columnar wire: (sender, counter, counts...); the sender must be
+    `src` and the counter (named `counter` in errors) nonzero."""
+    if len(data) < head.size:
+        raise WireError(f"wire truncated: {len(data)} bytes, header needs {head.size}")
+    fields = head.unpack_from(data, 0)
+    if fields[0] != src:
+        raise WireError(f"wire names sender {fields[0]} but came from {src}")
+    if fields[1] == 0:
+        raise WireError(f"{counter} 0 is never sent")
+    return fields
+
+
+def read_columns(data: bytes, pos: int, spec: str, counts) -> tuple:
+    """(columns as tuples, position after them); WireError if the wire is too short."""
+    need = pos
+    for ch, k in zip(spec, counts):
+        need += _SIZE[ch] * k
+    if len(data) < need:
+        raise WireError(f"wire truncated: {len(data)} bytes, sections need {need}")
+    cols = []
+    for ch, k in zip(spec, counts):
+        cols.append(struct.unpack_from(f"<{k}{ch}", data, pos))
+        pos += _SIZE[ch] * k
+    return cols, pos

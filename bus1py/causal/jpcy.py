@@ -39,24 +39,11 @@ from __future__ import annotations
 
 import struct
 
-from .base import U32_MAX, Step, WireCost, WireError
+from .base import (U32_MAX, Step, WireCost, WireError, mask_ids, pack_columns, read_columns,
+                   read_head)
 from .holdback import HoldBack, HoldBackProtocol
 
 _HEAD = struct.Struct("<HIHHH")
-
-
-def _bits(mask: int) -> list:
-    """Process ids of a D bitmask, lowest first."""
-    out = []
-    while mask:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
-    return out
-
-
-def _pack(fmt_char: str, values) -> bytes:
-    return struct.pack(f"<{len(values)}{fmt_char}", *values)
 
 
 class Jpcy(HoldBackProtocol):
@@ -97,7 +84,7 @@ class Jpcy(HoldBackProtocol):
                     # own delivery then guarantees m_k^t's there, so D loses them.
                     tuples[t] = D & ~dm
                     touched = True
-                    for d in _bits(hit):
+                    for d in mask_ids(hit):
                         pair = dc.get(d)
                         if pair is None:
                             dc[d] = ([k], [t])
@@ -116,23 +103,23 @@ class Jpcy(HoldBackProtocol):
                 if not D:
                     dlens.append(0)
                 elif D & (D - 1):
-                    b = _bits(D)
+                    b = mask_ids(D)
                     dlens.append(len(b))
                     ids.extend(b)
                 else:
                     dlens.append(1)
                     ids.append(D.bit_length() - 1)
         nci = len(senders)
-        ci_bytes = _pack("H", senders) + _pack("I", taus) + _pack("H", ids)
+        ci_bytes = pack_columns("HIH", senders, taus, ids)
         ci_cost = len(ci_bytes)
-        head_tail = _pack("H", dests) + _pack("H", dlens)
+        head_tail = pack_columns("HH", dests, dlens)
         step = Step()
         empty = ((), ())
         for d in dests:
             ks, ts = dc.get(d, empty)
             ndc = len(ks)
             head = _HEAD.pack(me, tau, len(dests), nci, ndc) + head_tail
-            dcb = _pack("H", ks) + _pack("I", ts)
+            dcb = pack_columns("HI", ks, ts)
             step.emit(d, b"".join((head, ci_bytes, dcb, payload)),
                       WireCost(len(head), ci_cost + len(dcb), nci + ndc, True))
         # S5: the own tuple, after the copies (a copy must not carry m itself).
@@ -148,35 +135,11 @@ class Jpcy(HoldBackProtocol):
     def _decode(self, src, data):
         """Every check happens here, before any state changes."""
         n, me = self.n, self.me
-        if len(data) < _HEAD.size:
-            raise WireError(f"wire truncated: {len(data)} bytes, header needs {_HEAD.size}")
-        j, tau, nd, nci, ndc = _HEAD.unpack_from(data, 0)
-        if j != src:
-            raise WireError(f"wire names sender {j} but came from {src}")
-        if tau == 0:
-            raise WireError("timestamp 0 is never sent")
-        pos = _HEAD.size
-        need = pos + 2 * nd + 2 * nci + 6 * nci + 6 * ndc
-        if len(data) < need:
-            raise WireError(f"wire truncated: {len(data)} bytes, sections need {need}")
-        dests = struct.unpack_from(f"<{nd}H", data, pos)
-        pos += 2 * nd
-        dlens = struct.unpack_from(f"<{nci}H", data, pos)
-        pos += 2 * nci
+        j, tau, nd, nci, ndc = read_head(data, src, _HEAD, "timestamp")
+        (dests, dlens, senders, taus), pos = read_columns(data, _HEAD.size, "HHHI",
+                                                          (nd, nci, nci, nci))
         nids = sum(dlens)
-        need += 2 * nids
-        if len(data) < need:
-            raise WireError(f"wire truncated: {len(data)} bytes, sections need {need}")
-        senders = struct.unpack_from(f"<{nci}H", data, pos)
-        pos += 2 * nci
-        taus = struct.unpack_from(f"<{nci}I", data, pos)
-        pos += 4 * nci
-        ids = struct.unpack_from(f"<{nids}H", data, pos)
-        pos += 2 * nids
-        dc_ks = struct.unpack_from(f"<{ndc}H", data, pos)
-        pos += 2 * ndc
-        dc_ts = struct.unpack_from(f"<{ndc}I", data, pos)
-        pos += 4 * ndc
+        (ids, dc_ks, dc_ts), pos = read_columns(data, pos, "HHI", (nids, ndc, ndc))
         payload = data[pos:]
         if nd == 0 or max(dests) >= n or (nci and max(senders) >= n) \
                 or (nids and max(ids) >= n) or (ndc and max(dc_ks) >= n):

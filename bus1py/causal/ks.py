@@ -33,23 +33,11 @@ from __future__ import annotations
 
 import struct
 
-from .base import U32_MAX, Step, WireCost, WireError
+from .base import (U32_MAX, Step, WireCost, WireError, mask_ids, pack_columns, read_columns,
+                   read_head)
 from .holdback import HoldBack, HoldBackProtocol
 
 _HEAD = struct.Struct("<HIHH")
-
-
-def _bits(mask: int) -> list:
-    out = []
-    while mask:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
-    return out
-
-
-def _pack(fmt_char: str, values) -> bytes:
-    return struct.pack(f"<{len(values)}{fmt_char}", *values)
 
 
 def _purge(entries: dict) -> None:
@@ -72,7 +60,6 @@ class Ks(HoldBackProtocol):
         self.log = {s: {0: 0} for s in range(n)}    # s -> {t: Dests mask}
         self._hold = HoldBack(self.sr)
 
-
     # ---- SND ----
 
     def _send(self, dests, payload):
@@ -86,45 +73,64 @@ class Ks(HoldBackProtocol):
         for d in dests:
             dm |= 1 << d
         clock = self.clock = self.clock + 1
-        # Step 2, shared part: for each entry, what survives for every copy (base: Dests
-        # minus M's destinations) and what survives only in the copy to d (hit & d).
-        flat = []                    # (s, t, base ids, hit, newest)
+        # Step 2, in one pass over LOG: the columns every copy shares (each entry with what
+        # survives for all copies, Dests minus M's destinations, kept if that is non-empty or
+        # the entry is its sender's newest), and `hits`, the entries that also name some
+        # destinations of M, which only the copies to those destinations get (step 2.3).
+        # Step 3 in the same pass: once read, an entry forgets M's destinations.
+        senders, clocks, dlens, ids = [], [], [], []
+        hits = []                    # (column index, id index, s, t, hit mask, in columns)
         for s, entries in self.log.items():
             newest = max(entries) if len(entries) > 1 else None
-            for t, D in entries.items():
-                flat.append((s, t, _bits(D & ~dm), D & dm, newest is None or t == newest))
-        step = Step()
-        head_dests = _pack("H", dests)
-        for d in dests:
-            bd = 1 << d
-            senders, clocks, dlens, ids = [], [], [], []
-            for s, t, base, hit, newest in flat:
-                keep_d = hit & bd
-                # Step 2.3: an entry emptied for this copy goes unless it is its sender's
-                # newest.
-                if base or keep_d or newest:
-                    senders.append(s)
-                    clocks.append(t)
-                    if keep_d:
-                        dlens.append(len(base) + 1)
-                        ids.extend(base)
-                        ids.append(d)
-                    else:
-                        dlens.append(len(base))
-                        ids.extend(base)
-            no = len(senders)
-            head = _HEAD.pack(me, clock, len(dests), no) + head_dests + _pack("H", dlens)
-            ctl = _pack("H", senders) + _pack("I", clocks) + _pack("H", ids)
-            step.emit(d, b"".join((head, ctl, payload)), WireCost(len(head), len(ctl), no, True))
-        # Step 3: M now carries every destination of M; the log forgets them.
-        for s, entries in self.log.items():
             touched = False
             for t, D in entries.items():
-                if D & dm:
-                    entries[t] = D & ~dm
+                hit = D & dm
+                rest = D ^ hit
+                if hit:
+                    entries[t] = rest
                     touched = True
+                keep = rest or newest is None or t == newest
+                if hit:
+                    hits.append((len(senders), len(ids) + (rest.bit_count() if keep else 0),
+                                 s, t, hit, keep))
+                if keep:
+                    senders.append(s)
+                    clocks.append(t)
+                    if rest:
+                        b = mask_ids(rest)
+                        dlens.append(len(b))
+                        ids.extend(b)
+                    else:
+                        dlens.append(0)
             if (touched or s == me) and len(entries) > 1:
                 _purge(entries)
+        step = Step()
+        head_dests = pack_columns("H", dests)
+        shared = None
+        for d in dests:
+            bd = 1 << d
+            mine = [h for h in hits if h[4] & bd]
+            if mine:
+                cs, ct, cl, ci = list(senders), list(clocks), list(dlens), list(ids)
+                for at, at_id, s, t, _hit, kept in reversed(mine):
+                    ci.insert(at_id, d)
+                    if kept:
+                        cl[at] += 1
+                    else:
+                        cs.insert(at, s)
+                        ct.insert(at, t)
+                        cl.insert(at, 1)
+                wire_head = pack_columns("H", cl)
+                ctl = pack_columns("HIH", cs, ct, ci)
+                no = len(cs)
+            else:
+                if shared is None:
+                    shared = (pack_columns("H", dlens),
+                              pack_columns("HIH", senders, clocks, ids))
+                wire_head, ctl = shared
+                no = len(senders)
+            head = _HEAD.pack(me, clock, len(dests), no) + head_dests + wire_head
+            step.emit(d, b"".join((head, ctl, payload)), WireCost(len(head), len(ctl), no, True))
         # Step 4: the own entry, after the copies.
         self.log[me][clock] = dm
         return step
@@ -134,31 +140,11 @@ class Ks(HoldBackProtocol):
     def _decode(self, src, data):
         """Every check happens here, before any state changes."""
         n, me = self.n, self.me
-        if len(data) < _HEAD.size:
-            raise WireError(f"wire truncated: {len(data)} bytes, header needs {_HEAD.size}")
-        k, tk, nd, no = _HEAD.unpack_from(data, 0)
-        if k != src:
-            raise WireError(f"wire names sender {k} but came from {src}")
-        if tk == 0:
-            raise WireError("clock 0 is never sent")
-        pos = _HEAD.size
-        need = pos + 2 * nd + 8 * no
-        if len(data) < need:
-            raise WireError(f"wire truncated: {len(data)} bytes, sections need {need}")
-        dests = struct.unpack_from(f"<{nd}H", data, pos)
-        pos += 2 * nd
-        dlens = struct.unpack_from(f"<{no}H", data, pos)
-        pos += 2 * no
+        k, tk, nd, no = read_head(data, src, _HEAD, "clock")
+        (dests, dlens, senders, clocks), pos = read_columns(data, _HEAD.size, "HHHI",
+                                                            (nd, no, no, no))
         nids = sum(dlens)
-        need += 2 * nids
-        if len(data) < need:
-            raise WireError(f"wire truncated: {len(data)} bytes, sections need {need}")
-        senders = struct.unpack_from(f"<{no}H", data, pos)
-        pos += 2 * no
-        clocks = struct.unpack_from(f"<{no}I", data, pos)
-        pos += 4 * no
-        ids = struct.unpack_from(f"<{nids}H", data, pos)
-        pos += 2 * nids
+        (ids,), pos = read_columns(data, pos, "H", (nids,))
         payload = data[pos:]
         if nd == 0 or max(dests) >= n or (no and max(senders) >= n) \
                 or (nids and max(ids) >= n):

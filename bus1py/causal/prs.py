@@ -37,15 +37,12 @@ Invariants:
 from __future__ import annotations
 
 import struct
+from itertools import islice
 
-from .base import U32_MAX, Step, WireCost, WireError
+from .base import U32_MAX, Step, WireCost, WireError, pack_columns, read_columns, read_head
 from .holdback import HoldBack, HoldBackProtocol
 
 _HEAD = struct.Struct("<HIHH")
-
-
-def _pack(fmt_char: str, values) -> bytes:
-    return struct.pack(f"<{len(values)}{fmt_char}", *values)
 
 
 class Prs(HoldBackProtocol):
@@ -67,16 +64,16 @@ class Prs(HoldBackProtocol):
             raise ValueError(f"process {self.me} exhausted its 32-bit sequence numbers")
         me = self.me
         sn = self.sn = self.sn + 1
+        cb = self.cb
         ks, lens, senders, sns = [], [], [], []
-        for k, row in enumerate(self.cb):
+        for k, row in enumerate(cb):
             if row:
                 ks.append(k)
                 lens.append(len(row))
                 senders.extend(row)
                 sns.extend(row.values())
-        head = _HEAD.pack(me, sn, len(dests), len(ks)) + _pack("H", dests) \
-            + _pack("H", ks) + _pack("H", lens)
-        ctl = _pack("H", senders) + _pack("I", sns)
+        head = _HEAD.pack(me, sn, len(dests), len(ks)) + pack_columns("HHH", dests, ks, lens)
+        ctl = pack_columns("HI", senders, sns)
         wire = b"".join((head, ctl, payload))
         cost = WireCost(len(head), len(ctl), len(senders), True)
         step = Step()
@@ -84,7 +81,7 @@ class Prs(HoldBackProtocol):
             step.emit(d, wire, cost)
         # M is now the only direct predecessor of our next message to each destination.
         for d in dests:
-            self.cb[d] = {me: sn}
+            cb[d] = {me: sn}
         return step
 
     # ---- receive ----
@@ -92,46 +89,26 @@ class Prs(HoldBackProtocol):
     def _decode(self, src, data):
         """Every check happens here, before any state changes."""
         n, me = self.n, self.me
-        if len(data) < _HEAD.size:
-            raise WireError(f"wire truncated: {len(data)} bytes, header needs {_HEAD.size}")
-        j, sn, nd, nk = _HEAD.unpack_from(data, 0)
-        if j != src:
-            raise WireError(f"wire names sender {j} but came from {src}")
-        if sn == 0:
-            raise WireError("sequence number 0 is never sent")
-        pos = _HEAD.size
-        need = pos + 2 * nd + 4 * nk
-        if len(data) < need:
-            raise WireError(f"wire truncated: {len(data)} bytes, sections need {need}")
-        dests = struct.unpack_from(f"<{nd}H", data, pos)
-        pos += 2 * nd
-        ks = struct.unpack_from(f"<{nk}H", data, pos)
-        pos += 2 * nk
-        lens = struct.unpack_from(f"<{nk}H", data, pos)
-        pos += 2 * nk
+        j, sn, nd, nk = read_head(data, src, _HEAD, "sequence number")
+        (dests, ks, lens), pos = read_columns(data, _HEAD.size, "HHH", (nd, nk, nk))
         total = sum(lens)
-        need += 6 * total
-        if len(data) < need:
-            raise WireError(f"wire truncated: {len(data)} bytes, sections need {need}")
-        senders = struct.unpack_from(f"<{total}H", data, pos)
-        pos += 2 * total
-        sns = struct.unpack_from(f"<{total}I", data, pos)
-        pos += 4 * total
+        (senders, sns), pos = read_columns(data, pos, "HI", (total, total))
         payload = data[pos:]
         ds = set(dests)
         if nd == 0 or len(ds) != nd or me not in ds or j in ds or max(dests) >= n:
             raise WireError(f"bad destination list {dests} for a copy {j} -> {me}")
         if total and (max(senders) >= n or min(sns) == 0):
             raise WireError("CB entry with a bad process id or sequence number 0")
-        cbm = {}
-        at = 0
-        for k, ln in zip(ks, lens):
-            row = dict(zip(senders[at:at + ln], sns[at:at + ln]))
-            at += ln
-            if k >= n or k == j or k in cbm or not ln or len(row) != ln or k in row \
-                    or row.get(j, 0) >= sn or row.get(me, 0) > self.sn:
+        if nk and (max(ks) >= n or j in ks or len(set(ks)) != nk or min(lens) == 0):
+            raise WireError(f"bad CB list keys {ks}")
+        pairs = zip(senders, sns)
+        cbm = {k: dict(islice(pairs, ln)) for k, ln in zip(ks, lens)}
+        mysn = self.sn
+        for k, row in cbm.items():
+            if k in row or row.get(j, 0) >= sn or row.get(me, 0) > mysn:
                 raise WireError(f"bad CB list for process {k}")
-            cbm[k] = row
+        if sum(map(len, cbm.values())) != total:
+            raise WireError("a CB list names a sender twice")
         mine = cbm.get(me)
         wk = list(mine) if mine else []
         wt = list(mine.values()) if mine else []
@@ -167,6 +144,8 @@ class Prs(HoldBackProtocol):
             row = cb[k]
             if not row:
                 cb[k] = mk                       # owned by the delivered record
+                continue
+            if row == mk:
                 continue
             # Mostly the two barriers agree; only the differing pairs need a look.
             for s, z in mk.items() - row.items():
