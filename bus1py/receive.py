@@ -33,6 +33,8 @@ _INFO = ffi.sizeof("struct b1_msg_info")
 _iter_infos = struct.Struct("=10Q").iter_unpack  # struct b1_msg_info, all words at once
 _new = tuple.__new__
 _unpack = ffi.unpack
+_pid = [os.getpid()]  # this process's (os.getpid per slice costs as much as the slice)
+os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
 
 
 class SliceMessage(Message):
@@ -53,10 +55,12 @@ class SliceMessage(Message):
                               "a numpy array, is alive): drop that first, then release") from None
         bus, slot, peer_id, token, pid = held
         base = bus._base
-        if pid == os.getpid() and base is not None:
+        if pid == _pid[0] and base is not None:
             lib.b1_slice_release(base, slot, peer_id, token)
 
     def __del__(self):
+        if "_slice" not in self.__dict__:
+            return
         try:
             self.release()
         except BufferError:
@@ -107,7 +111,7 @@ def recv_many(peer, max_messages, timeout_ns, copy, timeout) -> list:
     if peer._ready is not None:
         peer._ready.sync()
     out, h = [], 0
-    me = os.getpid()
+    me = _pid[0]
     for ts, sender, seq, dest, kind, length, nh, _, off, token in _iter_infos(words[:r * _INFO]):
         if nh:
             carried = tuple(_unpack(handles + h, nh))

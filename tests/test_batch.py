@@ -215,6 +215,24 @@ def test_a_token_that_is_no_held_slice_is_refused(pair):
     assert lib.b1_slice_release(bus.base(), b._slot, b._id, token) == -errno.EINVAL  # twice: no
 
 
+@pytest.mark.timeout(30)
+def test_a_forked_child_does_not_give_back_the_parents_slice(pair):
+    bus, a, b, h = pair
+    a.send(h, b"parent's")
+    m = b.recv(copy=False)
+    pid = os.fork()
+    if pid == 0:  # the child drops its copy of the message and leaves
+        try:
+            del m
+            gc.collect()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert b.query().queued_messages == 1 and bytes(m.payload) == b"parent's"
+    m.release()
+    assert b.query().queued_messages == 0
+
+
 def test_a_4k_payload_fits_a_4k_record(pair):
     bus, a, b, h = pair
     base = bus.info()["pool_used"]
