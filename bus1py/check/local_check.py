@@ -41,7 +41,7 @@ def check_local(trace, exact=False, max_examples=3, keep_details=False, overview
                         time.perf_counter() - t0, timings)
         if overview:
             summary["overview"] = _overview(trace, None)
-        return summary, {}
+        return summary, (dict.fromkeys(PROPERTIES) if keep_details else {})
     ev = timed("main_pass", Events, trace)
     if not ev.fits():
         return None

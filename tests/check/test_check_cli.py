@@ -77,7 +77,7 @@ def test_correct_trace_exits_0_with_json_and_shiviz(spark, tmp_path, capsys):
 def test_three_way_cycle_is_inconsistent_with_cycle_counterexample(spark, tmp_path, capsys):
     write_trace(three_way_cycle(), str(tmp_path / "t"), files=1)
     rc = main(["check", str(tmp_path / "t"), "--json", str(tmp_path / "s.json"),
-               "--report", str(tmp_path / "r.html"), "--progress", "never"])
+               "--report", str(tmp_path / "r.html"), "--progress", "never", "--spark"])
     assert rc == 1
     s = json.loads((tmp_path / "s.json").read_text())
     cons = s["properties"]["consistent"]
@@ -145,8 +145,8 @@ def _table(rows, schema=schema()):
     return pa.table({f.name: [r.get(f.name) for r in rows] for f in schema}, schema=schema)
 
 
-def _expect_2(tmp_path, capsys, *needles):
-    rc = main(["check", str(tmp_path / "bad"), "--progress", "never"])
+def _expect_2(tmp_path, capsys, *needles, engine=()):
+    rc = main(["check", str(tmp_path / "bad"), "--progress", "never", *engine])
     err = capsys.readouterr().err
     assert rc == 2, err
     for n in needles:
@@ -184,9 +184,12 @@ def test_wrong_type(spark, tmp_path, capsys):
      ("'msg'", "message id 1")),
     ([_row(0, 0, "signal_recv", 4)], ("unknown signal 4",)),
 ])
-def test_malformed_rows(spark, tmp_path, capsys, rows, needles):
+@pytest.mark.parametrize("engine", [(), ("--spark",)], ids=["driver", "spark"])
+def test_malformed_rows(spark, tmp_path, capsys, rows, needles, engine):
     _write(tmp_path / "bad", _table(rows), "z.parquet")
-    _expect_2(tmp_path, capsys, "z.parquet", *needles)
+    err = _expect_2(tmp_path, capsys, "z.parquet", *needles, engine=engine)
+    # both engines name the same row with the same words
+    assert err.count("\n") == 1, err
 
 
 def test_not_a_trace(tmp_path, capsys):

@@ -1,0 +1,175 @@
+# Invariants: the driver-only path (local.py, local_check.py) agrees with the brute-force
+# reference on every trace Hypothesis draws (correct ones and every planted fault kind),
+# trace by trace; its JSON summary and HTML report are those of the Spark path, whole
+# (every example, every path, the overview), on planted-violation and clean batches; it
+# names malformed traces with Spark's words (test_check_cli.py runs both engines); it never
+# imports pyspark; and `--master` runs the check on a real standalone cluster.
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+from hypothesis import strategies as st
+
+from bus1py.check.checker import SCREEN_MIN_ROWS
+from bus1py.check.load import read_footers
+from bus1py.check.local import LOCAL_MAX_ROWS
+from bus1py.check.local_check import check_local
+from bus1py.check.reference import reference_check
+from bus1py.check.simulate import MUTATIONS, mutate, offset_rows, simulate
+from bus1py.cli import main
+from bus1py.schema import write_rows as write_trace
+from drawn import gather
+from test_paths import _acyclic, _causal_through_a_signal, assert_examples_explained
+
+SPAN = 1000
+params = st.fixed_dictionaries({
+    "seed": st.integers(0, 2 ** 32 - 1), "nprocs": st.integers(1, 5),
+    "steps": st.integers(0, 70), "p_multicast": st.sampled_from([0.0, 0.3, 0.7]),
+    "p_signal": st.sampled_from([0.0, 0.15, 0.3]),
+    "p_destroy": st.sampled_from([0.0, 0.05, 0.15])})
+
+
+def _make(p, mutation=None):
+    rng = random.Random(p["seed"])
+    rows = simulate(rng, nprocs=p["nprocs"], steps=p["steps"], p_multicast=p["p_multicast"],
+                    p_signal=p["p_signal"], p_destroy=p["p_destroy"])
+    return mutate(rows, mutation, rng) if mutation else rows
+
+
+def _clean(n):
+    return [_make(p) for p in gather(n, params)]
+
+
+def _faulty(n):
+    got = gather(n, st.tuples(params.filter(lambda p: p["nprocs"] >= 3 and p["steps"] >= 20),
+                              st.sampled_from(MUTATIONS)))
+    # every mutation kind at least once, whatever Hypothesis drew
+    got += [(dict(got[0][0], seed=got[0][0]["seed"] + i), m) for i, m in enumerate(MUTATIONS)]
+    return [_make(p, m) for p, m in got]
+
+
+def _batch(traces, path):
+    combined = []
+    for k, rows in enumerate(traces):
+        combined += offset_rows(rows, k, SPAN)
+    write_trace(combined, str(path), files=3)
+    return combined
+
+
+def test_the_driver_path_stays_below_the_screen():
+    # above SCREEN_MIN_ROWS Spark's path would run the screen, and its summary would differ
+    assert LOCAL_MAX_ROWS <= SCREEN_MIN_ROWS
+
+
+@pytest.mark.timeout(300)
+def test_driver_path_agrees_with_reference_trace_by_trace(tmp_path):
+    traces = _clean(25) + _faulty(30) + [_causal_through_a_signal()]
+    found = {name: 0 for name in ("exactly_once", "fifo", "causal", "consistent",
+                                  "node_rules")}
+    for k, rows in enumerate(traces):
+        write_trace(rows, str(tmp_path / str(k)), files=2)
+        done = check_local(read_footers(str(tmp_path / str(k))), max_examples=50,
+                           keep_details=True)
+        if not _acyclic(rows):
+            # a causality cycle (a delivery before its send): Spark's path decides
+            assert done is None
+            continue
+        summary, details = done
+        got = {name: len(v) if v is not None else 0 for name, v in details.items()}
+        assert got == reference_check(rows), (k, rows)
+        assert {n: p["violations"] for n, p in summary["properties"].items()} == got
+        assert_examples_explained(summary, rows)
+        for name, n in got.items():
+            found[name] += n
+    # the batch really held violations of every property, or the test proves little
+    assert all(found.values()), found
+
+
+def _cli(trace, out, *extra):
+    rc = main(["check", str(trace), "--json", str(out) + ".json", "--report",
+               str(out) + ".html", "--examples", "100", "--progress", "never", *extra])
+    with open(str(out) + ".json") as f:
+        summary = json.load(f)
+    with open(str(out) + ".html") as f:
+        page = f.read()
+    return rc, summary, page
+
+
+def _same_reports(spark_run, driver_run):
+    (rc_s, s, page_s), (rc_d, d, page_d) = spark_run, driver_run
+    assert rc_s == rc_d
+    assert "session_ready" in s["timings"] and "session_ready" not in d["timings"]
+    pages = []
+    for summary, page in ((s, page_s), (d, page_d)):   # the seconds say how, not what
+        pages.append(page.replace(f"checked in {summary.pop('seconds')} s", ""))
+        summary.pop("timings")
+    assert d == s
+    assert pages[0] == pages[1]
+
+
+@pytest.mark.timeout(400)
+def test_reports_are_the_same_from_either_engine(spark, tmp_path):
+    faulty = [rows for rows in _faulty(12) if _acyclic(rows)]
+    for name, batch in (("faulty", faulty), ("clean", _clean(6))):
+        trace = tmp_path / name
+        _batch(batch, trace)
+        spark_run = _cli(trace, tmp_path / f"{name}-spark", "--spark")
+        driver_run = _cli(trace, tmp_path / f"{name}-driver")
+        if name == "faulty":   # every property violated, or the comparison proves little
+            assert spark_run[0] == 1 and all(
+                p["violations"] for p in spark_run[1]["properties"].values())
+        else:
+            assert spark_run[0] == 0
+        assert spark_run[1]["overview"]["window"]
+        _same_reports(spark_run, driver_run)
+
+
+@pytest.mark.timeout(300)
+def test_a_causality_cycle_is_left_to_spark(spark, tmp_path, capsys):
+    # p0 delivers m2 and then sends m1; p1 delivers m1 and then sends m2: each send
+    # happened-before the other, which only a broken trace can say
+    rows = [{"process": 0, "seq": 0, "kind": "deliver", "msg": 2},
+            {"process": 0, "seq": 1, "kind": "send", "msg": 1, "dests": [1]},
+            {"process": 1, "seq": 0, "kind": "deliver", "msg": 1},
+            {"process": 1, "seq": 1, "kind": "send", "msg": 2, "dests": [0]}]
+    write_trace(rows, str(tmp_path / "t"))
+    assert check_local(read_footers(str(tmp_path / "t"))) is None
+    rc = main(["check", str(tmp_path / "t"), "--json", str(tmp_path / "s.json"),
+               "--progress", "never"])
+    summary = json.loads((tmp_path / "s.json").read_text())
+    # Spark decided (its session's start is timed), and found the two sends' cycle
+    assert "session_ready" in summary["timings"]
+    assert rc == 0 and summary["witness"] != "not needed: decided exactly on the driver"
+
+
+def test_a_small_check_never_imports_pyspark(tmp_path):
+    write_trace(simulate(random.Random(2), nprocs=3, steps=30), str(tmp_path / "t"))
+    code = ("import sys; from bus1py.cli import main; "
+            f"rc = main(['check', {str(tmp_path / 't')!r}, '--report', "
+            f"{str(tmp_path / 'r.html')!r}]); "
+            "print(rc, any(m.startswith('pyspark') for m in sys.modules))")
+    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        timeout=120)
+    assert cp.stdout.strip().splitlines()[-1] == "0 False", cp.stdout + cp.stderr
+
+
+@pytest.mark.timeout(600)
+def test_check_on_a_standalone_cluster(spark_cluster, tmp_path):
+    rng = random.Random(4)
+    rows = mutate(simulate(rng, nprocs=4, steps=50, p_signal=0.2), "swap", rng)
+    write_trace(rows, str(tmp_path / "t"))
+    out = tmp_path / "cluster.json"
+    cp = subprocess.run([sys.executable, "-m", "bus1py.cli", "check", str(tmp_path / "t"),
+                         "--master", spark_cluster, "--json", str(out), "--progress",
+                         "never"], capture_output=True, text=True, timeout=500)
+    assert cp.returncode == 1, cp.stdout + cp.stderr
+    assert cp.stderr == "", cp.stderr          # nothing from Spark or the JVM
+    on_cluster = json.loads(out.read_text())
+    summary, _ = check_local(read_footers(str(tmp_path / "t")), max_examples=3)
+    for s in (on_cluster, summary):
+        s.pop("seconds")
+        s.pop("timings")
+    assert on_cluster == summary
+    assert not summary["ok"]
