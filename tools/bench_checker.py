@@ -10,7 +10,7 @@ reused when already present with the same parameters (generation is not timed).
 
     tools/bench_checker.py --events 1e6 10e6 --procs 64 [--exact | --vclock] [--master local[2]]
     tools/bench_checker.py --events 1e7 --floor      # the scan and the shuffles alone
-    tools/bench_checker.py --wall TRACE_DIR ... [--repeat 3]   # `bus1py check` wall time
+    tools/bench_checker.py --wall TRACE_DIR ... [--repeat 3] [--spark]  # `check` wall time
 
 --wall times the command a user runs, JVM start included: `bus1py check TRACE` as a child
 process, with the 1-minute load average before and after each run (the machine may be
@@ -49,9 +49,11 @@ def main(argv=None):
     ap.add_argument("--wall", nargs="+", metavar="TRACE_DIR",
                     help="time `bus1py check TRACE_DIR` (JVM start included) instead")
     ap.add_argument("--repeat", type=int, default=1, help="runs per trace with --wall")
+    ap.add_argument("--spark", action="store_true",
+                    help="with --wall: `bus1py check --spark` (Spark even for small traces)")
     a = ap.parse_args(argv)
     if a.wall:
-        return wall(a.wall, a.repeat, a.out)
+        return wall(a.wall, a.repeat, a.out, ["--spark"] if a.spark else [])
 
     import gen_trace
     from bus1py.check.load import load_trace
@@ -108,7 +110,7 @@ def _generate(path, make):
         print(f"generated {path} in {time.perf_counter() - t:.1f} s", flush=True)
 
 
-def wall(traces, repeat, out=None):
+def wall(traces, repeat, out=None, extra=()):
     """Wall time of `bus1py check TRACE` in a child process, with the load around it."""
     import subprocess
     for trace in traces:
@@ -116,10 +118,12 @@ def wall(traces, repeat, out=None):
             load0 = os.getloadavg()[0]
             t = time.perf_counter()
             cp = subprocess.run([sys.executable, "-m", "bus1py.cli", "check", trace,
-                                 "--progress", "never"], capture_output=True, text=True)
+                                 "--progress", "never", *extra], capture_output=True,
+                                text=True)
             secs = time.perf_counter() - t
             verdict = cp.stdout.strip().splitlines()[-1] if cp.stdout.strip() else ""
-            res = {"trace": trace, "wall_s": round(secs, 2), "exit": cp.returncode,
+            res = {"trace": trace, "engine": "spark" if extra else "auto",
+                   "wall_s": round(secs, 2), "exit": cp.returncode,
                    "load_before": round(load0, 2), "load_after": round(os.getloadavg()[0], 2),
                    "verdict": verdict, "stderr": cp.stderr.strip()[-300:]}
             print(json.dumps(res), flush=True)
