@@ -262,3 +262,36 @@ def read_columns(data: bytes, pos: int, spec: str, counts) -> tuple:
         cols.append(struct.unpack_from(f"<{k}{ch}", data, pos))
         pos += _SIZE[ch] * k
     return cols, pos
+
+
+def id_masks(data: bytes, pos: int, lens, n: int) -> tuple:
+    """(the bitmask of each id list, position after them): `lens[i]` u16 process ids per list,
+    back to back from `pos`. WireError if the wire is too short, an id is not below n, or a
+    list names an id twice. (A numpy OR per list costs more than this loop: the lists are
+    short, a few ids each, even in multicast.)"""
+    total = sum(lens)
+    end = pos + 2 * total
+    if len(data) < end:
+        raise WireError(f"wire truncated: {len(data)} bytes, sections need {end}")
+    if not total:
+        return [0] * len(lens), end
+    ids = struct.unpack_from(f"<{total}H", data, pos)
+    if max(ids) >= n:
+        raise WireError(f"a process id is out of range 0..{n - 1}")
+    masks = []
+    at = 0
+    for ln in lens:
+        if ln == 1:
+            masks.append(1 << ids[at])
+            at += 1
+        elif not ln:
+            masks.append(0)
+        else:
+            mask = 0
+            for x in ids[at:at + ln]:
+                mask |= 1 << x
+            at += ln
+            if mask.bit_count() != ln:
+                raise WireError("an id list names a process twice")
+            masks.append(mask)
+    return masks, end

@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import struct
 
-from .base import (U32_MAX, Step, WireCost, WireError, mask_ids, pack_columns, read_columns,
-                   read_head)
+from .base import (U32_MAX, Step, WireCost, WireError, id_masks, mask_ids, pack_columns,
+                   read_columns, read_head)
 from .holdback import HoldBack, HoldBackProtocol
 
 _HEAD = struct.Struct("<HIHHH")
@@ -138,11 +138,11 @@ class Jpcy(HoldBackProtocol):
         j, tau, nd, nci, ndc = read_head(data, src, _HEAD, "timestamp")
         (dests, dlens, senders, taus), pos = read_columns(data, _HEAD.size, "HHHI",
                                                           (nd, nci, nci, nci))
-        nids = sum(dlens)
-        (ids, dc_ks, dc_ts), pos = read_columns(data, pos, "HHI", (nids, ndc, ndc))
+        masks, pos = id_masks(data, pos, dlens, n)
+        (dc_ks, dc_ts), pos = read_columns(data, pos, "HI", (ndc, ndc))
         payload = data[pos:]
         if nd == 0 or max(dests) >= n or (nci and max(senders) >= n) \
-                or (nids and max(ids) >= n) or (ndc and max(dc_ks) >= n):
+                or (ndc and max(dc_ks) >= n):
             raise WireError(f"a process id is out of range 0..{n - 1}")
         bit = self._bit
         dm = 0
@@ -153,20 +153,7 @@ class Jpcy(HoldBackProtocol):
         if (nci and min(taus) == 0) or (ndc and min(dc_ts) == 0):
             raise WireError("timestamp 0 is never sent")
         cim = {}
-        at = 0
-        for k, t, ln in zip(senders, taus, dlens):
-            if ln == 0:
-                mask = 0
-            elif ln == 1:
-                mask = bit[ids[at]]
-                at += 1
-            else:
-                mask = 0
-                for l in ids[at:at + ln]:
-                    mask |= bit[l]
-                at += ln
-                if mask.bit_count() != ln:
-                    raise WireError(f"CI tuple ({k}, {t}) lists a destination twice")
+        for k, t, mask in zip(senders, taus, masks):
             # S2 at the sender stripped every destination of m from every tuple, and
             # nobody sends to itself.
             if mask & (dm | bit[k]):

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import struct
 
-from .base import (U32_MAX, Step, WireCost, WireError, mask_ids, pack_columns, read_columns,
-                   read_head)
+from .base import (U32_MAX, Step, WireCost, WireError, id_masks, mask_ids, pack_columns,
+                   read_columns, read_head)
 from .holdback import HoldBack, HoldBackProtocol
 
 _HEAD = struct.Struct("<HIHH")
@@ -143,11 +143,9 @@ class Ks(HoldBackProtocol):
         k, tk, nd, no = read_head(data, src, _HEAD, "clock")
         (dests, dlens, senders, clocks), pos = read_columns(data, _HEAD.size, "HHHI",
                                                             (nd, no, no, no))
-        nids = sum(dlens)
-        (ids,), pos = read_columns(data, pos, "H", (nids,))
+        masks, pos = id_masks(data, pos, dlens, n)
         payload = data[pos:]
-        if nd == 0 or max(dests) >= n or (no and max(senders) >= n) \
-                or (nids and max(ids) >= n):
+        if nd == 0 or max(dests) >= n or (no and max(senders) >= n):
             raise WireError(f"a process id is out of range 0..{n - 1}")
         bit = self._bit
         dm = 0
@@ -161,20 +159,7 @@ class Ks(HoldBackProtocol):
         bad = (dm & ~mebit)
         om = {}
         wk, wt = [], []              # the entries this copy waits for
-        at = 0
-        for s, t, ln in zip(senders, clocks, dlens):
-            if ln == 0:
-                mask = 0
-            elif ln == 1:
-                mask = bit[ids[at]]
-                at += 1
-            else:
-                mask = 0
-                for l in ids[at:at + ln]:
-                    mask |= bit[l]
-                at += ln
-                if mask.bit_count() != ln:
-                    raise WireError(f"O_M entry ({s}, {t}) lists a destination twice")
+        for s, t, mask in zip(senders, clocks, masks):
             if mask:
                 if mask & (bad | bit[s]) or not t:
                     raise WireError(f"bad O_M entry ({s}, {t}, {mask:#x})")
