@@ -31,6 +31,7 @@ _EINTR = -errno.EINTR
 _EAGAIN = -errno.EAGAIN
 _INFO = ffi.sizeof("struct b1_msg_info")
 _iter_infos = struct.Struct("=10Q").iter_unpack  # struct b1_msg_info, all words at once
+_last_info = struct.Struct("=10Q").unpack_from
 _new = tuple.__new__
 _unpack = ffi.unpack
 _pid = [os.getpid()]  # this process's (os.getpid per slice costs as much as the slice)
@@ -110,9 +111,15 @@ def recv_many(peer, max_messages, timeout_ns, copy, timeout) -> list:
             r = -errno.ETIMEDOUT
     if peer._ready is not None:
         peer._ready.sync()
+    infos = _iter_infos(words[:r * _INFO])
+    if copy and not frame.n_handles:  # the common batch: one comprehension, ~2x faster
+        last = _last_info(words, (r - 1) * _INFO)  # copies are packed from 0: it ends the blob
+        blob, types = payload[0:last[8] + last[5]], MESSAGE_TYPES
+        return [_new(Message, (types[kind], dest, blob[off:off + length], (), (ts, sender, seq)))
+                for ts, sender, seq, dest, kind, length, _, _, off, _ in infos]
     out, h = [], 0
     me = _pid[0]
-    for ts, sender, seq, dest, kind, length, nh, _, off, token in _iter_infos(words[:r * _INFO]):
+    for ts, sender, seq, dest, kind, length, nh, _, off, token in infos:
         if nh:
             carried = tuple(_unpack(handles + h, nh))
             h += nh

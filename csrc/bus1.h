@@ -212,7 +212,7 @@ struct b1_frame {
     struct b1_msg_info info;   /* out of b1_frame_recv */
     struct b1_msg_info *infos; /* out of b1_frame_recv_many: room for infos_cap */
     uint32_t infos_cap;
-    uint32_t pad2;
+    uint32_t n_handles;        /* out of b1_frame_recv_many: handles in f->handles, all told */
 };
 /* b1_send over the frame: n destinations in f->dests, or with n == 0 the one destination
  * `dest` (the common unicast passes it as a scalar, no array write) */

@@ -356,6 +356,7 @@ struct recv_req {
     char *buf;
     uint64_t buflen;
     uint64_t *handles;    /* room for max_msg_handles */
+    uint32_t n_handles;   /* out: how many of them the taken messages carried */
 };
 
 #define TAKE_ON_STACK 64
@@ -468,6 +469,7 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
                 b1_entry_free(base, taken[i]);
             }
         }
+        q->n_handles = nh;
         if (k || r) {
             r = k ? (int)k : r;
             break;
@@ -621,5 +623,7 @@ int b1_frame_recv_many(struct b1_frame *f, uint32_t slot, uint64_t id, uint32_t 
     if (!max || max > f->infos_cap) return -EINVAL;
     struct recv_req q = {.infos = f->infos, .max = max, .flags = flags, .buf = f->buf,
                          .buflen = f->buflen, .handles = f->handles};
-    return recv_wait(f->base, slot, id, &q, timeout_ns);
+    int r = recv_wait(f->base, slot, id, &q, timeout_ns);
+    f->n_handles = r > 0 ? q.n_handles : 0;
+    return r;
 }
