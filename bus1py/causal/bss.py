@@ -30,7 +30,7 @@ from __future__ import annotations
 import struct
 from functools import lru_cache
 from itertools import compress, count
-from operator import gt, le
+from operator import gt
 
 from .base import U32_MAX, Protocol, Step, WireCost, WireError
 
@@ -119,22 +119,24 @@ class BSS(Protocol):
         # Given (a), delivery sets VT := max(VT, VT_m), which is VT[j] += 1: bump first, then
         # (a) and (b) together read VT_m <= VT componentwise.
         vt[src] += 1
-        if s == vt[src] and all(map(le, vm, vt)):
-            if for_me:
-                step.delivered.append((src, payload))
-            if self._held:
-                self._release(src, step.delivered)
-        else:
-            if s == vt[src]:            # the next from src, waiting for another sender
-                self._wait(src, vm)
-            vt[src] -= 1
-            self.pending.setdefault(src, {})[s] = (vm, for_me, payload)
-            self._held += 1
+        if s == vt[src]:
+            # the first sender this copy is ahead of, if any (one pass: it is what a held
+            # copy is parked on)
+            k = next(compress(count(), map(gt, vm, vt)), None)
+            if k is None:
+                if for_me:
+                    step.delivered.append((src, payload))
+                if self._held:
+                    self._release(src, step.delivered)
+                return step
+            self._park(src, k)          # the next from src, waiting for sender k
+        vt[src] -= 1
+        self.pending.setdefault(src, {})[s] = (vm, for_me, payload)
+        self._held += 1
         return step
 
-    def _wait(self, j, vm):
-        """Park j's next copy on the first sender k it is ahead of (vt[j] already bumped)."""
-        k = next(compress(count(), map(gt, vm, self.vt)))
+    def _park(self, j, k):
+        """Park j's next copy on sender k, the first it is ahead of (vt[j] already bumped)."""
         w = self.waiters.get(k)
         if w is None:
             self.waiters[k] = {j}
@@ -158,7 +160,8 @@ class BSS(Protocol):
                 if e is None:
                     continue
                 vt[j] += 1
-                if all(map(le, e[0], vt)):
+                k = next(compress(count(), map(gt, e[0], vt)), None)
+                if k is None:
                     del held[vt[j]]
                     if not held:
                         del pending[j]
@@ -167,7 +170,7 @@ class BSS(Protocol):
                         delivered.append((j, e[2]))
                     work.append(j)
                 else:
-                    self._wait(j, e[0])
+                    self._park(j, k)
                     vt[j] -= 1
 
 
