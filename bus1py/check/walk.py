@@ -46,9 +46,11 @@ def vclock_column(trace):
     return True, "present"
 
 
-def kernel_task(procs, span, max_examples, want, with_vclock):
+def kernel_task(procs, span, max_examples, want, vclock_files):
     """The function mapInArrow runs on the one task: all rows in, violation and summary
-    rows out."""
+    rows out. vclock_files: the trace's files, read here for their vclock column (with
+    pyarrow: Spark's conversion of a list column to Arrow costs several times the walk),
+    or None. The task reads them where Spark's own scan would, so they are as reachable."""
     def run(batches):
         import pyarrow as pa
 
@@ -60,14 +62,16 @@ def kernel_task(procs, span, max_examples, want, with_vclock):
         table = pa.Table.from_batches(batches)
         del batches
         received = time.perf_counter() - t0
-        rows = table.filter(table.column("kind_code").is_valid())
-        lay = W.Layout(rows, procs, span)
+        lay = W.Layout(table, procs, span)
         info = {"events": lay.n, "seconds": {"receive": round(received, 3)}}
         clock_rows = clocks = None
-        if with_vclock:
-            vrows = table.filter(table.column("kind_code").is_null())
+        if vclock_files:
+            import pyarrow.parquet as pq
+            vrows = pa.concat_tables(pq.read_table(f, columns=["process", "seq", S.VCLOCK[0]])
+                                     for f in vclock_files)
             claimed, why = W.claimed_clocks(lay, lay.positions(vrows),
                                             vrows.column(S.VCLOCK[0]).combine_chunks())
+            del vrows
             if claimed is not None:
                 why = W.verify(lay, claimed)
             if why is None:
@@ -124,15 +128,8 @@ def exact(c, want):
     rows = c.rows.select(*[F.col(n) for n in
                            ("process", "seq", "kind_code", "msg", "first_delivery",
                             "sender_process", "send_seq", "is_destroy")])
-    if with_vclock:
-        name = S.VCLOCK[0]
-        claimed = (c.spark.read.schema(f"process int, seq long, {name} array<int>")
-                   .parquet(*c.trace.files)
-                   .select("process", "seq", F.lit(None).cast("byte").alias("kind_code"), name))
-        rows = rows.withColumn(name, F.lit(None).cast("array<int>")).unionByName(
-            claimed, allowMissingColumns=True)
     fn = kernel_task([int(p) for p in c.procs], c.span, c.max_examples, sorted(want),
-                     with_vclock)
+                     list(c.trace.files) if with_vclock else None)
     out = rows.coalesce(1).mapInArrow(fn, OUT_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
     c._persisted.append(out)
     info = json.loads(out.where(F.col("rec") == "summary").collect()[0]["info"])
