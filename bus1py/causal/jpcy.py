@@ -38,6 +38,7 @@ Invariants (kept after every send and every receive; tests assert them):
 from __future__ import annotations
 
 import struct
+from itertools import chain, repeat
 
 from .base import (U32_MAX, Step, WireCost, WireError, id_masks, mask_ids, pack_columns,
                    read_columns, read_head)
@@ -74,15 +75,15 @@ class Jpcy(HoldBackProtocol):
         # S1
         tau = self.tau = self.tau + 1
         dc = {}                      # d -> ([k], [tau]): DC_i[d]
-        senders, taus, dlens, ids = [], [], [], []
-        for k, tuples in self.ci.items():
+        ci = self.ci
+        for k, tuples in ci.items():
             touched = False
             for t, D in tuples.items():
                 hit = D & dm
                 if hit:
                     # S2: just replaced; m carries (k, t) to each destination in D, and m's
                     # own delivery then guarantees m_k^t's there, so D loses them.
-                    tuples[t] = D & ~dm
+                    tuples[t] = D ^ hit
                     touched = True
                     for d in mask_ids(hit):
                         pair = dc.get(d)
@@ -96,19 +97,15 @@ class Jpcy(HoldBackProtocol):
             # send while already empty.
             if (touched or k == me) and len(tuples) > 1:
                 _drop_old_empty(tuples)
-            # S4 (encoding): the same CI_i goes to every destination, only DC_i[d] differs.
-            for t, D in tuples.items():
-                senders.append(k)
-                taus.append(t)
-                if not D:
-                    dlens.append(0)
-                elif D & (D - 1):
-                    b = mask_ids(D)
-                    dlens.append(len(b))
-                    ids.extend(b)
-                else:
-                    dlens.append(1)
-                    ids.append(D.bit_length() - 1)
+        # S4 (encoding): the same CI_i goes to every destination, only DC_i[d] differs.
+        senders, taus, masks = [], [], []
+        for k, tuples in ci.items():
+            senders.extend(repeat(k, len(tuples)))
+            taus.extend(tuples)
+            masks.extend(tuples.values())
+        lists = list(map(mask_ids, masks))
+        dlens = list(map(len, lists))
+        ids = list(chain.from_iterable(lists))
         nci = len(senders)
         ci_bytes = pack_columns("HIH", senders, taus, ids)
         ci_cost = len(ci_bytes)
