@@ -9,7 +9,7 @@
 # or more jobs per round.
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 
 from . import kinds as K
 from .examples import cycle_example, event, inversion, message_name, shortest_cycle
@@ -35,16 +35,23 @@ class Skeleton:
         self.events = {p: [] for p in self.procs}
         for p, _s, code, msg, first, sp, ss, destroy in zip(*col):
             self.events[p].append((code, msg, bool(first), sp, ss, bool(destroy)))
-        self.origin = {}        # (is_signal, id) -> (process, seq) of its origin
-        self.receives = {}      # (is_signal, id) -> [(process, seq) of each receive]
-        self.origins_at = {p: [] for p in self.procs}   # seqs of origins, ascending
+        self._origin = None
+
+    def _maps(self):
+        """The maps only examples need (built on first use: a clean trace never needs
+        them)."""
+        if self._origin is not None:
+            return
+        self._origin = {}       # (is_signal, id) -> (process, seq) of its origin
+        self._receives = {}     # (is_signal, id) -> [(process, seq) of each receive]
+        self._origins_at = {p: [] for p in self.procs}   # seqs of origins, ascending
         for p, evs in self.events.items():
             for s, (code, msg, *_rest) in enumerate(evs):
                 if code <= K.SIGNAL_SEND:
-                    self.origin[(code == K.SIGNAL_SEND, msg)] = (p, s)
-                    self.origins_at[p].append(s)
+                    self._origin[(code == K.SIGNAL_SEND, msg)] = (p, s)
+                    self._origins_at[p].append(s)
                 elif code <= K.SIGNAL_RECV:
-                    self.receives.setdefault((code == K.SIGNAL_RECV, msg), []).append((p, s))
+                    self._receives.setdefault((code == K.SIGNAL_RECV, msg), []).append((p, s))
 
     @classmethod
     def from_arrow(cls, table):
@@ -54,10 +61,11 @@ class Skeleton:
 
     def describe(self, p, s):
         """The event (p, s) as a counterexample event."""
+        self._maps()
         code, msg = self.events[p][s][:2]
         o = None
         if code >= K.DELIVER and code != K.INTERNAL:
-            o = self.origin.get((code == K.SIGNAL_RECV, msg))
+            o = self._origin.get((code == K.SIGNAL_RECV, msg))
         return event(p, s, K.NAMES[code], msg, origin=o)
 
     def vector_clocks(self):
@@ -96,6 +104,7 @@ class Skeleton:
         and signal hops (a same-process step, of any length, is one edge), as events; None
         when goal is not reachable. BFS over processes: reaching p at an earlier seq
         dominates reaching it later, so each origin is expanded at most once."""
+        self._maps()
         (p0, s0), (pg, sg) = start, goal
         reached = {p0: s0}          # process -> earliest seq reached
         expanded = {p0: None}       # process -> lowest origin seq already expanded from
@@ -108,11 +117,11 @@ class Skeleton:
                 end = (p, s)
                 break
             hi = expanded.get(p)
-            for o in self.origins_at[p]:
+            for o in self._origins_at[p]:
                 if o < s or (hi is not None and o >= hi):
                     continue
                 code, msg = self.events[p][o][:2]
-                for q, r in self.receives.get((code == K.SIGNAL_SEND, msg), ()):
+                for q, r in self._receives.get((code == K.SIGNAL_SEND, msg), ()):
                     if q in reached and reached[q] <= r:
                         continue
                     reached[q] = r
@@ -179,16 +188,15 @@ def _row(r):
 def _consistent(c, sk):
     """Components (more than one message) of the delivery-chain graph contracted to the
     messages first-delivered at two or more processes, as consistent.py counts them."""
-    at = {}
-    for p in sk.procs:
-        for s, (code, msg, first, *_r) in enumerate(sk.events[p]):
-            if code == K.DELIVER and first:
-                at[msg] = at.get(msg, 0) + 1
+    firsts = {p: [(s, msg, sp, ss) for s, (code, msg, first, sp, ss, _d)
+                  in enumerate(sk.events[p]) if code == K.DELIVER and first]
+              for p in sk.procs}
+    at = Counter(msg for lst in firsts.values() for _s, msg, _sp, _ss in lst)
     rows, succ = [], {}
-    for p in sk.procs:
+    for p, lst in firsts.items():
         prev = None
-        for s, (code, msg, first, sp, ss, _d) in enumerate(sk.events[p]):
-            if code == K.DELIVER and first and at[msg] > 1:
+        for s, msg, sp, ss in lst:
+            if at[msg] > 1:
                 rows.append({"process": p, "deliver_seq": s, "msg": msg,
                              "sender_process": sp, "send_seq": ss})
                 if prev is not None:
