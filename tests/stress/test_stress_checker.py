@@ -1,4 +1,4 @@
-"""The Spark checker (`bus1py check`) on stress traces: a clean run passes, every --inject
+"""The checker (`bus1py check`) on stress traces: a clean run passes, every --inject
 kind is rejected on the property it breaks.
 
 Invariants: the checker is driven only through its command line (exit status 0 ok /
