@@ -44,6 +44,7 @@ from .worker import (CTL_ABORT, CTL_LEAVE, PID, ST_DONE, ST_FAILED, STATE, STRID
                      close_others, finish)
 from .workload import Action, Planner
 
+REAP_WAIT = 60  # seconds a killed mortal's peer may stay connected (its exit, a busy lock)
 ST_DYING = 5  # a mortal that left and waits for its SIGKILL (worker states go to ST_FAILED=4)
 _DESTROY = MessageType.NODE_DESTROY
 
@@ -122,12 +123,7 @@ class Mortal(Worker):
         while self.awaiting:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"NODE_DESTROY of {sorted(self.awaiting)} never came back")
-            try:
-                self.on_message(self.peer.recv(0.05))
-            except TimeoutError:
-                pass
-            except OSError as e:
-                self.error(e, "recv")
+            self.wait_recv(0.05)
 
     def run(self):
         self.ppid = os.getppid()
@@ -187,7 +183,8 @@ class Churn:
         self.next_index = cfg.processes
         self.live = {}      # slot -> SimpleNamespace(proc, index, conn, peer_id)
         self.leaving = False
-        self.stats = {"spawned": 0, "exited": 0, "killed": 0, "reaped": 0}
+        self.stats = {"spawned": 0, "exited": 0, "killed": 0, "reaped": 0, "reap_retries": 0}
+        self.dying = []     # SIGKILLed mortals whose peers are not reaped yet
         self.failures = []
         self.indices = []   # every mortal's trace index
 
@@ -209,7 +206,7 @@ class Churn:
         p = run.ctx.Process(target=mortal_main, args=(spec,), name=f"bus1py-mortal-{index}")
         p.start()
         child.close()
-        self.live[slot] = SimpleNamespace(proc=p, index=index, conn=parent, peer_id=None)
+        self.live[slot] = SimpleNamespace(proc=p, index=index, conn=parent, peer_id=None, killed_at=None)
         self.indices.append(index)
         self.stats["spawned"] += 1
 
@@ -239,15 +236,16 @@ class Churn:
 
     def tick(self):
         run = self.run
+        self.reap()
         for slot, m in list(self.live.items()):
             if m.conn is not None and (m.peer_id is not None or m.conn.poll()):
                 self.handshake(m)
             state = run.counters[slot * STRIDE + STATE]
             if state == ST_DYING and m.proc.exitcode is None:
                 os.kill(m.proc.pid, signal.SIGKILL)
-                m.proc.join(10)
                 self.stats["killed"] += 1
-                self.reap(m)
+                m.killed_at = time.monotonic()
+                self.dying.append(m)
                 self.replace(slot)
             elif m.proc.exitcode is not None:
                 if m.proc.exitcode == 0 and state == ST_DONE:
@@ -258,12 +256,26 @@ class Churn:
                     self.failures.append(f"mortal process {m.index} (slot {slot}): {why}")
                     del self.live[slot]
 
-    def reap(self, m):
-        """Reap the killed mortal's peer through the bus (a stable process may have reaped
-        it already, on EDQUOT); it must not be left connected."""
+    def reap(self):
+        """Reap killed mortals' peers through the bus once their processes are gone (a
+        stable process may have reaped one already, on EDQUOT).  A peer still connected is
+        tried again on later ticks; one still connected REAP_WAIT s after its SIGKILL fails
+        the run."""
+        gone = [m for m in self.dying if m.proc.exitcode is not None]
+        if not gone:
+            return
         self.stats["reaped"] += self.run.bus.gc()["peers_reaped"]
-        if any(p["id"] == m.peer_id and p["state"] == "connected" for p in self.run.bus.peers()):
-            self.failures.append(f"mortal process {m.index}: its peer {m.peer_id} outlived it (not reaped)")
+        connected = {p["id"] for p in self.run.bus.peers() if p["state"] == "connected"}
+        for m in gone:
+            if m.peer_id not in connected:
+                m.proc.join()
+                self.dying.remove(m)
+            elif time.monotonic() - m.killed_at > REAP_WAIT:
+                self.failures.append(f"mortal process {m.index}: its peer {m.peer_id} still "
+                                     f"connected {REAP_WAIT} s after its SIGKILL (not reaped)")
+                self.dying.remove(m)
+            else:
+                self.stats["reap_retries"] += 1
 
     def replace(self, slot):
         del self.live[slot]
@@ -277,6 +289,8 @@ class Churn:
         self.run.control[CTL_LEAVE] = 1
 
     def kill_all(self):
+        for m in self.dying:
+            m.proc.join(5)
         for m in self.live.values():
             if m.proc.exitcode is None:
                 m.proc.kill()

@@ -112,7 +112,8 @@ def run_and_report(cfg: StressConfig, console: Console, progress: bool = True, v
     if res.churn:
         c = res.churn
         console.print(f"churn: {c['spawned']:,} mortal processes, {c['exited']:,} exited, "
-                      f"{c['killed']:,} SIGKILLed, {c['reaped']:,} peers reaped by bus.gc()")
+                      f"{c['killed']:,} SIGKILLed, {c['reaped']:,} peers reaped by bus.gc() "
+                      f"({c['reap_retries']:,} second tries)")
     if res.resources:
         from .display import resources_lines
         for line in resources_lines(res.resources):

@@ -300,7 +300,8 @@ def run_stress(cfg: StressConfig, monitor=None) -> StressResult:
                         s >= ST_SENT for s in states):
                     run.churn.leave()  # no new mortals; DRAIN once the last one is gone
                 if not drained and all(s >= ST_SENT for s in states) and (
-                        cfg.direct_bus or run.quiescent()) and not (run.churn and run.churn.live):
+                        cfg.direct_bus or run.quiescent()) and not (
+                        run.churn and (run.churn.live or run.churn.dying)):
                     # the bus: every send returned, all is committed; a transport: nothing is
                     # in flight (every wire handed out was received, twice in a row)
                     run.control[CTL_DRAIN] = 1

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("BUS1PY_STRESS_CHECKER") == "0",
                                 reason="BUS1PY_STRESS_CHECKER=0: the Spark checker runs skipped")
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(600)  # the directory's Spark session may start here (minutes under load)
 def test_churn_run_passes_the_checker_and_leaks_nothing(spark, tmp_path):
     trace = str(tmp_path / "trace")
     res = run_stress(StressConfig(processes=8, messages=400, seed=5, trace_dir=trace, churn=True,
