@@ -1,8 +1,11 @@
 # Invariants: `bus1py check` exits 0 when every property holds, 1 when any is violated, 2 when
 # the trace cannot be read or is malformed (or the arguments are wrong); it prints one line
-# per property to stdout and nothing from Spark (log4j is set to ERROR by spark.py). The
-# progress display is a daemon thread that only *reads* the SparkContext status tracker; it
-# never affects the result and is off when stderr is not a terminal.
+# per property to stdout and nothing from Spark (log4j is set to ERROR by spark.py). A
+# trace that fits on the driver (local.fits, local_check.check_local) is checked there and
+# no JVM is started, unless --spark, --master or --shiviz asks for Spark; both engines give
+# the same summary. The progress display (Spark only) is a daemon thread that only *reads*
+# the SparkContext status tracker; it never affects the result and is off when stderr is
+# not a terminal.
 from __future__ import annotations
 
 import json
@@ -14,9 +17,10 @@ import threading
 def register(subparsers):
     p = subparsers.add_parser(
         "check", help="check a trace for exactly-once, FIFO, causal and consistent delivery",
-        description="Check a bus1py trace (a directory of Parquet files, SPEC section 7) "
-                    "with Spark. Exit 0: every property holds; 1: a property is violated; "
-                    "2: the trace is malformed or unreadable.")
+        description="Check a bus1py trace (a directory of Parquet files, SPEC section 7): "
+                    "on the driver alone when it is small enough, else with Spark. Exit 0: "
+                    "every property holds; 1: a property is violated; 2: the trace is "
+                    "malformed or unreadable.")
     p.add_argument("trace", metavar="TRACE_DIR")
     p.add_argument("--master", default=None,
                    help="Spark master URL (default: local[*], an embedded session); "
