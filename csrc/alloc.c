@@ -97,6 +97,7 @@ uint32_t b1_entry_alloc(void *base) {
 void b1_entry_free(void *base, uint32_t e) {
     struct b1_header *h = HDR(base);
     atomic_fetch_sub_explicit(&shard(h)->entries, 1, memory_order_relaxed);
+    __atomic_store_n(&ENTRY(base, e)->msg, 0, __ATOMIC_RELEASE); /* free: see B1_ENTRY_RECEIVING */
     b1_free_index(&h->free_entries, e, &ENTRY(base, e)->next_free);
 }
 

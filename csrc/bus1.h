@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 /* cdef-begin */
-#define B1_VERSION 6
+#define B1_VERSION 7
 #define B1_HANDLE_INVALID 0xffffffffffffffff
 
 #define B1_MSG_DATA 0
@@ -39,6 +39,23 @@
 #define B1_INJECT_NO_SYNC 2
 #define B1_INJECT_ADDRESS_TIEBREAK 3
 #define B1_INJECT_FIFO 4
+
+/* Test-only kill points: b1_kill_at(point, after) arms the calling process to SIGKILL
+ * itself when it passes `point` for the (after + 1)-th time.  Nothing is armed unless a
+ * process calls b1_kill_at, so a bus used by other processes is never affected. */
+enum b1_kill_point {
+    B1_KILL_NONE = 0,
+    B1_KILL_STAGE = 1,    /* a destination staged (its block in the queue, lock released) */
+    B1_KILL_STAMP = 2,    /* the transaction stamped, nothing committed yet */
+    B1_KILL_SYNC = 3,     /* a destination's clock synced to the stamp */
+    B1_KILL_COMMIT = 4,   /* a destination committed */
+    B1_KILL_LOCKED = 5,   /* holding a destination's queue lock, its block just inserted */
+    B1_KILL_DESTROY = 6,  /* destroy: nodes marked, their notices staged, before the stamp */
+    B1_KILL_RELEASE = 7,  /* release: the handle dropped, the owner's NODE_RELEASE not queued */
+    B1_KILL_TRANSFER = 8, /* transfer: the target's handle made, the id not yet returned */
+    B1_KILL_RECV = 9,     /* recv: the entry taken out of the queue, not yet copied or freed */
+    B1_KILL_POINTS = 10
+};
 
 struct b1_limits {
     uint32_t max_peers;        /* peer slots in the segment */
@@ -121,7 +138,9 @@ struct b1_peer_info {
 struct b1_gc_stats {
     uint32_t peers_reaped;     /* peers whose processes had all died */
     uint32_t blocks_completed; /* blocks of dead senders committed at their stamp */
-    uint32_t blocks_removed;   /* blocks of dead senders that had no stamp yet */
+    uint32_t blocks_removed;   /* copies of dead senders' messages that had no stamp yet (in
+                                  a queue or not yet staged), and entries dead receivers
+                                  had taken out of their queues */
     uint32_t live_peers;       /* connected peers with a live process (or never used) */
 };
 
@@ -238,6 +257,9 @@ int b1_frame_recv_many(struct b1_frame *f, uint32_t slot, uint64_t id, uint32_t 
                        int64_t timeout_ns, uint32_t flags);
 /* give back a slice (info.slice) received by the peer (slot, id) */
 int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice);
+
+/* arm (or with B1_KILL_NONE disarm) this process's kill point; -EINVAL for an unknown one */
+int b1_kill_at(uint32_t point, uint32_t after);
 
 /* queue internals exposed for tests and benchmarks */
 int b1_queue_check(void *base, uint32_t slot);   /* verifies tree order and counts */

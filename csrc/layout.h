@@ -56,7 +56,7 @@ struct b1_header {
     uint64_t off_peers, off_nodes, off_handles, off_entries, off_pool;
 
     int32_t creator_pid;               /* the process that created the bus (admin listing) */
-    uint32_t pad1;
+    _Atomic int32_t orphan_reaper; /* pid of the process sweeping orphaned entries (reap.c) */
     uint64_t creator_start;
     _Atomic uint64_t next_peer_id;     /* ids are unique and never reused */
     _Atomic uint32_t peers_bump;       /* next never-used slot of each table */
@@ -145,7 +145,7 @@ struct b1_node {
     uint32_t owner_handle_live;
     uint32_t owner_notified; /* the owner has read its NODE_DESTROY (or is gone) */
     _Atomic uint32_t next_free;
-    uint32_t pad;
+    int32_t release_pid;     /* the process that set release_pending: it queues the notice */
 };
 
 /* A handle: a peer's reference to a node.  Its id is (gen << 24) | index.
@@ -188,6 +188,17 @@ struct b1_entry {
     uint32_t node;
     uint32_t node_gen;
 };
+/* Out of every queue, an entry is still claimed by a process that may die: from its
+ * allocation until its stage (ts 0, msg set: the record's stager), and once a receive took
+ * it out of the queue (type marked B1_ENTRY_RECEIVING, prio the receiver's pid).  A free
+ * entry has msg 0.  b1_gc frees the entries of dead claimants (reap.c). */
+#define B1_ENTRY_RECEIVING 0x100u
+int32_t b1_pid(void);
+/* mark an entry out of every queue as this process's, before the lock that took it goes */
+static inline void b1_entry_claim(struct b1_entry *e) {
+    e->prio = (uint32_t)b1_pid();
+    e->type |= B1_ENTRY_RECEIVING;
+}
 /* one cache line per entry (the table is 64-aligned): a message moves two lines between
  * the sender's and the receiver's CPU, its entry and its record's head */
 _Static_assert(sizeof(struct b1_entry) == 64, "an entry fills one cache line");
@@ -300,6 +311,12 @@ static inline int b1_msg_ok(void *base, uint32_t unit, uint32_t idx) {
     return ok;
 }
 
+/* kill.c: the test-only kill points (bus1.h).  Off, a point costs one load of a
+ * process-local word and a branch predicted not taken. */
+extern uint32_t b1_kill_point;
+void b1_kill_pass(void);
+#define B1_KILL_POINT(pt) do { if (__builtin_expect(b1_kill_point == (pt), 0)) b1_kill_pass(); } while (0)
+
 /* alloc.c */
 uint32_t b1_alloc_index(void *base, b1_stack *stack, _Atomic uint32_t *bump, uint32_t limit,
                         size_t link_offset, size_t elem_size, char *table);
@@ -349,6 +366,7 @@ void b1_notify_release(void *base, uint32_t node, uint32_t gen);
 int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nodes, uint32_t n,
                      int disconnecting, uint64_t *stamp);
 void b1_drop_peer_handles(void *base, uint32_t slot, uint64_t id);
+void b1_renotify_releases(void *base);
 
 /* tx.c */
 int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *payload,

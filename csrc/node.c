@@ -18,6 +18,8 @@
  *     the node later is stamped above the destruction (its sender syncs to destroy_ts).
  *   - A node slot is freed only when it is destroyed, the owner has read its NODE_DESTROY
  *     (or is gone), the owner's handle is released and no holder is left.
+ *   - The process that drops a node's last holder owes the owner its NODE_RELEASE
+ *     (release_pending, release_pid); if it dies owing it, b1_gc queues it instead.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -128,6 +130,7 @@ static int handle_put_locked(void *base, uint32_t hi, uint32_t held, uint32_t pe
         if (*link == hi) *link = hd->next_holder;
         if (!nd->holders && nd->state == B1_NODE_ALIVE && !nd->release_pending) {
             nd->release_pending = 1;
+            nd->release_pid = b1_pid();
             result = PUT_RELEASE;
         }
     }
@@ -256,6 +259,7 @@ int b1_handle_transfer(void *base, uint32_t slot, uint64_t id, uint64_t handle,
         *out = handle_id(base, hi);
     }
     b1_unlock(owner);
+    if (r == 0) B1_KILL_POINT(B1_KILL_TRANSFER);
     return r;
 }
 
@@ -279,6 +283,7 @@ int b1_handle_release(void *base, uint32_t slot, uint64_t id, uint64_t handle) {
     }
     int put = handle_put_locked(base, hi, 1, 0);
     b1_unlock(owner);
+    B1_KILL_POINT(B1_KILL_RELEASE);
     put_done(base, put, n, gen);
     return 0;
 }
@@ -396,6 +401,7 @@ void b1_resolve_handles(void *base, struct b1_entry *e, struct b1_msg *m, uint64
                 HANDLE(base, hi)->pending--;
                 HANDLE(base, hi)->refs++;
                 out[k] = ids[k];
+                ids[k] = B1_HANDLE_INVALID; /* held now: nothing to undo for this copy */
             }
         }
         b1_unlock(owner);
@@ -430,6 +436,38 @@ int b1_release_wanted_locked(void *base, struct b1_peer *p, struct b1_entry *e) 
     if (nd->gen != e->node_gen || nd->state == B1_NODE_FREE) return 0;
     nd->release_pending = 0;
     return nd->state == B1_NODE_ALIVE && !nd->holders;
+}
+
+/* Is a NODE_RELEASE for node n (generation gen) in p's queue (p's lock held)? */
+static int release_queued_locked(void *base, struct b1_peer *p, uint32_t n, uint32_t gen) {
+    uint32_t max = HDR(base)->limits.max_entries, stack[64], top = 0, steps = 0;
+    if (p->root) stack[top++] = p->root;
+    while (top && b1_step(&steps, max)) {
+        struct b1_entry *e = ENTRY(base, stack[--top]);
+        if (e->type == B1_MSG_NODE_RELEASE && e->node == n && e->node_gen == gen) return 1;
+        if (e->left && top < 64) stack[top++] = e->left;
+        if (e->right && top < 64) stack[top++] = e->right;
+    }
+    return 0;
+}
+
+/* Queue the NODE_RELEASE that a dead process owed: it set release_pending and died before
+ * its notice was stamped (an unstamped one was removed by the reaper).  For b1_gc. */
+void b1_renotify_releases(void *base) {
+    uint32_t bump = atomic_load(&HDR(base)->nodes_bump);
+    if (bump > HDR(base)->limits.max_nodes + 1) bump = HDR(base)->limits.max_nodes + 1;
+    for (uint32_t n = 1; n < bump; n++) {
+        struct b1_node *nd = NODE(base, n);
+        uint32_t gen = nd->gen;
+        if (!nd->release_pending || nd->state != B1_NODE_ALIVE || b1_pid_alive(nd->release_pid, 0)) continue;
+        struct b1_peer *owner = lock_owner(base, n, gen);
+        if (!owner) continue;
+        int owed = nd->release_pending && nd->state == B1_NODE_ALIVE && !nd->holders &&
+                   !b1_pid_alive(nd->release_pid, 0) && !release_queued_locked(base, owner, n, gen);
+        if (owed) nd->release_pid = b1_pid();
+        b1_unlock(owner);
+        if (owed) b1_notify_release(base, n, gen);
+    }
 }
 
 /* Queue NODE_RELEASE at the owner: a transaction of the owner to itself. */
@@ -483,8 +521,10 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
         /* validate all, then mark all: a failed call changes nothing */
         for (uint32_t i = 0; i < n && !r; i++) {
             struct b1_node *nd = NODE(base, nodes[i]);
+            /* a departing owner also takes the nodes whose destroyer died before the stamp */
+            int from = nd->state == B1_NODE_ALIVE || (disconnecting && nd->state == B1_NODE_DESTROYING);
             if (nd->owner_slot != slot || nd->owner_id != id) r = -EREMOTE;
-            else if (nd->state != (first ? B1_NODE_ALIVE : B1_NODE_DESTROYING)) r = -ESTALE;
+            else if (first ? !from : nd->state != B1_NODE_DESTROYING) r = -ESTALE;
         }
         uint32_t count = 0;
         for (uint32_t i = 0; i < n && !r; i++) {
@@ -521,6 +561,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
             /* nobody to notify (a departing owner with no holders): stamp alone */
             struct b1_tx tx = {.sender_slot = slot, .sender_id = id, .n = 0, .dests = NULL};
             tx.seq = atomic_fetch_add(&p->tx_seq, 1);
+            B1_KILL_POINT(B1_KILL_DESTROY);
             r = b1_tx_stamp_as(base, &tx, disconnecting, destroy_stamp_check, &dc);
             if (r == -EAGAIN) continue;
             if (!r && stamp) stamp[0] = tx.ts, stamp[1] = tx.seq;
@@ -529,6 +570,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
         struct b1_tx tx = {.sender_slot = slot, .sender_id = id, .n = count, .dests = dests};
         r = b1_tx_prepare_raw(base, &tx, B1_MSG_NODE_DESTROY, NULL, 0, 0);
         for (uint32_t i = 0; i < count && !r; i++) r = b1_tx_stage(base, &tx, i);
+        if (!r) B1_KILL_POINT(B1_KILL_DESTROY);
         if (!r) r = b1_tx_stamp_as(base, &tx, disconnecting, destroy_stamp_check, &dc);
         if (r) {
             if (tx.msg) b1_tx_abort(base, &tx);

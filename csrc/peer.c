@@ -23,7 +23,9 @@
  *     transaction, flush the queue and the zero-copy slices still held (DISCONNECTED),
  *     drop every handle the peer holds.
  *     Blocks flushed from the queue stay owned by their transactions, which notice the
- *     peer is gone at their next step and free their entries themselves.
+ *     peer is gone at their next step and free their entries themselves; a block whose
+ *     stager died is freed by the flush, as nobody else will.  A NODE_DESTROY flushed
+ *     unread counts as read by the owner, so the destroyed node can be freed.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -273,9 +275,16 @@ static void flush_queue(void *base, struct b1_peer *p) {
             atomic_store(&p->front_ts, 0);
             break;
         }
-        /* a block stays owned by its transaction, which frees it */
-        if (!(ENTRY(base, e)->ts & 1) && taken && n < cap && b1_msg_ok(base, ENTRY(base, e)->msg, ENTRY(base, e)->idx))
+        /* a block stays owned by its transaction, which frees it, unless its stager died */
+        struct b1_entry *en = ENTRY(base, e);
+        if (!b1_msg_ok(base, en->msg, en->idx)) continue;
+        if ((en->ts & 1) && b1_pid_alive(MSG(base, en->msg)->stager_pid, 0)) continue;
+        /* the owner reads nothing more: its destroyed node must not wait for it */
+        if (en->type == B1_MSG_NODE_DESTROY) b1_destroy_delivered(base, p, en);
+        if (taken && n < cap) {
+            b1_entry_claim(en); /* ours until freed below */
             taken[n++] = e;
+        }
     }
     p->n_messages = 0;
     p->n_bytes = 0;
@@ -287,6 +296,7 @@ static void flush_queue(void *base, struct b1_peer *p) {
     for (uint32_t i = held, next; i && b1_step(&steps, HDR(base)->limits.max_entries); i = next) {
         struct b1_entry *e = ENTRY(base, i);
         next = e->right;
+        b1_entry_claim(e);
         e->ts = 0;
         b1_msg_put(base, e->msg);
         b1_entry_free(base, i);
@@ -294,7 +304,7 @@ static void flush_queue(void *base, struct b1_peer *p) {
     for (uint32_t i = 0; i < n; i++) {
         struct b1_entry *e = ENTRY(base, taken[i]);
         struct b1_msg *m = MSG(base, e->msg);
-        if (e->type == B1_MSG_DATA) b1_tx_unregister_handles(base, m, e->idx);
+        if ((e->type & ~B1_ENTRY_RECEIVING) == B1_MSG_DATA) b1_tx_unregister_handles(base, m, e->idx);
         b1_msg_put(base, e->msg);
         b1_entry_free(base, taken[i]);
     }
@@ -319,7 +329,9 @@ int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id) {
     if (b1_lock(p) == 0) {
         for (uint32_t i = 1; i < bump; i++) {
             struct b1_node *nd = NODE(base, i);
-            if (nd->owner_slot == slot && nd->owner_id == id && nd->state == B1_NODE_ALIVE)
+            /* DESTROYING: a destroyer that died before its stamp left it so */
+            if (nd->owner_slot == slot && nd->owner_id == id &&
+                (nd->state == B1_NODE_ALIVE || nd->state == B1_NODE_DESTROYING))
                 nodes[n++] = i;
         }
         b1_unlock(p);

@@ -10,6 +10,13 @@
  *     unstamped, it is removed and its quota and handle registrations undone.
  *   - Each block is re-checked under its queue's lock before it is touched: another
  *     reaper (or the stager itself, if it was only slow) may have been first.
+ *   - An entry in no queue is freed when the process claiming it died (layout.h,
+ *     B1_ENTRY_RECEIVING): a sender's copy not yet staged belongs to a message without a
+ *     stamp (the stamp comes after every stage), so it is undone like an unstamped block.
+ *   - The dead's transactions are finished or undone before their peers are reaped, so
+ *     the nodes those peers own are destroyed with the holders the finished messages made.
+ *   - A NODE_RELEASE owed by a dead process (release_pending set, no notice queued) is
+ *     queued again, once.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -87,10 +94,51 @@ static int reap_queue(void *base, uint32_t slot, struct b1_gc_stats *stats) {
 
 int b1_queue_reap(void *base, uint32_t slot) { return reap_queue(base, slot, NULL); }
 
+/* One sweeper at a time (a claim must not race another sweeper's free and reuse of the
+ * same entry); a dead sweeper's claim is taken over. */
+static int orphan_lock(struct b1_header *h) {
+    int32_t cur = 0, me = b1_pid();
+    while (!atomic_compare_exchange_strong(&h->orphan_reaper, &cur, me))
+        if (cur == me || b1_pid_alive(cur, 0)) return 0;
+    return 1;
+}
+
+/* Free the entries out of every queue whose claimant died (layout.h, B1_ENTRY_RECEIVING):
+ * a sender's copies not yet staged, a receiver's entry taken out but not yet read.  Each
+ * gives back its record reference and, for data, its handle registrations. */
+static uint32_t reap_orphans(void *base) {
+    struct b1_header *h = HDR(base);
+    /* injected modes stage no blocks: a staged entry would look unstaged */
+    if (h->limits.inject || !orphan_lock(h)) return 0;
+    int saved_bad = b1_bad; /* live entries change under the sweep: a torn read is no damage */
+    uint32_t bump = atomic_load(&h->entries_bump), freed = 0;
+    if (bump > h->limits.max_entries + 1) bump = h->limits.max_entries + 1;
+    for (uint32_t i = 1; i < bump; i++) {
+        struct b1_entry *e = ENTRY(base, i);
+        uint32_t unit = __atomic_load_n(&e->msg, __ATOMIC_ACQUIRE), type = e->type;
+        if (!unit || (!(type & B1_ENTRY_RECEIVING) && e->ts != 0)) continue;
+        if (!b1_msg_ok(base, unit, e->idx)) continue;
+        struct b1_msg *m = MSG(base, unit);
+        int32_t pid = (type & B1_ENTRY_RECEIVING) ? (int32_t)e->prio : m->stager_pid;
+        if (b1_pid_alive(pid, 0) || __atomic_load_n(&e->msg, __ATOMIC_ACQUIRE) != unit) continue;
+        if ((type & ~B1_ENTRY_RECEIVING) == B1_MSG_DATA) b1_tx_unregister_handles(base, m, e->idx);
+        b1_msg_put(base, unit);
+        b1_entry_free(base, i);
+        freed++;
+    }
+    b1_bad = saved_bad;
+    atomic_store(&h->orphan_reaper, 0);
+    return freed;
+}
+
 int b1_gc(void *base, struct b1_gc_stats *out) {
     struct b1_header *h = HDR(base);
     struct b1_gc_stats stats = {0};
     uint32_t bump = atomic_load(&h->peers_bump);
+    /* the dead's transactions first: a rolled-back message must not make its receivers
+     * holders of the nodes it carried when the dead peers' nodes are destroyed below */
+    for (uint32_t slot = 1; slot < bump; slot++) reap_queue(base, slot, &stats);
+    stats.blocks_removed += reap_orphans(base);
     for (uint32_t slot = 1; slot < bump; slot++) {
         struct b1_peer *p = b1_peer_at_slot(base, slot);
         if (!p || b1_lock(p)) continue;
@@ -108,7 +156,7 @@ int b1_gc(void *base, struct b1_gc_stats *out) {
             stats.live_peers++;
         }
     }
-    for (uint32_t slot = 1; slot < bump; slot++) reap_queue(base, slot, &stats);
+    b1_renotify_releases(base);
     b1_peer_reclaim_all(base);
     if (out) *out = stats;
     return 0;

@@ -84,6 +84,7 @@ int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *p
     m->n_handles = n_handles;
     m->n_dests = n;
     m->type = type;
+    m->stager_pid = b1_pid();
     if (len) memcpy(msg_payload(m), payload, len);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t e = b1_entry_alloc(base);
@@ -97,11 +98,15 @@ int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *p
         }
         tx->dests[i].entry = e;
         tx->dests[i].state = B1_DEST_PREPARED;
+        /* claimed by this process from here on: the reaper frees it if the process dies */
+        ENTRY(base, e)->ts = 0;
+        ENTRY(base, e)->idx = i;
+        ENTRY(base, e)->type = type;
+        __atomic_store_n(&ENTRY(base, e)->msg, tx->msg, __ATOMIC_RELEASE);
     }
     struct b1_peer *sender = PEER(base, tx->sender_slot);
     tx->seq = atomic_fetch_add(&sender->tx_seq, 1);
     tx->max_ts = __atomic_load_n(&sender->clock, __ATOMIC_RELAXED); /* best first estimate */
-    m->stager_pid = b1_pid();
     for (uint32_t i = 0; i < n; i++) {
         struct b1_dest *d = &tx->dests[i];
         struct b1_entry *e = ENTRY(base, d->entry);
@@ -197,11 +202,13 @@ int b1_tx_stage(void *base, struct b1_tx *tx, uint32_t i) {
     if (stages_block(base)) {
         e->ts = t + 1;
         woke = b1_queue_insert_locked(base, p, d->entry);
+        B1_KILL_POINT(B1_KILL_LOCKED);
     }
     tx->max_ts = t;
     b1_unlock(p);
     if (woke) b1_wake(p);
     d->state = B1_DEST_STAGED;
+    B1_KILL_POINT(B1_KILL_STAGE);
     if (inject) inject_pause(base);
     return 0;
 }
@@ -231,6 +238,7 @@ int b1_tx_stamp_as(void *base, struct b1_tx *tx, int allow_disconnecting,
     p->clock = ts;
     if (tx->msg) MSG(base, tx->msg)->ts = ts;
     b1_unlock(p);
+    B1_KILL_POINT(B1_KILL_STAMP);
     return 0;
 }
 
@@ -249,6 +257,7 @@ int b1_tx_sync(void *base, struct b1_tx *tx, uint32_t i) {
         b1_unlock(p);
     }
     d->state = B1_DEST_SYNCED;
+    B1_KILL_POINT(B1_KILL_SYNC);
     return 0;
 }
 
@@ -284,6 +293,7 @@ int b1_tx_commit(void *base, struct b1_tx *tx, uint32_t i) {
     b1_unlock(p);
     if (woke) b1_wake(p);
     d->state = B1_DEST_COMMITTED;
+    B1_KILL_POINT(B1_KILL_COMMIT);
     if (inject) inject_pause(base);
     return 0;
 }
@@ -438,10 +448,12 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
             } else {
                 e->ts = 1; /* consumed, not delivered (the entry is ours now) */
             }
+            if (e->ts != B1_TS_HELD) b1_entry_claim(e); /* a slice is its peer's */
         }
         p->received += delivered;
         b1_unlock(p);
         if (woke) b1_wake(p);
+        if (n) B1_KILL_POINT(B1_KILL_RECV);
         used = nh = 0;
         uint32_t k = 0;
         for (uint32_t i = 0; i < n; i++) {
@@ -461,7 +473,7 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
                 }
                 if (m->n_handles) b1_resolve_handles(base, e, m, q->handles + nh);
                 nh += m->n_handles;
-            } else if (e->type == B1_MSG_DATA && m->n_handles) {
+            } else if ((e->type & ~B1_ENTRY_RECEIVING) == B1_MSG_DATA && m->n_handles) {
                 b1_tx_unregister_handles(base, m, e->idx);
             }
             if (!keep) {
@@ -588,6 +600,7 @@ int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice) {
     p->n_messages--;
     p->n_bytes -= MSG(base, e->msg)->len;
     b1_unlock(p);
+    b1_entry_claim(e);
     e->ts = 0;
     b1_msg_put(base, e->msg);
     b1_entry_free(base, ei);

@@ -1,0 +1,380 @@
+"""A kill at every step: one trial kills a victim process at a named point of the C helper
+(csrc/kill.c), lets the survivors reap it and carry on, and checks what they saw.
+
+A trial: two survivor processes and a victim process (with two peers) exchange multicasts
+that carry handles, side-channel signals (pipes, recorded as the stress tool records them),
+node creation, destruction, release and transfer, until the victim SIGKILLs itself the
+(after + 1)-th time it passes the point.  The parent reaps it (`bus.gc()`), the survivors
+finish with a last message to each other, drain, report and exit.
+
+Invariants checked, each an assertion of `run_trial`:
+  - The trace -- the survivors' rows and the victim's rows up to its death, the victim
+    counted as a destination only of the messages it recorded receiving -- has zero
+    lost, duplicated, FIFO, causal and consistency violations (bus1py.check.reference).
+  - The recovery rule: a message whose sender died before its stamp reaches no one
+    (rolled back); one whose sender died after its stamp reaches every destination
+    exactly once (rolled forward).
+  - Every survivor holding a handle to a victim's node gets exactly one NODE_DESTROY for
+    it (from the victim's destroy or from the reaping of the victim's peer), and every
+    node a survivor handed to the victim comes back as exactly one NODE_RELEASE.
+  - No queue is stuck (each survivor receives the other's last message), and once every
+    peer is gone the bus holds zero peers, nodes, handles, entries and pool bytes.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import multiprocessing as mp
+import os
+import random
+import struct
+import time
+from collections import Counter
+
+import bus1py
+from bus1py import HANDLE_INVALID, MessageType
+from bus1py import peer as peer_mod
+from bus1py._b1 import lib
+from bus1py.check.reference import reference_check
+
+FORK = mp.get_context("fork")
+POINTS = {name[len("B1_KILL_"):].lower(): getattr(lib, name) for name in dir(lib)
+          if name.startswith("B1_KILL_") and name not in ("B1_KILL_NONE", "B1_KILL_POINTS")}
+AFTER_STAMP = {"stamp", "sync", "commit"}  # a transaction killed here is rolled forward
+NO_TX = {"release", "transfer", "recv"}  # points outside any transaction of the victim
+VICTIM = 2  # process index of the victim; the survivors are 0 and 1
+TOLERATED = {errno.EDQUOT, errno.EXFULL, errno.ESHUTDOWN, errno.ENXIO, errno.ESTALE}
+LIMITS = dict(max_peers=16, max_nodes=256, max_handles=1024, max_entries=4096, max_dests=4,
+              max_msg_handles=2, pool_size=1 << 20, spin_ns=0)
+
+
+def _pack(msg, labels=()):
+    return struct.pack(f"<{1 + len(labels)}q", msg, *labels)
+
+
+def _unpack(payload):
+    words = struct.unpack(f"<{len(payload) // 8}q", payload)
+    return words[0], words[1:]
+
+
+class Trace:
+    """Trace rows of one process (SPEC columns), ids `index << 40 | counter`."""
+
+    def __init__(self, index, log_fd=None):
+        self.index, self.seq, self.counter, self.rows, self.log_fd = index, 0, 0, [], log_fd
+
+    def new_id(self):
+        self.counter += 1
+        return self.index << 40 | self.counter
+
+    def record(self, kind, msg, dests=None, **extra):
+        row = {"process": self.index, "seq": self.seq, "kind": kind, "msg": msg, "dests": dests,
+               "node": None, "wall_ns": time.monotonic_ns()}
+        self.seq += 1
+        self.log(row=row, **extra)
+        return row
+
+    def log(self, **entry):
+        if "row" in entry:
+            self.rows.append(entry["row"])
+        if self.log_fd is not None:  # the victim's rows must survive its death
+            os.write(self.log_fd, (json.dumps(entry) + "\n").encode())
+
+
+def setup(bus):
+    """Peers, nodes and the handles between them, made by the parent, which then stops
+    holding the peers so that each belongs to the child that uses it."""
+    s = [bus.peer(), bus.peer()]
+    va, vb = bus.peer(), bus.peer()
+    own = [p.create_node() for p in s]
+    vnode = va.create_node()
+    w = {"s": s, "va": va, "vb": vb, "vnode": vnode,
+         "v_to": [s[i].transfer(own[i], va) for i in range(2)],          # victim -> survivor i
+         "s_to": [s[1 - i].transfer(own[1 - i], s[i]) for i in range(2)],  # survivor i -> other
+         "s_to_v": [va.transfer(vnode, s[i]) for i in range(2)],         # survivor i -> victim
+         "vlabel": VICTIM << 40}
+    for p in (*s, va, vb):
+        lib.b1_peer_detach(bus.base(), p._slot, p._id, os.getpid())
+        peer_mod._held.pop((bus.name, p._slot, p._id), None)
+    return w
+
+
+def victim(w, point, after, seed, log_path, sig_w, seconds):
+    rng = random.Random(seed)
+    tr = Trace(VICTIM, os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    va, vb = w["va"], w["vb"]
+    own = {}          # label -> VA's owner handle of a live node
+    held_x = []       # VA's handles to survivors' nodes, to release
+    vb_to = {}        # survivor -> VB's handle to its node (by transfer)
+    va._attach()  # both peers are this process's from the start, so the reaper takes both
+    vb._attach()
+    lib.b1_kill_at(POINTS[point], after)
+
+    def send(peer, dests, handles=(), labels=()):
+        msg = tr.new_id()
+        tr.record("send", msg, dests=sorted(dests), op="send")
+        to = [w["v_to"][i] if peer is va else vb_to[i] for i in dests]
+        try:
+            peer.send(to, _pack(msg, labels), handles=handles)
+            tr.log(done=msg)
+        except OSError as e:
+            tr.log(failed=msg, errno=e.errno)
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        a = rng.random()
+        try:
+            if a < 0.25:
+                dests = rng.sample([0, 1], rng.randint(1, 2))
+                carry = rng.sample(sorted(own), min(len(own), rng.randint(0, 1)))
+                send(va, dests, [own[x] for x in carry], carry)
+            elif a < 0.35 and len(own) < 3:
+                label = tr.new_id()
+                own[label] = va.create_node()
+                send(va, [0, 1], [own[label]], [label])
+            elif a < 0.45 and own:
+                label = rng.choice(sorted(own))
+                tr.log(op="destroy", label=label)
+                va.destroy(own.pop(label), release=rng.random() < 0.5)
+                tr.log(done=label)
+            elif a < 0.55:
+                i = rng.randint(0, 1)
+                tr.log(op="transfer")
+                vb_to[i] = va.transfer(w["v_to"][i], vb)
+                tr.log(done="transfer")
+                send(vb, [i])
+            elif a < 0.65 and (held_x or vb_to):
+                if held_x and (rng.random() < 0.7 or not vb_to):
+                    tr.log(op="release")
+                    va.release(held_x.pop(rng.randrange(len(held_x))))
+                else:
+                    tr.log(op="release")
+                    vb.release(vb_to.pop(rng.choice(sorted(vb_to))))
+                tr.log(done="release")
+            else:
+                tr.log(op="recv")
+                m = va.recv(timeout=0)
+                tr.log(done="recv")
+                if m.type == MessageType.DATA:
+                    msg, _ = _unpack(m.payload)
+                    tr.record("deliver", msg)
+                    held_x.extend(h for h in m.handles if h != HANDLE_INVALID)
+                    if rng.random() < 0.5:
+                        j, sid = rng.randint(0, 1), tr.new_id()
+                        tr.record("signal_send", sid, dests=[j])
+                        os.write(sig_w[j], sid.to_bytes(8, "little"))
+        except BlockingIOError:
+            tr.log(done="recv")
+        except OSError as e:
+            if e.errno not in TOLERATED:
+                raise
+            tr.log(done="error", errno=e.errno)
+        time.sleep(0.0002)
+    lib.b1_kill_at(lib.B1_KILL_NONE, 0)  # the point was not reached: leave normally
+
+
+def survivor(w, i, seed, sig_r, sig_w, dead, quiet, stop, report_path):
+    rng = random.Random(seed * 7 + i)
+    tr = Trace(i)
+    me, other = w["s"][i], 1 - i
+    label_of = {w["s_to_v"][i]: w["vlabel"]}  # my handle id -> victim's node label
+    destroys, unknown, releases = Counter(), Counter(), Counter()
+    mine = {}  # owner handle of a node handed to the victim -> its label
+    fin = {"sent": None, "seen": False}
+
+    def send(dests, handles=(), labels=()):
+        msg = tr.new_id()
+        to = [w["s_to"][i] if d == other else w["s_to_v"][i] for d in dests]
+        tr.record("send", msg, dests=sorted(dests))
+        try:
+            me.send(to, _pack(msg, labels), handles=handles)
+        except OSError as e:
+            if e.errno not in TOLERATED:
+                raise
+            tr.rows.pop()
+            tr.seq -= 1
+        return msg
+
+    def take(m):
+        if m.type == MessageType.DATA:
+            msg, labels = _unpack(m.payload)
+            tr.record("deliver", msg)
+            for h, label in zip(m.handles, labels):
+                if h != HANDLE_INVALID:
+                    label_of[h] = label
+            if msg >> 40 == other and msg == fin.get("other"):
+                fin["seen"] = True
+            return msg
+        if m.type == MessageType.NODE_DESTROY:
+            if m.destination in mine:
+                return None  # the destruction of my own node, after its release
+            (destroys if m.destination in label_of else unknown)[label_of.get(m.destination, m.destination)] += 1
+        elif m.destination in mine:
+            releases[mine[m.destination]] += 1
+            me.destroy(m.destination, release=True)
+        return None
+
+    def drain_signals():
+        try:
+            data = os.read(sig_r, 8 * 64)
+        except BlockingIOError:
+            return 0
+        for off in range(0, len(data), 8):
+            tr.record("signal_recv", int.from_bytes(data[off:off + 8], "little"))
+        return len(data)
+
+    while not stop.is_set():
+        if dead.is_set():
+            quiet.set()  # no node is handed to the victim after this
+        a = rng.random()
+        try:
+            if a < 0.4:
+                msg = take(me.recv(timeout=0))
+                if msg is not None and rng.random() < 0.3:
+                    sid = tr.new_id()
+                    tr.record("signal_send", sid, dests=[other])
+                    os.write(sig_w[other], sid.to_bytes(8, "little"))
+            elif a < 0.7:
+                send(rng.choice([[other], [VICTIM], [other, VICTIM]]))
+            elif a < 0.8 and not dead.is_set() and len(mine) < 6:
+                x = me.create_node()
+                label = tr.new_id()
+                mine[x] = label
+                releases[label] += 0
+                send([VICTIM], [x], [label])
+            elif drain_signals():
+                send([other, VICTIM])  # caused by the signal
+        except BlockingIOError:
+            pass
+        except OSError as e:
+            if e.errno not in TOLERATED:
+                raise
+        time.sleep(0.0002)
+    # the last message: the other's last one is behind everything it sent (FIFO)
+    fin["sent"] = send([other])
+    with open(report_path + ".tmp", "w") as f:
+        f.write(str(fin["sent"]))
+    os.rename(report_path + ".tmp", report_path + ".fin")
+    deadline = time.monotonic() + 20
+    while not os.path.exists(report_path.replace(f"s{i}", f"s{other}") + ".fin"):
+        time.sleep(0.001)
+    with open(report_path.replace(f"s{i}", f"s{other}") + ".fin") as f:
+        fin["other"] = int(f.read())
+    while not fin["seen"] and time.monotonic() < deadline:
+        try:
+            take(me.recv(timeout=0.05))
+        except TimeoutError:
+            pass
+    while True:
+        try:
+            take(me.recv(timeout=0))
+        except BlockingIOError:
+            break
+    drain_signals()
+    out = {"rows": tr.rows, "destroys": destroys, "unknown": unknown, "releases": releases,
+           "held": sorted(set(label_of.values())), "fin": fin["seen"],
+           "recoveries": me.query().lock_recoveries}
+    with open(report_path, "w") as f:
+        json.dump(out, f)
+
+
+def _victim_log(path):
+    """The victim's rows, the messages it recorded as failed, and its last unfinished op."""
+    rows, failed, pending = [], set(), None
+    with open(path) as f:
+        for line in f:
+            e = json.loads(line)
+            if "row" in e:
+                rows.append(e["row"])
+            if "failed" in e:
+                failed.add(e["failed"])
+            if "op" in e:
+                pending = (e["op"], e["row"]["msg"] if "row" in e else e.get("label"))
+            if "done" in e or "failed" in e:
+                pending = None
+    return rows, failed, pending
+
+
+def check(point, killed, reports, vrows, failed, pending):
+    """The checks of one trial (module docstring); returns what the trial showed."""
+    rows = [r for rep in reports for r in rep["rows"]]
+    rows += [r for r in vrows if r["msg"] not in failed]
+    got = {}
+    for r in rows:
+        if r["kind"] == "deliver":
+            got.setdefault(r["msg"], []).append(r["process"])
+    rule = None
+    if killed and pending and pending[0] in ("send", "destroy", "release") and point not in NO_TX:
+        rule = "forward" if point in AFTER_STAMP else "back"
+    if rule and pending[0] == "send":
+        msg = pending[1]
+        sent = next(r for r in rows if r["msg"] == msg and r["kind"] == "send")
+        if rule == "forward":
+            assert sorted(got.get(msg, [])) == sent["dests"], (point, sent, got.get(msg))
+        else:
+            assert msg not in got, (point, sent, got[msg])
+            rows.remove(sent)
+    for r in rows:  # the victim is a destination only of what it recorded receiving
+        if r["kind"] == "send" and VICTIM in r["dests"] and VICTIM not in got.get(r["msg"], []):
+            r["dests"] = [d for d in r["dests"] if d != VICTIM]
+    rows = [r for r in rows if r["kind"] != "send" or r["dests"]]
+    result = reference_check(rows)
+    assert not any(result.values()), (point, result, pending)
+    for i, rep in enumerate(reports):
+        assert rep["fin"], f"survivor {i}: the other's last message never came (a stuck queue)"
+        for label in rep["held"]:
+            assert rep["destroys"].get(str(label), 0) == 1, (i, label, rep["destroys"])
+        assert all(n == 1 for n in rep["unknown"].values()), (i, rep["unknown"])
+        assert all(n == 1 for n in rep["releases"].values()), (i, rep["releases"])
+    return rule
+
+
+def run_trial(point, seed, after, tmpdir, seconds=1.5):
+    """One trial; returns a dict of what happened (killed, the op, the rule, gc stats)."""
+    tag = f"{point}-{seed}"
+    log_path = os.path.join(tmpdir, f"victim-{tag}.jsonl")
+    reports = [os.path.join(tmpdir, f"s{i}-{tag}.json") for i in range(2)]
+    pipes = [os.pipe() for _ in range(2)]
+    for r, _ in pipes:
+        os.set_blocking(r, False)
+    sig_w = [w for _, w in pipes]
+    with bus1py.Bus.create(**LIMITS) as bus:
+        w = setup(bus)
+        dead, stop = FORK.Event(), FORK.Event()
+        quiet = [FORK.Event() for _ in range(2)]
+        procs = [FORK.Process(target=survivor, args=(w, i, seed, pipes[i][0], sig_w, dead, quiet[i],
+                                                      stop, reports[i])) for i in range(2)]
+        procs.append(FORK.Process(target=victim, args=(w, point, after, seed, log_path, sig_w, seconds)))
+        try:
+            for p in procs:
+                p.start()
+            procs[2].join(timeout=seconds + 30)
+            assert procs[2].exitcode in (0, -9), procs[2].exitcode
+            killed = procs[2].exitcode == -9
+            dead.set()
+            for i, q in enumerate(quiet):
+                assert q.wait(timeout=30), f"survivor {i} stopped (exit code {procs[i].exitcode})"
+            stats = bus.gc()
+            stop.set()
+            for p in procs[:2]:
+                p.join(timeout=60)
+                assert p.exitcode == 0, p.exitcode
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+            for r, wfd in pipes:
+                os.close(r)
+                os.close(wfd)
+        reps = []
+        for path in reports:
+            with open(path) as f:
+                reps.append(json.load(f))
+        vrows, failed, pending = _victim_log(log_path)
+        rule = check(point, killed, reps, vrows, failed, pending)
+        bus.gc()
+        info = bus.info()
+        use = {k: info[k] for k in ("peers", "nodes", "handles", "entries_in_use", "pool_used")}
+        assert not any(use.values()), (point, seed, after, use, pending)
+    return {"killed": killed, "op": pending and pending[0], "rule": rule, "gc": stats,
+            "rows": sum(len(r["rows"]) for r in reps) + len(vrows)}
