@@ -23,6 +23,7 @@ Invariants checked, each an assertion of `run_trial`:
 from __future__ import annotations
 
 import errno
+import faulthandler
 import json
 import multiprocessing as mp
 import os
@@ -44,8 +45,8 @@ AFTER_STAMP = {"stamp", "sync", "commit"}  # a transaction killed here is rolled
 NO_TX = {"release", "transfer", "recv"}  # points outside any transaction of the victim
 VICTIM = 2  # process index of the victim; the survivors are 0 and 1
 TOLERATED = {errno.EDQUOT, errno.EXFULL, errno.ESHUTDOWN, errno.ENXIO, errno.ESTALE}
-LIMITS = dict(max_peers=16, max_nodes=256, max_handles=1024, max_entries=4096, max_dests=4,
-              max_msg_handles=2, pool_size=1 << 20, spin_ns=0)
+LIMITS = dict(max_peers=16, max_nodes=256, max_handles=1024, max_entries=1 << 14, max_dests=4,
+              max_msg_handles=2, pool_size=4 << 20, spin_ns=0)
 
 
 def _pack(msg, labels=()):
@@ -94,12 +95,21 @@ def setup(bus):
          "s_to_v": [va.transfer(vnode, s[i]) for i in range(2)],         # survivor i -> victim
          "vlabel": VICTIM << 40}
     for p in (*s, va, vb):
-        lib.b1_peer_detach(bus.base(), p._slot, p._id, os.getpid())
-        peer_mod._held.pop((bus.name, p._slot, p._id), None)
+        let_go(bus, p)
     return w
 
 
+def let_go(bus, peer):
+    """This process stops holding `peer`, so that the child that uses it next is its only
+    holder (the one whose death gets it reaped)."""
+    lib.b1_peer_detach(bus.base(), peer._slot, peer._id, os.getpid())
+    peer_mod._held.pop((bus.name, peer._slot, peer._id), None)
+
+
 def victim(w, point, after, seed, log_path, sig_w, seconds):
+    """The victim's workload until it dies at the point (or `seconds` pass).  Every row
+    and every operation it starts is written to log_path before the call, so the parent
+    knows what was in flight when it died."""
     rng = random.Random(seed)
     tr = Trace(VICTIM, os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
     va, vb = w["va"], w["vb"]
@@ -144,11 +154,10 @@ def victim(w, point, after, seed, log_path, sig_w, seconds):
                 tr.log(done="transfer")
                 send(vb, [i])
             elif a < 0.65 and (held_x or vb_to):
+                tr.log(op="release")
                 if held_x and (rng.random() < 0.7 or not vb_to):
-                    tr.log(op="release")
                     va.release(held_x.pop(rng.randrange(len(held_x))))
                 else:
-                    tr.log(op="release")
                     vb.release(vb_to.pop(rng.choice(sorted(vb_to))))
                 tr.log(done="release")
             else:
@@ -174,6 +183,10 @@ def victim(w, point, after, seed, log_path, sig_w, seconds):
 
 
 def survivor(w, i, seed, sig_r, sig_w, dead, quiet, stop, report_path):
+    """Survivor i's workload until `stop`, then its last message, the drain, and its
+    report (rows, notices counted per node label) in report_path.  Once `dead` is set it
+    hands the victim no more nodes and says so with `quiet`."""
+    faulthandler.dump_traceback_later(50, exit=True)  # a hang shows where, before the parent gives up
     rng = random.Random(seed * 7 + i)
     tr = Trace(i)
     me, other = w["s"][i], 1 - i
@@ -193,6 +206,7 @@ def survivor(w, i, seed, sig_r, sig_w, dead, quiet, stop, report_path):
                 raise
             tr.rows.pop()
             tr.seq -= 1
+            return None
         return msg
 
     def take(m):
@@ -250,15 +264,26 @@ def survivor(w, i, seed, sig_r, sig_w, dead, quiet, stop, report_path):
             if e.errno not in TOLERATED:
                 raise
         time.sleep(0.0002)
-    # the last message: the other's last one is behind everything it sent (FIFO)
-    fin["sent"] = send([other])
-    with open(report_path + ".tmp", "w") as f:
-        f.write(str(fin["sent"]))
-    os.rename(report_path + ".tmp", report_path + ".fin")
+    # the last message: the other's last one is behind everything it sent (FIFO).  It
+    # must go out: a full bus (the dead victim's queue fills it until the reaping) is
+    # waited out, receiving meanwhile so that the other's last message can go out too.
     deadline = time.monotonic() + 20
-    while not os.path.exists(report_path.replace(f"s{i}", f"s{other}") + ".fin"):
+    while fin["sent"] is None and time.monotonic() < deadline:
+        fin["sent"] = send([other])
+        try:
+            take(me.recv(timeout=0.001))
+        except TimeoutError:
+            pass
+    # report_path is <dir>/s<i>-<trial>.json: both survivors name the same <dir>/fin-<trial>
+    base = os.path.join(os.path.dirname(report_path), "fin-" + os.path.basename(report_path)[3:])
+    mine_fin, other_fin = (f"{base}.{j}" for j in (i, other))
+    with open(mine_fin + ".tmp", "w") as f:
+        f.write(str(fin["sent"] or 0))
+    os.rename(mine_fin + ".tmp", mine_fin)
+    deadline = time.monotonic() + 20
+    while not os.path.exists(other_fin) and time.monotonic() < deadline:
         time.sleep(0.001)
-    with open(report_path.replace(f"s{i}", f"s{other}") + ".fin") as f:
+    with open(other_fin) as f:
         fin["other"] = int(f.read())
     while not fin["seen"] and time.monotonic() < deadline:
         try:
@@ -272,7 +297,7 @@ def survivor(w, i, seed, sig_r, sig_w, dead, quiet, stop, report_path):
             break
     drain_signals()
     out = {"rows": tr.rows, "destroys": destroys, "unknown": unknown, "releases": releases,
-           "held": sorted(set(label_of.values())), "fin": fin["seen"],
+           "held": sorted(set(label_of.values())), "fin": fin["seen"], "fin_sent": bool(fin["sent"]),
            "recoveries": me.query().lock_recoveries}
     with open(report_path, "w") as f:
         json.dump(out, f)
@@ -321,6 +346,7 @@ def check(point, killed, reports, vrows, failed, pending):
     result = reference_check(rows)
     assert not any(result.values()), (point, result, pending)
     for i, rep in enumerate(reports):
+        assert rep["fin_sent"], f"survivor {i}: its last message found the bus full for 20 s"
         assert rep["fin"], f"survivor {i}: the other's last message never came (a stuck queue)"
         for label in rep["held"]:
             assert rep["destroys"].get(str(label), 0) == 1, (i, label, rep["destroys"])
@@ -333,7 +359,7 @@ def run_trial(point, seed, after, tmpdir, seconds=1.5):
     """One trial; returns a dict of what happened (killed, the op, the rule, gc stats)."""
     tag = f"{point}-{seed}"
     log_path = os.path.join(tmpdir, f"victim-{tag}.jsonl")
-    reports = [os.path.join(tmpdir, f"s{i}-{tag}.json") for i in range(2)]
+    reports = [os.path.join(tmpdir, f"s{i}-{tag}.json") for i in range(2)]  # survivor i's report
     pipes = [os.pipe() for _ in range(2)]
     for r, _ in pipes:
         os.set_blocking(r, False)

@@ -38,19 +38,22 @@ def test_every_point_is_named():
 
 
 def run_point(point, trials, tmp_path, base_seed=0):
-    seen = Counter()
+    """`trials` trials at one point: the outcomes (killed, op, rule) counted, and the
+    trace rows and the reaper's work summed."""
+    seen, totals = Counter(), Counter()
     for t in range(trials):
         seed = base_seed + t
         after = random.Random(f"{point}-{seed}").randrange(MAX_AFTER[point])
         r = kp.run_trial(point, seed, after, str(tmp_path))
         seen[(r["killed"], r["op"], r["rule"])] += 1
-    return seen
+        totals.update(rows=r["rows"], **r["gc"])
+    return seen, totals
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("point", sorted(MAX_AFTER))
 def test_kill_at_point(point, tmp_path):
-    seen = run_point(point, SHORT_TRIALS, tmp_path)
+    seen, _ = run_point(point, SHORT_TRIALS, tmp_path)
     assert sum(n for (killed, _, _), n in seen.items() if killed) >= 1, seen
 
 
@@ -59,10 +62,11 @@ def test_kill_at_point(point, tmp_path):
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("point", sorted(MAX_AFTER))
 def test_kill_at_point_long(point, tmp_path):
-    seen = run_point(point, LONG_TRIALS, tmp_path, base_seed=1000)
+    seen, totals = run_point(point, LONG_TRIALS, tmp_path, base_seed=1000)
     print(f"\nkill point {point}: {LONG_TRIALS} trials: " +
           ", ".join(f"{'killed' if k else 'not reached'} in {op} ({rule or '-'}): {n}"
-                    for (k, op, rule), n in sorted(seen.items(), key=str)))
+                    for (k, op, rule), n in sorted(seen.items(), key=str)) +
+          f"; totals {dict(totals)}")
     assert sum(n for (killed, _, _), n in seen.items() if killed) >= LONG_TRIALS * 9 // 10, seen
 
 
@@ -87,15 +91,10 @@ def _zero_use(bus):
 
 
 def _fresh_victim(bus):
-    """A peer whose only holder will be the child that uses it (the parent lets go)."""
+    """A peer whose only holder will be the child that uses it."""
     v = bus.peer()
-    _let_go(bus, v)
+    kp.let_go(bus, v)
     return v
-
-
-def _let_go(bus, peer):
-    lib.b1_peer_detach(bus.base(), peer._slot, peer._id, os.getpid())
-    kp.peer_mod._held.pop((bus.name, peer._slot, peer._id), None)
 
 
 @pytest.mark.timeout(60)
@@ -131,7 +130,7 @@ def test_destroyer_killed_before_its_stamp_destroys_through_the_reaper():
         s, v = bus.peer(), bus.peer()
         node = v.create_node()
         held = v.transfer(node, s)
-        _let_go(bus, v)
+        kp.let_go(bus, v)
         _die_at("destroy", 0, lambda: v.destroy(node))
         bus.gc()
         m = s.recv(timeout=5)
@@ -169,7 +168,7 @@ def test_receiver_killed_mid_receive_leaks_nothing():
         v = _fresh_victim(bus)
         to_v = v.create_node()
         dest = v.transfer(to_v, s)
-        _let_go(bus, v)
+        kp.let_go(bus, v)
         carried = s.create_node()
         s.send(dest, b"y" * 100, handles=[carried])
         _die_at("recv", 0, lambda: v.recv(timeout=5))
