@@ -313,7 +313,7 @@ static inline int b1_msg_ok(void *base, uint32_t unit, uint32_t idx) {
 
 /* kill.c: the test-only kill points (bus1.h).  Off, a point costs one load of a
  * process-local word and a branch predicted not taken. */
-extern uint32_t b1_kill_point;
+extern uint32_t b1_kill_point __attribute__((visibility("hidden")));
 void b1_kill_pass(void);
 #define B1_KILL_POINT(pt) do { if (__builtin_expect(b1_kill_point == (pt), 0)) b1_kill_pass(); } while (0)
 
