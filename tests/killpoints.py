@@ -34,7 +34,7 @@ from collections import Counter
 
 import bus1py
 from bus1py import HANDLE_INVALID, MessageType
-from bus1py import peer as peer_mod
+from bus1py import holders
 from bus1py._b1 import lib
 from bus1py.check.reference import reference_check
 
@@ -103,7 +103,7 @@ def let_go(bus, peer):
     """This process stops holding `peer`, so that the child that uses it next is its only
     holder (the one whose death gets it reaped)."""
     lib.b1_peer_detach(bus.base(), peer._slot, peer._id, os.getpid())
-    peer_mod._held.pop((bus.name, peer._slot, peer._id), None)
+    holders.held.pop((bus.name, peer._slot, peer._id), None)
 
 
 def victim(w, point, after, seed, log_path, sig_w, seconds):
