@@ -193,7 +193,8 @@ def survivor(w, i, seed, sig_r, sig_w, dead, quiet, stop, report_path):
     label_of = {w["s_to_v"][i]: w["vlabel"]}  # my handle id -> victim's node label
     destroys, unknown, releases = Counter(), Counter(), Counter()
     mine = {}  # owner handle of a node handed to the victim -> its label
-    fin = {"sent": None, "seen": False}
+    fin = {"sent": None}
+    delivered = set()  # data messages received: the other's last one may come early
 
     def send(dests, handles=(), labels=()):
         msg = tr.new_id()
@@ -216,8 +217,7 @@ def survivor(w, i, seed, sig_r, sig_w, dead, quiet, stop, report_path):
             for h, label in zip(m.handles, labels):
                 if h != HANDLE_INVALID:
                     label_of[h] = label
-            if msg >> 40 == other and msg == fin.get("other"):
-                fin["seen"] = True
+            delivered.add(msg)
             return msg
         if m.type == MessageType.NODE_DESTROY:
             if m.destination in mine:
@@ -285,7 +285,7 @@ def survivor(w, i, seed, sig_r, sig_w, dead, quiet, stop, report_path):
         time.sleep(0.001)
     with open(other_fin) as f:
         fin["other"] = int(f.read())
-    while not fin["seen"] and time.monotonic() < deadline:
+    while fin["other"] not in delivered and time.monotonic() < deadline:
         try:
             take(me.recv(timeout=0.05))
         except TimeoutError:
@@ -297,7 +297,7 @@ def survivor(w, i, seed, sig_r, sig_w, dead, quiet, stop, report_path):
             break
     drain_signals()
     out = {"rows": tr.rows, "destroys": destroys, "unknown": unknown, "releases": releases,
-           "held": sorted(set(label_of.values())), "fin": fin["seen"], "fin_sent": bool(fin["sent"]),
+           "held": sorted(set(label_of.values())), "fin": fin["other"] in delivered, "fin_sent": bool(fin["sent"]),
            "recoveries": me.query().lock_recoveries}
     with open(report_path, "w") as f:
         json.dump(out, f)

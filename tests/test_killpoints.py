@@ -66,7 +66,7 @@ def test_kill_at_point_long(point, tmp_path):
     print(f"\nkill point {point}: {LONG_TRIALS} trials: " +
           ", ".join(f"{'killed' if k else 'not reached'} in {op} ({rule or '-'}): {n}"
                     for (k, op, rule), n in sorted(seen.items(), key=str)) +
-          f"; totals {dict(totals)}")
+          f"; totals {dict(totals)}", flush=True)  # flushed: forked children must not inherit it
     assert sum(n for (killed, _, _), n in seen.items() if killed) >= LONG_TRIALS * 9 // 10, seen
 
 
