@@ -19,6 +19,7 @@ from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
 from .. import schema as S
+from .walk_kernel import COLUMNS
 
 OUT_SCHEMA = "rec string, process int, info string"
 
@@ -118,16 +119,14 @@ def _identity(n):
 def exact(c, want):
     """{property: (violations DataFrame, count, examples, extra)} for the properties in
     `want` that the kernel decided (causal is left out when the history has a causality
-    cycle), and the summary's facts."""
+    cycle); extra has causal's vclock status. The kernel's timings go to c.timings."""
     with_vclock = False
     vstatus = None
     if "causal" in want:
         with_vclock, vstatus = vclock_column(c.trace)
         if with_vclock and c.span:
             with_vclock, vstatus = False, "not used: the trace is a batch of sub-traces"
-    rows = c.rows.select(*[F.col(n) for n in
-                           ("process", "seq", "kind_code", "msg", "first_delivery",
-                            "sender_process", "send_seq", "is_destroy")])
+    rows = c.rows.select(*COLUMNS)
     fn = kernel_task([int(p) for p in c.procs], c.span, c.max_examples, sorted(want),
                      list(c.trace.files) if with_vclock else None)
     out = rows.coalesce(1).mapInArrow(fn, OUT_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
