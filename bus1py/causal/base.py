@@ -264,34 +264,45 @@ def read_columns(data: bytes, pos: int, spec: str, counts) -> tuple:
     return cols, pos
 
 
-def id_masks(data: bytes, pos: int, lens, n: int) -> tuple:
-    """(the bitmask of each id list, position after them): `lens[i]` u16 process ids per list,
-    back to back from `pos`. WireError if the wire is too short, an id is not below n, or a
-    list names an id twice. (A numpy OR per list costs more than this loop: the lists are
-    short, a few ids each, even in multicast.)"""
+def read_entries(data: bytes, pos: int, senders, counters, lens, n: int, forbidden: int,
+                 what: str):
+    """The entries of a columnar wire, whose Dests are `lens[i]` u16 ids each, back to back
+    from `pos`: (sender -> {counter: Dests bitmask} in wire order, each entry's mask in wire
+    order, the position after the ids). WireError if the wire is too short, an id is not
+    below n, a list names an id twice, or a mask shares a bit with `forbidden` or its own
+    sender (nobody sends to itself); `what` names an entry in errors.
+
+    One plain loop: the lists are short (about two ids at n=50) and so are the runs of one
+    sender, so numpy or per-run dict building cost more than they save."""
     total = sum(lens)
     end = pos + 2 * total
     if len(data) < end:
         raise WireError(f"wire truncated: {len(data)} bytes, sections need {end}")
-    if not total:
-        return [0] * len(lens), end
     ids = struct.unpack_from(f"<{total}H", data, pos)
-    if max(ids) >= n:
+    if total and max(ids) >= n:
         raise WireError(f"a process id is out of range 0..{n - 1}")
+    rows: dict = {}
     masks = []
     at = 0
-    for ln in lens:
+    for s, t, ln in zip(senders, counters, lens):
         if ln == 1:
-            masks.append(1 << ids[at])
+            mask = 1 << ids[at]
             at += 1
         elif not ln:
-            masks.append(0)
+            mask = 0
         else:
             mask = 0
             for x in ids[at:at + ln]:
                 mask |= 1 << x
             at += ln
             if mask.bit_count() != ln:
-                raise WireError("an id list names a process twice")
-            masks.append(mask)
-    return masks, end
+                raise WireError(f"{what} ({s}, {t}) lists a destination twice")
+        if mask & (forbidden | 1 << s):
+            raise WireError(f"bad {what} ({s}, {t}, {mask:#x})")
+        masks.append(mask)
+        row = rows.get(s)
+        if row is None:
+            rows[s] = {t: mask}
+        else:
+            row[t] = mask
+    return rows, masks, end

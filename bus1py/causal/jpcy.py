@@ -38,10 +38,9 @@ Invariants (kept after every send and every receive; tests assert them):
 from __future__ import annotations
 
 import struct
-from itertools import chain, repeat
 
-from .base import (U32_MAX, Step, WireCost, WireError, id_masks, mask_ids, pack_columns,
-                   read_columns, read_head)
+from .base import (U32_MAX, Step, WireCost, WireError, mask_ids, pack_columns, read_columns,
+                   read_entries, read_head)
 from .holdback import HoldBack, HoldBackProtocol
 
 _HEAD = struct.Struct("<HIHHH")
@@ -98,14 +97,20 @@ class Jpcy(HoldBackProtocol):
             if (touched or k == me) and len(tuples) > 1:
                 _drop_old_empty(tuples)
         # S4 (encoding): the same CI_i goes to every destination, only DC_i[d] differs.
-        senders, taus, masks = [], [], []
+        senders, taus, dlens, ids = [], [], [], []
         for k, tuples in ci.items():
-            senders.extend(repeat(k, len(tuples)))
-            taus.extend(tuples)
-            masks.extend(tuples.values())
-        lists = list(map(mask_ids, masks))
-        dlens = list(map(len, lists))
-        ids = list(chain.from_iterable(lists))
+            for t, D in tuples.items():
+                senders.append(k)
+                taus.append(t)
+                if not D:
+                    dlens.append(0)
+                elif D & (D - 1):
+                    b = mask_ids(D)
+                    dlens.append(len(b))
+                    ids.extend(b)
+                else:
+                    dlens.append(1)
+                    ids.append(D.bit_length() - 1)
         nci = len(senders)
         ci_bytes = pack_columns("HIH", senders, taus, ids)
         ci_cost = len(ci_bytes)
@@ -135,7 +140,8 @@ class Jpcy(HoldBackProtocol):
         j, tau, nd, nci, ndc = read_head(data, src, _HEAD, "timestamp")
         (dests, dlens, senders, taus), pos = read_columns(data, _HEAD.size, "HHHI",
                                                           (nd, nci, nci, nci))
-        masks, pos = id_masks(data, pos, dlens, n)
+        ids_at = pos
+        pos += 2 * sum(dlens)
         (dc_ks, dc_ts), pos = read_columns(data, pos, "HI", (ndc, ndc))
         payload = data[pos:]
         if nd == 0 or max(dests) >= n or (nci and max(senders) >= n) \
@@ -149,17 +155,8 @@ class Jpcy(HoldBackProtocol):
             raise WireError(f"bad destination list {dests} for a copy {j} -> {me}")
         if (nci and min(taus) == 0) or (ndc and min(dc_ts) == 0):
             raise WireError("timestamp 0 is never sent")
-        cim = {}
-        for k, t, mask in zip(senders, taus, masks):
-            # S2 at the sender stripped every destination of m from every tuple, and
-            # nobody sends to itself.
-            if mask & (dm | bit[k]):
-                raise WireError(f"CI tuple ({k}, {t}) lists a destination of m or {k} itself")
-            row = cim.get(k)
-            if row is None:
-                cim[k] = {t: mask}
-            else:
-                row[t] = mask
+        # S2 at the sender stripped every destination of m from every tuple.
+        cim, _masks, _end = read_entries(data, ids_at, senders, taus, dlens, n, dm, "CI tuple")
         if sum(map(len, cim.values())) != nci:
             raise WireError("CI lists a tuple twice")
         row = cim.get(j)

@@ -32,9 +32,11 @@ Invariants:
 from __future__ import annotations
 
 import struct
+from itertools import compress, repeat
+from operator import and_, not_
 
-from .base import (U32_MAX, Step, WireCost, WireError, id_masks, mask_ids, pack_columns,
-                   read_columns, read_head)
+from .base import (U32_MAX, Step, WireCost, WireError, mask_ids, pack_columns, read_columns,
+                   read_entries, read_head)
 from .holdback import HoldBack, HoldBackProtocol
 
 _HEAD = struct.Struct("<HIHH")
@@ -143,8 +145,6 @@ class Ks(HoldBackProtocol):
         k, tk, nd, no = read_head(data, src, _HEAD, "clock")
         (dests, dlens, senders, clocks), pos = read_columns(data, _HEAD.size, "HHHI",
                                                             (nd, no, no, no))
-        masks, pos = id_masks(data, pos, dlens, n)
-        payload = data[pos:]
         if nd == 0 or max(dests) >= n or (no and max(senders) >= n):
             raise WireError(f"a process id is out of range 0..{n - 1}")
         bit = self._bit
@@ -157,20 +157,13 @@ class Ks(HoldBackProtocol):
         # SND step 2 leaves no destination of M but the copy's own in any o.Dests, and
         # nobody sends to itself.
         bad = (dm & ~mebit)
-        om = {}
-        wk, wt = [], []              # the entries this copy waits for
-        for s, t, mask in zip(senders, clocks, masks):
-            if mask:
-                if mask & (bad | bit[s]) or not t:
-                    raise WireError(f"bad O_M entry ({s}, {t}, {mask:#x})")
-                if mask & mebit:
-                    wk.append(s)
-                    wt.append(t)
-            row = om.get(s)
-            if row is None:
-                om[s] = {t: mask}
-            else:
-                row[t] = mask
+        om, masks, pos = read_entries(data, pos, senders, clocks, dlens, n, bad, "O_M entry")
+        payload = data[pos:]
+        if any(compress(map(not_, clocks), masks)):
+            raise WireError("bad O_M entry: clock 0 with destinations")
+        mine = list(map(and_, masks, repeat(mebit)))
+        wk = list(compress(senders, mine))              # the entries this copy waits for
+        wt = list(compress(clocks, mine))
         if sum(map(len, om.values())) != no:
             raise WireError("O_M lists an entry twice")
         row = om.get(k)
