@@ -142,7 +142,15 @@ def mortal_main(spec):
     """Entry point of a mortal process (forked by the coordinator)."""
     close_others(set(spec.signal_write_fds.values()), spec.all_pipe_fds)
     try:
-        peer = spec.bus.peer()
+        peer = None
+        deadline = time.monotonic() + REAP_WAIT
+        while peer is None:  # a killed predecessor's slot is free once reaped and unnamed
+            try:
+                peer = spec.bus.peer()
+            except OSError as e:
+                if e.errno != errno.ENOSPC or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
         own = peer.create_node()
         spec.conn.send((peer._slot, peer.id))
         spec.handles = spec.conn.recv()  # stable process -> our handle to its primary node

@@ -84,7 +84,8 @@ class StressConfig:
 
 def bus_limits(cfg: StressConfig) -> dict:
     n = cfg.processes
-    peers = cfg.max_peers or n + 8
+    # churn: killed mortals keep their slots until reaped and unnamed, beside their successors
+    peers = cfg.max_peers or n + 8 + (cfg.churn_slots if cfg.churn else 0)
     return dict(
         max_peers=peers,
         max_nodes=max(1024, n * (cfg.max_extra_nodes + 2)),
