@@ -114,8 +114,7 @@ def run(args) -> int:
     except TraceError as e:
         print(f"bus1py check: malformed trace: {e}", file=sys.stderr)
         return 2
-    from . import local
-    if not (args.spark or args.master or args.shiviz) and local.fits(trace):
+    if not (args.spark or args.master or args.shiviz) and _fits_on_driver(trace):
         from .local_check import check_local
         try:
             done = check_local(trace, exact=args.exact, max_examples=args.examples,
@@ -126,6 +125,11 @@ def run(args) -> int:
         if done is not None:       # else too many processes, or a causality cycle
             return _finish(args, done[0])
     return _with_spark(args, trace, t0)
+
+
+def _fits_on_driver(trace) -> bool:
+    from . import local
+    return local.fits(trace)
 
 
 def _with_spark(args, trace, t0) -> int:

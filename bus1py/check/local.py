@@ -21,7 +21,11 @@ from ..schema import STAMPS
 # driver then answers sooner than a JVM starts (docs/BENCHMARKS.md, "Small and medium
 # checks"). rows x processes bounds the walk's vector clocks, as on the Spark path.
 LOCAL_MAX_ROWS = 1_000_000
-_CODES = pa.array([K.NAMES[c] for c in range(K.INTERNAL + 1)])   # index = kind code
+
+
+def _codes():
+    """The kind names as an Arrow array whose index is the kind code."""
+    return pa.array([K.NAMES[c] for c in range(K.INTERNAL + 1)])
 
 
 def fits(trace) -> bool:
@@ -35,8 +39,9 @@ class Events:
     order: process, seq, code (kinds.py), msg, node/has_node (a delivery's own node, else
     its origin's), wall/has_wall, origin (row index of its message's or signal's origin;
     -1 for internal rows), first (a receive that is its process's first of that id),
-    dup (a first delivery delivered again there), has_msg (msg not null), dest_of (origin row, destination) pairs
-    of message origins, distinct; and `stamp` (packed, load.stamp_layout) or None."""
+    dup (a first delivery delivered again there), has_msg (msg not null), dest_of
+    ((origin row, destination) pairs of message origins, distinct) and `stamp` (packed,
+    load.stamp_layout, or None)."""
 
     def __init__(self, trace):
         t = read_arrow(trace)
@@ -48,7 +53,7 @@ class Events:
         self.files = _np(t, "file")
         self.process = _np(t, "process").astype(np.int64)
         self.seq = _np(t, "seq")
-        self.code = _np(pa.table({"c": pc.index_in(t.column("kind"), _CODES)}), "c")
+        self.code = _np(pa.table({"c": pc.index_in(t.column("kind"), _codes())}), "c")
         self.code = self.code.astype(np.int8)
         self.msg, self.has_msg = _np(t, "msg", fill=0), _valid(t, "msg")
         self._check_numbering()
@@ -213,7 +218,7 @@ def _check_rows(t, trace):
     """The per-row rules (load.ROW_RULES, in order); the first failing row is named as
     Spark names it: the least (file, process, seq, kind, msg), nulls first."""
     kind = t.column("kind")
-    code = pc.index_in(kind, _CODES)
+    code = pc.index_in(kind, _codes())
     null = {n: pc.is_null(t.column(n)) for n in ("process", "seq", "kind", "msg", "dests",
                                                  "node")}
     is_msg = pc.or_(pc.equal(code, K.SEND), pc.equal(code, K.DESTROY))
