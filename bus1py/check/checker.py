@@ -213,13 +213,15 @@ class Checker:
         """Decide the properties of `exact` ({name: its Spark-rounds formulation}) exactly:
         by the compiled walk (walk.py) when it is built, and by the rounds what it leaves
         (causal in a history with a causality cycle) or without it."""
-        found = {}
+        found, notes = {}, {}
         if walk.available():
             for name, (v, n, ex, extra) in self._timed("exact", walk.exact, self,
                                                        set(exact)).items():
                 verified = extra.get("vclock") == "holds"
-                found[name] = (v, n, ex, dict(
-                    extra, method="vector-clock witness" if verified else "exact"))
+                notes[name] = dict(extra, method="vector-clock witness" if verified
+                                   else "exact")
+                if v is not None:
+                    found[name] = (v, n, ex, notes[name])
         rest = {name: fn for name, fn in exact.items() if name not in found}
         if rest:
             # Rounds join tables laid out once by key with tables partitioned by process:
@@ -231,7 +233,8 @@ class Checker:
             with self._conf(requireAllClusterKeysForCoPartition="false",
                             adaptive__enabled="false"):
                 rounds = self.side_by_side({name: (fn, self) for name, fn in rest.items()})
-            found.update({name: (*r, {"method": "exact"}) for name, r in rounds.items()})
+            found.update({name: (*r, dict(notes.get(name, {}), method="exact"))
+                          for name, r in rounds.items()})
         for name, (v, n, ex, extra) in found.items():
             props[name] = dict({"ok": n == 0, "violations": int(n), "examples": ex}, **extra)
             if self.keep_details:

@@ -118,8 +118,9 @@ def _identity(n):
 
 def exact(c, want):
     """{property: (violations DataFrame, count, examples, extra)} for the properties in
-    `want` that the kernel decided (causal is left out when the history has a causality
-    cycle); extra has causal's vclock status. The kernel's timings go to c.timings."""
+    `want`; causal is (None, None, None, extra) when the history has a causality cycle
+    (the walk cannot decide it). extra has causal's vclock status. The kernel's timings go
+    to c.timings."""
     with_vclock = False
     vstatus = None
     if "causal" in want:
@@ -135,13 +136,14 @@ def exact(c, want):
     c.timings.update({f"kernel_{k}": v for k, v in info["seconds"].items()})
     found = {}
     for name in want:
-        if name == "causal" and not info.get("walk_complete"):
-            continue
         extra = {}
         if name == "causal" and vstatus is not None:
             extra["vclock"] = info.get("vclock", vstatus)
             if "vclock_first_bad" in info:
                 extra["vclock_first_bad"] = info["vclock_first_bad"]
+        if name == "causal" and not info.get("walk_complete"):
+            found[name] = (None, None, None, extra)
+            continue
         found[name] = (out.where(F.col("rec") == name).select("process"),
                        info[f"{name}_count"], info.get(f"{name}_examples", []), extra)
     return found
