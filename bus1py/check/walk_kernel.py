@@ -10,11 +10,17 @@
 # Spark: it runs inside mapInArrow on an executor (walk.py), on the rows of one task.
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from . import kinds as K
 from .consistent import MAX_ROWS, cycle_example, shortest_cycle
 from .examples import event, inversion
+
+# Receives a causal example's path search may look at (about a second of Python per
+# million); a search that runs out leaves the example without a path.
+PATH_BUDGET = 2_000_000
 
 # The columns the kernel reads (vclock only when the trace carries one).
 COLUMNS = ("process", "seq", "kind_code", "msg", "first_delivery", "sender_process",
@@ -59,6 +65,7 @@ class Layout:
         self.src = np.where(recv, self.start[sslot] + self.send_seq, -1).astype(np.int64)
         self.sender_col = np.where(recv, self.col[sslot], 0).astype(np.int32)
         self.slot_of = np.repeat(np.arange(P), counts)
+        self.receivers = self.origins = None    # for path(), built on first use
 
     def positions(self, table):
         """The positions of other rows of the same trace (process, seq columns)."""
@@ -159,10 +166,62 @@ def causal(lay, row, clocks, max_examples):
         need = clk[row[lay.src[k]], q]
         s0 = int(lay.start[lay.slot_of[k]])
         earlier = s0 + np.flatnonzero((lay.kind[s0:k] == K.DELIVER) & (lay.first[s0:k] == 1))
-        later = earlier[clk[row[lay.src[earlier]], q] >= need][0]
-        examples.append(inversion(_delivery(lay, k), _delivery(lay, int(later)),
-                                  lay.process_at(k)))
+        later = int(earlier[clk[row[lay.src[earlier]], q] >= need][0])
+        ex = inversion(_delivery(lay, k), _delivery(lay, later), lay.process_at(k))
+        ex["path"] = path(lay, int(lay.src[k]), int(lay.src[later]))
+        examples.append(ex)
     return bad, examples
+
+
+def path(lay, start, goal, budget=PATH_BUDGET):
+    """A happened-before path from position `start` to position `goal` with the fewest
+    message and signal hops (a same-process step of any length is one edge), as events, as
+    driver.Skeleton.path finds it: BFS over processes, reaching a process at an earlier
+    position dominates reaching it later, so each origin is expanded at most once. None
+    when goal is not reached after looking at `budget` receives."""
+    if lay.receivers is None:     # receives grouped by origin, built on first use
+        recv = np.flatnonzero(lay.src >= 0)
+        lay.receivers = recv[np.argsort(lay.src[recv], kind="stable")]
+        lay.origins = np.flatnonzero(lay.kind <= K.SIGNAL_SEND)
+    rsrc = lay.src[lay.receivers]
+    goal_slot = int(lay.slot_of[goal])
+    reached = {int(lay.slot_of[start]): start}
+    expanded = {}                 # slot -> lowest position already expanded from
+    parent = {start: None}        # receive (or start) -> (origin, position expanded from)
+    frontier = deque([start])
+    end = None
+    while frontier and budget > 0:
+        k = frontier.popleft()
+        sl = int(lay.slot_of[k])
+        if sl == goal_slot and k <= goal:
+            end = k
+            break
+        hi = expanded.get(sl, int(lay.start[sl + 1]))
+        if k >= hi:
+            continue
+        expanded[sl] = k
+        a, b = np.searchsorted(lay.origins, [k, hi])
+        for o in lay.origins[a:b].tolist():
+            i, j = np.searchsorted(rsrc, [o, o + 1])
+            budget -= j - i
+            for r in lay.receivers[i:j].tolist():
+                q = int(lay.slot_of[r])
+                if reached.get(q, r + 1) <= r:
+                    continue
+                reached[q] = r
+                parent[r] = (o, k)
+                frontier.append(r)
+    if end is None:
+        return None
+    out = [end] if end == goal else [goal, end]
+    state = end
+    while parent[state] is not None:
+        origin, prev = parent[state]
+        out.append(origin)
+        if origin != prev:
+            out.append(prev)
+        state = prev
+    return [lay.event_at(k) for k in reversed(out)]
 
 
 def _delivery(lay, k):

@@ -1,6 +1,7 @@
 # Invariants: the compiled exact path (walk.py, walk_kernel.py, csrc/check/walk.c) agrees
-# with the brute-force reference on Hypothesis-drawn traces with every planted fault, its
-# vector clocks equal clocks computed here by plain relaxation, and a producer's vclock
+# with the brute-force reference on Hypothesis-drawn traces with every planted fault, every
+# causal example's path is a chain of real happened-before edges from the earlier send to
+# the later one, its vector clocks equal clocks computed here by plain relaxation, and a producer's vclock
 # column is used only when it is exactly right: every single-entry change is caught, and the
 # check then says why, names the first offending event and decides by the walk. The kernel
 # tests run without Spark (a main-pass table built here from the rows); the Spark tests
@@ -21,6 +22,7 @@ from bus1py.check.reference import reference_check
 from bus1py.check.simulate import MUTATIONS, mutate, simulate
 from drawn import gather
 from test_check_agreement import _check_batch
+from test_paths import assert_real_path
 
 traces = st.tuples(st.integers(0, 2 ** 32 - 1), st.integers(1, 6), st.integers(0, 80),
                    st.sampled_from([None, *MUTATIONS]))
@@ -110,8 +112,11 @@ def test_kernel_agrees_with_reference_and_relaxed_clocks():
         expected = true_clocks(rows)
         assert complete == (expected is not None), case
         if complete:
-            bad, _ = W.causal(lay, row, clocks, 3)
+            bad, examples = W.causal(lay, row, clocks, 3)
             assert len(bad) == ref["causal"], case
+            rows_at = {(r["process"], r["seq"]): r for r in rows}
+            for ex in examples:     # each a chain of real happened-before edges
+                assert_real_path(ex["path"], rows_at, ex["earlier"], ex["later"])
             every = np.arange(lay.n, dtype=np.int64)
             _, all_clocks, _ = W.walk(lay, every)
             got = all_clocks.reshape(lay.n, -1)
