@@ -15,9 +15,11 @@ Invariants:
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import struct
 import time
+from array import array
 from dataclasses import dataclass
 
 from . import args, holders, receive
@@ -33,6 +35,8 @@ _new_message = tuple.__new__  # Message(...) through its generated __new__ costs
 _UNREACHABLE = lib.B1_SEND_UNREACHABLE_ERROR
 _send, _recv, _unpack = lib.b1_frame_send, lib.b1_frame_recv, ffi.unpack
 _send_many = lib.b1_frame_send_many
+_lengths = functools.partial(array, "I")  # the lengths as uint32_t, handed to C without a per-item conversion
+assert array("I").itemsize == ffi.sizeof("uint32_t")
 _unpack_info = struct.Struct("=8Q").unpack_from  # struct b1_msg_info, all words at once
 
 
@@ -271,19 +275,19 @@ class Peer:
             return 0
         try:
             data = b"".join(payloads)
-            lens = list(map(len, payloads))
+            lens = _lengths(map(len, payloads))
         except TypeError:
             data = None
         if data is None or len(data) != sum(lens):  # str, non-buffers, or items of >1 byte
             payloads = [args.as_bytes(p) for p in payloads]
-            data, lens = b"".join(payloads), list(map(len, payloads))
+            data, lens = b"".join(payloads), _lengths(map(len, payloads))
         flags = _UNREACHABLE if unreachable_error else 0
         try:
             dest, n = args.destinations(destinations, dests, bus.limits.max_dests)
             nh = args.fill(carried, handles, bus.limits.max_msg_handles, "handles") if handles else 0
         except (TypeError, OverflowError):
             raise args.bad_ids(destinations, handles) from None
-        arr = ffi.new("uint32_t[]", lens)
+        arr = ffi.from_buffer("uint32_t[]", lens)
         r = _send_many(frame, self._slot, self._id, dest, n, data, arr, len(lens), nh, flags)
         if r == -errno.EDQUOT and _reap_dead(bus):
             r = _send_many(frame, self._slot, self._id, dest, n, data, arr, len(lens), nh, flags)
