@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections import Counter, deque
 
 from . import kinds as K
-from .examples import cycle_example, event, inversion, message_name, shortest_cycle
+from .examples import (cycle_example, event, inversion, message_name, shortest_cycle,
+                       unwind_path)
 
 DRIVER_MAX_CELLS = 20_000_000      # rows x processes: vector clocks held at origins
 # what the walk needs of each event (the main pass's columns, main_pass.py)
@@ -130,16 +131,7 @@ class Skeleton:
             expanded[p] = s if hi is None else min(hi, s)
         if end is None:
             return None
-        out = [end] if end == goal else [goal, end]
-        state = end
-        while parent[state] is not None:
-            origin, prev = parent[state]
-            out.append(origin)
-            if origin != prev:
-                out.append(prev)
-            state = prev
-        out.reverse()
-        return [self.describe(p, s) for p, s in out]
+        return [self.describe(p, s) for p, s in unwind_path(parent, end, goal)]
 
 
 def causal_and_consistent(c, sk, clock):

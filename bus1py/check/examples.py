@@ -101,3 +101,19 @@ def cycle_example(edges, size, origin):
         steps.append({"process": int(p), "before": da, "after": db})
         evs += [da, db]
     return {"cycle": cyc, "size": int(size), "edges": steps, "events": evs, "highlight": cyc}
+
+
+def unwind_path(parent, end, goal):
+    """The events of a path search's result, first to last: `parent` maps each receive
+    reached (and the start, to None) to (its origin, the event expanded from), `end` is
+    the first event reached on the goal's process at or before `goal`."""
+    out = [end] if end == goal else [goal, end]
+    state = end
+    while parent[state] is not None:
+        origin, prev = parent[state]
+        out.append(origin)
+        if origin != prev:
+            out.append(prev)
+        state = prev
+    out.reverse()
+    return out

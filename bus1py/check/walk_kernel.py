@@ -16,7 +16,7 @@ import numpy as np
 
 from . import kinds as K
 from .consistent import MAX_ROWS, cycle_example, shortest_cycle
-from .examples import event, inversion
+from .examples import event, inversion, unwind_path
 
 # Receives a causal example's path search may look at (about a second of Python per
 # million); a search that runs out leaves the example without a path.
@@ -213,15 +213,7 @@ def path(lay, start, goal, budget=PATH_BUDGET):
                 frontier.append(r)
     if end is None:
         return None
-    out = [end] if end == goal else [goal, end]
-    state = end
-    while parent[state] is not None:
-        origin, prev = parent[state]
-        out.append(origin)
-        if origin != prev:
-            out.append(prev)
-        state = prev
-    return [lay.event_at(k) for k in reversed(out)]
+    return [lay.event_at(k) for k in unwind_path(parent, end, goal)]
 
 
 def _delivery(lay, k):
