@@ -32,7 +32,9 @@ if __name__ == "__main__":
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
         built = builder(ROOT).compile(tmpdir=tmp)
-        dest = ROOT / "bus1py" / "check" / Path(built).name
+        # the name setuptools gives it (cffi builds for the limited API), so an install
+        # later replaces this file instead of being shadowed by it
+        dest = ROOT / "bus1py" / "check" / "_walk.abi3.so"
         # a new file renamed over the old one: a running check keeps the one it mapped
         shutil.copy(built, str(dest) + ".new")
         os.replace(str(dest) + ".new", dest)
