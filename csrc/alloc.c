@@ -15,7 +15,7 @@
  */
 #include <errno.h>
 #include <string.h>
-#include "layout.h"
+#include "alloc.h"
 
 __thread int b1_bad; /* see layout.h: an out-of-range index met during this call */
 

@@ -12,7 +12,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <string.h>
-#include "layout.h"
+#include "alloc.h"
 
 static uint64_t align64(uint64_t x) { return (x + 63) & ~(uint64_t)63; }
 

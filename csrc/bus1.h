@@ -14,6 +14,13 @@
  *     disconnected peer.
  *   - Calls return 0 (or a non-negative value) on success and -errno on failure, and a
  *     failed call changes nothing visible.
+ *
+ * Behind it, one file and one header per concept, each calling only those below it
+ * (tests/test_csrc_layers.py checks): proc, kill < alloc < queue < slot < handle <
+ * message < tx < node < peer < reap < bus, send, recv.  A layer that owes work to one
+ * above it returns the work (handle.h: NODE_RELEASE notices) instead of calling up.
+ * Lock rule everywhere: one peer lock at a time; a *_locked function runs under one and
+ * takes none (also checked there).
  */
 #ifndef BUS1PY_BUS1_H
 #define BUS1PY_BUS1_H

@@ -8,7 +8,8 @@
  */
 #include <errno.h>
 #include <signal.h>
-#include "layout.h"
+#include "bus1.h"
+#include "kill.h"
 
 uint32_t b1_kill_point;
 static uint32_t kill_after;

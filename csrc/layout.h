@@ -38,7 +38,7 @@
 #define B1_USAGE_SHARDS 64
 
 /* A peer slot goes FREE -> ACTIVE (b1_peer_new) -> DISCONNECTING -> DISCONNECTED -> FREE
- * (reclaimed once nothing names the slot: no handle, node or queued entry; peer.c). */
+ * (reclaimed once nothing names the slot: no handle, node or queued entry; slot.c). */
 enum { B1_PEER_FREE = 0, B1_PEER_ACTIVE = 1, B1_PEER_DISCONNECTED = 2, B1_PEER_DISCONNECTING = 3 };
 enum { B1_NODE_FREE = 0, B1_NODE_ALIVE = 1, B1_NODE_DESTROYING = 2, B1_NODE_DESTROYED = 3 };
 #define B1_PEER_PIDS 8
@@ -193,12 +193,6 @@ struct b1_entry {
  * it out of the queue (type marked B1_ENTRY_RECEIVING, prio the receiver's pid).  A free
  * entry has msg 0.  b1_gc frees the entries of dead claimants (reap.c). */
 #define B1_ENTRY_RECEIVING 0x100u
-int32_t b1_pid(void);
-/* mark an entry out of every queue as this process's, before the lock that took it goes */
-static inline void b1_entry_claim(struct b1_entry *e) {
-    e->prio = (uint32_t)b1_pid();
-    e->type |= B1_ENTRY_RECEIVING;
-}
 /* one cache line per entry (the table is 64-aligned): a message moves two lines between
  * the sender's and the receiver's CPU, its entry and its record's head */
 _Static_assert(sizeof(struct b1_entry) == 64, "an entry fills one cache line");
@@ -309,74 +303,6 @@ static inline int b1_msg_ok(void *base, uint32_t unit, uint32_t idx) {
              msg_record_size(m->len, m->n_dests, m->n_handles) <= B1_CLASS_BYTES(cls);
     if (!ok) b1_bad = 1;
     return ok;
-}
-
-/* kill.c: the test-only kill points (bus1.h).  Off, a point costs one load of a
- * process-local word and a branch predicted not taken. */
-extern uint32_t b1_kill_point __attribute__((visibility("hidden")));
-void b1_kill_pass(void);
-#define B1_KILL_POINT(pt) do { if (__builtin_expect(b1_kill_point == (pt), 0)) b1_kill_pass(); } while (0)
-
-/* alloc.c */
-uint32_t b1_alloc_index(void *base, b1_stack *stack, _Atomic uint32_t *bump, uint32_t limit,
-                        size_t link_offset, size_t elem_size, char *table);
-void b1_free_index(b1_stack *stack, uint32_t index, _Atomic uint32_t *link);
-uint32_t b1_entry_alloc(void *base);
-void b1_entry_free(void *base, uint32_t e);
-uint32_t b1_msg_alloc(void *base, uint64_t size, uint32_t len, uint32_t refs);
-void b1_msg_put(void *base, uint32_t unit);
-int64_t b1_usage_entries(void *base);
-int64_t b1_usage_pool(void *base);
-
-/* queue.c: every function with _locked expects the peer's lock to be held */
-int b1_lock(struct b1_peer *p);
-void b1_unlock(struct b1_peer *p);
-/* insert and remove return 1 when the front changed (the caller wakes after unlocking) */
-int b1_queue_insert_locked(void *base, struct b1_peer *p, uint32_t e);
-int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e);
-int b1_queue_rekey_locked(void *base, struct b1_peer *p, uint32_t e, uint64_t ts);
-int b1_queue_contains_locked(void *base, struct b1_peer *p, uint32_t e);
-int b1_queue_publish_front(void *base, struct b1_peer *p);
-int b1_key_less(const struct b1_entry *a, const struct b1_entry *b);
-void b1_wake(struct b1_peer *p);
-int b1_futex_wait(_Atomic uint32_t *word, uint32_t seen, int64_t timeout_ns);
-int32_t b1_pid(void);
-uint64_t b1_now_ns(void);
-
-/* peer.c */
-int b1_lock_live(void *base, uint32_t slot, uint64_t id, struct b1_peer **out);
-int b1_check_live(void *base, uint32_t slot, uint64_t id);
-int b1_pid_alive(int32_t pid, uint64_t start);
-int b1_queue_reap(void *base, uint32_t slot);
-int b1_peer_gone(void *base, uint64_t id);
-struct b1_peer *b1_peer_at_slot(void *base, uint32_t slot);
-int b1_peer_reclaim(void *base, uint32_t slot);
-int b1_peer_reclaim_locked(void *base, uint32_t slot, struct b1_peer *p);
-void b1_peer_reclaim_all(void *base);
-
-/* node.c */
-uint32_t b1_handle_lookup(void *base, uint32_t slot, uint64_t peer_id, uint64_t id);
-int b1_tx_register_handles(void *base, struct b1_tx *tx, const uint64_t *handles, uint32_t nh);
-void b1_tx_unregister_handles(void *base, struct b1_msg *m, uint32_t dest_index);
-void b1_resolve_handles(void *base, struct b1_entry *e, struct b1_msg *m, uint64_t *out);
-int b1_data_dropped_locked(void *base, struct b1_entry *e);
-void b1_destroy_delivered(void *base, struct b1_peer *p, struct b1_entry *e);
-int b1_release_wanted_locked(void *base, struct b1_peer *p, struct b1_entry *e);
-void b1_notify_release(void *base, uint32_t node, uint32_t gen);
-int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nodes, uint32_t n,
-                     int disconnecting, uint64_t *stamp);
-void b1_drop_peer_handles(void *base, uint32_t slot, uint64_t id);
-void b1_renotify_releases(void *base);
-
-/* tx.c */
-int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *payload,
-                      uint32_t len, uint32_t n_handles);
-int b1_tx_stamp_as(void *base, struct b1_tx *tx, int allow_disconnecting, int (*check)(void *, struct b1_tx *, void *), void *arg);
-int b1_tx_run(void *base, struct b1_tx *tx);
-
-static inline uint64_t b1_sync_clock(struct b1_peer *p, uint64_t t) {
-    if (p->clock < t) p->clock = t;
-    return p->clock;
 }
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * peer.c -- a peer's life: creation, the processes that use it, disconnection, and the
- * reuse of its slot (reaping dead processes is reap.c).
+ * reuse of its slot (slot.c keeps the slot itself; reaping dead processes is reap.c).
  *
  * Invariants:
  *   - A peer slot's mutex is initialised once, when the slot is first carved, and never
@@ -26,42 +26,21 @@
  *     peer is gone at their next step and free their entries themselves; a block whose
  *     stager died is freed by the flush, as nobody else will.  A NODE_DESTROY flushed
  *     unread counts as read by the owner, so the destroyed node can be freed.
+ *
+ * Lock rules: the peer's own lock for its state, pids and queue, released before the
+ * destruction of its nodes (node.c) and before handles are dropped, which take their
+ * owners' locks one at a time.
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "layout.h"
-
-/* ---- processes ---- */
-
-/* Start time (clock ticks after boot) of a process, 0 if it is gone or a zombie. */
-static uint64_t proc_start(int32_t pid) {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *p = strrchr(buf, ')'); /* the command name may contain spaces and parentheses */
-    if (!p || p[1] != ' ') return 0;
-    char state = p[2];
-    if (state == 'Z' || state == 'X' || state == 'x') return 0;
-    /* fields after the name: state(3) ... starttime(22) */
-    int field = 3;
-    for (p += 2; *p && field < 22; p++)
-        if (*p == ' ') field++;
-    return strtoull(p, NULL, 10);
-}
-
-int b1_pid_alive(int32_t pid, uint64_t start) {
-    if (pid <= 0) return 0;
-    uint64_t now = proc_start(pid);
-    return now != 0 && (start == 0 || now == start);
-}
+#include "alloc.h"
+#include "message.h"
+#include "node.h"
+#include "peer.h"
+#include "queue.h"
+#include "slot.h"
 
 /* ---- peers ---- */
 
@@ -146,31 +125,6 @@ int b1_peer_new(void *base, uint32_t quota_messages, uint32_t quota_handles,
     return -ENOSPC;
 }
 
-/* Free the slot of a DISCONNECTED peer if nothing names it any more (its lock held):
- * no handle of it (held or in flight), no node it owned, nothing in its queue.
- * The state goes FREE before n_handles is read, and a new handle re-checks the state
- * after counting itself in n_handles (node.c handle_get_locked): one of the two sees the
- * other, so no handle is ever made for a reclaimed slot. */
-int b1_peer_reclaim_locked(void *base, uint32_t slot, struct b1_peer *p) {
-    if (p->state != B1_PEER_DISCONNECTED) return 0;
-    __atomic_store_n(&p->state, B1_PEER_FREE, __ATOMIC_SEQ_CST);
-    if (atomic_load(&p->n_handles) || p->n_nodes || p->root) {
-        __atomic_store_n(&p->state, B1_PEER_DISCONNECTED, __ATOMIC_SEQ_CST);
-        return 0;
-    }
-    b1_free_index(&HDR(base)->free_peers, slot, &p->next_free); /* lock-free: allowed */
-    return 1;
-}
-
-int b1_peer_reclaim(void *base, uint32_t slot) {
-    struct b1_peer *p = b1_peer_at_slot(base, slot);
-    if (!p || __atomic_load_n(&p->state, __ATOMIC_SEQ_CST) != B1_PEER_DISCONNECTED) return 0;
-    if (b1_lock(p)) return 0;
-    int r = b1_peer_reclaim_locked(base, slot, p);
-    b1_unlock(p);
-    return r;
-}
-
 /* Reclaim every gone peer that can be.  Held references left by a transfer that raced
  * with the disconnect are dropped first (the disconnect's sweep may have missed them). */
 void b1_peer_reclaim_all(void *base) {
@@ -182,45 +136,6 @@ void b1_peer_reclaim_all(void *base) {
         if (atomic_load(&p->n_handles)) b1_drop_peer_handles(base, s, id);
         b1_peer_reclaim(base, s);
     }
-}
-
-/* The error for a (slot, id) whose slot holds another peer: the id's peer is gone if the
- * bus ever issued it (ESHUTDOWN), otherwise the caller made the id up (EINVAL). */
-int b1_peer_gone(void *base, uint64_t id) {
-    return id && id < atomic_load(&HDR(base)->next_peer_id) ? -ESHUTDOWN : -EINVAL;
-}
-
-struct b1_peer *b1_peer_at_slot(void *base, uint32_t slot) {
-    struct b1_header *h = HDR(base);
-    if (slot == 0 || slot > h->limits.max_peers) return NULL;
-    struct b1_peer *p = PEER(base, slot);
-    return __atomic_load_n(&p->lock_initialised, __ATOMIC_ACQUIRE) ? p : NULL;
-}
-
-/* Lock a peer and check it is still the one named by id and connected. */
-int b1_lock_live(void *base, uint32_t slot, uint64_t id, struct b1_peer **out) {
-    struct b1_peer *p = b1_peer_at_slot(base, slot);
-    if (!p) return -EINVAL;
-    int r = b1_lock(p);
-    if (r) return r;
-    if (p->id != id) {
-        b1_unlock(p);
-        return b1_peer_gone(base, id);
-    }
-    if (p->state != B1_PEER_ACTIVE) {
-        b1_unlock(p);
-        return -ESHUTDOWN;
-    }
-    *out = p;
-    return 0;
-}
-
-/* Is the peer (slot, id) still connected?  0, or the error of b1_lock_live. */
-int b1_check_live(void *base, uint32_t slot, uint64_t id) {
-    struct b1_peer *p;
-    int r = b1_lock_live(base, slot, id, &p);
-    if (!r) b1_unlock(p);
-    return r;
 }
 
 int b1_peer_attach(void *base, uint32_t slot, uint64_t id, int32_t pid) {
@@ -238,7 +153,7 @@ int b1_peer_attach(void *base, uint32_t slot, uint64_t id, int32_t pid) {
     }
     if (free_slot >= 0) {
         p->pids[free_slot] = pid;
-        p->pid_starts[free_slot] = proc_start(pid);
+        p->pid_starts[free_slot] = b1_proc_start(pid);
     } else {
         p->pinned = 1;
     }
@@ -266,6 +181,7 @@ static void flush_queue(void *base, struct b1_peer *p) {
     uint32_t cap = p->n_entries, n = 0, steps = 0;
     if (cap > HDR(base)->limits.max_entries) cap = HDR(base)->limits.max_entries;
     uint32_t *taken = cap ? malloc(cap * sizeof *taken) : NULL;
+    B1_NOTICES(nt);
     while (p->root && b1_step(&steps, HDR(base)->limits.max_entries)) {
         uint32_t e = p->front;
         b1_queue_remove_locked(base, p, e);
@@ -304,10 +220,11 @@ static void flush_queue(void *base, struct b1_peer *p) {
     for (uint32_t i = 0; i < n; i++) {
         struct b1_entry *e = ENTRY(base, taken[i]);
         struct b1_msg *m = MSG(base, e->msg);
-        if ((e->type & ~B1_ENTRY_RECEIVING) == B1_MSG_DATA) b1_tx_unregister_handles(base, m, e->idx);
+        if ((e->type & ~B1_ENTRY_RECEIVING) == B1_MSG_DATA) b1_tx_unregister_handles(base, m, e->idx, &nt);
         b1_msg_put(base, e->msg);
         b1_entry_free(base, taken[i]);
     }
+    b1_notices_send(base, &nt);
     free(taken);
 }
 
@@ -317,7 +234,7 @@ int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id) {
     int r = b1_lock_live(base, slot, id, &p);
     if (r) return r;
     /* nothing new is staged here from now on, and no new handle made for it (seq_cst:
-     * node.c handle_get_locked reads it after counting the handle) */
+     * handle.c b1_handle_get_locked reads it after counting the handle) */
     __atomic_store_n(&p->state, B1_PEER_DISCONNECTING, __ATOMIC_SEQ_CST);
     b1_unlock(p);
 
@@ -341,7 +258,7 @@ int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id) {
 
     r = b1_lock(p);
     if (r) return r;
-    /* seq_cst: a handle released from now on sees it and retries the reclaim (node.c) */
+    /* seq_cst: a handle released from now on sees it and retries the reclaim (handle.c) */
     __atomic_store_n(&p->state, B1_PEER_DISCONNECTED, __ATOMIC_SEQ_CST);
     flush_queue(base, p); /* unlocks */
     b1_drop_peer_handles(base, slot, id);

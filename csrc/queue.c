@@ -18,6 +18,11 @@
  *     a change of the front publishes front_ts and then, if anyone is registered, bumps
  *     wake_seq and wakes.  Either the sleeper sees the new front or its futex word has
  *     changed: no wake-up is lost, and without sleepers a change costs no shared write.
+ *
+ * Lock rules: the peer's robust mutex guards its tree, clock and counters; every
+ * *_locked call expects it held and takes no other.  This is the lowest layer with a
+ * lock: it calls nothing above it, and a change of the front is returned to the caller,
+ * who wakes the sleepers after unlocking.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -26,31 +31,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-#include "layout.h"
-
-static int32_t cached_pid;
-
-static void reset_pid(void) { cached_pid = 0; }
-
-void b1_process_init(void) {
-    static int registered;
-    if (!registered) {
-        registered = 1;
-        pthread_atfork(NULL, NULL, reset_pid);
-    }
-    cached_pid = 0;
-}
-
-int32_t b1_pid(void) {
-    if (!cached_pid) cached_pid = (int32_t)getpid();
-    return cached_pid;
-}
-
-uint64_t b1_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+#include "queue.h"
 
 #define LOCK_SPINS 64 /* trylock attempts before sleeping in the kernel */
 

@@ -17,11 +17,21 @@
  *     the nodes those peers own are destroyed with the holders the finished messages made.
  *   - A NODE_RELEASE owed by a dead process (release_pending set, no notice queued) is
  *     queued again, once.
+ *
+ * Lock rules: one queue's lock at a time, re-taken per block; undone registrations take
+ * their owners' locks after it is released.  One orphan sweeper at a time (orphan_reaper,
+ * a compare-and-swap word, not a lock: a dead sweeper's claim is taken over).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
-#include "layout.h"
+#include "alloc.h"
+#include "message.h"
+#include "node.h"
+#include "peer.h"
+#include "queue.h"
+#include "reap.h"
+#include "slot.h"
 
 struct dead_block {
     uint32_t e;
@@ -80,7 +90,11 @@ static int reap_queue(void *base, uint32_t slot, struct b1_gc_stats *stats) {
                 p->n_bytes -= m->len;
             }
             b1_unlock(p);
-            if (e->type == B1_MSG_DATA) b1_tx_unregister_handles(base, m, e->idx);
+            if (e->type == B1_MSG_DATA) {
+                B1_NOTICES(nt);
+                b1_tx_unregister_handles(base, m, e->idx, &nt);
+                b1_notices_send(base, &nt);
+            }
             b1_msg_put(base, e->msg);
             b1_entry_free(base, dead[i].e);
             if (stats) stats->blocks_removed++;
@@ -121,7 +135,11 @@ static uint32_t reap_orphans(void *base) {
         struct b1_msg *m = MSG(base, unit);
         int32_t pid = (type & B1_ENTRY_RECEIVING) ? (int32_t)e->prio : m->stager_pid;
         if (b1_pid_alive(pid, 0) || __atomic_load_n(&e->msg, __ATOMIC_ACQUIRE) != unit) continue;
-        if ((type & ~B1_ENTRY_RECEIVING) == B1_MSG_DATA) b1_tx_unregister_handles(base, m, e->idx);
+        if ((type & ~B1_ENTRY_RECEIVING) == B1_MSG_DATA) {
+            B1_NOTICES(nt);
+            b1_tx_unregister_handles(base, m, e->idx, &nt);
+            b1_notices_send(base, &nt);
+        }
         b1_msg_put(base, unit);
         b1_entry_free(base, i);
         freed++;

@@ -1,0 +1,26 @@
+/*
+ * alloc.h -- lock-free allocation of table slots, queue entries and pool records
+ * (alloc.c).  Lowest layer: it takes no lock, so any layer may call it under a peer's lock.
+ */
+#ifndef BUS1PY_ALLOC_H
+#define BUS1PY_ALLOC_H
+#include "layout.h"
+#include "proc.h"
+
+uint32_t b1_alloc_index(void *base, b1_stack *stack, _Atomic uint32_t *bump, uint32_t limit,
+                        size_t link_offset, size_t elem_size, char *table);
+void b1_free_index(b1_stack *stack, uint32_t index, _Atomic uint32_t *link);
+uint32_t b1_entry_alloc(void *base);
+void b1_entry_free(void *base, uint32_t e);
+uint32_t b1_msg_alloc(void *base, uint64_t size, uint32_t len, uint32_t refs);
+void b1_msg_put(void *base, uint32_t unit);
+int64_t b1_usage_entries(void *base);
+int64_t b1_usage_pool(void *base);
+
+/* mark an entry out of every queue as this process's, before the lock that took it goes */
+static inline void b1_entry_claim(struct b1_entry *e) {
+    e->prio = (uint32_t)b1_pid();
+    e->type |= B1_ENTRY_RECEIVING;
+}
+
+#endif

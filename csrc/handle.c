@@ -1,0 +1,196 @@
+/*
+ * handle.c -- handles: a peer's references to nodes, their ids, and the node owner's lock
+ * that guards them.
+ *
+ * Invariants:
+ *   - A node's fields, its holder list and the refs/pending counts of every handle to it
+ *     are changed only under the node owner's lock; no other lock is held meanwhile.
+ *   - A handle id is (gen << 24) | index; gen is bumped whenever the slot is reused, so an
+ *     id is never reused.  A peer holds at most one handle per node.
+ *   - The process that drops a node's last holder owes the owner its NODE_RELEASE
+ *     (release_pending, release_pid): it is handed up as a notice (handle.h), never sent
+ *     from here.  A notice that cannot be kept (no memory) is left to b1_gc, which queues
+ *     the NODE_RELEASE of a node whose release_pid is not a live process.
+ *   - A node slot is freed only when it is destroyed, the owner has read its NODE_DESTROY
+ *     (or is gone), the owner's handle is released and no holder is left.
+ *
+ * Lock rules: the node owner's lock around every *_locked call; a gone holder's slot is
+ * reclaimed (its own lock) only after that lock is released (b1_put_done).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "alloc.h"
+#include "handle.h"
+#include "queue.h"
+#include "slot.h"
+
+#define PUT_RELEASE 1 /* the node lost its last non-owner reference: notify the owner */
+#define PUT_RECLAIM 2 /* a gone peer lost its last handle: its slot may be free (slot << 8) */
+
+/* ---- handles ---- */
+
+uint32_t b1_handle_alloc(void *base) {
+    struct b1_header *h = HDR(base);
+    uint32_t i = b1_alloc_index(base, &h->free_handles, &h->handles_bump, h->limits.max_handles + 1,
+                                offsetof(struct b1_handle, next_free), sizeof(struct b1_handle),
+                                (char *)HANDLE(base, 0));
+    if (i) {
+        struct b1_handle *hd = HANDLE(base, i);
+        hd->gen++;
+        hd->refs = 0;
+        hd->pending = 0;
+        hd->next_holder = 0;
+        atomic_store(&hd->dead, 0);
+    }
+    return i;
+}
+
+void b1_handle_free(void *base, uint32_t i) {
+    struct b1_handle *hd = HANDLE(base, i);
+    hd->refs = 0;
+    hd->pending = 0;
+    b1_free_index(&HDR(base)->free_handles, i, &hd->next_free);
+}
+
+uint64_t b1_handle_id(void *base, uint32_t i) {
+    return ((uint64_t)HANDLE(base, i)->gen << B1_HANDLE_INDEX_BITS) | i;
+}
+
+uint32_t b1_handle_index(void *base, uint64_t id) {
+    uint32_t i = (uint32_t)(id & B1_HANDLE_INDEX_MASK);
+    if (i == 0 || i > HDR(base)->limits.max_handles) return 0;
+    return (id >> B1_HANDLE_INDEX_BITS) == HANDLE(base, i)->gen ? i : 0;
+}
+
+/* The handle slot behind an id, if the id is the caller's and held; 0 otherwise. */
+uint32_t b1_handle_lookup(void *base, uint32_t slot, uint64_t peer_id, uint64_t id) {
+    uint32_t i = b1_handle_index(base, id);
+    if (!i) return 0;
+    struct b1_handle *hd = HANDLE(base, i);
+    if (hd->peer_slot != slot || hd->peer_id != peer_id || hd->refs == 0) return 0;
+    return i;
+}
+
+/* Lock the owner of node n (any owner state) if the node is still generation gen. */
+struct b1_peer *b1_lock_owner(void *base, uint32_t n, uint32_t gen) {
+    struct b1_node *nd = NODE(base, n);
+    uint32_t slot = nd->owner_slot;
+    if (!slot || slot > HDR(base)->limits.max_peers) return NULL;
+    struct b1_peer *p = PEER(base, slot);
+    if (b1_lock(p)) return NULL;
+    if (nd->gen != gen || nd->owner_slot != slot || nd->state == B1_NODE_FREE) {
+        b1_unlock(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* Free a destroyed node nothing names any more (the owner slot's lock held); the last
+ * node of a gone owner frees the owner's slot too. */
+void b1_node_free_unnamed_locked(void *base, uint32_t n) {
+    struct b1_node *nd = NODE(base, n);
+    if (nd->state == B1_NODE_DESTROYED && !nd->holders && !nd->owner_handle_live && nd->owner_notified) {
+        struct b1_peer *owner = PEER(base, nd->owner_slot);
+        nd->state = B1_NODE_FREE;
+        b1_free_index(&HDR(base)->free_nodes, n, &nd->next_free);
+        if (--owner->n_nodes == 0) b1_peer_reclaim_locked(base, nd->owner_slot, owner);
+    }
+}
+
+/* Finish what b1_handle_put_locked asked for, with no lock held. */
+void b1_put_done(void *base, int put, uint32_t n, uint32_t gen, struct b1_notices *nt) {
+    if (put & PUT_RELEASE) b1_notices_push(base, nt, n, gen);
+    if (put & PUT_RECLAIM) b1_peer_reclaim(base, (uint32_t)put >> 8);
+}
+
+void b1_notices_push(void *base, struct b1_notices *nt, uint32_t node, uint32_t gen) {
+    if (nt->n == nt->cap) {
+        struct b1_notice *v = malloc(2 * nt->cap * sizeof *v);
+        if (!v) { /* b1_gc sends it: no live process owes it any more */
+            __atomic_store_n(&NODE(base, node)->release_pid, 0, __ATOMIC_RELAXED);
+            return;
+        }
+        memcpy(v, nt->v, nt->n * sizeof *v);
+        if (nt->v != nt->inline_v) free(nt->v);
+        nt->v = v;
+        nt->cap *= 2;
+    }
+    nt->v[nt->n++] = (struct b1_notice){node, gen};
+}
+
+/* Drop `held` references and `pending` in-flight ones of handle hi (owner lock held). */
+int b1_handle_put_locked(void *base, uint32_t hi, uint32_t held, uint32_t pending) {
+    struct b1_handle *hd = HANDLE(base, hi);
+    struct b1_node *nd = NODE(base, hd->node);
+    hd->refs -= held;
+    hd->pending -= pending;
+    if (hd->refs || hd->pending) return 0;
+    int result = 0;
+    if (b1_handle_id(base, hi) == nd->owner_handle) {
+        nd->owner_handle_live = 0;
+    } else {
+        uint32_t *link = &nd->holders;
+        uint32_t steps = 0;
+        while (*link && *link != hi && b1_step(&steps, HDR(base)->limits.max_handles))
+            link = &HANDLE(base, *link)->next_holder;
+        if (*link == hi) *link = hd->next_holder;
+        if (!nd->holders && nd->state == B1_NODE_ALIVE && !nd->release_pending) {
+            nd->release_pending = 1;
+            nd->release_pid = b1_pid();
+            result = PUT_RELEASE;
+        }
+    }
+    /* seq_cst, then the state: see b1_peer_reclaim_locked */
+    struct b1_peer *holder = PEER(base, hd->peer_slot);
+    if (atomic_fetch_sub(&holder->n_handles, 1) == 1 &&
+        __atomic_load_n(&holder->state, __ATOMIC_SEQ_CST) == B1_PEER_DISCONNECTED)
+        result |= PUT_RECLAIM | (int)(hd->peer_slot << 8);
+    uint32_t n = hd->node;
+    b1_handle_free(base, hi);
+    b1_node_free_unnamed_locked(base, n);
+    return result;
+}
+
+/* The handle of peer (slot, id) for node n, created if it has none (owner lock held). */
+int b1_handle_get_locked(void *base, uint32_t n, uint32_t slot, uint64_t id, uint32_t *out) {
+    struct b1_node *nd = NODE(base, n);
+    if (slot == nd->owner_slot && id == nd->owner_id) {
+        if (!nd->owner_handle_live) return -ESTALE;
+        *out = (uint32_t)(nd->owner_handle & B1_HANDLE_INDEX_MASK);
+        return 0;
+    }
+    FOR_HOLDERS(base, nd, i)
+        if (HANDLE(base, i)->peer_slot == slot && HANDLE(base, i)->peer_id == id) {
+            *out = i;
+            return 0;
+        }
+    struct b1_peer *to = PEER(base, slot);
+    /* counted first, then the peer checked (seq_cst): a slot being reclaimed either sees
+     * the count or is seen here (b1_peer_reclaim_locked) */
+    if (atomic_fetch_add(&to->n_handles, 1) >= to->quota_handles) {
+        atomic_fetch_sub(&to->n_handles, 1);
+        return -EDQUOT;
+    }
+    if (__atomic_load_n(&to->id, __ATOMIC_SEQ_CST) != id ||
+        __atomic_load_n(&to->state, __ATOMIC_SEQ_CST) != B1_PEER_ACTIVE) {
+        atomic_fetch_sub(&to->n_handles, 1);
+        return -ESHUTDOWN;
+    }
+    uint32_t hi = b1_handle_alloc(base); /* lock-free: allowed under the owner's lock */
+    if (!hi) {
+        atomic_fetch_sub(&to->n_handles, 1);
+        return -ENOSPC;
+    }
+    struct b1_handle *hd = HANDLE(base, hi);
+    hd->peer_id = id;
+    hd->peer_slot = slot;
+    hd->node = n;
+    hd->node_gen = nd->gen;
+    hd->next_holder = nd->holders;
+    nd->holders = hi;
+    nd->holders_version++;
+    *out = hi;
+    return 0;
+}

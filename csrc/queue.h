@@ -1,0 +1,31 @@
+/*
+ * queue.h -- one peer's queue and its lock (queue.c): the layer every other one stands on.
+ *
+ * Lock rules: b1_lock/b1_unlock take a peer's robust mutex; a function named *_locked
+ * expects the caller to hold the lock of the peer it is given and neither takes nor
+ * releases any lock.  Nothing here calls up: a change of the front is returned (1) and the
+ * caller wakes the sleepers (b1_wake) after unlocking.
+ */
+#ifndef BUS1PY_QUEUE_H
+#define BUS1PY_QUEUE_H
+#include "layout.h"
+
+int b1_lock(struct b1_peer *p);
+void b1_unlock(struct b1_peer *p);
+/* insert, remove and rekey return 1 when the front changed (wake after unlocking) */
+int b1_queue_insert_locked(void *base, struct b1_peer *p, uint32_t e);
+int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e);
+int b1_queue_rekey_locked(void *base, struct b1_peer *p, uint32_t e, uint64_t ts);
+int b1_queue_contains_locked(void *base, struct b1_peer *p, uint32_t e);
+int b1_queue_publish_front(void *base, struct b1_peer *p);
+int b1_key_less(const struct b1_entry *a, const struct b1_entry *b);
+void b1_wake(struct b1_peer *p);
+int b1_futex_wait(_Atomic uint32_t *word, uint32_t seen, int64_t timeout_ns);
+
+/* raise the peer's clock to at least t (its lock held); returns the clock */
+static inline uint64_t b1_sync_clock(struct b1_peer *p, uint64_t t) {
+    if (p->clock < t) p->clock = t;
+    return p->clock;
+}
+
+#endif

@@ -1,0 +1,297 @@
+/*
+ * recv.c -- receiving: the front of a queue taken out under one lock hold, copied out (or
+ * kept as a zero-copy slice) without it; waiting; giving slices back.
+ *
+ * Invariants:
+ *   - Only committed (even) front entries are taken, in key order, and each exactly once:
+ *     it leaves the queue under the lock, is claimed by this process (layout.h) before the
+ *     lock goes, and is freed -- or moved to the peer's held list as a slice -- after.
+ *   - An entry dropped at the front (a data message after its node's destruction, a
+ *     withdrawn NODE_RELEASE) is consumed and not counted; its handle registrations are
+ *     undone.
+ *   - A slice keeps its record and the receiver's quota charged until it is given back,
+ *     or until the peer is flushed (peer.c), whichever is first.
+ *   - A waiter registers in `waiters` before it reads wake_seq (queue.c): no wake is lost.
+ *
+ * Lock rules: the receiving peer's lock for the dequeue, released before anything is
+ * copied; carried handles are resolved under their owners' locks after it (message.c);
+ * the notices that owes are sent before the call returns (node.h).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include "alloc.h"
+#include "kill.h"
+#include "message.h"
+#include "node.h"
+#include "queue.h"
+#include "reap.h"
+#include "slot.h"
+
+
+/* Where a receive puts what it takes: room for `max` infos, payloads and carried handles. */
+struct recv_req {
+    struct b1_msg_info *infos;
+    uint32_t max;
+    uint32_t flags;       /* B1_RECV_* */
+    char *buf;
+    uint64_t buflen;
+    uint64_t *handles;    /* room for max_msg_handles */
+    uint32_t n_handles;   /* out: how many of them the taken messages carried */
+};
+
+#define TAKE_ON_STACK 64
+
+/* Dequeue up to q->max committed front entries under one hold of the lock, then copy them
+ * out unlocked (a record is immutable while an entry references it).  Entries dropped at
+ * the front (message.c, node.c) are consumed and not counted.  -EAGAIN when none is committed. */
+static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q) {
+    uint32_t stack[TAKE_ON_STACK], *taken = stack;
+    if (q->max > TAKE_ON_STACK && !(taken = malloc(q->max * sizeof *taken))) return -ENOMEM;
+    int nocopy = q->flags & B1_RECV_NOCOPY;
+    B1_NOTICES(nt);
+    uint32_t max_entries = HDR(base)->limits.max_entries, max_nh = HDR(base)->limits.max_msg_handles;
+    int r;
+    /* each round takes at least one entry out for good: more rounds than entries is a cycle */
+    for (uint32_t rounds = 0;;) {
+        if (!b1_step(&rounds, max_entries)) {
+            r = -EBADMSG;
+            break;
+        }
+        struct b1_peer *p;
+        r = b1_lock_live(base, slot, id, &p);
+        if (r) break;
+        uint32_t n = 0, delivered = 0, nh = 0, steps = 0;
+        uint64_t used = 0;
+        int woke = 0;
+        r = 0;
+        while (n < q->max && b1_step(&steps, max_entries)) {
+            uint32_t ei = p->front;
+            if (!ei || (ENTRY(base, ei)->ts & 1)) break;
+            struct b1_entry *e = ENTRY(base, ei);
+            struct b1_msg *m = MSG(base, e->msg);
+            if (b1_bad || e->type > B1_MSG_NODE_RELEASE || !b1_msg_ok(base, e->msg, e->idx)) {
+                r = -EBADMSG; /* a scribbled queue: leave it as it is */
+                break;
+            }
+            int copied = !nocopy || e->type != B1_MSG_DATA;
+            if ((copied && used + m->len > q->buflen) || nh + m->n_handles > max_nh) {
+                if (!n) r = -EMSGSIZE; /* only a buffer smaller than max_payload */
+                break;
+            }
+            woke |= b1_queue_remove_locked(base, p, ei);
+            if (b1_bad || p->front == ei) { /* still linked: a cycle in a scribbled tree */
+                b1_bad = 1;
+                r = -EBADMSG;
+                break;
+            }
+            int deliver = 1;
+            if (e->type == B1_MSG_DATA) {
+                deliver = !b1_data_dropped_locked(base, e);
+                if (!deliver || copied) { /* a slice keeps its quota until it is given back */
+                    p->n_messages--;
+                    p->n_bytes -= m->len;
+                }
+            } else if (e->type == B1_MSG_NODE_DESTROY) {
+                b1_destroy_delivered(base, p, e);
+            } else {
+                deliver = b1_release_wanted_locked(base, p, e);
+            }
+            taken[n++] = ei;
+            if (deliver) {
+                struct b1_msg_info *info = &q->infos[delivered++];
+                info->ts = e->ts;
+                info->sender = e->sender;
+                info->seq = e->seq;
+                info->destination = e->destination;
+                info->type = e->type;
+                if (copied) {
+                    used += m->len;
+                    info->slice = 0;
+                } else { /* a slice: the entry moves to the held list, its token */
+                    info->slice = ei;
+                    e->ts = B1_TS_HELD;
+                    e->left = 0;
+                    e->right = p->held;
+                    if (p->held) ENTRY(base, p->held)->left = ei;
+                    p->held = ei;
+                }
+                nh += m->n_handles;
+            } else {
+                e->ts = 1; /* consumed, not delivered (the entry is ours now) */
+            }
+            if (e->ts != B1_TS_HELD) b1_entry_claim(e); /* a slice is its peer's */
+        }
+        p->received += delivered;
+        b1_unlock(p);
+        if (woke) b1_wake(p);
+        if (n) B1_KILL_POINT(B1_KILL_RECV);
+        used = nh = 0;
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            struct b1_entry *e = ENTRY(base, taken[i]);
+            struct b1_msg *m = MSG(base, e->msg);
+            int keep = e->ts == B1_TS_HELD;
+            if (e->ts != 1) {
+                struct b1_msg_info *info = &q->infos[k++];
+                info->len = m->len;
+                info->n_handles = m->n_handles;
+                if (keep) {
+                    info->offset = (uint64_t)(msg_payload(m) - (char *)base);
+                } else {
+                    info->offset = used;
+                    memcpy(q->buf + used, msg_payload(m), m->len);
+                    used += m->len;
+                }
+                if (m->n_handles) b1_resolve_handles(base, e, m, q->handles + nh, &nt);
+                nh += m->n_handles;
+            } else if ((e->type & ~B1_ENTRY_RECEIVING) == B1_MSG_DATA && m->n_handles) {
+                b1_tx_unregister_handles(base, m, e->idx, &nt);
+            }
+            if (!keep) {
+                b1_msg_put(base, e->msg);
+                b1_entry_free(base, taken[i]);
+            }
+        }
+        q->n_handles = nh;
+        b1_notices_send(base, &nt);
+        if (k || r) {
+            r = k ? (int)k : r;
+            break;
+        }
+        if (!n) {
+            r = -EAGAIN;
+            break;
+        }
+    }
+    if (taken != stack) free(taken);
+    return r;
+}
+
+int b1_recv(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *info,
+            char *buf, uint32_t buflen, uint64_t *handles_out) {
+    struct recv_req q = {.infos = info, .max = 1, .buf = buf, .buflen = buflen, .handles = handles_out};
+    int r = recv_some(base, slot, id, &q);
+    return r > 0 ? 0 : r;
+}
+
+static inline int front_ready(struct b1_peer *p) {
+    uint64_t ts = atomic_load_explicit(&p->front_ts, memory_order_acquire);
+    return ts && !(ts & 1);
+}
+
+#define REAP_CHECK_NS 200000000 /* a block at the front this long: is its sender alive? */
+
+/* recv_some, waiting while nothing is committed at the front: > 0 taken, or -errno */
+static int recv_wait(void *base, uint32_t slot, uint64_t id, struct recv_req *q, int64_t timeout_ns) {
+    uint64_t deadline = timeout_ns > 0 ? b1_now_ns() + (uint64_t)timeout_ns : 0;
+    uint32_t spin_ns = HDR(base)->limits.spin_ns;
+    struct b1_peer *p = PEER(base, slot);
+    for (;;) {
+        int r = recv_some(base, slot, id, q);
+        if (r != -EAGAIN || timeout_ns == 0) return r;
+        /* spin briefly: a futex wake across CPUs costs tens of microseconds.  After a
+         * short pure spin, yield instead: when processes outnumber CPUs the sender we wait
+         * for may need this one (on an idle CPU sched_yield returns at once). */
+        uint64_t now = b1_now_ns(), spin_end = now + spin_ns;
+        if (deadline && spin_end > deadline) spin_end = deadline;
+        for (uint32_t k = 0; !front_ready(p); k++) {
+            if (k < 512) {
+                b1_relax();
+                if ((k & 63) == 63 && b1_now_ns() >= spin_end) break;
+            } else {
+                sched_yield();
+                if (b1_now_ns() >= spin_end) break;
+            }
+        }
+        if (front_ready(p)) continue;
+        int64_t left = REAP_CHECK_NS;
+        if (deadline) {
+            now = b1_now_ns();
+            if (now >= deadline) return -ETIMEDOUT;
+            if ((int64_t)(deadline - now) < left) left = (int64_t)(deadline - now);
+        }
+        atomic_fetch_add(&p->waiters, 1); /* register first: see b1_wake */
+        uint32_t seen = atomic_load(&p->wake_seq);
+        if (!front_ready(p) && p->id == id && p->state == B1_PEER_ACTIVE)
+            r = b1_futex_wait(&p->wake_seq, seen, left);
+        else
+            r = 0;
+        atomic_fetch_sub(&p->waiters, 1);
+        if (r == -EINTR) {
+            /* the caller runs its signal handlers and calls again with the time left */
+            uint64_t t = b1_now_ns();
+            q->infos[0].left_ns = deadline ? (deadline > t ? deadline - t : 0) : 0;
+            return r;
+        }
+        if (r == -ETIMEDOUT) {
+            /* a block that outlives its sender would hold the queue forever */
+            uint64_t fts = atomic_load(&p->front_ts);
+            if (fts & 1) b1_queue_reap(base, slot);
+            if (deadline && b1_now_ns() >= deadline) {
+                r = recv_some(base, slot, id, q);
+                return r == -EAGAIN ? -ETIMEDOUT : r;
+            }
+        }
+    }
+}
+
+int b1_recv_wait(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *info,
+                 char *buf, uint32_t buflen, uint64_t *handles_out, int64_t timeout_ns) {
+    struct recv_req q = {.infos = info, .max = 1, .buf = buf, .buflen = buflen, .handles = handles_out};
+    int r = recv_wait(base, slot, id, &q, timeout_ns);
+    return r > 0 ? 0 : r;
+}
+
+/* A slice is an entry on its peer's held list, still referencing its record, its data
+ * message still counted against the peer's quota.  A peer flushed since (disconnected)
+ * freed its slices itself: giving one back then does nothing. */
+int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice) {
+    struct b1_header *h = HDR(base);
+    if (!slice || slice > h->limits.max_entries) return -EINVAL;
+    uint32_t ei = (uint32_t)slice;
+    struct b1_entry *e = ENTRY(base, ei);
+    struct b1_peer *p = b1_peer_at_slot(base, slot);
+    if (!p) return -EINVAL;
+    int r = b1_lock(p);
+    if (r) return r;
+    if (p->id != id || (p->state != B1_PEER_ACTIVE && p->state != B1_PEER_DISCONNECTING)) {
+        b1_unlock(p);
+        return 0;
+    }
+    /* on this peer's list: marked, and linked from its neighbour or the head */
+    int linked = e->ts == B1_TS_HELD && (e->left ? ENTRY(base, e->left)->right == ei : p->held == ei);
+    if (!linked || b1_bad || !b1_msg_ok(base, e->msg, e->idx)) {
+        b1_unlock(p);
+        return -EINVAL;
+    }
+    if (e->left)
+        ENTRY(base, e->left)->right = e->right;
+    else
+        p->held = e->right;
+    if (e->right) ENTRY(base, e->right)->left = e->left;
+    p->n_messages--;
+    p->n_bytes -= MSG(base, e->msg)->len;
+    b1_unlock(p);
+    b1_entry_claim(e);
+    e->ts = 0;
+    b1_msg_put(base, e->msg);
+    b1_entry_free(base, ei);
+    return 0;
+}
+
+int b1_frame_recv(struct b1_frame *f, uint32_t slot, uint64_t id, int64_t timeout_ns) {
+    return b1_recv_wait(f->base, slot, id, &f->info, f->buf, f->buflen, f->handles, timeout_ns);
+}
+
+int b1_frame_recv_many(struct b1_frame *f, uint32_t slot, uint64_t id, uint32_t max,
+                       int64_t timeout_ns, uint32_t flags) {
+    if (!max || max > f->infos_cap) return -EINVAL;
+    struct recv_req q = {.infos = f->infos, .max = max, .flags = flags, .buf = f->buf,
+                         .buflen = f->buflen, .handles = f->handles};
+    int r = recv_wait(f->base, slot, id, &q, timeout_ns);
+    f->n_handles = r > 0 ? q.n_handles : 0;
+    return r;
+}

@@ -1,0 +1,141 @@
+/*
+ * send.c -- sending: the public transaction steps and the whole send (tx.c orders them).
+ *
+ * Invariants:
+ *   - A send is all-or-nothing until it stamps: every handle it names is the sender's,
+ *     every copy and registration is made before anything is staged, and a failure before
+ *     the stamp unwinds all of it.
+ *   - Every public step returns with the NODE_RELEASE notices it owed sent (node.h):
+ *     a caller that steps a transaction by hand sees the same bus as b1_send leaves.
+ *
+ * Lock rules: none held across calls here; each step takes one peer's lock at a time.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "alloc.h"
+#include "message.h"
+#include "node.h"
+#include "slot.h"
+#include "tx.h"
+
+int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,
+                  const uint64_t *dests, uint32_t n, const char *payload, uint32_t len,
+                  const uint64_t *handles, uint32_t n_handles, uint32_t flags) {
+    struct b1_header *h = HDR(base);
+    tx->msg = 0;
+    if (n == 0 || n > h->limits.max_dests) return -EINVAL;
+    if (len > h->limits.max_payload || n_handles > h->limits.max_msg_handles) return -EMSGSIZE;
+    if (slot == 0 || slot > h->limits.max_peers) return -EINVAL;
+    struct b1_peer *sender = PEER(base, slot);
+    if (__atomic_load_n(&sender->id, __ATOMIC_ACQUIRE) != id) return b1_peer_gone(base, id);
+    if (__atomic_load_n(&sender->state, __ATOMIC_ACQUIRE) != B1_PEER_ACTIVE) return -ESHUTDOWN;
+
+    tx->sender_slot = slot;
+    tx->sender_id = id;
+    tx->n = n;
+    uint32_t dead = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t hi = b1_handle_lookup(base, slot, id, dests[i]);
+        if (!hi) return -ENXIO;
+        struct b1_handle *hd = HANDLE(base, hi);
+        struct b1_node *nd = NODE(base, hd->node);
+        dead += atomic_load(&hd->dead) != 0;
+        tx->dests[i] = (struct b1_dest){.handle = dests[i], .peer_id = nd->owner_id,
+                                        .owner_handle = nd->owner_handle, .peer_slot = nd->owner_slot,
+                                        .node = hd->node, .node_gen = hd->node_gen};
+    }
+    if ((flags & B1_SEND_UNREACHABLE_ERROR) && dead == n) return -EHOSTUNREACH;
+    /* quotas of a multicast, read without the locks: a refusal found here touches nothing,
+     * not even a clock; the stage re-checks under each lock (a race there unwinds the
+     * blocks).  A unicast's stage checks before it changes anything. */
+    for (uint32_t i = 0; i < n && n > 1; i++) {
+        struct b1_peer *p = PEER(base, tx->dests[i].peer_slot);
+        if (__atomic_load_n(&p->n_messages, __ATOMIC_RELAXED) + 1 > p->quota_messages ||
+            __atomic_load_n(&p->n_bytes, __ATOMIC_RELAXED) + len > p->quota_bytes)
+            return -EDQUOT;
+    }
+    int r = b1_tx_prepare_raw(base, tx, B1_MSG_DATA, payload, len, n_handles);
+    if (!r && n_handles) {
+        B1_NOTICES(nt);
+        r = b1_tx_register_handles(base, tx, handles, n_handles, &nt);
+        b1_notices_send(base, &nt);
+        if (r) {
+            for (uint32_t i = 0; i < n; i++) b1_entry_free(base, tx->dests[i].entry);
+            struct b1_msg *m = MSG(base, tx->msg);
+            m->n_handles = 0;
+            atomic_store(&m->refs, 1);
+            b1_msg_put(base, tx->msg);
+            tx->msg = 0;
+        }
+    }
+    return r;
+}
+
+int b1_tx_stage(void *base, struct b1_tx *tx, uint32_t i) {
+    B1_NOTICES(nt);
+    int r = b1_tx_stage_nt(base, tx, i, &nt);
+    b1_notices_send(base, &nt);
+    return r;
+}
+
+int b1_tx_commit(void *base, struct b1_tx *tx, uint32_t i) {
+    B1_NOTICES(nt);
+    int r = b1_tx_commit_nt(base, tx, i, &nt);
+    b1_notices_send(base, &nt);
+    return r;
+}
+
+void b1_tx_abort(void *base, struct b1_tx *tx) {
+    B1_NOTICES(nt);
+    b1_tx_abort_nt(base, tx, &nt);
+    b1_notices_send(base, &nt);
+}
+
+int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, uint32_t n,
+                const char *payload, uint32_t len, const uint64_t *handles,
+                uint32_t n_handles, uint32_t flags, uint64_t *seq) {
+    if (n == 0 || n > HDR(base)->limits.max_dests) return -EINVAL;
+    /* small multicasts on the stack, large ones on the heap (threads have small stacks) */
+    struct b1_dest small[16], *ds = n <= 16 ? small : malloc(n * sizeof *ds);
+    if (!ds) return -ENOMEM;
+    struct b1_tx tx = {.dests = ds};
+    int r = b1_tx_prepare(base, &tx, slot, id, dests, n, payload, len, handles, n_handles, flags);
+    if (!r) {
+        B1_NOTICES(nt);
+        r = b1_tx_run(base, &tx, &nt);
+        b1_notices_send(base, &nt);
+    }
+    if (ds != small) free(ds);
+    if (r) return r;
+    struct b1_peer *sender = PEER(base, slot);
+    if (__atomic_load_n(&sender->id, __ATOMIC_RELAXED) == id) /* not a new peer of the slot */
+        atomic_fetch_add_explicit(&sender->sent, 1, memory_order_relaxed);
+    *seq = tx.seq;
+    if (tx.ts > INT64_MAX) { /* only a scribbled clock gets here */
+        b1_bad = 1;
+        return -EBADMSG;
+    }
+    return (int64_t)tx.ts;
+}
+
+/* ---- the hot calls over a per-thread frame (see struct b1_frame) ---- */
+
+int64_t b1_frame_send(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t dest, uint32_t n,
+                      const char *payload, uint32_t len, uint32_t n_handles, uint32_t flags) {
+    return b1_send(f->base, slot, id, n ? f->dests : &dest, n ? n : 1, payload, len,
+                   f->handles, n_handles, flags, &f->seq);
+}
+
+int b1_frame_send_many(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t dest, uint32_t n,
+                       const char *data, const uint32_t *lens, uint32_t count,
+                       uint32_t n_handles, uint32_t flags) {
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        int64_t r = b1_frame_send(f, slot, id, dest, n, data + off, lens[i], n_handles, flags);
+        if (r < 0) return i ? (int)i : (int)r;
+        off += lens[i];
+    }
+    return (int)count;
+}

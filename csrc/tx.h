@@ -1,0 +1,23 @@
+/*
+ * tx.h -- the transaction steps (tx.c): prepare, stage, stamp, sync, commit, abort.
+ * b1_tx_stamp and b1_tx_sync are public as they are (bus1.h); the steps that can drop a
+ * copy take a b1_notices for the NODE_RELEASE notices its carried handles owe (handle.h),
+ * which their caller sends: send.c for the public steps, node.c for its own transactions.
+ *
+ * Lock rules: each step takes one peer's lock at a time and releases it before returning.
+ */
+#ifndef BUS1PY_TX_H
+#define BUS1PY_TX_H
+#include "handle.h"
+
+int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *payload,
+                      uint32_t len, uint32_t n_handles);
+int b1_tx_stage_nt(void *base, struct b1_tx *tx, uint32_t i, struct b1_notices *nt);
+int b1_tx_stamp_as(void *base, struct b1_tx *tx, int allow_disconnecting,
+                   int (*check)(void *, struct b1_tx *, void *), void *arg);
+int b1_tx_commit_nt(void *base, struct b1_tx *tx, uint32_t i, struct b1_notices *nt);
+void b1_tx_abort_nt(void *base, struct b1_tx *tx, struct b1_notices *nt);
+/* stage, stamp, sync and commit a prepared transaction (aborted if it cannot stamp) */
+int b1_tx_run(void *base, struct b1_tx *tx, struct b1_notices *nt);
+
+#endif
