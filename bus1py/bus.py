@@ -93,6 +93,14 @@ def _shm_name(name: str) -> str:
     name = "/" + name.lstrip("/")
     if "/" in name[1:] or len(name) > 255:
         raise ValueError(f"bus name {name!r} must be one path component of at most 254 characters")
+    # posix_ipc hands the name to C as a NUL-terminated UTF-8 string: an embedded NUL or a
+    # lone surrogate crashes it rather than raising, so both are refused here
+    if "\x00" in name:
+        raise ValueError(f"bus name {name!r} must not contain a NUL character")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"bus name {name!r} is not valid UTF-8 text") from None
     return name
 
 

@@ -154,6 +154,14 @@ def test_bad_bus_names_fail_cleanly(world, name):
         bus.__exit__(None, None, None)
 
 
+@pytest.mark.parametrize("name", ["/\x00\x00", "bus\x00x", "/\ud800", "a\udfffb"])
+@pytest.mark.parametrize("call", ["create", "open", "attach"])
+def test_names_posix_ipc_cannot_take(world, call, name):
+    # posix_ipc crashes the interpreter on these instead of raising: they never reach it
+    e = check(world, lambda: getattr(bus1py.Bus, call)(name))
+    assert isinstance(e, ValueError) and "bus name" in str(e), e
+
+
 def test_stale_ids_and_gone_peers(world):
     w = world
     for call in (lambda: w.a.send(w.stale_handle, b"x"), lambda: w.a.release(w.stale_handle),
