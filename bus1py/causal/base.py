@@ -264,10 +264,10 @@ def read_columns(data: bytes, pos: int, spec: str, counts) -> tuple:
     return cols, pos
 
 
-def read_entries(data: bytes, pos: int, senders, counters, lens, n: int, forbidden: int,
+def read_entries(data: bytes, pos: int, senders, counters, lens, bits: list, forbidden: int,
                  what: str):
     """The entries of a columnar wire, whose Dests are `lens[i]` u16 ids each, back to back
-    from `pos`: (sender -> {counter: Dests bitmask} in wire order, each entry's mask in wire
+    from `pos`, with `bits[x] == 1 << x` for every process id x (the table is also n): (sender -> {counter: Dests bitmask} in wire order, each entry's mask in wire
     order, the position after the ids). WireError if the wire is too short, an id is not
     below n, a list names an id twice, or a mask shares a bit with `forbidden` or its own
     sender (nobody sends to itself); `what` names an entry in errors.
@@ -279,6 +279,7 @@ def read_entries(data: bytes, pos: int, senders, counters, lens, n: int, forbidd
     if len(data) < end:
         raise WireError(f"wire truncated: {len(data)} bytes, sections need {end}")
     ids = struct.unpack_from(f"<{total}H", data, pos)
+    n = len(bits)
     if total and max(ids) >= n:
         raise WireError(f"a process id is out of range 0..{n - 1}")
     rows: dict = {}
@@ -286,18 +287,18 @@ def read_entries(data: bytes, pos: int, senders, counters, lens, n: int, forbidd
     at = 0
     for s, t, ln in zip(senders, counters, lens):
         if ln == 1:
-            mask = 1 << ids[at]
+            mask = bits[ids[at]]
             at += 1
         elif not ln:
             mask = 0
         else:
             mask = 0
             for x in ids[at:at + ln]:
-                mask |= 1 << x
+                mask |= bits[x]
             at += ln
             if mask.bit_count() != ln:
                 raise WireError(f"{what} ({s}, {t}) lists a destination twice")
-        if mask & (forbidden | 1 << s):
+        if mask & (forbidden | bits[s]):
             raise WireError(f"bad {what} ({s}, {t}, {mask:#x})")
         masks.append(mask)
         row = rows.get(s)

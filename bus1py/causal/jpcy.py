@@ -156,7 +156,7 @@ class Jpcy(HoldBackProtocol):
         if (nci and min(taus) == 0) or (ndc and min(dc_ts) == 0):
             raise WireError("timestamp 0 is never sent")
         # S2 at the sender stripped every destination of m from every tuple.
-        cim, _masks, _end = read_entries(data, ids_at, senders, taus, dlens, n, dm, "CI tuple")
+        cim, _masks, _end = read_entries(data, ids_at, senders, taus, dlens, bit, dm, "CI tuple")
         if sum(map(len, cim.values())) != nci:
             raise WireError("CI lists a tuple twice")
         row = cim.get(j)

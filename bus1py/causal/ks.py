@@ -157,7 +157,7 @@ class Ks(HoldBackProtocol):
         # SND step 2 leaves no destination of M but the copy's own in any o.Dests, and
         # nobody sends to itself.
         bad = (dm & ~mebit)
-        om, masks, pos = read_entries(data, pos, senders, clocks, dlens, n, bad, "O_M entry")
+        om, masks, pos = read_entries(data, pos, senders, clocks, dlens, bit, bad, "O_M entry")
         payload = data[pos:]
         if any(compress(map(not_, clocks), masks)):
             raise WireError("bad O_M entry: clock 0 with destinations")

@@ -11,6 +11,7 @@ from bus1py.causal.base import (WireError, mask_ids, pack_columns, read_columns,
                                 read_head)
 
 N = 12
+BITS = [1 << x for x in range(N)]
 _HEAD = struct.Struct("<HIHH")
 
 entries = st.lists(st.tuples(st.integers(0, N - 1), st.integers(1, 2**32 - 1),
@@ -39,7 +40,7 @@ def model(es, forbidden):
 def decode(data, forbidden=0):
     _, _, _, count = read_head(data, 3, _HEAD, "clock")
     (lens, senders, counters), pos = read_columns(data, _HEAD.size, "HHI", (count,) * 3)
-    return read_entries(data, pos, senders, counters, lens, N, forbidden, "entry")
+    return read_entries(data, pos, senders, counters, lens, BITS, forbidden, "entry")
 
 
 @settings(max_examples=50)
