@@ -137,6 +137,15 @@ def _seeds(c, pairs, wall_ok):
     return c._checkpoint(seeds.groupBy("p", "s", "d").agg(F.max("excess").alias("excess")))
 
 
+def fingerprint(entries) -> tuple:
+    """(count, exact sum of excess) of a round's entries: the rounds have settled when it
+    repeats. The sum is taken as a decimal: packed stamps near 2^62 overflow a long's sum
+    after a handful of entries, and Spark's ANSI mode raises on that."""
+    row = entries.agg(F.count(F.lit(1)).alias("n"),
+                      F.sum(F.col("excess").cast("decimal(38,0)")).alias("t")).collect()[0]
+    return row["n"], row["t"]
+
+
 def signal_witness(c, local, wall_ok):
     """W3 (tier 2): per-destination knowledge carried across side channels (docs). Entries
     (p, s, d, excess) sit at receive events of process p; the rounds sweep them forward
@@ -164,8 +173,7 @@ def signal_witness(c, local, wall_ok):
     arrivals = pairs.select("msg", "y_process", "y_seq", "y_seen")
     cols = [f"c{i}" for i in range(P)]
     A = seeds
-    s0 = A.agg(F.count(F.lit(1)).alias("n"), F.sum("excess").alias("t")).collect()[0]
-    prev = (s0["n"], s0["t"])
+    prev = fingerprint(A)
     if not prev[0]:
         c.rounds["witness_signal_rounds"] = 0
         return True, "holds"
@@ -206,8 +214,7 @@ def signal_witness(c, local, wall_ok):
                               "excess"))
         new = c._checkpoint(seeds.unionByName(via_message).unionByName(via_signal)
                             .groupBy("p", "s", "d").agg(F.max("excess").alias("excess")))
-        now = new.agg(F.count(F.lit(1)).alias("n"), F.sum("excess").alias("t")).collect()[0]
-        now = (now["n"], now["t"])
+        now = fingerprint(new)
         A = new
         if now == prev:
             break

@@ -109,3 +109,13 @@ def test_simulated_correct_bus_with_side_channels_takes_fast_path(spark, tmp_pat
     assert s["witness"] == "holds", s["witness"]
     assert _methods(s) == {"causal": "stamp witness", "consistent": "stamp witness"}
     assert s["ok"]
+
+
+def test_signal_rounds_fingerprint_is_exact_for_stamps_near_the_top(spark):
+    # a long's sum of two packed stamps near 2^62 overflows; the fingerprint must not
+    from bus1py.check.witness import fingerprint
+    big = (1 << 62) + 7
+    df = spark.createDataFrame([(0, 1, 2, big), (1, 1, 2, big), (2, 1, 3, 5)],
+                               "p int, s long, d int, excess long")
+    assert fingerprint(df) == (3, 2 * big + 5)
+    assert fingerprint(df.where("excess < 0")) == (0, None)
