@@ -1,10 +1,12 @@
 """`bus1py stress --churn`: processes come and go, some by SIGKILL, and the trace still
 passes the checker; the bus's use is back to zero once everyone is gone.
 
-Invariants: real processes, a real bus and the Spark checker (in-process, the directory's
-session).  The run is short (8 processes, 3 of them mortal with a life of 60 messages:
-about 10 generations) so it fits the default suite; the soak's command and figures are in
-docs/RELIABILITY.md.
+Invariants: real processes, a real bus and the checker (on the driver, as `bus1py check`
+decides a trace this small; tests/check holds that path to the Spark one).  The run is short
+(8 processes, 3 of them mortal with a life of 30-90 messages) so it fits the default suite.
+Seed 6 makes the first generation two SIGKILLs and one exit, and every mortal leaves before
+the drain, so the counts below do not depend on how many generations the machine's speed
+allows.  The soak's command and figures are in docs/RELIABILITY.md.
 """
 from __future__ import annotations
 
@@ -13,24 +15,21 @@ import os
 
 import pytest
 
-from bus1py.check.checker import check_trace
-from bus1py.check.load import load_trace
+from bus1py.check.load import read_footers
+from bus1py.check.local_check import check_local
 from bus1py.stress.analyze import wellformed
 from bus1py.stress.runner import StressConfig, run_stress
 
-pytestmark = pytest.mark.skipif(os.environ.get("BUS1PY_STRESS_CHECKER") == "0",
-                                reason="BUS1PY_STRESS_CHECKER=0: the Spark checker runs skipped")
 
-
-@pytest.mark.timeout(600)  # the directory's Spark session may start here (minutes under load)
-def test_churn_run_passes_the_checker_and_leaks_nothing(spark, tmp_path):
+@pytest.mark.timeout(300)
+def test_churn_run_passes_the_checker_and_leaks_nothing(tmp_path):
     trace = str(tmp_path / "trace")
-    res = run_stress(StressConfig(processes=8, messages=400, seed=5, trace_dir=trace, churn=True,
+    res = run_stress(StressConfig(processes=8, messages=250, seed=6, trace_dir=trace, churn=True,
                                   churn_slots=3, churn_life=60, sample_every=0.1, batch_rows=500))
     assert res.ok, res.failures
     c = res.churn
     # every mortal left, by exit or by SIGKILL, and each killed one's peer was reaped
-    assert c["exited"] >= 2 and c["killed"] >= 2, c
+    assert c["exited"] >= 1 and c["killed"] >= 2, c
     assert c["spawned"] == c["exited"] + c["killed"]
     mortal = [r for r in res.results if "departure" in r]
     assert len(mortal) == c["spawned"] and {r["departure"] for r in mortal} == {"exit", "kill"}
@@ -45,8 +44,7 @@ def test_churn_run_passes_the_checker_and_leaks_nothing(spark, tmp_path):
     assert max(int(x["peers"]) for x in rows) <= 8 + c["killed"]
     assert os.path.getsize(r["plot"]) > 0
     assert wellformed(trace) == []
-    summary, checker = check_trace(spark, load_trace(spark, trace))
-    checker.unpersist()
+    summary, _ = check_local(read_footers(trace))
     bad = {k: v["violations"] for k, v in summary["properties"].items() if not v["ok"]}
     assert summary["ok"], bad
     assert summary["properties"]["exactly_once"]["violations"] == 0
