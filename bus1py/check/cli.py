@@ -39,7 +39,8 @@ def register(subparsers):
     p.add_argument("--partitions", type=int, default=None,
                    help="spark.sql.shuffle.partitions (default: ~8 MB of Parquet each, "
                         "at least 2 per core)")
-    p.add_argument("--driver-memory", default=None, help="driver memory for local masters")
+    p.add_argument("--driver-memory", default=None,
+                   help="driver heap for local masters (default: a quarter of the machine's memory)")
     p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
                    help="show Spark stage progress (auto: when stderr is a terminal)")
     p.set_defaults(func=run)
