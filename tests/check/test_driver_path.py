@@ -20,22 +20,10 @@ from bus1py.check.reference import reference_check
 from bus1py.check.simulate import MUTATIONS, mutate, offset_rows, simulate
 from bus1py.cli import main
 from bus1py.schema import write_rows as write_trace
-from drawn import gather
+from drawn import gather, make_trace as _make, params
 from test_paths import _acyclic, _causal_through_a_signal, assert_examples_explained
 
 SPAN = 1000
-params = st.fixed_dictionaries({
-    "seed": st.integers(0, 2 ** 32 - 1), "nprocs": st.integers(1, 5),
-    "steps": st.integers(0, 70), "p_multicast": st.sampled_from([0.0, 0.3, 0.7]),
-    "p_signal": st.sampled_from([0.0, 0.15, 0.3]),
-    "p_destroy": st.sampled_from([0.0, 0.05, 0.15])})
-
-
-def _make(p, mutation=None):
-    rng = random.Random(p["seed"])
-    rows = simulate(rng, nprocs=p["nprocs"], steps=p["steps"], p_multicast=p["p_multicast"],
-                    p_signal=p["p_signal"], p_destroy=p["p_destroy"])
-    return mutate(rows, mutation, rng) if mutation else rows
 
 
 def _clean(n):
