@@ -2,4 +2,5 @@
 # only needs this hook, everything else lives in pyproject.toml.
 from setuptools import setup
 
-setup(cffi_modules=["bus1py/_build.py:ffibuilder", "bus1py/check/_build_walk.py:ffibuilder"])
+setup(cffi_modules=["bus1py/_build.py:ffibuilder", "bus1py/check/_build_walk.py:ffibuilder",
+                     "bus1py/sim/_build_fast.py:ffibuilder"])
