@@ -26,6 +26,13 @@ NAMES: tuple = tuple(ffi.string(lib.sim_protocols()).decode().split(",")) \
 _KINDS = ("native", "broadcast", "sequential")
 
 
+def seed_words(seed: int) -> list:
+    """The key `random.Random(seed)` hands to MT19937's init_by_array: the 32-bit words of
+    abs(seed), least significant first, and one zero word for 0 (csrc/sim/pyrandom.h)."""
+    x = abs(seed)
+    return [(x >> (32 * i)) & 0xFFFFFFFF for i in range(max(1, (x.bit_length() + 31) // 32))]
+
+
 class Machine(Protocol):
     """The C machine for protocol `name`, process `me` of 0..n-1."""
 
