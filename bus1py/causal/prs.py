@@ -16,7 +16,9 @@ Delivery condition: a copy M from j is delivered at i iff every (k, y) in CB_M[i
 barrier M carries for i, has y <= Deliv_i[k].
 
 Wire (u16 ids, u32 sequence numbers, little-endian), columnar; the whole CB vector is sent,
-one list per destination k, the same to every copy:
+one list per destination k, the same to every copy, in a canonical order: the lists by k,
+the entries of each list by sender, both strictly increasing (a decoder refuses any other
+order, so every CB has exactly one encoding, which an n x n counter matrix reproduces):
     header  = j | sn | |Dests| | #lists | Dests ids | k of each list | length of each list
             = 10 + 2|Dests| + 4 * #non-empty lists
     control = entry senders | entry sns = 6 * sum_k |CB_M[k]|            (PROTOCOLS.md section 10)
@@ -27,17 +29,22 @@ also leaves out. Dependents per copy = sum_k |CB_M[k]| (PROTOCOLS.md P4).
 
 State at i: sn (sends so far); Deliv[j] (sn of the last message from j delivered here; since
 messages from j to i are delivered in sn order, (j, x) addressed to i is delivered iff
-Deliv[j] >= x); CB[k]: sender -> sn, the direct predecessors of i's next message to k.
+Deliv[j] >= x); CB[k]: sender -> sn, the direct predecessors of i's next message to k. A
+held message waits for the entries of CB_M[i] in sender order; that order decides the order
+in which the messages one receive releases are delivered, and so (the multicast merge is
+order-sensitive) which CB entries survive: the canonical order is part of the protocol.
 
 Invariants:
   - CB[i] is always empty, and no CB[k] lists k itself as a sender (no self-sends).
-  - At most one entry per sender in each CB[k], the largest sn known.
+  - At most one entry per sender in each CB[k], the largest sn known. The dicts' insertion
+    order means nothing: the wire sorts them.
   - A held message is indexed under the sender of the first entry it still waits for.
 """
 from __future__ import annotations
 
 import struct
 from itertools import islice
+from operator import lt
 
 from .base import U32_MAX, Step, WireCost, WireError, pack_columns, read_columns, read_head
 from .holdback import HoldBack, HoldBackProtocol
@@ -70,8 +77,9 @@ class Prs(HoldBackProtocol):
             if row:
                 ks.append(k)
                 lens.append(len(row))
-                senders.extend(row)
-                sns.extend(row.values())
+                ids = sorted(row)
+                senders.extend(ids)
+                sns.extend(map(row.__getitem__, ids))
         head = _HEAD.pack(me, sn, len(dests), len(ks)) + pack_columns("HHH", dests, ks, lens)
         ctl = pack_columns("HI", senders, sns)
         wire = b"".join((head, ctl, payload))
@@ -99,16 +107,21 @@ class Prs(HoldBackProtocol):
             raise WireError(f"bad destination list {dests} for a copy {j} -> {me}")
         if total and (max(senders) >= n or min(sns) == 0):
             raise WireError("CB entry with a bad process id or sequence number 0")
-        if nk and (max(ks) >= n or j in ks or len(set(ks)) != nk or min(lens) == 0):
-            raise WireError(f"bad CB list keys {ks}")
+        if nk and (ks[-1] >= n or j in ks or not all(map(lt, ks, ks[1:])) or min(lens) == 0):
+            raise WireError(f"bad CB list keys {ks} (strictly increasing, below n, not the "
+                            "sender's)")
+        at = 0
+        for ln in lens:
+            ids = senders[at:at + ln]
+            at += ln
+            if not all(map(lt, ids, ids[1:])):
+                raise WireError("a CB list's senders are not strictly increasing")
         pairs = zip(senders, sns)
         cbm = {k: dict(islice(pairs, ln)) for k, ln in zip(ks, lens)}
         mysn = self.sn
         for k, row in cbm.items():
             if k in row or row.get(j, 0) >= sn or row.get(me, 0) > mysn:
                 raise WireError(f"bad CB list for process {k}")
-        if sum(map(len, cbm.values())) != total:
-            raise WireError("a CB list names a sender twice")
         mine = cbm.get(me)
         wk = list(mine) if mine else []
         wt = list(mine.values()) if mine else []

@@ -110,6 +110,15 @@ def test_only_direct_predecessors_are_kept():
     assert p1.cb[3] == {0: 2} and p1.cb[0] == {}   # m2 (0 -> 3) stays direct for 3
 
 
+def test_lists_are_in_canonical_order_whatever_the_merge_order():
+    # 3 learns (2, 1) and then (0, 1) as predecessors for 1; its wire lists them by sender.
+    p0, p1, p2, p3 = procs(4)
+    p3.receive(2, dict(p2.send([1, 3], b"a").wires)[3])
+    p3.receive(0, dict(p0.send([1, 3], b"b").wires)[3])
+    assert list(p3.cb[1]) == [2, 0]                 # the dict's order is not the wire's
+    assert one(p3.send([1], b"c")) == pw(3, 1, [1], [(1, [(0, 1), (2, 1)])], b"c")
+
+
 def check_invariants(p):
     assert p.cb[p.me] == {}
     for k, row in enumerate(p.cb):
@@ -119,8 +128,16 @@ def check_invariants(p):
 
 
 def parse_cost(data):
+    """The cost of a wire, checking on the way that its lists are in canonical order."""
     j, sn, nd, nk = struct.unpack_from("<HIHH", data, 0)
+    ks = struct.unpack_from(f"<{nk}H", data, 10 + 2 * nd)
     lens = struct.unpack_from(f"<{nk}H", data, 10 + 2 * nd + 2 * nk)
+    senders = struct.unpack_from(f"<{sum(lens)}H", data, 10 + 2 * nd + 4 * nk)
+    assert list(ks) == sorted(set(ks))
+    at = 0
+    for ln in lens:
+        assert list(senders[at:at + ln]) == sorted(set(senders[at:at + ln]))
+        at += ln
     return 10 + 2 * nd + 4 * nk, 6 * sum(lens), sum(lens)
 
 
@@ -168,6 +185,8 @@ def test_truncated_wires_raise_and_change_nothing():
     pw(1, 1, [2], [(2, [(9, 1)])]),                   # sender id out of range
     pw(1, 1, [2], [(2, [(0, 1), (0, 2)])]),           # one sender twice in a list
     pw(1, 1, [2], [(5, [(0, 1)])]),                   # list for a process out of range
+    pw(1, 2, [2], [(2, [(0, 1)]), (0, [(1, 1)])]),    # lists not in process order
+    pw(1, 2, [2], [(2, [(1, 1), (0, 1)])]),           # entries not in sender order
 ])
 def test_bad_wires_raise_and_change_nothing(wire):
     p2, m2, m = held_wire()
