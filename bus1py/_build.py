@@ -31,16 +31,34 @@ def _prelude() -> str:
     return '#include "bus1.h"\n#include "guard.h"\n' + wraps
 
 
-ffibuilder = FFI()
-ffibuilder.cdef(_cdef())
-ffibuilder.set_source(
-    "bus1py._b1",
-    _prelude(),
-    sources=[str(p.relative_to(ROOT)) for p in sorted(CSRC.glob("*.c"))],
-    include_dirs=[str(CSRC.relative_to(ROOT))],
-    extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-    libraries=["pthread"],
-)
+def builder(root=Path(".")):
+    """The FFI builder, with paths relative to `root` (setup.py runs from the checkout)."""
+    ffi = FFI()
+    ffi.cdef(_cdef())
+    ffi.set_source(
+        "bus1py._b1",
+        _prelude(),
+        sources=[str(root / p.relative_to(ROOT)) for p in sorted(CSRC.glob("*.c"))],
+        include_dirs=[str(root / CSRC.relative_to(ROOT))],
+        extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        libraries=["pthread"],
+    )
+    return ffi
+
+
+ffibuilder = builder()
 
 if __name__ == "__main__":
-    ffibuilder.compile(verbose=True)
+    # in place, for a checkout whose package is already installed in editable mode (the
+    # build runs in a scratch directory: setuptools there must not read our pyproject)
+    import os
+    import shutil
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        built = builder(ROOT).compile(tmpdir=tmp)
+        # the name setuptools gives it (cffi builds for the limited API), so an install
+        # later replaces this file instead of being shadowed by it
+        dest = ROOT / "bus1py" / "_b1.abi3.so"
+        # a new file renamed over the old one: a running process keeps the one it mapped
+        shutil.copy(built, str(dest) + ".new")
+        os.replace(str(dest) + ".new", dest)

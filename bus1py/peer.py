@@ -17,27 +17,25 @@ from __future__ import annotations
 import errno
 import functools
 import os
-import struct
 import time
 from array import array
 from dataclasses import dataclass
 
-from . import args, holders, receive
+from . import _messages, args, holders, receive
 from ._b1 import ffi, lib
 from .bus import Bus
 from .errors import bus_error
-from .message import MESSAGE_TYPES, Message
+from .message import Message
 from .ready import ReadyPipe
 
 _EINTR = -errno.EINTR
 _EAGAIN = -errno.EAGAIN
-_new_message = tuple.__new__  # Message(...) through its generated __new__ costs 3x more
 _UNREACHABLE = lib.B1_SEND_UNREACHABLE_ERROR
-_send, _recv, _unpack = lib.b1_frame_send, lib.b1_frame_recv, ffi.unpack
+_send = lib.b1_frame_send
+_csend, _crecv = _messages.send, _messages.recv  # the hot forms, their results built in C
 _send_many = lib.b1_frame_send_many
 _lengths = functools.partial(array, "I")  # the lengths as uint32_t, handed to C without a per-item conversion
 assert array("I").itemsize == ffi.sizeof("uint32_t")
-_unpack_info = struct.Struct("=8Q").unpack_from  # struct b1_msg_info, all words at once
 
 
 @dataclass(frozen=True)
@@ -191,6 +189,27 @@ class Peer:
         already received NODE_DESTROY for every destination.
         """
         bus = self._bus
+        flags = _UNREACHABLE if unreachable_error else 0
+        dest = destinations
+        if type(dest) is list and len(dest) == 1:
+            dest = dest[0]
+        if type(dest) is int and not handles and type(payload) is bytes and self._attached:
+            # the common unicast: one call into C, which also builds the stamp
+            try:
+                addr = bus._tls.frame_address
+            except AttributeError:
+                addr = receive.frame_address(bus)  # raises: closed
+            try:
+                r = _csend(addr, self._slot, self._id, dest, payload, flags)
+            except (TypeError, OverflowError):
+                raise args.bad_ids(destinations, handles) from None
+            if type(r) is int:
+                # a receiver at its quota may be a peer whose processes died: reap and retry once
+                if r == -errno.EDQUOT and _reap_dead(bus):
+                    r = _csend(addr, self._slot, self._id, dest, payload, flags)
+                if type(r) is int:
+                    raise args.send_error(self, r, destinations, len(payload), 1, 0)
+            return r
         try:
             frame, dests, carried, _, _, seq, _ = bus._tls.scratch
         except AttributeError:
@@ -199,7 +218,6 @@ class Peer:
             self._attach()
         if type(payload) is not bytes:
             payload = args.as_bytes(payload)
-        flags = _UNREACHABLE if unreachable_error else 0
         try:
             # the unicast forms inline: a call to args.destinations costs as much as a field
             if type(destinations) is int:
@@ -232,27 +250,24 @@ class Peer:
             return self.recv_many(1, timeout, copy=False)[0]
         bus = self._bus
         try:
-            frame, _, handles, info, payload, _, _ = bus._tls.scratch
+            addr = bus._tls.frame_address
         except AttributeError:
-            frame, _, handles, info, payload, _, _ = bus.scratch()  # raises: closed
+            addr = receive.frame_address(bus)  # raises: closed
         if not self._attached:
             self._attach()
         if timeout is None:
-            r = _recv(frame, self._slot, self._id, -1)
+            m = _crecv(addr, self._slot, self._id, -1)
         elif type(timeout) in (int, float) and timeout >= 0:
-            r = _recv(frame, self._slot, self._id, args.timeout_ns(timeout))
+            m = _crecv(addr, self._slot, self._id, args.timeout_ns(timeout))
         elif type(timeout) in (int, float) and timeout < 0:
             raise ValueError(f"timeout must be None or >= 0, not {timeout!r}")
         else:
             raise TypeError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
-        if r:
-            self._recv_slow(r, timeout, frame)
+        if type(m) is int:
+            m = self._recv_slow(m, timeout, addr)
         if self._ready is not None:
             self._ready.sync()
-        ts, sender, seq, destination, kind, length, nh, _ = _unpack_info(info)
-        return _new_message(Message, (MESSAGE_TYPES[kind], destination, payload[:length],
-                                      tuple(_unpack(handles, nh)) if nh else (),
-                                      (ts, sender, seq)))
+        return m
 
     def send_many(self, destinations, payloads, handles=(), *, unreachable_error: bool = False) -> int:
         """Send each of `payloads` to the same `destinations`, in one C call: one
@@ -327,19 +342,21 @@ class Peer:
         from . import aio
         return aio.messages(self, copy)
 
-    def _recv_slow(self, r, timeout, frame):
+    def _recv_slow(self, r, timeout, addr) -> Message:
         """A receive interrupted by a signal (EINTR: its Python handler has run by now, so
         wait out the time the C helper says is left), or an error to raise."""
-        while r:
+        frame = self._bus.scratch()[0]
+        while type(r) is int:
             if r != _EINTR:
                 raise args.recv_error(self, r, timeout)
             ns = -1 if timeout is None else frame.info.left_ns
             if ns == 0:  # the deadline passed while the handler ran: one last look
-                r = _recv(frame, self._slot, self._id, 0)
+                r = _crecv(addr, self._slot, self._id, 0)
                 if r == _EAGAIN:
                     r = -errno.ETIMEDOUT
                 continue
-            r = _recv(frame, self._slot, self._id, ns)
+            r = _crecv(addr, self._slot, self._id, ns)
+        return r
 
     def query(self) -> PeerInfo:
         out = ffi.new("struct b1_peer_info *")

@@ -20,20 +20,15 @@ from __future__ import annotations
 
 import errno
 import os
-import struct
 import warnings
 
-from . import args
+from . import _messages, args
 from ._b1 import ffi, lib
 from .message import MESSAGE_TYPES, Message
 
 _EINTR = -errno.EINTR
 _EAGAIN = -errno.EAGAIN
-_INFO = ffi.sizeof("struct b1_msg_info")
-_iter_infos = struct.Struct("=10Q").iter_unpack  # struct b1_msg_info, all words at once
-_last_info = struct.Struct("=10Q").unpack_from
-_new = tuple.__new__
-_unpack = ffi.unpack
+_recv_many = _messages.recv_many
 _pid = [os.getpid()]  # this process's (os.getpid per slice costs as much as the slice)
 os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
 
@@ -70,16 +65,36 @@ class SliceMessage(Message):
                           "collected: its pool record stays charged", ResourceWarning, stacklevel=1)
 
 
+def _address(name) -> int:
+    return int(ffi.cast("uintptr_t", ffi.addressof(lib, name)))
+
+
+# the Messages of the hot calls are built in C (csrc/py/messages.c), as these classes
+_messages.setup(Message, SliceMessage, MESSAGE_TYPES, _address("b1_frame_recv_many"),
+                _address("b1_frame_recv"), _address("b1_frame_send"))
+
+
+def frame_address(bus) -> int:
+    """This thread's frame (Bus.scratch) as the address bus1py._messages takes; it goes
+    with the scratch when the bus is closed (a new thread-local)."""
+    tls = bus._tls
+    try:
+        return tls.frame_address
+    except AttributeError:
+        frame = bus.scratch()[0]  # raises: closed
+        tls.frame_address = int(ffi.cast("uintptr_t", frame))
+        return tls.frame_address
+
+
 def _infos(bus, frame, n):
-    """This thread's array of `n` or more message infos, attached to its frame."""
+    """Room for `n` or more message infos in this thread's frame."""
     tls = bus._tls
     held = getattr(tls, "infos", None)
     if held is None or held[1] < n:
         cap = max(n, 64)
         arr = ffi.new("struct b1_msg_info[]", cap)
-        held = tls.infos = (arr, cap, memoryview(ffi.buffer(arr)))
+        held = tls.infos = (arr, cap)
         frame.infos, frame.infos_cap = arr, cap
-    return held[2]
 
 
 def pool_view(bus):
@@ -94,43 +109,24 @@ def pool_view(bus):
 def recv_many(peer, max_messages, timeout_ns, copy, timeout) -> list:
     """Peer.recv_many once its arguments are checked (timeout_ns: the C helper's)."""
     bus = peer._bus
-    frame, _, handles, _, payload, _, _ = peer._scratch()
+    frame = peer._scratch()[0]
     n = min(max_messages, bus.limits.max_entries)
-    words = _infos(bus, frame, n)
-    pool = None if copy else pool_view(bus)
-    flags = 0 if copy else lib.B1_RECV_NOCOPY
+    _infos(bus, frame, n)
+    addr = frame_address(bus)
+    if copy:
+        flags, held = 0, None
+    else:
+        flags, held = lib.B1_RECV_NOCOPY, (pool_view(bus), bus, _pid[0])
     slot, pid_ = peer._slot, peer._id
-    r = lib.b1_frame_recv_many(frame, slot, pid_, n, timeout_ns, flags)
-    while r < 0:
+    out = _recv_many(addr, slot, pid_, n, timeout_ns, flags, held)
+    while type(out) is int:
         # EINTR: the signal's Python handler has run; wait out the time the helper left
-        if r != _EINTR:
-            raise args.recv_error(peer, r, timeout)
+        if out != _EINTR:
+            raise args.recv_error(peer, out, timeout)
         ns = -1 if timeout_ns < 0 else frame.infos[0].left_ns
-        r = lib.b1_frame_recv_many(frame, slot, pid_, n, ns, flags)
-        if r == _EAGAIN and ns == 0:
-            r = -errno.ETIMEDOUT
+        out = _recv_many(addr, slot, pid_, n, ns, flags, held)
+        if out == _EAGAIN and ns == 0:
+            out = -errno.ETIMEDOUT
     if peer._ready is not None:
         peer._ready.sync()
-    infos = _iter_infos(words[:r * _INFO])
-    if copy and not frame.n_handles:  # the common batch: one comprehension, ~2x faster
-        last = _last_info(words, (r - 1) * _INFO)  # copies are packed from 0: it ends the blob
-        blob, types = payload[0:last[8] + last[5]], MESSAGE_TYPES
-        return [_new(Message, (types[kind], dest, blob[off:off + length], (), (ts, sender, seq)))
-                for ts, sender, seq, dest, kind, length, _, _, off, _ in infos]
-    out, h = [], 0
-    me = _pid[0]
-    for ts, sender, seq, dest, kind, length, nh, _, off, token in infos:
-        if nh:
-            carried = tuple(_unpack(handles + h, nh))
-            h += nh
-        else:
-            carried = ()
-        if token:
-            m = _new(SliceMessage, (MESSAGE_TYPES[kind], dest, pool[off:off + length], carried,
-                                    (ts, sender, seq)))
-            m._slice = (bus, slot, pid_, token, me)
-        else:
-            m = _new(Message, (MESSAGE_TYPES[kind], dest, payload[off:off + length], carried,
-                               (ts, sender, seq)))
-        out.append(m)
     return out

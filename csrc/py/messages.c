@@ -1,0 +1,311 @@
+/*
+ * messages.c -- bus1py._messages: the hot receive and send calls, with the Python objects
+ * they return built here, in C, through the CPython API.
+ *
+ * Why a CPython extension next to the cffi module: a cffi function cannot return a Python
+ * object, so a received batch had to be turned into Message tuples by Python code, which
+ * cost 480-900 ns per message (an unpack into ten ints, a bytes slice, two tuples, the
+ * tuple subclass) while the C dequeue costs about 100.  Here one call takes the batch and
+ * builds every Message with the C API (tens of ns each); for a single message the call
+ * also replaces cffi's conversion of every argument.  The bus itself stays in bus1py._b1:
+ * this module calls it through the addresses cffi gives for its functions
+ * (ffi.addressof(lib, name)), which are cffi's direct-call wrappers, so every call runs
+ * under B1_GUARD (guard.h) exactly as a call from Python through cffi does.
+ *
+ * Invariants:
+ *   - A Message built here equals, field for field and type for type, what the Python
+ *     code of receive.py and peer.py builds: (MessageType, destination, payload, handles,
+ *     (ts, sender, seq)) as an instance of the Message (or SliceMessage) class that
+ *     `setup` was given; a zero-copy payload is `pool[offset:offset + len]`, a slice of
+ *     the read-only view of the whole mapping, so it keeps the mapping alive.
+ *   - The GIL is released around every call into the bus (as cffi does): a receive may
+ *     wait, and other threads run meanwhile.  Nothing Python-visible is touched while it
+ *     is released.
+ *   - A call that failed in the bus returns its -errno as an int and builds nothing: the
+ *     Python caller keeps its error handling (EINTR, timeouts, reaping) in one place.
+ *   - State set by `setup` is process-wide and set once before the first call (bus1py
+ *     imports this module from one place); it holds strong references to what it names.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include "bus1.h"
+
+typedef int (*recv_many_fn)(struct b1_frame *, uint32_t, uint64_t, uint32_t, int64_t, uint32_t);
+typedef int (*recv_fn)(struct b1_frame *, uint32_t, uint64_t, int64_t);
+typedef int64_t (*send_fn)(struct b1_frame *, uint32_t, uint64_t, uint64_t, uint32_t,
+                           const char *, uint32_t, uint32_t, uint32_t);
+
+static struct {
+    PyTypeObject *message;   /* message.Message */
+    PyTypeObject *slice;     /* receive.SliceMessage */
+    PyObject *types;         /* message.MESSAGE_TYPES, indexed by B1_MSG_* */
+    PyObject *empty;         /* () */
+    PyObject *slice_attr;    /* "_slice" */
+    recv_many_fn recv_many;
+    recv_fn recv;
+    send_fn send;
+} S;
+
+/* One Message of type `tp` from an info record; steals `payload` and `handles`. */
+static PyObject *new_message(PyTypeObject *tp, const struct b1_msg_info *in, PyObject *payload,
+                             PyObject *handles) {
+    PyObject *m = NULL, *stamp = NULL;
+    if (!payload || !handles) goto fail;
+    if (in->type >= (uint64_t)PyTuple_GET_SIZE(S.types)) {
+        PyErr_Format(PyExc_ValueError, "unknown message type %llu", (unsigned long long)in->type);
+        goto fail;
+    }
+    stamp = PyTuple_New(3);
+    if (!stamp) goto fail;
+    PyObject *ts = PyLong_FromUnsignedLongLong(in->ts), *sender = PyLong_FromUnsignedLongLong(in->sender),
+             *seq = PyLong_FromUnsignedLongLong(in->seq);
+    PyTuple_SET_ITEM(stamp, 0, ts);
+    PyTuple_SET_ITEM(stamp, 1, sender);
+    PyTuple_SET_ITEM(stamp, 2, seq);
+    if (!ts || !sender || !seq) goto fail;
+    PyObject *dest = PyLong_FromUnsignedLongLong(in->destination);
+    if (!dest) goto fail;
+    /* what tuple.__new__(tp, items) does for a subclass: tp_alloc, then the items */
+    m = tp->tp_alloc(tp, 5);
+    if (!m) {
+        Py_DECREF(dest);
+        goto fail;
+    }
+    PyObject *kind = PyTuple_GET_ITEM(S.types, (Py_ssize_t)in->type);
+    Py_INCREF(kind);
+    PyTuple_SET_ITEM(m, 0, kind);
+    PyTuple_SET_ITEM(m, 1, dest);
+    PyTuple_SET_ITEM(m, 2, payload);
+    PyTuple_SET_ITEM(m, 3, handles);
+    PyTuple_SET_ITEM(m, 4, stamp);
+    return m;
+fail:
+    Py_XDECREF(payload);
+    Py_XDECREF(handles);
+    Py_XDECREF(stamp);
+    return NULL;
+}
+
+/* The carried handle ids as a tuple of ints (() when none). */
+static PyObject *handles_of(const uint64_t *h, uint64_t n) {
+    if (!n) {
+        Py_INCREF(S.empty);
+        return S.empty;
+    }
+    PyObject *t = PyTuple_New((Py_ssize_t)n);
+    if (!t) return NULL;
+    for (uint64_t i = 0; i < n; i++) {
+        PyObject *x = PyLong_FromUnsignedLongLong(h[i]);
+        if (!x) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, (Py_ssize_t)i, x);
+    }
+    return t;
+}
+
+static int as_u64(PyObject *o, uint64_t *out) {
+    *out = PyLong_AsUnsignedLongLong(o);
+    return !(*out == (uint64_t)-1 && PyErr_Occurred());
+}
+
+static int as_i64(PyObject *o, int64_t *out) {
+    *out = PyLong_AsLongLong(o);
+    return !(*out == -1 && PyErr_Occurred());
+}
+
+static int as_u32(PyObject *o, uint32_t *out) {
+    uint64_t v;
+    if (!as_u64(o, &v)) return 0;
+    if (v > UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "value does not fit in 32 bits");
+        return 0;
+    }
+    *out = (uint32_t)v;
+    return 1;
+}
+
+#define NEED_ARGS(k)                                                        \
+    if (nargs != (k)) {                                                     \
+        PyErr_Format(PyExc_TypeError, "expected %d arguments, got %zd", (k), nargs); \
+        return NULL;                                                        \
+    }                                                                       \
+    if (!S.recv) {                                                          \
+        PyErr_SetString(PyExc_RuntimeError, "bus1py._messages.setup was not called"); \
+        return NULL;                                                        \
+    }
+
+/* setup(Message, SliceMessage, MESSAGE_TYPES, recv_many, recv, send): the classes to
+ * build and the addresses of b1_frame_recv_many, b1_frame_recv and b1_frame_send. */
+static PyObject *py_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "setup takes 6 arguments");
+        return NULL;
+    }
+    if (!PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyTuple_Check(args[2]) ||
+        !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type) ||
+        !PyType_IsSubtype((PyTypeObject *)args[1], (PyTypeObject *)args[0])) {
+        PyErr_SetString(PyExc_TypeError, "setup needs a tuple subclass, a subclass of it and a tuple");
+        return NULL;
+    }
+    uint64_t a[3];
+    for (int i = 0; i < 3; i++)
+        if (!as_u64(args[3 + i], &a[i])) return NULL;
+    if (!a[0] || !a[1] || !a[2]) {
+        PyErr_SetString(PyExc_ValueError, "a null function address");
+        return NULL;
+    }
+    Py_INCREF(args[0]);
+    Py_INCREF(args[1]);
+    Py_INCREF(args[2]);
+    Py_XSETREF(S.message, (PyTypeObject *)args[0]);
+    Py_XSETREF(S.slice, (PyTypeObject *)args[1]);
+    Py_XSETREF(S.types, args[2]);
+    S.recv_many = (recv_many_fn)(uintptr_t)a[0];
+    S.recv = (recv_fn)(uintptr_t)a[1];
+    S.send = (send_fn)(uintptr_t)a[2];
+    Py_RETURN_NONE;
+}
+
+/* recv(frame, slot, id, timeout_ns) -> Message, or -errno: b1_frame_recv and the Message
+ * of f->info, its payload copied from f->buf. */
+static PyObject *py_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    NEED_ARGS(4);
+    uint64_t addr, id;
+    uint32_t slot;
+    int64_t ns;
+    if (!as_u64(args[0], &addr) || !as_u32(args[1], &slot) || !as_u64(args[2], &id) ||
+        !as_i64(args[3], &ns))
+        return NULL;
+    struct b1_frame *f = (struct b1_frame *)(uintptr_t)addr;
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+    r = S.recv(f, slot, id, ns);
+    Py_END_ALLOW_THREADS
+    if (r) return PyLong_FromLong(r);
+    const struct b1_msg_info *in = &f->info;
+    return new_message(S.message, in, PyBytes_FromStringAndSize(f->buf, (Py_ssize_t)in->len),
+                       handles_of(f->handles, in->n_handles));
+}
+
+/* recv_many(frame, slot, id, max, timeout_ns, flags, held) -> [Message], or -errno:
+ * b1_frame_recv_many and its batch.  `held` is None for copies, or (pool, bus, pid) for
+ * B1_RECV_NOCOPY: a slice's payload is pool[offset:offset + len] and its message gets
+ * `_slice = (bus, slot, id, token, pid)` (receive.SliceMessage). */
+static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    NEED_ARGS(7);
+    uint64_t addr, id;
+    uint32_t slot, max, flags;
+    int64_t ns;
+    if (!as_u64(args[0], &addr) || !as_u32(args[1], &slot) || !as_u64(args[2], &id) ||
+        !as_u32(args[3], &max) || !as_i64(args[4], &ns) || !as_u32(args[5], &flags))
+        return NULL;
+    PyObject *held = args[6], *pool = NULL;
+    if (held != Py_None) {
+        if (!PyTuple_Check(held) || PyTuple_GET_SIZE(held) != 3) {
+            PyErr_SetString(PyExc_TypeError, "held must be None or (pool, bus, pid)");
+            return NULL;
+        }
+        pool = PyTuple_GET_ITEM(held, 0);
+    }
+    struct b1_frame *f = (struct b1_frame *)(uintptr_t)addr;
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+    r = S.recv_many(f, slot, id, max, ns, flags);
+    Py_END_ALLOW_THREADS
+    if (r < 0) return PyLong_FromLong(r);
+    PyObject *out = PyList_New(r);
+    if (!out) return NULL;
+    const uint64_t *h = f->handles;
+    for (int i = 0; i < r; i++) {
+        const struct b1_msg_info *in = &f->infos[i];
+        PyObject *m, *carried = handles_of(h, in->n_handles);
+        h += in->n_handles;
+        if (in->slice) {
+            if (!pool) {
+                PyErr_SetString(PyExc_ValueError, "a slice received without a pool to view it in");
+                Py_XDECREF(carried);
+                goto fail;
+            }
+            PyObject *view = PySequence_GetSlice(pool, (Py_ssize_t)in->offset,
+                                                 (Py_ssize_t)(in->offset + in->len));
+            m = new_message(S.slice, in, view, carried);
+            if (!m) goto fail;
+            PyObject *token = Py_BuildValue("(OIKKO)", PyTuple_GET_ITEM(held, 1), slot,
+                                            (unsigned long long)id, (unsigned long long)in->slice,
+                                            PyTuple_GET_ITEM(held, 2));
+            int bad = !token || PyObject_SetAttr(m, S.slice_attr, token) < 0;
+            Py_XDECREF(token);
+            if (bad) {
+                Py_DECREF(m);
+                goto fail;
+            }
+        } else {
+            m = new_message(S.message, in, PyBytes_FromStringAndSize(f->buf + in->offset,
+                                                                      (Py_ssize_t)in->len), carried);
+            if (!m) goto fail;
+        }
+        PyList_SET_ITEM(out, i, m);
+    }
+    return out;
+fail:
+    /* the list's unset items are NULL, which list_dealloc skips */
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* send(frame, slot, id, dest, payload, flags) -> (ts, id, seq), or -errno: b1_frame_send
+ * of a bytes payload to one destination, carrying no handles. */
+static PyObject *py_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    NEED_ARGS(6);
+    uint64_t addr, id, dest;
+    uint32_t slot, flags;
+    if (!as_u64(args[0], &addr) || !as_u32(args[1], &slot) || !as_u64(args[2], &id) ||
+        !as_u64(args[3], &dest) || !as_u32(args[5], &flags))
+        return NULL;
+    PyObject *payload = args[4];
+    if (!PyBytes_CheckExact(payload)) {
+        PyErr_SetString(PyExc_TypeError, "payload must be bytes");
+        return NULL;
+    }
+    Py_ssize_t len = PyBytes_GET_SIZE(payload);
+    if (len > UINT32_MAX) return PyLong_FromLong(-EMSGSIZE);
+    struct b1_frame *f = (struct b1_frame *)(uintptr_t)addr;
+    int64_t ts;
+    /* the bytes object is immutable and referenced by the caller for the whole call */
+    const char *data = PyBytes_AS_STRING(payload);
+    /* the GIL stays held: a send never waits but for a peer lock, whose holder needs no
+     * GIL to let go of it, and giving the GIL up and back costs as much as the arguments */
+    ts = S.send(f, slot, id, dest, 0, data, (uint32_t)len, 0, flags);
+    if (ts < 0) return PyLong_FromLongLong(ts);
+    PyObject *stamp = PyTuple_New(3);
+    if (!stamp) return NULL;
+    PyObject *a = PyLong_FromLongLong(ts), *b = PyLong_FromUnsignedLongLong(id),
+             *c = PyLong_FromUnsignedLongLong(f->seq);
+    PyTuple_SET_ITEM(stamp, 0, a);
+    PyTuple_SET_ITEM(stamp, 1, b);
+    PyTuple_SET_ITEM(stamp, 2, c);
+    if (!a || !b || !c) Py_CLEAR(stamp);
+    return stamp;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", (PyCFunction)(void (*)(void))py_setup, METH_FASTCALL, "setup(Message, SliceMessage, types, recv_many, recv, send)"},
+    {"recv", (PyCFunction)(void (*)(void))py_recv, METH_FASTCALL, "recv(frame, slot, id, timeout_ns) -> Message | -errno"},
+    {"recv_many", (PyCFunction)(void (*)(void))py_recv_many, METH_FASTCALL,
+     "recv_many(frame, slot, id, max, timeout_ns, flags, held) -> list | -errno"},
+    {"send", (PyCFunction)(void (*)(void))py_send, METH_FASTCALL, "send(frame, slot, id, dest, payload, flags) -> stamp | -errno"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "bus1py._messages",
+                                    "The hot receive and send calls, building their Python objects in C.",
+                                    -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__messages(void) {
+    S.empty = PyTuple_New(0);
+    S.slice_attr = PyUnicode_InternFromString("_slice");
+    if (!S.empty || !S.slice_attr) return NULL;
+    return PyModule_Create(&module);
+}
