@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-stamp
 .PHONY: run test bench clean
 
 $(STAMP): pyproject.toml setup.py bus1py/_build.py bus1py/check/_build_walk.py \
-          bus1py/sim/_build_fast.py \
+          bus1py/sim/_build_fast.py bus1py/_build_messages.py csrc/py/messages.c \
           $(wildcard csrc/*.c csrc/*.h csrc/check/*.c csrc/check/*.h csrc/sim/*.c csrc/sim/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -24,4 +24,4 @@ bench: $(STAMP)
 	$(PY) tools/bench
 
 clean:
-	rm -rf $(VENV) build *.egg-info bus1py/_b1*.so bus1py/_b1.c bus1py/check/_walk*.so bus1py/sim/_fast*.so .pytest_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info bus1py/_b1*.so bus1py/_messages*.so bus1py/_b1.c bus1py/check/_walk*.so bus1py/sim/_fast*.so .pytest_cache .hypothesis
