@@ -26,6 +26,8 @@ live protocol).
 Invariants:
   - Deterministic: the result depends only on the RunSpec (its seed drives one random.Random).
   - Wall time never enters the result except `seconds` and `receive_events_per_s`.
+  - The C loop (`cloop`, csrc/sim/engine.c) is this loop's twin: for a protocol with a C
+    machine it yields the same figures, bit for bit, and `_figures` serves both.
   - Event order: a heap of (time, tiebreak counter, ...); the counter makes equal times
     deterministic.
 """
@@ -40,6 +42,7 @@ from array import array
 from dataclasses import asdict, dataclass
 
 from .. import causal, schema
+from . import cloop
 
 _MID = struct.Struct("<Q")
 _NO_STAMP = dict.fromkeys(schema.STAMPS)
@@ -81,11 +84,19 @@ class _Tally:
             setattr(self, k, 0)
 
 
-def run(spec: RunSpec, trace: list | None = None) -> dict:
+def run(spec: RunSpec, trace: list | None = None, *, fast: bool = True) -> dict:
     """Simulate one run; return its figures. If `trace` is a list, SPEC section-7 row dicts
-    of every send and delivery (whole run, warm-up included) are appended to it."""
+    of every send and delivery (whole run, warm-up included) are appended to it.
+
+    Without a trace, a protocol with a C machine (`fast.NAMES`) runs in the C loop
+    (`cloop`), which yields the same figures; `fast=False` forces the Python machines and
+    loop (the reference)."""
     spec.check()
     t0 = time.perf_counter()
+    if fast and trace is None and spec.protocol in cloop.NAMES:
+        c = cloop.run(spec)
+        return _figures(spec, c.tally, c.delays, c.held_max, c.undelivered, c.receives,
+                        time.perf_counter() - t0)
     n = spec.n
     rng = random.Random(spec.seed)
     expo, rand, sample = rng.expovariate, rng.random, rng.sample
