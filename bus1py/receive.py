@@ -19,8 +19,6 @@ Invariants:
 from __future__ import annotations
 
 import errno
-import os
-import warnings
 
 from . import _messages, args
 from ._b1 import ffi, lib
@@ -29,40 +27,18 @@ from .message import MESSAGE_TYPES, Message
 _EINTR = -errno.EINTR
 _EAGAIN = -errno.EAGAIN
 _recv_many = _messages.recv_many
-_pid = [os.getpid()]  # this process's (os.getpid per slice costs as much as the slice)
-os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
 
 
 class SliceMessage(Message):
     """A message received with copy=False: `payload` is a read-only memoryview into the
-    pool, valid until `release()` or until the message is garbage collected."""
+    pool, valid until `release()` or until the message is garbage collected.  Its hold on
+    the pool record is `_slice`, a bus1py._messages.Slice, which gives the record back when
+    released or collected (the invariants above)."""
 
     def release(self) -> None:
         """Give the payload's pool record and quota back (idempotent).  Raises BufferError,
         changing nothing, while a buffer obtained from the payload is still alive."""
-        held = self.__dict__.pop("_slice", None)
-        if held is None:
-            return
-        try:
-            self.payload.release()
-        except BufferError:
-            self._slice = held
-            raise BufferError("the payload is still exported (a buffer obtained from it, such as "
-                              "a numpy array, is alive): drop that first, then release") from None
-        bus, slot, peer_id, token, pid = held
-        base = bus._base
-        if pid == _pid[0] and base is not None:
-            lib.b1_slice_release(base, slot, peer_id, token)
-
-    def __del__(self):
-        if "_slice" not in self.__dict__:
-            return
-        try:
-            self.release()
-        except BufferError:
-            # an export outlives the message: keep the record rather than free bytes in use
-            warnings.warn("a zero-copy payload was still exported when its message was "
-                          "collected: its pool record stays charged", ResourceWarning, stacklevel=1)
+        self._slice.release()
 
 
 def _address(name) -> int:
@@ -71,7 +47,7 @@ def _address(name) -> int:
 
 # the Messages of the hot calls are built in C (csrc/py/messages.c), as these classes
 _messages.setup(Message, SliceMessage, MESSAGE_TYPES, _address("b1_frame_recv_many"),
-                _address("b1_frame_recv"), _address("b1_frame_send"))
+                _address("b1_frame_recv"), _address("b1_frame_send"), _address("b1_slice_release"))
 
 
 def frame_address(bus) -> int:
@@ -116,7 +92,7 @@ def recv_many(peer, max_messages, timeout_ns, copy, timeout) -> list:
     if copy:
         flags, held = 0, None
     else:
-        flags, held = lib.B1_RECV_NOCOPY, (pool_view(bus), bus, _pid[0])
+        flags, held = lib.B1_RECV_NOCOPY, (pool_view(bus), bus)
     slot, pid_ = peer._slot, peer._id
     out = _recv_many(addr, slot, pid_, n, timeout_ns, flags, held)
     while type(out) is int:

@@ -206,7 +206,7 @@ def test_a_token_that_is_no_held_slice_is_refused(pair):
     bus, a, b, h = pair
     a.send(h, b"x")
     m = b.recv(copy=False)
-    token = m._slice[3]
+    token = m._slice.token
     before = (b.query(), bus.info())
     for bad in (token + 1, 0, 1 << 40):
         assert lib.b1_slice_release(bus.base(), b._slot, b._id, bad) == -errno.EINVAL
@@ -292,3 +292,27 @@ def test_zero_copy_across_processes(make_bus):
         total, held_max = res.get(timeout=45)
     assert total == sum(i & 255 for i in range(n)) and held_max >= 1
     assert b.query().queued_messages == 0 and bus.info()["pool_used"] == 0
+
+
+def test_a_message_collected_while_its_view_is_exported_keeps_the_record(pair):
+    bus, a, b, h = pair
+    a.send(h, b"still read")
+    m = b.recv(copy=False)
+    export = pickle.PickleBuffer(m.payload)
+    with pytest.warns(ResourceWarning, match="still exported"):
+        del m
+        gc.collect()
+    assert b.query().queued_messages == 1 and bytes(memoryview(export)) == b"still read"
+    export.release()
+
+
+def test_release_after_the_bus_is_closed_only_drops_the_view(make_bus):
+    bus = make_bus(spin_ns=0)
+    a, b = bus.peer(), bus.peer()
+    h = b.transfer(b.create_node(), a)
+    a.send(h, b"x")
+    m = b.recv(copy=False)
+    bus.close()
+    m.release()
+    with pytest.raises(ValueError):
+        bytes(m.payload)

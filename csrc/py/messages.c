@@ -28,10 +28,14 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
+#include <pthread.h>
+#include <unistd.h>
 #include "bus1.h"
 
 typedef int (*recv_many_fn)(struct b1_frame *, uint32_t, uint64_t, uint32_t, int64_t, uint32_t);
 typedef int (*recv_fn)(struct b1_frame *, uint32_t, uint64_t, int64_t);
+typedef int (*slice_release_fn)(void *, uint32_t, uint64_t, uint64_t);
 typedef int64_t (*send_fn)(struct b1_frame *, uint32_t, uint64_t, uint64_t, uint32_t,
                            const char *, uint32_t, uint32_t, uint32_t);
 
@@ -41,7 +45,11 @@ static struct {
     PyObject *types;         /* message.MESSAGE_TYPES, indexed by B1_MSG_* */
     PyObject *empty;         /* () */
     PyObject *slice_attr;    /* "_slice" */
+    PyObject *release_name;  /* "release" */
+    PyObject *base_attr;     /* "_base" */
+    pid_t pid;               /* this process's (kept by an atfork handler) */
     recv_many_fn recv_many;
+    slice_release_fn slice_release;
     recv_fn recv;
     send_fn send;
 } S;
@@ -136,11 +144,109 @@ static int as_u32(PyObject *o, uint32_t *out) {
         return NULL;                                                        \
     }
 
-/* setup(Message, SliceMessage, MESSAGE_TYPES, recv_many, recv, send): the classes to
- * build and the addresses of b1_frame_recv_many, b1_frame_recv and b1_frame_send. */
+/* ---- Slice: what a zero-copy message holds of the pool (SliceMessage._slice) ----
+ *
+ * Invariants: a Slice is held from its making until its release; releasing first releases
+ * the payload view (a live export refuses: BufferError, and it stays held), then gives the
+ * record back -- only in the process that received it, and only while its bus is mapped
+ * (bus._base is not None).  A Slice still held when it is collected releases itself, or,
+ * its view still exported, warns and leaves the record charged (bytes someone still reads
+ * must not go back to the pool). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *bus;
+    PyObject *view;     /* the message's payload */
+    uint64_t base;      /* the bus's mapping in the receiving process */
+    uint64_t id;
+    uint64_t token;     /* b1_msg_info.slice */
+    uint32_t slot;
+    int held;
+    pid_t pid;          /* the receiving process */
+} Slice;
+
+static PyTypeObject SliceType;
+
+/* 1 given back (or nothing left to give), 0 refused with BufferError set, -1 another error */
+static int slice_give_back(Slice *sl) {
+    if (!sl->held) return 1;
+    PyObject *r = PyObject_CallMethodNoArgs(sl->view, S.release_name);
+    if (!r) return PyErr_ExceptionMatches(PyExc_BufferError) ? 0 : -1;
+    Py_DECREF(r);
+    sl->held = 0;
+    if (sl->pid != S.pid) return 1; /* a forked child only drops its view */
+    PyObject *base = PyObject_GetAttr(sl->bus, S.base_attr);
+    if (!base) return -1;
+    int mapped = base != Py_None;
+    Py_DECREF(base);
+    if (mapped) S.slice_release((void *)(uintptr_t)sl->base, sl->slot, sl->id, sl->token);
+    return 1;
+}
+
+static PyObject *slice_release(Slice *sl, PyObject *unused) {
+    int r = slice_give_back(sl);
+    if (r > 0) Py_RETURN_NONE;
+    if (r == 0) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_BufferError,
+                        "the payload is still exported (a buffer obtained from it, such as a numpy "
+                        "array, is alive): drop that first, then release");
+    }
+    return NULL;
+}
+
+static void slice_dealloc(Slice *sl) {
+    if (sl->held) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        int r = slice_give_back(sl);
+        if (r == 0) {
+            PyErr_Clear();
+            /* an export outlives the message: keep the record rather than free bytes in use */
+            if (PyErr_WarnEx(PyExc_ResourceWarning, "a zero-copy payload was still exported when its "
+                             "message was collected: its pool record stays charged", 1) < 0)
+                PyErr_WriteUnraisable((PyObject *)sl);
+        } else if (r < 0) {
+            PyErr_WriteUnraisable((PyObject *)sl);
+        }
+        PyErr_Restore(type, value, tb);
+    }
+    Py_XDECREF(sl->bus);
+    Py_XDECREF(sl->view);
+    Py_TYPE(sl)->tp_free((PyObject *)sl);
+}
+
+static PyMethodDef slice_methods[] = {
+    {"release", (PyCFunction)slice_release, METH_NOARGS, "give the record back (see SliceMessage.release)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef slice_members[] = {
+    {"token", T_ULONGLONG, offsetof(Slice, token), READONLY, "b1_slice_release's token"},
+    {"held", T_INT, offsetof(Slice, held), READONLY, "not yet given back"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject SliceType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bus1py._messages.Slice",
+    .tp_basicsize = sizeof(Slice),
+    .tp_dealloc = (destructor)slice_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A zero-copy message's hold on its pool record.",
+    .tp_methods = slice_methods,
+    .tp_members = slice_members,
+};
+
+static void after_fork_in_child(void) {
+    S.pid = getpid();
+}
+
+/* setup(Message, SliceMessage, MESSAGE_TYPES, recv_many, recv, send, slice_release): the
+ * classes to build and the addresses of b1_frame_recv_many, b1_frame_recv, b1_frame_send
+ * and b1_slice_release. */
 static PyObject *py_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "setup takes 6 arguments");
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "setup takes 7 arguments");
         return NULL;
     }
     if (!PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyTuple_Check(args[2]) ||
@@ -149,10 +255,10 @@ static PyObject *py_setup(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_TypeError, "setup needs a tuple subclass, a subclass of it and a tuple");
         return NULL;
     }
-    uint64_t a[3];
-    for (int i = 0; i < 3; i++)
+    uint64_t a[4];
+    for (int i = 0; i < 4; i++)
         if (!as_u64(args[3 + i], &a[i])) return NULL;
-    if (!a[0] || !a[1] || !a[2]) {
+    if (!a[0] || !a[1] || !a[2] || !a[3]) {
         PyErr_SetString(PyExc_ValueError, "a null function address");
         return NULL;
     }
@@ -165,6 +271,7 @@ static PyObject *py_setup(PyObject *self, PyObject *const *args, Py_ssize_t narg
     S.recv_many = (recv_many_fn)(uintptr_t)a[0];
     S.recv = (recv_fn)(uintptr_t)a[1];
     S.send = (send_fn)(uintptr_t)a[2];
+    S.slice_release = (slice_release_fn)(uintptr_t)a[3];
     Py_RETURN_NONE;
 }
 
@@ -190,9 +297,9 @@ static PyObject *py_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 }
 
 /* recv_many(frame, slot, id, max, timeout_ns, flags, held) -> [Message], or -errno:
- * b1_frame_recv_many and its batch.  `held` is None for copies, or (pool, bus, pid) for
+ * b1_frame_recv_many and its batch.  `held` is None for copies, or (pool, bus) for
  * B1_RECV_NOCOPY: a slice's payload is pool[offset:offset + len] and its message gets
- * `_slice = (bus, slot, id, token, pid)` (receive.SliceMessage). */
+ * `_slice`, a Slice (receive.SliceMessage). */
 static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     NEED_ARGS(7);
     uint64_t addr, id;
@@ -203,8 +310,8 @@ static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     PyObject *held = args[6], *pool = NULL;
     if (held != Py_None) {
-        if (!PyTuple_Check(held) || PyTuple_GET_SIZE(held) != 3) {
-            PyErr_SetString(PyExc_TypeError, "held must be None or (pool, bus, pid)");
+        if (!PyTuple_Check(held) || PyTuple_GET_SIZE(held) != 2) {
+            PyErr_SetString(PyExc_TypeError, "held must be None or (pool, bus)");
             return NULL;
         }
         pool = PyTuple_GET_ITEM(held, 0);
@@ -230,15 +337,28 @@ static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t 
             }
             PyObject *view = PySequence_GetSlice(pool, (Py_ssize_t)in->offset,
                                                  (Py_ssize_t)(in->offset + in->len));
+            /* the Slice first: made, it gives the record back however this ends */
+            Slice *sl = PyObject_New(Slice, &SliceType);
+            if (!sl) {
+                Py_XDECREF(view);
+                Py_XDECREF(carried);
+                goto fail;
+            }
+            sl->bus = PyTuple_GET_ITEM(held, 1);
+            Py_INCREF(sl->bus);
+            sl->view = view;
+            Py_XINCREF(view);
+            sl->base = (uint64_t)(uintptr_t)f->base;
+            sl->id = id;
+            sl->token = in->slice;
+            sl->slot = slot;
+            sl->pid = S.pid;
+            sl->held = view != NULL;
             m = new_message(S.slice, in, view, carried);
-            if (!m) goto fail;
-            PyObject *token = Py_BuildValue("(OIKKO)", PyTuple_GET_ITEM(held, 1), slot,
-                                            (unsigned long long)id, (unsigned long long)in->slice,
-                                            PyTuple_GET_ITEM(held, 2));
-            int bad = !token || PyObject_SetAttr(m, S.slice_attr, token) < 0;
-            Py_XDECREF(token);
+            int bad = !m || PyObject_SetAttr(m, S.slice_attr, (PyObject *)sl) < 0;
+            Py_DECREF(sl);
             if (bad) {
-                Py_DECREF(m);
+                Py_XDECREF(m);
                 goto fail;
             }
         } else {
@@ -306,6 +426,19 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "bus1py._messages",
 PyMODINIT_FUNC PyInit__messages(void) {
     S.empty = PyTuple_New(0);
     S.slice_attr = PyUnicode_InternFromString("_slice");
-    if (!S.empty || !S.slice_attr) return NULL;
-    return PyModule_Create(&module);
+    S.release_name = PyUnicode_InternFromString("release");
+    S.base_attr = PyUnicode_InternFromString("_base");
+    if (!S.empty || !S.slice_attr || !S.release_name || !S.base_attr) return NULL;
+    S.pid = getpid();
+    if (pthread_atfork(NULL, NULL, after_fork_in_child)) return PyErr_NoMemory();
+    if (PyType_Ready(&SliceType) < 0) return NULL;
+    PyObject *mod = PyModule_Create(&module);
+    if (!mod) return NULL;
+    Py_INCREF(&SliceType);
+    if (PyModule_AddObject(mod, "Slice", (PyObject *)&SliceType) < 0) {
+        Py_DECREF(&SliceType);
+        Py_DECREF(mod);
+        return NULL;
+    }
+    return mod;
 }
