@@ -1,13 +1,17 @@
-"""jpcy: exact transcripts, the pruning kinds of seed 001 Fig. 1, invariants, bytes, bad input."""
+"""jpcy: exact transcripts, the pruning kinds of seed 001 Fig. 1, invariants, bytes, bad input;
+and the C twin (csrc/sim/jpcy.c) on hand-built wires, which honest schedules never produce."""
 from __future__ import annotations
 
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bus1py import causal
 from bus1py.causal import WireCost, WireError
 from bus1py.causal.jpcy import Jpcy
+from bus1py.sim import fast
 from harness import random_run as _random_run
 
 
@@ -243,9 +247,9 @@ def test_receive_order_respects_causality_per_sender():
     assert out == [(0, bytes([i])) for i in range(6)]
 
 
-def held_wire():
+def held_wire(make=procs):
     """Process 2 of 3 holding nothing yet, and a wire to it that must be held."""
-    p0, p1, p2 = procs(3)
+    p0, p1, p2 = make(3)
     m = dict(p0.send([1, 2], b"M").wires)
     p1.receive(0, m[1])
     return p2, one(p1.send([2], b"M2")), m[2]
@@ -268,7 +272,7 @@ def corrupt(data, offset, fmt, value):
     return bytes(b)
 
 
-@pytest.mark.parametrize("make", [
+BAD_WIRES = [
     lambda w: corrupt(w, 0, "<H", 0),                      # sender field is not src
     lambda w: corrupt(w, 2, "<I", 0),                      # tau 0
     lambda w: corrupt(w, 12, "<H", 7),                     # destination out of range
@@ -285,7 +289,10 @@ def corrupt(data, offset, fmt, value):
     lambda w: jw(1, 1, [2], dc=[(1, 1)]),                              # waits on itself
     lambda w: jw(1, 1, [2], dc=[(9, 1)]),                              # bad DC id
     lambda w: corrupt(w, 8, "<H", 500),                    # |CI| beyond the wire
-])
+]
+
+
+@pytest.mark.parametrize("make", BAD_WIRES)
 def test_bad_wires_raise_and_change_nothing(make):
     p2, m2, m = held_wire()
     p2.receive(0, m)                            # some state to keep; 1's wires are all new
@@ -341,3 +348,80 @@ def test_bad_construction_and_exhausted_timestamps():
     with pytest.raises(ValueError, match="exhausted"):
         p.send([1], b"x")
     assert p.tau == 0xFFFFFFFF and p.ci == {}
+
+
+# ---- the C twin on hand-built wires ----
+
+twin = pytest.mark.skipif("jpcy" not in fast.NAMES, reason="bus1py.sim._fast has no jpcy")
+
+
+def cprocs(n):
+    return [fast.Machine("jpcy", i, n) for i in range(n)]
+
+
+def both(py, cc, call, *args):
+    """The same input to both machines: the same result, or both refuse (None)."""
+    try:
+        a = getattr(py, call)(*args)
+    except WireError:
+        with pytest.raises(WireError):
+            getattr(cc, call)(*args)
+        return None
+    b = getattr(cc, call)(*args)
+    assert (b.wires, b.costs, b.delivered, cc.held) == (a.wires, a.costs, a.delivered, py.held)
+    return a
+
+
+@twin
+@pytest.mark.parametrize("make", BAD_WIRES)
+def test_twin_refuses_bad_wires(make):
+    p2, m2, m = held_wire()
+    c2, _, cm = held_wire(cprocs)
+    both(p2, c2, "receive", 0, m)
+    assert both(p2, c2, "receive", 1, make(m2)) is None
+
+
+@twin
+def test_twin_keeps_the_order_of_a_ci_not_sorted_by_tau():
+    # The Python dicts keep the wire's order, and so does the next wire.
+    py, cc = Jpcy(2, 4), fast.Machine("jpcy", 2, 4)
+    w = jw(1, 1, [2], ci=[(0, 7, []), (3, 2, [1]), (0, 3, [3]), (0, 5, [1])], payload=b"w")
+    assert both(py, cc, "receive", 1, w).delivered == [(1, b"w")]
+    assert list(py.ci) == [0, 3, 1] and list(py.ci[0]) == [7, 3, 5]
+    assert both(py, cc, "send", [3], b"z").wires[0][1] == jw(
+        2, 1, [3], ci=[(0, 7, []), (0, 5, [1]), (3, 2, [1]), (1, 1, [])], dc=[(0, 3)],
+        payload=b"z")
+
+
+@twin
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), n=st.integers(3, 6))
+def test_twin_on_random_hand_built_wires(data, n):
+    """Process 0 receives wires with any CI the Python machine accepts (senders interleaved,
+    tuples in any order, constraints it must wait for) and sends now and then, which puts its
+    CI on a wire; the two machines must agree throughout."""
+    py, cc = Jpcy(0, n), fast.Machine("jpcy", 0, n)
+    last = [0] * n
+    ids = st.lists(st.integers(0, n - 1), unique=True, max_size=3)
+    for _ in range(data.draw(st.integers(1, 10))):
+        if data.draw(st.integers(0, 3)) == 0:
+            dests = data.draw(st.lists(st.integers(1, n - 1), min_size=1, unique=True))
+            both(py, cc, "send", dests, b"s")
+            continue
+        j = data.draw(st.integers(1, n - 1))
+        tau = last[j] = last[j] + data.draw(st.integers(1, 2))
+        dests = data.draw(st.permutations(
+            [0] + data.draw(st.lists(st.integers(1, n - 1).filter(lambda x: x != j),
+                                     unique=True))))
+        ci, seen = [], set()
+        for k, t, d in data.draw(st.lists(st.tuples(st.integers(0, n - 1),
+                                                    st.integers(1, 6), ids), max_size=6)):
+            t = min(t, tau - 1) if k == j else min(t, py.tau) if k == 0 else t
+            if t and (k, t) not in seen:
+                seen.add((k, t))
+                ci.append((k, t, [x for x in d if x not in dests and x != k]))
+        dc = [(k, t) for k, t in data.draw(st.lists(
+            st.tuples(st.integers(1, n - 1), st.integers(1, 3)), max_size=3))
+            if k != j or t < tau]
+        if both(py, cc, "receive", j, jw(j, tau, dests, ci, dc, bytes([j, tau]))) is None:
+            return

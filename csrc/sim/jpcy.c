@@ -1,0 +1,618 @@
+/* jpcy.c - the C twin of bus1py/causal/jpcy.py: Jang-Park-Cho-Yoon, steps S1-S5, R1-R9.
+ *
+ * Wire (jpcy.py's docstring; the columnar layout of bus1py/causal/base.py), little-endian:
+ *   j u16 | tau u32 | nd u16 | nci u16 | ndc u16 | dests u16*nd | D lengths u16*nci   header
+ *   CI senders u16*nci | CI taus u32*nci | D ids u16*sum | DC ids u16*ndc | DC taus u32*ndc
+ *   payload;  cost (12 + 2nd + 2nci, 6nci + 2sum + 6ndc, nci + ndc, 1).
+ * Delivery (R1): a copy is delivered iff every (k, t) of its DC has t <= dlv[k]. The
+ * hold-back is bus1py/causal/holdback.py's: a held record waits in the list of the sender
+ * of its first unmet constraint, and a delivery releases through a LIFO stack.
+ *
+ * Invariants:
+ *   - ci[k] is the Python dict CI_i[k] = {tau: D} in its insertion order (taus t[x], masks
+ *     of W words at m[x * W]); ord lists the senders in the order the dict CI_i got them.
+ *     Rows are never emptied, so "k in CI_i" is ci[k].len != 0. Every step keeps the dict
+ *     order (updates in place, deletions compact, a replaced row takes its source's order),
+ *     so wires match byte for byte, also after wires whose CI is not sorted by tau. Honest
+ *     machines keep every row ascending; lookups are linear merges then (`seek`).
+ *   - After parse, the scratch (gk, gstart, glen; et, em) holds CI_m as read_entries'
+ *     dict: senders by first appearance, each group's tuples contiguous in wire order,
+ *     the last slot of j's group R4's (tau, m.D - i); gsort[g] says the group ascends.
+ *   - The held set (hb, chained through the records) holds every held record once, and
+ *     each held record is in exactly one waiting list (wh/wt), in arrival order. A held
+ *     record owns a copy of its wire, allocated with it.
+ */
+#include "machine.h"
+
+#include <stdlib.h>
+
+#if defined(__GNUC__) && !defined(__clang__)
+/* the mask loops run W = 1 word at n <= 64: a libc call per mask would cost more */
+#pragma GCC optimize("no-tree-loop-distribute-patterns")
+#endif
+
+typedef uint64_t word;
+struct row { uint32_t *t; word *m; uint32_t len, cap; };
+
+struct rec {
+    struct rec *next, *snext, *hnext;  /* waiting list, release stack, held-set chain */
+    const uint8_t *w;
+    uint32_t j, tau, nd, nci, ndc, wait;
+    size_t len, at_dl, at_ids, at_dc, at_pay;   /* D lengths, D ids, DC ids, payload */
+};
+
+struct jpcy {
+    struct sim_machine base;
+    int W;                             /* words per destination mask */
+    uint32_t tau, nord, stamp, ngroups;
+    struct row *ci, tmp;
+    struct rec **wh, **wt, **hb;
+    size_t hcap, held, nhits, hitcap, idxcap, ecap, emcap;
+    uint16_t *ord;
+    /* per process: dlv; send scratch cnt, fill; parse scratch gstamp ... gsort */
+    uint32_t *dlv, *cnt, *fill, *gstamp, *gidx, *gk, *gstart, *glen, *gsort;
+    uint32_t *hits, *idx, *et;         /* (d, k, t) of S2 in order; r8 order; CI_m taus */
+    uint8_t **wp;                      /* per destination: its wire's DC section */
+    word *dm, *seen, *em;              /* m.D, R8's seen, CI_m masks */
+    const struct rec *grouped;         /* the record whose CI_m the scratch holds */
+};
+
+#define MASK(p, base, x) ((base) + (size_t)(x) * (p)->W)
+static void mcopy(word *d, const word *s, int W) { for (int w = 0; w < W; w++) d[w] = s[w]; }
+static void mclear(word *d, int W) { for (int w = 0; w < W; w++) d[w] = 0; }
+static int zero(const word *a, int W) { for (int w = 0; w < W; w++) if (a[w]) return 0; return 1; }
+static int meets(const word *a, const word *b, int W)
+{ for (int w = 0; w < W; w++) if (a[w] & b[w]) return 1; return 0; }
+static void setbit(word *a, uint32_t x) { a[x >> 6] |= (word)1 << (x & 63); }
+static int hasbit(const word *a, uint32_t x) { return (int)(a[x >> 6] >> (x & 63) & 1); }
+static uint32_t pop(word x)            /* no popcnt instruction at -O2 without -march */
+{
+    x -= x >> 1 & 0x5555555555555555u;
+    x = (x & 0x3333333333333333u) + (x >> 2 & 0x3333333333333333u);
+    return (uint32_t)(((x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Fu) * 0x0101010101010101u >> 56);
+}
+static uint32_t row_max(const uint32_t *t, uint32_t len)
+{ uint32_t x = 0; for (uint32_t i = 0; i < len; i++) if (t[i] > x) x = t[i]; return x; }
+static int ascending(const uint32_t *t, uint32_t len)
+{ for (uint32_t i = 1; i < len; i++) if (t[i - 1] >= t[i]) return 0; return 1; }
+
+/* The index of u in t[0..len), or -1. With `at` (t ascending and the queries of a pass
+ * ascending), a pass is one linear merge. */
+static long seek(const uint32_t *t, uint32_t len, uint32_t u, uint32_t *at)
+{
+    if (!at) {
+        for (uint32_t i = 0; i < len; i++)
+            if (t[i] == u)
+                return i;
+        return -1;
+    }
+    while (*at < len && t[*at] < u)
+        ++*at;
+    return *at < len && t[*at] == u ? (long)(*at)++ : -1;
+}
+
+static int row_room(struct jpcy *p, struct row *r, uint32_t need)
+{
+    uint32_t cap = r->cap ? r->cap : 2;
+    while (cap < need)
+        cap *= 2;
+    if (cap == r->cap)
+        return 0;
+    uint32_t *t = realloc(r->t, cap * sizeof *t);
+    if (t)
+        r->t = t;
+    word *m = t ? realloc(r->m, (size_t)cap * p->W * sizeof *m) : NULL;
+    if (!m)
+        return -1;
+    r->m = m;
+    r->cap = cap;
+    return 0;
+}
+
+/* Keeps the tuples x of r with keep(x), in order. */
+#define FILTER(p, r, keep) do { uint32_t k_ = 0; \
+    for (uint32_t x = 0; x < (r)->len; x++) if (keep) { \
+        (r)->t[k_] = (r)->t[x]; mcopy(MASK(p, (r)->m, k_), MASK(p, (r)->m, x), (p)->W); k_++; } \
+    (r)->len = k_; } while (0)
+
+/* S3/R9: delete every empty tuple but the newest of its sender. */
+static void drop_old_empty(struct jpcy *p, struct row *r)
+{
+    uint32_t newest = row_max(r->t, r->len);
+    FILTER(p, r, r->t[x] == newest || !zero(MASK(p, r->m, x), p->W));
+}
+
+/* R8 (newest tuple first: strip what a newer tuple lists), then R9. */
+static int r8_r9(struct jpcy *p, struct row *r)
+{
+    int sorted = ascending(r->t, r->len);
+    if (!sorted && sim_reserve((void **)&p->idx, &p->idxcap, 0, r->len, sizeof *p->idx) < 0)
+        return -1;
+    for (uint32_t x = 0; !sorted && x < r->len; x++) {     /* insertion sort, descending */
+        uint32_t y = x;
+        for (; y && r->t[p->idx[y - 1]] < r->t[x]; y--)
+            p->idx[y] = p->idx[y - 1];
+        p->idx[y] = x;
+    }
+    mclear(p->seen, p->W);
+    for (uint32_t x = 0; x < r->len; x++) {
+        word *D = MASK(p, r->m, sorted ? r->len - 1 - x : p->idx[x]);
+        for (int w = 0; w < p->W; w++) {
+            word d = D[w];
+            D[w] = d & ~p->seen[w];
+            p->seen[w] |= d;
+        }
+    }
+    drop_old_empty(p, r);
+    return 0;
+}
+
+/* ---- the held set, chained through the records ---- */
+
+static size_t hslot(const struct jpcy *p, uint32_t j, uint32_t tau)
+{ return (size_t)(((uint64_t)j << 32 | tau) * 0x9E3779B97F4A7C15u >> 20) & (p->hcap - 1); }
+
+static int held_has(const struct jpcy *p, uint32_t j, uint32_t tau)
+{
+    for (struct rec *r = p->hcap ? p->hb[hslot(p, j, tau)] : NULL; r; r = r->hnext)
+        if (r->j == j && r->tau == tau)
+            return 1;
+    return 0;
+}
+
+static int held_add(struct jpcy *p, struct rec *h)
+{
+    if (p->held >= p->hcap) {
+        size_t old = p->hcap;
+        struct rec **hb = calloc(old ? 2 * old : 64, sizeof *hb), **ob = p->hb;
+        if (!hb)
+            return -1;
+        p->hb = hb;
+        p->hcap = old ? 2 * old : 64;
+        for (size_t i = 0; i < old; i++)
+            for (struct rec *r = ob[i], *nx; r; r = nx) {
+                nx = r->hnext;
+                r->hnext = hb[hslot(p, r->j, r->tau)];
+                hb[hslot(p, r->j, r->tau)] = r;
+            }
+        free(ob);
+    }
+    struct rec **b = &p->hb[hslot(p, h->j, h->tau)];
+    h->hnext = *b;
+    *b = h;
+    p->held++;
+    return 0;
+}
+
+static void held_del(struct jpcy *p, struct rec *h)
+{
+    struct rec **at = &p->hb[hslot(p, h->j, h->tau)];
+    while (*at != h)
+        at = &(*at)->hnext;
+    *at = h->hnext;
+    p->held--;
+}
+
+/* ---- machine ---- */
+
+static int jpcy_init(struct sim_machine *m)
+{
+    struct jpcy *p = (struct jpcy *)m;
+    size_t n = (size_t)m->n;
+    p->W = (int)((n + 63) / 64);
+    p->ci = calloc(n, sizeof *p->ci);
+    p->wh = calloc(2 * n, sizeof *p->wh);
+    p->dlv = calloc(9 * n, sizeof *p->dlv);
+    p->ord = calloc(n, sizeof *p->ord);
+    p->wp = calloc(n, sizeof *p->wp);
+    p->dm = calloc(2 * (size_t)p->W, sizeof *p->dm);
+    if (!p->ci || !p->wh || !p->dlv || !p->ord || !p->wp || !p->dm)
+        return -1;
+    p->wt = p->wh + n;
+    uint32_t **per[] = {&p->cnt, &p->fill, &p->gstamp, &p->gidx, &p->gk, &p->gstart, &p->glen,
+                        &p->gsort};
+    for (size_t i = 0; i < 8; i++)
+        *per[i] = p->dlv + (i + 1) * n;
+    p->seen = p->dm + p->W;
+    return 0;
+}
+
+static void jpcy_fini(struct sim_machine *m)
+{
+    struct jpcy *p = (struct jpcy *)m;
+    for (int k = 0; k < m->n; k++) {
+        if (p->ci) {
+            free(p->ci[k].t);
+            free(p->ci[k].m);
+        }
+        for (struct rec *r = p->wh ? p->wh[k] : NULL, *nx; r; r = nx) {
+            nx = r->next;
+            free(r);
+        }
+    }
+    void *all[] = {p->tmp.t, p->tmp.m, p->ci, p->wh, p->hb, p->dlv, p->ord, p->wp, p->dm,
+                   p->hits, p->idx, p->et, p->em};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        free(all[i]);
+}
+
+/* ---- send: S1-S5 ---- */
+
+static int jpcy_send(struct sim_machine *m, const uint16_t *dests, int k, const uint8_t *payload,
+                     size_t len, struct sim_step *step)
+{
+    struct jpcy *p = (struct jpcy *)m;
+    int W = p->W;
+    size_t total = 0;
+    for (uint32_t o = 0; o < p->nord; o++)
+        total += p->ci[p->ord[o]].len;
+    if (p->tau == UINT32_MAX)
+        return sim_fail(step, "process %d exhausted its 32-bit timestamps", m->me);
+    if (total > 0xFFFF)
+        return sim_fail(step, "%d holds more than 65535 CI tuples, beyond the wire format", m->me);
+    word *dm = p->dm;
+    mclear(dm, W);
+    for (int i = 0; i < k; i++) {
+        setbit(dm, dests[i]);
+        p->cnt[dests[i]] = p->fill[dests[i]] = 0;
+    }
+    uint32_t tau = ++p->tau, nci = 0, nids = 0;
+    p->nhits = 0;
+    /* S2 (DC_i[d] gathers (k, t) in CI order, ids ascending), S3 */
+    for (uint32_t o = 0; o < p->nord; o++) {
+        uint32_t s = p->ord[o];
+        struct row *r = &p->ci[s];
+        int touched = 0;
+        for (uint32_t x = 0; x < r->len; x++) {
+            word *D = MASK(p, r->m, x);
+            for (int w = 0; w < W; w++) {
+                word hit = D[w] & dm[w];
+                D[w] ^= hit;
+                nids += pop(D[w]);
+                if (hit && sim_reserve((void **)&p->hits, &p->hitcap, p->nhits, 3 * pop(hit),
+                                       sizeof *p->hits) < 0)
+                    return sim_fail(step, "out of memory");
+                for (touched |= hit != 0; hit; hit &= hit - 1, p->nhits += 3) {
+                    uint32_t *h = p->hits + p->nhits;
+                    h[0] = (uint32_t)w * 64 + (uint32_t)__builtin_ctzll(hit);
+                    h[1] = s, h[2] = r->t[x];
+                    p->cnt[h[0]]++;
+                }
+            }
+        }
+        if ((touched || s == (uint32_t)m->me) && r->len > 1)
+            drop_old_empty(p, r);          /* only empty tuples go: nids stays */
+        nci += r->len;
+    }
+    /* S4: one CI section for every copy, only DC_i[d] differs */
+    size_t head = 12 + 2 * (size_t)k + 2 * (size_t)nci, cis = 6 * (size_t)nci + 2 * (size_t)nids;
+    const uint8_t *first = NULL;
+    for (int i = 0; i < k; i++) {
+        uint32_t d = dests[i], ndc = p->cnt[d];
+        uint8_t *w = sim_emit(step, d, (uint32_t)(head + cis + 6 * ndc + len),
+                              (struct sim_cost){(uint32_t)head, (uint32_t)(cis + 6 * ndc),
+                                                nci + ndc, 1});
+        if (!w)
+            return -1;
+        sim_put16(w, (uint32_t)m->me);
+        sim_put32(w + 2, tau);
+        sim_put16(w + 6, (uint32_t)k);
+        sim_put16(w + 8, nci);
+        sim_put16(w + 10, ndc);
+        for (int x = 0; x < k; x++)
+            sim_put16(w + 12 + 2 * x, dests[x]);
+        uint8_t *dl = w + 12 + 2 * k, *sd = dl + 2 * nci, *ts = sd + 2 * nci, *id = ts + 4 * nci;
+        if (first)
+            memcpy(dl, first + 12 + 2 * k, 2 * (size_t)nci + cis);
+        for (uint32_t o = 0; !first && o < p->nord; o++) {
+            uint32_t s = p->ord[o];
+            struct row *r = &p->ci[s];
+            for (uint32_t x = 0; x < r->len; x++, dl += 2, sd += 2, ts += 4) {
+                const word *D = MASK(p, r->m, x);
+                uint32_t c = 0;
+                for (int v = 0; v < W; v++)
+                    for (word b = D[v]; b; b &= b - 1, c++, id += 2)
+                        sim_put16(id, (uint32_t)v * 64 + (uint32_t)__builtin_ctzll(b));
+                sim_put16(dl, c);
+                sim_put16(sd, s);
+                sim_put32(ts, r->t[x]);
+            }
+        }
+        first = w;
+        p->wp[d] = w + head + cis;
+        memcpy(w + head + cis + 6 * ndc, payload, len);
+    }
+    for (uint32_t *e = p->hits; e < p->hits + p->nhits; e += 3) {
+        uint32_t d = e[0], f = p->fill[d]++;
+        sim_put16(p->wp[d] + 2 * f, e[1]);
+        sim_put32(p->wp[d] + 2 * p->cnt[d] + 4 * f, e[2]);
+    }
+    /* S5: the own tuple, after the copies */
+    struct row *own = &p->ci[m->me];
+    if (row_room(p, own, own->len + 1) < 0)
+        return sim_fail(step, "out of memory");
+    if (!own->len)
+        p->ord[p->nord++] = (uint16_t)m->me;
+    own->t[own->len] = tau;
+    mcopy(MASK(p, own->m, own->len++), dm, W);
+    return 0;
+}
+/* ---- receive: R1-R9 ---- */
+
+/* The header and the section offsets; every section within the wire. */
+static int frame(struct rec *r, const uint8_t *data, size_t len, struct sim_step *step)
+{
+    if (len < 12)
+        return sim_fail(step, "wire truncated: %zu bytes, header needs 12", len);
+    r->w = data;
+    r->len = len;
+    r->j = sim_get16(data);
+    r->tau = sim_get32(data + 2);
+    r->nd = sim_get16(data + 6);
+    r->nci = sim_get16(data + 8);
+    r->ndc = sim_get16(data + 10);
+    r->at_dl = 12 + 2 * (size_t)r->nd;
+    r->at_ids = r->at_dl + 8 * (size_t)r->nci;
+    if (len < r->at_ids)
+        return sim_fail(step, "wire truncated: %zu bytes, sections need %zu", len, r->at_ids);
+    size_t sum = 0;
+    for (uint32_t e = 0; e < r->nci; e++)
+        sum += sim_get16(data + r->at_dl + 2 * e);
+    r->at_dc = r->at_ids + 2 * sum;
+    r->at_pay = r->at_dc + 6 * (size_t)r->ndc;
+    if (len < r->at_pay)
+        return sim_fail(step, "wire truncated: %zu bytes, sections need %zu", len, r->at_pay);
+    return 0;
+}
+
+
+#define BAD(...) do { if (check) return sim_fail(step, __VA_ARGS__); } while (0)
+
+/* m.D into dm and CI_m into the scratch (see the invariants); with `check`, refuses what
+ * Jpcy._decode refuses (the header fields were checked by the caller). */
+static int parse(struct jpcy *p, const struct rec *r, int check, struct sim_step *step)
+{
+    int W = p->W, me = p->base.me;
+    uint32_t n = (uint32_t)p->base.n, nci = r->nci, j = r->j;
+    const uint8_t *w = r->w, *dl = w + r->at_dl, *sd = dl + 2 * nci, *ts = sd + 2 * nci;
+    const uint8_t *id = w + r->at_ids, *dk = w + r->at_dc, *dt = dk + 2 * r->ndc;
+    word *dm = p->dm;
+    mclear(dm, W);
+    for (uint32_t x = 0; x < r->nd; x++) {
+        uint32_t d = sim_get16(w + 12 + 2 * x);
+        if (d >= n || hasbit(dm, d))
+            BAD("bad destination %u for a copy %u -> %d", d, j, me);
+        setbit(dm, d);
+    }
+    if (!r->nd || !hasbit(dm, (uint32_t)me) || hasbit(dm, j))
+        BAD("bad destination list for a copy %u -> %d", j, me);
+    for (uint32_t x = 0; check && x < r->ndc; x++) {
+        uint32_t k = sim_get16(dk + 2 * x), t = sim_get32(dt + 4 * x);
+        if (k >= n || t == 0 || k == (uint32_t)me || (k == j && t >= r->tau))
+            BAD("bad delivery constraint (%u, %u)", k, t);
+    }
+    if (++p->stamp == 0) {
+        memset(p->gstamp, 0, n * sizeof *p->gstamp);
+        p->stamp = 1;
+    }
+    p->ngroups = 0;
+    for (uint32_t e = 0; e <= nci; e++) {              /* the groups, in dict order */
+        uint32_t s = e < nci ? sim_get16(sd + 2 * e) : j;
+        if (s >= n || (e < nci && sim_get32(ts + 4 * e) == 0))
+            BAD("bad CI tuple: process id %u, timestamp %u", s, sim_get32(ts + 4 * e));
+        if (p->gstamp[s] != p->stamp) {
+            p->gstamp[s] = p->stamp;
+            p->gidx[s] = p->ngroups;
+            p->gk[p->ngroups] = s;
+            p->gsort[p->ngroups] = 1;
+            p->glen[p->ngroups++] = 0;
+        }
+        p->glen[p->gidx[s]]++;
+    }
+    for (uint32_t g = 0, at = 0; g < p->ngroups; g++) {
+        p->gstart[g] = at;
+        at += p->glen[g];
+        p->glen[g] = 0;
+    }
+    if (sim_reserve((void **)&p->et, &p->ecap, 0, nci + 1, sizeof *p->et) < 0 ||
+        sim_reserve((void **)&p->em, &p->emcap, 0, (nci + 1) * (size_t)W, sizeof *p->em) < 0)
+        return sim_fail(step, "out of memory");
+    for (uint32_t e = 0; e < nci; e++) {                /* the tuples, in wire order */
+        uint32_t s = sim_get16(sd + 2 * e), t = sim_get32(ts + 4 * e), ln = sim_get16(dl + 2 * e);
+        uint32_t g = p->gidx[s], x = p->gstart[g] + p->glen[g]++;
+        word *D = MASK(p, p->em, x);
+        mclear(D, W);
+        for (; ln; ln--, id += 2) {
+            uint32_t v = sim_get16(id);
+            if (v >= n || hasbit(D, v))
+                BAD("CI tuple (%u, %u) lists a bad or repeated destination", s, t);
+            setbit(D, v);
+        }
+        if (meets(D, dm, W) || hasbit(D, s))
+            BAD("bad CI tuple (%u, %u)", s, t);
+        if (x > p->gstart[g] && p->et[x - 1] >= t) {
+            p->gsort[g] = 0;
+            if (check && seek(p->et + p->gstart[g], x - p->gstart[g], t, NULL) >= 0)
+                BAD("CI lists a tuple twice");
+        }
+        p->et[x] = t;
+    }
+    uint32_t g = p->gidx[j], x = p->gstart[g] + p->glen[g];
+    if (check && row_max(p->et + p->gstart[g], p->glen[g]) >= r->tau)
+        BAD("CI carries a tuple of %u not older than m itself", j);
+    if (check && p->gstamp[me] == p->stamp &&
+        row_max(p->et + p->gstart[p->gidx[me]], p->glen[p->gidx[me]]) > p->tau)
+        BAD("CI carries a tuple of %d that %d never sent", me, me);
+    p->glen[g]++;                                       /* R4: m.D - i */
+    p->et[x] = r->tau;
+    mcopy(MASK(p, p->em, x), dm, W);
+    MASK(p, p->em, x)[me >> 6] &= ~((word)1 << (me & 63));
+    p->grouped = r;
+    return 0;
+}
+
+/* R3, R5-R9, with CI_m in the scratch (parse). */
+static int merge(struct jpcy *p, const struct rec *r)
+{
+    int W = p->W, me = p->base.me;
+    p->dlv[r->j] = r->tau;
+    for (uint32_t g = 0; g < p->ngroups; g++) {
+        uint32_t s = p->gk[g], ml = p->glen[g], at = 0, *hint;
+        const uint32_t *mt = p->et + p->gstart[g];
+        const word *mm = MASK(p, p->em, p->gstart[g]);
+        struct row *it = &p->ci[s];
+        if (!it->len) {                                 /* R7, nothing to compare with */
+            if (row_room(p, it, ml) < 0)
+                return -1;
+            p->ord[p->nord++] = (uint16_t)s;
+            memcpy(it->t, mt, ml * sizeof *mt);
+            memcpy(it->m, mm, (size_t)ml * W * sizeof *mm);
+            it->len = ml;
+            if (ml > 1 && r8_r9(p, it) < 0)
+                return -1;
+            continue;
+        }
+        int sorted = p->gsort[g] && ascending(it->t, it->len);
+        if (it->len == ml) {                            /* equal as dicts: nothing changes */
+            uint32_t x = 0;
+            for (long y; x < ml && (y = seek(it->t, it->len, mt[x], sorted ? &at : NULL)) >= 0
+                 && !memcmp(MASK(p, it->m, y), MASK(p, mm, x), W * sizeof(word)); x++)
+                ;
+            if (x == ml)
+                continue;
+            at = 0;
+        }
+        hint = sorted ? &at : NULL;
+        uint32_t mmax = sorted ? mt[ml - 1] : row_max(mt, ml);
+        uint32_t imax = sorted ? it->t[it->len - 1] : row_max(it->t, it->len);
+        if (mmax > imax) {      /* CI_m's order: the tuples we share (R6) and newer (R7) */
+            struct row *o = &p->tmp;
+            if (row_room(p, o, ml) < 0)
+                return -1;
+            o->len = 0;
+            for (uint32_t x = 0; x < ml; x++) {
+                long y = seek(it->t, it->len, mt[x], hint);
+                if (y < 0 && mt[x] <= imax)
+                    continue;                           /* R5 */
+                word *D = MASK(p, o->m, o->len);
+                mcopy(D, MASK(p, mm, x), W);
+                for (int v = 0; y >= 0 && v < W; v++)
+                    D[v] &= MASK(p, it->m, y)[v];
+                o->t[o->len++] = mt[x];
+            }
+            if (row_room(p, it, o->len) < 0)
+                return -1;
+            memcpy(it->t, o->t, o->len * sizeof *o->t);
+            memcpy(it->m, o->m, (size_t)o->len * W * sizeof *o->m);
+            it->len = o->len;
+            if (it->len > 1 && r8_r9(p, it) < 0)
+                return -1;
+            continue;
+        }
+        /* our order: the tuples we share (R6) and those newer than CI_m's newest (R5) */
+        uint32_t kx = 0;
+        int empty = 0;
+        for (uint32_t x = 0; x < it->len; x++) {
+            long y = seek(mt, ml, it->t[x], hint);
+            if (y < 0 && it->t[x] <= mmax)
+                continue;
+            word *D = MASK(p, it->m, kx);
+            it->t[kx] = it->t[x];
+            mcopy(D, MASK(p, it->m, x), W);
+            for (int v = 0; y >= 0 && v < W; v++)
+                D[v] &= MASK(p, mm, y)[v];
+            empty |= zero(D, W);
+            kx++;
+        }
+        it->len = kx;
+        if (kx > 1 && empty)                            /* R9; R8 finds nothing here */
+            FILTER(p, it, it->t[x] == imax || !zero(MASK(p, it->m, x), W));
+    }
+    if (p->gstamp[me] != p->stamp && p->ci[me].len > 1)
+        drop_old_empty(p, &p->ci[me]);                  /* R9 for our own previous tuple */
+    p->grouped = NULL;
+    return 0;
+}
+
+static uint32_t first_unmet(const struct jpcy *p, const struct rec *r)
+{
+    const uint8_t *dk = r->w + r->at_dc, *dt = dk + 2 * r->ndc;
+    uint32_t x = r->wait;
+    while (x < r->ndc && sim_get32(dt + 4 * x) <= p->dlv[sim_get16(dk + 2 * x)])
+        x++;
+    return x;
+}
+
+static void wait_on(struct jpcy *p, struct rec *r, uint32_t x)
+{
+    uint32_t k = sim_get16(r->w + r->at_dc + 2 * x);
+    r->wait = x;
+    r->next = NULL;
+    *(p->wt[k] ? &p->wt[k]->next : &p->wh[k]) = r;
+    p->wt[k] = r;
+}
+
+static int jpcy_receive(struct sim_machine *m, int src, const uint8_t *data, size_t len,
+                        struct sim_step *step)
+{
+    struct jpcy *p = (struct jpcy *)m;
+    struct rec first = {0}, *top = &first;
+    if (frame(&first, data, len, step) < 0)
+        return -1;
+    if (first.j != (uint32_t)src || first.tau == 0)
+        return sim_fail(step, "wire names sender %u (from %d) or timestamp 0", first.j, src);
+    if (parse(p, &first, 1, step) < 0)
+        return -1;
+    if (first.tau <= p->dlv[first.j] || held_has(p, first.j, first.tau))
+        return sim_fail(step, "duplicate message %u from %u", first.tau, first.j);
+    uint32_t x = first_unmet(p, &first);
+    if (x < first.ndc) {                                /* R1 fails: hold a copy */
+        struct rec *h = malloc(sizeof *h + len);
+        if (h) {
+            *h = first;
+            h->w = memcpy(h + 1, data, len);
+        }
+        if (!h || held_add(p, h) < 0) {
+            free(h);
+            return sim_fail(step, "out of memory");
+        }
+        wait_on(p, h, x);
+        p->grouped = NULL;
+        return 0;
+    }
+    while (top) {                                       /* HoldBack.admit's release */
+        struct rec *c = top;
+        top = c->snext;
+        if ((p->grouped != c && parse(p, c, 0, step) < 0) ||
+            sim_deliver(step, c->j, c->w + c->at_pay, (uint32_t)(c->len - c->at_pay)) < 0)
+            return -1;                                  /* R2 */
+        if (merge(p, c) < 0)
+            return sim_fail(step, "out of memory");
+        struct rec *w = p->wh[c->j], *nx;
+        p->wh[c->j] = p->wt[c->j] = NULL;
+        for (; w; w = nx) {
+            nx = w->next;
+            if ((x = first_unmet(p, w)) < w->ndc) {
+                wait_on(p, w, x);
+            } else {
+                held_del(p, w);
+                w->snext = top;
+                top = w;
+            }
+        }
+        if (c != &first)
+            free(c);
+    }
+    return 0;
+}
+
+static long jpcy_held(struct sim_machine *m)
+{
+    return (long)((struct jpcy *)m)->held;
+}
+
+const struct sim_ops sim_jpcy_ops = {
+    .name = "jpcy", .multicast = SIM_NATIVE, .size = sizeof(struct jpcy),
+    .init = jpcy_init, .fini = jpcy_fini, .send = jpcy_send, .receive = jpcy_receive,
+    .held = jpcy_held,
+};
