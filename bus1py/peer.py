@@ -33,6 +33,7 @@ _EAGAIN = -errno.EAGAIN
 _UNREACHABLE = lib.B1_SEND_UNREACHABLE_ERROR
 _send = lib.b1_frame_send
 _csend, _crecv = _messages.send, _messages.recv  # the hot forms, their results built in C
+_csend_many = _messages.send_many
 _send_many = lib.b1_frame_send_many
 _lengths = functools.partial(array, "I")  # the lengths as uint32_t, handed to C without a per-item conversion
 assert array("I").itemsize == ffi.sizeof("uint32_t")
@@ -288,6 +289,21 @@ class Peer:
             payloads = list(payloads)
         if not payloads:
             return 0
+        flags = _UNREACHABLE if unreachable_error else 0
+        try:
+            dest, n = args.destinations(destinations, dests, bus.limits.max_dests)
+            nh = args.fill(carried, handles, bus.limits.max_msg_handles, "handles") if handles else 0
+        except (TypeError, OverflowError):
+            raise args.bad_ids(destinations, handles) from None
+        # payloads all bytes: sent from where they are, in one call into C
+        addr = receive.frame_address(bus)
+        r = _csend_many(addr, self._slot, self._id, dest, n, payloads, nh, flags)
+        if r is not None:
+            if r == -errno.EDQUOT and _reap_dead(bus):
+                r = _csend_many(addr, self._slot, self._id, dest, n, payloads, nh, flags)
+            if r < 0:
+                raise args.send_error(self, r, destinations, len(payloads[0]), n or 1, nh)
+            return r
         try:
             data = b"".join(payloads)
             lens = _lengths(map(len, payloads))
@@ -296,12 +312,6 @@ class Peer:
         if data is None or len(data) != sum(lens):  # str, non-buffers, or items of >1 byte
             payloads = [args.as_bytes(p) for p in payloads]
             data, lens = b"".join(payloads), _lengths(map(len, payloads))
-        flags = _UNREACHABLE if unreachable_error else 0
-        try:
-            dest, n = args.destinations(destinations, dests, bus.limits.max_dests)
-            nh = args.fill(carried, handles, bus.limits.max_msg_handles, "handles") if handles else 0
-        except (TypeError, OverflowError):
-            raise args.bad_ids(destinations, handles) from None
         arr = ffi.from_buffer("uint32_t[]", lens)
         r = _send_many(frame, self._slot, self._id, dest, n, data, arr, len(lens), nh, flags)
         if r == -errno.EDQUOT and _reap_dead(bus):

@@ -410,12 +410,42 @@ static PyObject *py_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return stamp;
 }
 
+/* send_many(frame, slot, id, dest, n, payloads, n_handles, flags) -> how many were sent, or
+ * the first one's -errno when none was, or None (nothing sent) when `payloads` is not a
+ * list or tuple of bytes: b1_frame_send_many without joining the payloads first.  The
+ * destinations (n > 0) and carried handles are in the frame, as for b1_frame_send. */
+static PyObject *py_send_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    NEED_ARGS(8);
+    uint64_t addr, id, dest;
+    uint32_t slot, n, nh, flags;
+    if (!as_u64(args[0], &addr) || !as_u32(args[1], &slot) || !as_u64(args[2], &id) ||
+        !as_u64(args[3], &dest) || !as_u32(args[4], &n) || !as_u32(args[6], &nh) ||
+        !as_u32(args[7], &flags))
+        return NULL;
+    PyObject *seq = args[5];
+    if (!PyList_CheckExact(seq) && !PyTuple_CheckExact(seq)) Py_RETURN_NONE;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (!PyBytes_CheckExact(items[i]) || PyBytes_GET_SIZE(items[i]) > UINT32_MAX) Py_RETURN_NONE;
+    struct b1_frame *f = (struct b1_frame *)(uintptr_t)addr;
+    /* the GIL stays held (see py_send): no other thread can change the list meanwhile */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t ts = S.send(f, slot, id, dest, n, PyBytes_AS_STRING(items[i]),
+                            (uint32_t)PyBytes_GET_SIZE(items[i]), nh, flags);
+        if (ts < 0) return i ? PyLong_FromSsize_t(i) : PyLong_FromLongLong(ts);
+    }
+    return PyLong_FromSsize_t(count);
+}
+
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))py_setup, METH_FASTCALL, "setup(Message, SliceMessage, types, recv_many, recv, send)"},
     {"recv", (PyCFunction)(void (*)(void))py_recv, METH_FASTCALL, "recv(frame, slot, id, timeout_ns) -> Message | -errno"},
     {"recv_many", (PyCFunction)(void (*)(void))py_recv_many, METH_FASTCALL,
      "recv_many(frame, slot, id, max, timeout_ns, flags, held) -> list | -errno"},
     {"send", (PyCFunction)(void (*)(void))py_send, METH_FASTCALL, "send(frame, slot, id, dest, payload, flags) -> stamp | -errno"},
+    {"send_many", (PyCFunction)(void (*)(void))py_send_many, METH_FASTCALL,
+     "send_many(frame, slot, id, dest, n, payloads, n_handles, flags) -> count | -errno | None"},
     {NULL, NULL, 0, NULL},
 };
 
