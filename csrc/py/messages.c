@@ -54,9 +54,32 @@ static struct {
     send_fn send;
 } S;
 
+/* The ints of a batch's senders and destinations, which repeat from message to message:
+ * the last one's object is handed out again (ints are immutable). */
+struct ints {
+    uint64_t sender, dest;
+    PyObject *sender_obj, *dest_obj;
+};
+
+static PyObject *int_of(uint64_t v, uint64_t *last, PyObject **obj) {
+    if (!*obj || *last != v) {
+        Py_XDECREF(*obj);
+        *obj = PyLong_FromUnsignedLongLong(v);
+        *last = v;
+        if (!*obj) return NULL;
+    }
+    Py_INCREF(*obj);
+    return *obj;
+}
+
+static void ints_clear(struct ints *c) {
+    Py_CLEAR(c->sender_obj);
+    Py_CLEAR(c->dest_obj);
+}
+
 /* One Message of type `tp` from an info record; steals `payload` and `handles`. */
 static PyObject *new_message(PyTypeObject *tp, const struct b1_msg_info *in, PyObject *payload,
-                             PyObject *handles) {
+                             PyObject *handles, struct ints *c) {
     PyObject *m = NULL, *stamp = NULL;
     if (!payload || !handles) goto fail;
     if (in->type >= (uint64_t)PyTuple_GET_SIZE(S.types)) {
@@ -65,13 +88,14 @@ static PyObject *new_message(PyTypeObject *tp, const struct b1_msg_info *in, PyO
     }
     stamp = PyTuple_New(3);
     if (!stamp) goto fail;
-    PyObject *ts = PyLong_FromUnsignedLongLong(in->ts), *sender = PyLong_FromUnsignedLongLong(in->sender),
+    PyObject *ts = PyLong_FromUnsignedLongLong(in->ts),
+             *sender = int_of(in->sender, &c->sender, &c->sender_obj),
              *seq = PyLong_FromUnsignedLongLong(in->seq);
     PyTuple_SET_ITEM(stamp, 0, ts);
     PyTuple_SET_ITEM(stamp, 1, sender);
     PyTuple_SET_ITEM(stamp, 2, seq);
     if (!ts || !sender || !seq) goto fail;
-    PyObject *dest = PyLong_FromUnsignedLongLong(in->destination);
+    PyObject *dest = int_of(in->destination, &c->dest, &c->dest_obj);
     if (!dest) goto fail;
     /* what tuple.__new__(tp, items) does for a subclass: tp_alloc, then the items */
     m = tp->tp_alloc(tp, 5);
@@ -292,8 +316,11 @@ static PyObject *py_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     Py_END_ALLOW_THREADS
     if (r) return PyLong_FromLong(r);
     const struct b1_msg_info *in = &f->info;
-    return new_message(S.message, in, PyBytes_FromStringAndSize(f->buf, (Py_ssize_t)in->len),
-                       handles_of(f->handles, in->n_handles));
+    struct ints c = {0};
+    PyObject *m = new_message(S.message, in, PyBytes_FromStringAndSize(f->buf, (Py_ssize_t)in->len),
+                              handles_of(f->handles, in->n_handles), &c);
+    ints_clear(&c);
+    return m;
 }
 
 /* recv_many(frame, slot, id, max, timeout_ns, flags, held) -> [Message], or -errno:
@@ -325,6 +352,7 @@ static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t 
     PyObject *out = PyList_New(r);
     if (!out) return NULL;
     const uint64_t *h = f->handles;
+    struct ints c = {0};
     for (int i = 0; i < r; i++) {
         const struct b1_msg_info *in = &f->infos[i];
         PyObject *m, *carried = handles_of(h, in->n_handles);
@@ -354,7 +382,7 @@ static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t 
             sl->slot = slot;
             sl->pid = S.pid;
             sl->held = view != NULL;
-            m = new_message(S.slice, in, view, carried);
+            m = new_message(S.slice, in, view, carried, &c);
             int bad = !m || PyObject_SetAttr(m, S.slice_attr, (PyObject *)sl) < 0;
             Py_DECREF(sl);
             if (bad) {
@@ -363,14 +391,16 @@ static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t 
             }
         } else {
             m = new_message(S.message, in, PyBytes_FromStringAndSize(f->buf + in->offset,
-                                                                      (Py_ssize_t)in->len), carried);
+                                                                      (Py_ssize_t)in->len), carried, &c);
             if (!m) goto fail;
         }
         PyList_SET_ITEM(out, i, m);
     }
+    ints_clear(&c);
     return out;
 fail:
     /* the list's unset items are NULL, which list_dealloc skips */
+    ints_clear(&c);
     Py_DECREF(out);
     return NULL;
 }
