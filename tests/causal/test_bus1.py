@@ -3,6 +3,7 @@ side channels, byte counts constant in n, and wires that must be refused."""
 from __future__ import annotations
 
 import copy
+import random
 import struct
 
 import pytest
@@ -11,6 +12,7 @@ from bus1py import causal
 from bus1py.causal import WireCost, WireError
 from bus1py.causal.bus1 import (ACK_COST, COMMIT_COST, REPLY_COST, STAGE_COST, SYNC_COMMIT_COST,
                                 SYNC_COST, Bus1)
+from bus1py.sim import fast
 
 
 def stage(sender, tx, clock, payload):
@@ -350,8 +352,8 @@ BAD = [
 ]
 
 
-def in_state(name):
-    p = Bus1(0, 3)
+def in_state(name, make=Bus1):
+    p = make(0, 3)
     if name == "staged":                                # a block from 1, not yet synced
         p.receive(1, stage(1, 0, 0, b"x"))
     elif name == "synced":
@@ -394,3 +396,63 @@ def test_bad_send_arguments():
         with pytest.raises(ValueError):
             p.send(dests, b"")
     assert p.seq == 0 and not p.busy
+
+
+# ---- the C twin (csrc/sim/bus1.c): payloads of every length its queue stores, bad wires ----
+
+twin = pytest.mark.skipif("bus1" not in fast.NAMES, reason="bus1py.sim._fast has no bus1")
+
+
+def cmachine(me, n):
+    return fast.Machine("bus1", me, n)
+
+
+@twin
+@pytest.mark.parametrize("seed", [1, 2])
+def test_twin_keeps_short_and_long_payloads_in_order(seed):
+    # csrc/sim/ordering.c keeps a payload of up to 16 bytes in its queue entry, a longer one
+    # in a copy of its own: pipelined multicasts of both kinds, their wires arriving in a
+    # random order, must come out as the Python machine's.
+    rng = random.Random(seed)
+    n = 5
+    py, cc = procs(n), [cmachine(i, n) for i in range(n)]
+    flight = []
+
+    def both(i, call, *args):
+        a, b = getattr(py[i], call)(*args), getattr(cc[i], call)(*args)
+        assert (b.wires, b.costs, b.delivered, cc[i].held) == \
+            (a.wires, a.costs, a.delivered, py[i].held)
+        flight.extend((d, i, w) for d, w in a.wires)
+
+    def arrive():
+        dest, src, data = flight.pop(rng.randrange(len(flight)))
+        both(dest, "receive", src, data)
+
+    for k in range(40):
+        p = rng.randrange(n)
+        dests = rng.sample([q for q in range(n) if q != p], rng.randint(1, n - 1))
+        both(p, "send", dests, bytes([k]) * rng.choice((0, 1, 16, 17, 200)))
+        while flight and rng.random() < 0.7:
+            arrive()
+    while flight:
+        arrive()
+    assert all(c.held == 0 for c in cc)
+
+
+@twin
+@pytest.mark.parametrize("where,src,data", BAD)
+def test_twin_refuses_bad_wires(where, src, data):
+    py, cc = in_state(where), in_state(where, cmachine)
+    assert cc.held == py.held
+    with pytest.raises(WireError):
+        cc.receive(src, data)
+
+
+@twin
+@pytest.mark.parametrize("wire", [stage(1, 4, 0, b"x"), stage(1, 3, 0, b"x"), sync_commit(4, 2)])
+def test_twin_refuses_a_finished_transaction(wire):
+    c = cmachine(0, 2)
+    c.receive(1, stage(1, 4, 0, b"x"))
+    assert c.receive(1, sync_commit(4, 2)).delivered == [(1, b"x")]
+    with pytest.raises(WireError):
+        c.receive(1, wire)
