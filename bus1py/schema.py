@@ -32,6 +32,10 @@ COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
 # that process's events that happened-before this event or are it. The checker uses it
 # only after verifying it against the rows (docs/CHECKER.md, "A vector-clock column").
 VCLOCK = ("vclock", "list<int32>")
+# The same clock flat: one binary value per event, the entries as little-endian unsigned
+# 32-bit integers (4 x processes bytes; fixed_size_binary of that width is read alike).
+# Parquet stores it without repetition levels, so it reads at the speed of a byte copy.
+VCLOCK_BIN = ("vclock_bin", "binary")
 
 
 def _arrow_type(name: str):

@@ -35,11 +35,11 @@ from pyspark import StorageLevel
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
-from . import direct, main_pass, walk
+from . import direct, main_pass, one_task, walk
 from .causal import causal_exact
 from .consistent import consistent_exact
 from .driver import DRIVER_MAX_CELLS, SKELETON_COLUMNS, Skeleton, causal_and_consistent
-from .screen import screen
+from .screen import NO_STAMPS, screen
 from .summary import PROPERTIES, all_hold, build
 from .witness import MAX_ROUNDS_FACTOR, witness
 
@@ -51,13 +51,17 @@ class Checker:
 
     def __init__(self, spark, trace, exact=False, max_examples=3, on_phase=None,
                  keep_details=False, group_span=None, screen_min_rows=SCREEN_MIN_ROWS,
-                 driver_max_cells=DRIVER_MAX_CELLS):
+                 driver_max_cells=DRIVER_MAX_CELLS,
+                 one_task_max_rows=one_task.ONE_TASK_MAX_ROWS):
         self.spark = spark
         # Plans sized to the input: the screen pays off only where a main pass is dear, and
         # a trace of at most driver_max_cells (rows x processes) is decided exactly on the
         # driver after the main pass (driver.py) instead of by rounds of Spark jobs.
         self.screen_min_rows = screen_min_rows
         self.driver_max_cells = driver_max_cells
+        # a trace whose stamps cannot witness anything and whose rows fit one task is
+        # checked whole there (one_task.py): no main pass, no shuffle
+        self.one_task_max_rows = one_task_max_rows
         self.trace = trace
         self.force_exact = exact
         self.max_examples = max_examples
@@ -157,15 +161,29 @@ class Checker:
         t0 = time.perf_counter()
         if self.trace.rows == 0:  # an empty trace: every property holds vacuously
             return self._summary(t0, all_hold(()), "empty trace")
+        whole = one_task.applies(self)
         if self.force_exact:
             self.screen = "skipped (--exact)"
         elif self.trace.rows < self.screen_min_rows:
             self.screen = f"skipped: {self.trace.rows} rows, the main pass alone is cheaper"
+        elif whole:
+            self.screen = NO_STAMPS      # what screen() answers without packable stamps
         else:
             self._phase("screen: by message and destination, by process")
             passed, self.screen = self._timed("screen", screen, self)
             if passed:
                 return self._summary(t0, all_hold(("fifo", "causal", "consistent")), "holds")
+        if whole:
+            self._phase("checking every property in one task")
+            done = self._timed("one_task", one_task.run, self)
+            if done is not None:     # else a causality cycle: the phases below decide
+                props, wmsg, procs, details = done
+                self.trace.processes = procs
+                self._set_procs(procs)
+                if self.keep_details:
+                    self.details = {name: self.spark.createDataFrame(
+                        [(int(p),) for p in v], "process int") for name, v in details.items()}
+                return self._summary(t0, props, wmsg)
         self._phase("main pass: by message, by process, one aggregation")
         self._timed("main_pass", self.main_pass)
         props = {}
@@ -294,7 +312,8 @@ class Checker:
 
 def check_trace(spark, trace, exact=False, max_examples=3, on_phase=None, keep_details=False,
                 group_span=None, **plan):
-    """Check one trace; `plan` may set Checker's screen_min_rows and driver_max_cells."""
+    """Check one trace; `plan` may set Checker's screen_min_rows, driver_max_cells and
+    one_task_max_rows."""
     c = Checker(spark, trace, exact=exact, max_examples=max_examples, on_phase=on_phase,
                 keep_details=keep_details, group_span=group_span, **plan)
     try:

@@ -40,16 +40,18 @@ class Events:
     its origin's), wall/has_wall, origin (row index of its message's or signal's origin;
     -1 for internal rows), first (a receive that is its process's first of that id),
     dup (a first delivery delivered again there), has_msg (msg not null), dest_of
-    ((origin row, destination) pairs of message origins, distinct) and `stamp` (packed,
-    load.stamp_layout, or None)."""
+    ((origin row, destination) pairs of message origins, distinct), `stamp` (packed,
+    load.stamp_layout, or None) and `order` (row i here is row order[i] as read, file after
+    file; None when the rows were read in that order)."""
 
     def __init__(self, trace):
         t = read_arrow(trace)
         self.trace = trace
         self.n = t.num_rows
         _check_rows(t, trace)
-        order = np.lexsort((_np(t, "seq"), _np(t, "process")))
-        t = t.take(order)
+        self.order = _order(_np(t, "process"), _np(t, "seq"))
+        if self.order is not None:
+            t = t.take(self.order)
         self.files = _np(t, "file")
         self.process = _np(t, "process").astype(np.int64)
         self.seq = _np(t, "seq")
@@ -57,7 +59,7 @@ class Events:
         self.code = self.code.astype(np.int8)
         self.msg, self.has_msg = _np(t, "msg", fill=0), _valid(t, "msg")
         self._check_numbering()
-        self.procs = np.unique(self.process)
+        self.procs = self.process[_starts(self.process)]
         self.wall, self.has_wall = _np(t, "wall_ns", fill=0), _valid(t, "wall_ns")
         own_node, has_own = _np(t, "node", fill=0), _valid(t, "node")
         self._link_origins()
@@ -73,8 +75,8 @@ class Events:
         self._firsts()
         self.stamp = self._stamps(t)
 
-    def fits(self) -> bool:
-        return self.n * max(1, len(self.procs)) <= DRIVER_MAX_CELLS
+    def fits(self, cells=DRIVER_MAX_CELLS) -> bool:
+        return self.n * max(1, len(self.procs)) <= cells
 
     def name_file(self, i) -> str:
         import os
@@ -151,10 +153,11 @@ class Events:
         lists = t.column("dests").take(pa.array(np.flatnonzero(is_msg)))
         counts = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
         values = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(np.int64)
-        rows = np.repeat(np.flatnonzero(is_msg), counts)
-        pairs = np.unique(np.stack([rows, values], axis=1), axis=0) if len(rows) \
-            else np.zeros((0, 2), np.int64)
-        self.dest_of = pairs
+        rows = np.repeat(np.flatnonzero(is_msg), counts).astype(np.int64)
+        # one sortable key per pair, (row, destination) in lexicographic order (a row
+        # index is below 2^31, a destination an int32): sorted and deduplicated
+        key = distinct_sorted((rows << 32) + (values + 2 ** 31))
+        self.dest_of = np.stack([key >> 32, (key & 0xFFFFFFFF) - 2 ** 31], axis=1)
 
     def _firsts(self):
         """first and dup for receives: sorted by (origin, process, seq)."""
@@ -162,7 +165,9 @@ class Events:
         self.dup = np.zeros(self.n, bool)
         ri = np.flatnonzero(self.code >= K.DELIVER)
         ri = ri[self.code[ri] != K.INTERNAL]
-        ri = ri[np.lexsort((self.seq[ri], self.process[ri], self.origin[ri]))]
+        # ri is in (process, seq) order, so a stable sort by origin gives (origin,
+        # process, seq) order
+        ri = ri[np.argsort(self.origin[ri], kind="stable")]
         key_o, key_p = self.origin[ri], self.process[ri]
         new = np.ones(len(ri), bool)
         new[1:] = (key_o[1:] != key_o[:-1]) | (key_p[1:] != key_p[:-1])
@@ -201,6 +206,37 @@ class Events:
         cols = (self.process, self.seq, self.code, self.msg,
                 self.first, self.sender, self.send_seq, self.is_destroy)
         return dict(zip(SKELETON_COLUMNS, cols))
+
+
+def _starts(keys):
+    """Where each run of equal keys begins (a boolean mask)."""
+    new = np.ones(len(keys), bool)
+    new[1:] = keys[1:] != keys[:-1]
+    return new
+
+
+def distinct_sorted(x):
+    """The distinct values of x, ascending (a sort and a comparison: numpy's hash-based
+    unique is several times slower on a million distinct values)."""
+    s = np.sort(x)
+    return s[_starts(s)]
+
+
+def member(a, sorted_b):
+    """a[i] in sorted_b, for each i (sorted_b ascending)."""
+    if not len(sorted_b):
+        return np.zeros(len(a), bool)
+    at = np.minimum(np.searchsorted(sorted_b, a), len(sorted_b) - 1)
+    return sorted_b[at] == a
+
+
+def _order(process, seq):
+    """The permutation that sorts rows by (process, seq), or None when they already are
+    (a producer writing each process's events in order: no sort, no copy)."""
+    p, s = process, seq
+    if not (np.all(p[1:] >= p[:-1]) and np.all((p[1:] != p[:-1]) | (s[1:] > s[:-1]))):
+        return np.lexsort((s, p))
+    return None
 
 
 def _np(t, name, fill=None):

@@ -15,7 +15,7 @@ import numpy as np
 from . import kinds as K
 from .driver import Skeleton, causal_and_consistent
 from .examples import DUPLICATED, LOST, NOT_A_DESTINATION, event, inversion, origin_kind
-from .local import Events
+from .local import Events, distinct_sorted, member
 from .summary import PROPERTIES, all_hold, build
 
 WITNESS = "not needed: decided exactly on the driver"
@@ -47,6 +47,19 @@ def check_local(trace, exact=False, max_examples=3, keep_details=False, overview
         return None
     screen = ("skipped (--exact)" if exact else
               f"skipped: {trace.rows} rows, the main pass alone is cheaper")
+    props, details = direct_properties(ev, max_examples, timed)
+    if not timed("driver", driver_walk, ev, max_examples, props, details):
+        return None
+    summary = build(trace.path, trace.rows, len(ev.procs), screen, WITNESS, props, {},
+                    time.perf_counter() - t0, timings)
+    if overview:
+        summary["overview"] = _overview(trace, ev)
+    return summary, ({k: details.get(k) for k in PROPERTIES} if keep_details else {})
+
+
+def direct_properties(ev, max_examples, timed):
+    """({property: its entry}, {property: processes of its violations, or None}) for
+    exactly_once, fifo and node_rules; timed(name, fn, *args) runs and times each."""
     props, details = {}, {}
     for name, fn in (("exactly_once", exactly_once), ("fifo", fifo),
                      ("node_rules", node_rules)):
@@ -55,21 +68,21 @@ def check_local(trace, exact=False, max_examples=3, keep_details=False, overview
         if method:
             props[name]["method"] = method
         details[name] = v
-    t = time.perf_counter()
+    return props, details
+
+
+def driver_walk(ev, max_examples, props, details):
+    """causal and consistent by driver.py's walk into props and details; False (nothing
+    added) when the history has a causality cycle."""
     sk = Skeleton(ev.skeleton_columns())
     clock = sk.vector_clocks()
     if clock is None:
-        return None
+        return False
     found = causal_and_consistent(SimpleNamespace(max_examples=max_examples), sk, clock)
-    timings["driver"] = time.perf_counter() - t
     for name, (v, n, ex) in zip(("causal", "consistent"), found):
         props[name] = {"ok": n == 0, "violations": int(n), "examples": ex, "method": "exact"}
         details[name] = [int(p) for p in v]
-    summary = build(trace.path, trace.rows, len(ev.procs), screen, WITNESS, props, {},
-                    time.perf_counter() - t0, timings)
-    if overview:
-        summary["overview"] = _overview(trace, ev)
-    return summary, ({k: details.get(k) for k in PROPERTIES} if keep_details else {})
+    return True
 
 
 def _overview(trace, ev):
@@ -91,12 +104,13 @@ def exactly_once(ev, k):
     """Lost (unless excused by a NODE_DESTROY of the send's node there), duplicated and
     not-a-destination (message, process) pairs, as direct.exactly_once."""
     pairs = ev.dest_of
-    universe = np.unique(np.concatenate([ev.process, pairs[:, 1]]))
+    universe = distinct_sorted(np.concatenate([ev.procs, distinct_sorted(pairs[:, 1])]))
     width = len(universe)
+    # pairs are sorted by (origin row, destination), so dest_key is ascending
     dest_key = pairs[:, 0] * width + np.searchsorted(universe, pairs[:, 1])
     deliv = np.flatnonzero(ev.code == K.DELIVER)
     recv_key = ev.origin[deliv] * width + np.searchsorted(universe, ev.process[deliv])
-    lost = pairs[~np.isin(dest_key, recv_key)]
+    lost = pairs[~member(dest_key, np.sort(recv_key))]
     if len(lost) and (ev.code == K.DESTROY).any():
         # the bus drops data for a node its receiver saw destroyed: not a loss
         gone = deliv[ev.is_destroy[deliv] & ev.has_node[deliv]]
@@ -108,8 +122,8 @@ def exactly_once(ev, k):
         lost = lost[np.array(keep, bool)]
     first = deliv[ev.first[deliv]]
     first_key = recv_key[ev.first[deliv]]
-    not_dest = first[~np.isin(first_key, dest_key)]
-    dup = first[ev.dup[first] & np.isin(first_key, dest_key)]
+    not_dest = first[~member(first_key, dest_key)]
+    dup = first[ev.dup[first] & member(first_key, dest_key)]
     # (msg, process, origin row, problem) of every violation, in Spark's example order
     rows = [(ev.msg[lost[:, 0]], lost[:, 1], lost[:, 0], LOST),
             (ev.msg[not_dest], ev.process[not_dest], ev.origin[not_dest], NOT_A_DESTINATION),

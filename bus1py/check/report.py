@@ -291,6 +291,8 @@ def write_shiviz(checker, path, limit=None):
     from pyspark.sql import functions as F
 
     from .causal import vector_clocks
+    if checker.rows is None:     # checked whole in one task (one_task.py): no table yet
+        checker.main_pass()
     _, vcr = vector_clocks(checker, full=True)
     P = checker.P
     procs = checker.procs

@@ -32,6 +32,8 @@ from .load import row_problem_code
 from .main_pass import pack_stamp
 from .witness import scalar_signal_witness
 
+# the screen's answer to a trace whose stamps do not pack (none, or too wide)
+NO_STAMPS = "no stamps to screen with"
 # Keys of the pair shuffle are longs: a (message, process) pair uses the process id (an
 # int32); these two values lie outside int32, so they never collide with a process.
 ORIGIN_KEY = 1 << 33     # one row per origin of a message id (counts origins)
@@ -110,7 +112,7 @@ def screen(checker):
     """
     T = pack_stamp(checker)
     if T is None:
-        return False, "no stamps to screen with"
+        return False, NO_STAMPS
     ev = checker.trace.df
     # Nearly every (id, key) group meets its rows only after the shuffle (an origin and its
     # deliveries are in different files), so a pre-shuffle partial aggregation would only

@@ -13,12 +13,10 @@ from __future__ import annotations
 import json
 import time
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
-from .. import schema as S
+from . import vclock
 from .walk_kernel import COLUMNS
 
 OUT_SCHEMA = "rec string, process int, info string"
@@ -33,28 +31,26 @@ def available():
     return True
 
 
-def vclock_column(trace):
-    """(usable, why): whether every file has a vclock column of the agreed type."""
-    name, tname = S.VCLOCK
-    for f in trace.files:
-        sch = pq.read_schema(f)
-        i = sch.get_field_index(name)
-        if i < 0:
-            return False, "absent" if f == trace.files[0] else f"absent from {f}"
-        t = sch.field(i).type
-        if not (pa.types.is_list(t) and pa.types.is_int32(t.value_type)):
-            return False, f"not used: column '{name}' of {f} has type {t}, expected {tname}"
-    return True, "present"
+def vclock_status(files, span):
+    """(column name or None, status) of the trace's clock column for the witness: None
+    when absent, of a type not accepted, or the trace is a batch of sub-traces (span)."""
+    name, status = vclock.column(files)
+    if name and span:
+        return None, "not used: the trace is a batch of sub-traces"
+    return name, status
 
 
-def kernel_task(procs, span, max_examples, want, vclock_files):
+def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name):
     """The function mapInArrow runs on the one task: all rows in, violation and summary
-    rows out. vclock_files: the trace's files, read here for their vclock column (with
-    pyarrow: Spark's conversion of a list column to Arrow costs several times the walk),
-    or None. The task reads them where Spark's own scan would, so they are as reachable."""
+    rows out. vclock_files: the trace's files, read here for their clock column
+    `vclock_name` (with pyarrow: Spark's conversion of a list column to Arrow costs several
+    times the walk), or None. The task reads them where Spark's own scan would, so they
+    are as reachable."""
     def run(batches):
+        import numpy as np
         import pyarrow as pa
 
+        from . import vclock as V
         from . import walk_kernel as W
         t0 = time.perf_counter()
         batches = list(batches)
@@ -64,43 +60,23 @@ def kernel_task(procs, span, max_examples, want, vclock_files):
         del batches
         received = time.perf_counter() - t0
         lay = W.Layout(table, procs, span)
-        info = {"events": lay.n, "seconds": {"receive": round(received, 3)}}
-        clock_rows = clocks = None
-        if vclock_files:
-            import pyarrow.parquet as pq
-            vrows = pa.concat_tables(pq.read_table(f, columns=["process", "seq", S.VCLOCK[0]])
-                                     for f in vclock_files)
-            claimed, why = W.claimed_clocks(lay, lay.positions(vrows),
-                                            vrows.column(S.VCLOCK[0]).combine_chunks())
-            del vrows
-            if claimed is not None:
-                why = W.verify(lay, claimed)
-            if why is None:
-                info["vclock"] = "holds"
-                clock_rows = _identity(lay.n)
-                clocks = claimed.reshape(-1)
-            else:
-                info["vclock"] = f"failed: {why[0]}"
-                info["vclock_first_bad"] = lay.event_at(why[1])
         del table
-        info["seconds"]["layout"] = round(time.perf_counter() - t0 - received, 3)
-        out = {"causal": [], "consistent": []}
-        if "causal" in want:
-            t = time.perf_counter()
-            complete = True
-            if clocks is None:
-                clock_rows, clocks, complete = W.walk(lay)
-            info["walk_complete"] = complete
-            if complete:
-                bad, info["causal_examples"] = W.causal(lay, clock_rows, clocks, max_examples)
-                out["causal"] = lay.procs[lay.slot_of[bad]]
-            info["seconds"]["causal"] = round(time.perf_counter() - t, 3)
-        if "consistent" in want:
-            t = time.perf_counter()
-            out["consistent"], info["consistent_examples"] = W.consistent(lay, max_examples)
-            info["seconds"]["consistent"] = round(time.perf_counter() - t, 3)
+        layout = time.perf_counter() - t0 - received
+
+        def claimed():
+            import pyarrow.parquet as pq
+            pos = lay.positions(pa.concat_tables(
+                pq.read_table(f, columns=["process", "seq"]) for f in vclock_files))
+            got, bad = V.by_row(V.read(vclock_files, vclock_name), len(lay.procs))
+            if got is None:
+                return None, (bad[0], int(pos[bad[1]]))
+            by_pos = np.empty_like(got)
+            by_pos[pos] = got
+            return by_pos, None
+
+        out, info = W.decide(lay, want, max_examples, claimed if vclock_files else None)
+        info["seconds"].update(receive=round(received, 3), layout=round(layout, 3))
         for rec, procs_ in out.items():
-            info[f"{rec}_count"] = len(procs_)
             if len(procs_):
                 yield pa.RecordBatch.from_pydict(
                     {"rec": pa.array([rec] * len(procs_), pa.string()),
@@ -111,25 +87,15 @@ def kernel_task(procs, span, max_examples, want, vclock_files):
     return run
 
 
-def _identity(n):
-    import numpy as np
-    return np.arange(n, dtype=np.int64)
-
-
 def exact(c, want):
     """{property: (violations DataFrame, count, examples, extra)} for the properties in
     `want`; causal is (None, None, None, extra) when the history has a causality cycle
     (the walk cannot decide it). extra has causal's vclock status. The kernel's timings go
     to c.timings."""
-    with_vclock = False
-    vstatus = None
-    if "causal" in want:
-        with_vclock, vstatus = vclock_column(c.trace)
-        if with_vclock and c.span:
-            with_vclock, vstatus = False, "not used: the trace is a batch of sub-traces"
+    vname, vstatus = vclock_status(c.trace.files, c.span) if "causal" in want else (None, None)
     rows = c.rows.select(*COLUMNS)
     fn = kernel_task([int(p) for p in c.procs], c.span, c.max_examples, sorted(want),
-                     list(c.trace.files) if with_vclock else None)
+                     list(c.trace.files) if vname else None, vname)
     out = rows.coalesce(1).mapInArrow(fn, OUT_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
     c._persisted.append(out)
     info = json.loads(out.where(F.col("rec") == "summary").collect()[0]["info"])

@@ -110,25 +110,6 @@ def walk(lay, row=None):
     return row, clocks, walked == lay.n
 
 
-def claimed_clocks(lay, pos, vclock):
-    """The producer's clocks (rows at positions `pos`) by position, n x P int32, or (None,
-    (why, position)) when the column cannot be one: a row without a clock, or a clock
-    without one entry per process."""
-    P = len(lay.procs)
-    if vclock.null_count:
-        k = int(pos[np.flatnonzero(vclock.is_null().to_numpy(zero_copy_only=False))[0]])
-        return None, ("a row has no clock", k)
-    offsets = vclock.offsets.to_numpy()
-    widths = np.diff(offsets)
-    if len(widths) and np.any(widths != P):
-        k = int(pos[np.flatnonzero(widths != P)[0]])
-        return None, (f"a clock does not have one entry per process ({P})", k)
-    values = vclock.values.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]]
-    claimed = np.empty((lay.n, P), dtype=np.int32)
-    claimed[pos] = values.reshape(-1, P)
-    return claimed, None
-
-
 def verify(lay, claimed):
     """None when the claimed clocks are the true vector clocks, else (why, position)."""
     from ._walk import ffi, lib
@@ -142,6 +123,48 @@ def verify(lay, claimed):
     why = {1: "the clock is not the join of its predecessors' plus its own step",
            2: "the clock knows a later event of its own process (a causality cycle)"}
     return why[reason[0]], int(bad)
+
+
+def decide(lay, want, max_examples, claimed=None):
+    """({property: processes of its violations}, info) for the properties in `want`
+    (causal, consistent). claimed: None, or a function giving the producer's clocks by
+    position (n x P int32) or (None, (why, position)), used for causal once verified.
+    info: counts, examples, the vclock status and the seconds of each step; walk_complete
+    False means a causality cycle: causal is not decided (no "causal" entry)."""
+    import time
+    info = {"events": lay.n, "seconds": {}}
+    clock_rows = clocks = None
+    if claimed is not None and "causal" in want:
+        t = time.perf_counter()
+        got, why = claimed()
+        if got is not None:
+            why = verify(lay, got)
+        if why is None:
+            info["vclock"] = "holds"
+            clock_rows, clocks = np.arange(lay.n, dtype=np.int64), got.reshape(-1)
+        else:
+            info["vclock"] = f"failed: {why[0]}"
+            info["vclock_first_bad"] = lay.event_at(why[1])
+        del got
+        info["seconds"]["vclock"] = round(time.perf_counter() - t, 3)
+    out = {}
+    if "causal" in want:
+        t = time.perf_counter()
+        complete = True
+        if clocks is None:
+            clock_rows, clocks, complete = walk(lay)
+        info["walk_complete"] = complete
+        if complete:
+            bad, info["causal_examples"] = causal(lay, clock_rows, clocks, max_examples)
+            out["causal"] = lay.procs[lay.slot_of[bad]].tolist()
+        info["seconds"]["causal"] = round(time.perf_counter() - t, 3)
+    if "consistent" in want:
+        t = time.perf_counter()
+        out["consistent"], info["consistent_examples"] = consistent(lay, max_examples)
+        info["seconds"]["consistent"] = round(time.perf_counter() - t, 3)
+    for name, procs in out.items():
+        info[f"{name}_count"] = len(procs)
+    return out, info
 
 
 def causal(lay, row, clocks, max_examples):

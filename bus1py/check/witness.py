@@ -13,16 +13,18 @@ from pyspark.sql import functions as F
 from .. import schema as N
 
 MAX_ROUNDS_FACTOR = 4      # rounds cap = 4*P + 16; convergence comes far earlier (docs)
+TOO_WIDE = "inconclusive: stamps too wide to pack into 62 bits"
+ABSENT = "absent: some send/destroy row has no stamp"
 
 
 def witness(c):
     """(consistent_ok, causal_ok, message) as proved by stamps; unproven -> not ok."""
     if c.stamps_too_wide:
-        return False, False, "inconclusive: stamps too wide to pack into 62 bits"
+        return False, False, TOO_WIDE
     if not c.trace.has_stamps:
-        return False, False, "absent: some send/destroy row has no stamp"
+        return False, False, ABSENT
     if not c.stamps_packed:
-        return False, False, "inconclusive: stamps too wide to pack into 62 bits"
+        return False, False, TOO_WIDE
     st = c.stats
     if st["w1_fails"]:
         return False, False, "failed: a process delivers against stamp order"
