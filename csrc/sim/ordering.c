@@ -37,9 +37,9 @@ static int found(const struct sim_queue *q, size_t r, uint32_t ts, uint16_t send
     return x->ts == ts && x->sender == sender && x->seq == seq;
 }
 
-/* Makes head + len < cap: grows while the array is over 3/4 full, else moves the live
- * entries down to a quarter of the free space (so a compaction buys cap/16 or more inserts
- * at the back, and the shifts stay amortised O(1) for the queue's usual pattern). */
+/* Makes head + len < cap: grows when the array would be over 3/4 full, else moves the live
+ * entries down to a quarter of the free space (then at least 3 cap / 16 slots are free at
+ * the back, so compactions stay amortised O(1) per insert). */
 static int room(struct sim_queue *q)
 {
     if (q->head + q->len < q->cap)

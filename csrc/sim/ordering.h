@@ -9,8 +9,9 @@
  *   - An odd ts is a block (staged, not committed); the front entry is handed out only when
  *     its ts is even.
  *   - The live entries are e[head .. head + len) of an array of cap; inserts and removals
- *     shift the shorter side, so the usual case (stage and commit near the back, pop at the
- *     front) moves few entries. A payload of up to SIM_QSHORT bytes lives in its entry, a
+ *     shift the shorter side (an insert the back side when no slot is free before head),
+ *     so the usual case (stage and commit near the back, pop at the front) moves few
+ *     entries. A payload of up to SIM_QSHORT bytes lives in its entry, a
  *     longer one in a malloc'd copy the entry owns.
  */
 #ifndef BUS1PY_SIM_ORDERING_H
