@@ -57,10 +57,14 @@ struct jpcy {
     const struct rec *grouped;         /* the record whose CI_m the scratch holds */
 };
 
-#define MASK(p, base, x) ((base) + (size_t)(x) * (p)->W)
+/* mask x of an array of masks; every user has W, often the constant 1 (see SPECIAL) */
+#define MASK(base, x) ((base) + (size_t)(x) * W)
+#define SPECIAL static inline __attribute__((always_inline))
 static void mcopy(word *d, const word *s, int W) { for (int w = 0; w < W; w++) d[w] = s[w]; }
 static void mclear(word *d, int W) { for (int w = 0; w < W; w++) d[w] = 0; }
 static int zero(const word *a, int W) { for (int w = 0; w < W; w++) if (a[w]) return 0; return 1; }
+static int same(const word *a, const word *b, int W)
+{ for (int w = 0; w < W; w++) if (a[w] != b[w]) return 0; return 1; }
 static int meets(const word *a, const word *b, int W)
 { for (int w = 0; w < W; w++) if (a[w] & b[w]) return 1; return 0; }
 static void setbit(word *a, uint32_t x) { a[x >> 6] |= (word)1 << (x & 63); }
@@ -78,7 +82,7 @@ static int ascending(const uint32_t *t, uint32_t len)
 
 /* The index of u in t[0..len), or -1. With `at` (t ascending and the queries of a pass
  * ascending), a pass is one linear merge. */
-static long seek(const uint32_t *t, uint32_t len, uint32_t u, uint32_t *at)
+SPECIAL long seek(const uint32_t *t, uint32_t len, uint32_t u, uint32_t *at)
 {
     if (!at) {
         for (uint32_t i = 0; i < len; i++)
@@ -93,7 +97,7 @@ static long seek(const uint32_t *t, uint32_t len, uint32_t u, uint32_t *at)
 
 static int row_room(struct jpcy *p, struct row *r, uint32_t need)
 {
-    uint32_t cap = r->cap ? r->cap : 2;
+    uint32_t cap = r->cap ? r->cap : 4;
     while (cap < need)
         cap *= 2;
     if (cap == r->cap)
@@ -112,18 +116,18 @@ static int row_room(struct jpcy *p, struct row *r, uint32_t need)
 /* Keeps the tuples x of r with keep(x), in order. */
 #define FILTER(p, r, keep) do { uint32_t k_ = 0; \
     for (uint32_t x = 0; x < (r)->len; x++) if (keep) { \
-        (r)->t[k_] = (r)->t[x]; mcopy(MASK(p, (r)->m, k_), MASK(p, (r)->m, x), (p)->W); k_++; } \
+        (r)->t[k_] = (r)->t[x]; mcopy(MASK((r)->m, k_), MASK((r)->m, x), W); k_++; } \
     (r)->len = k_; } while (0)
 
 /* S3/R9: delete every empty tuple but the newest of its sender. */
-static void drop_old_empty(struct jpcy *p, struct row *r)
+SPECIAL void drop_old_empty(struct row *r, const int W)
 {
     uint32_t newest = row_max(r->t, r->len);
-    FILTER(p, r, r->t[x] == newest || !zero(MASK(p, r->m, x), p->W));
+    FILTER(p, r, r->t[x] == newest || !zero(MASK(r->m, x), W));
 }
 
 /* R8 (newest tuple first: strip what a newer tuple lists), then R9. */
-static int r8_r9(struct jpcy *p, struct row *r)
+SPECIAL int r8_r9(struct jpcy *p, struct row *r, const int W)
 {
     int sorted = ascending(r->t, r->len);
     if (!sorted && sim_reserve((void **)&p->idx, &p->idxcap, 0, r->len, sizeof *p->idx) < 0)
@@ -134,16 +138,16 @@ static int r8_r9(struct jpcy *p, struct row *r)
             p->idx[y] = p->idx[y - 1];
         p->idx[y] = x;
     }
-    mclear(p->seen, p->W);
+    mclear(p->seen, W);
     for (uint32_t x = 0; x < r->len; x++) {
-        word *D = MASK(p, r->m, sorted ? r->len - 1 - x : p->idx[x]);
-        for (int w = 0; w < p->W; w++) {
+        word *D = MASK(r->m, sorted ? r->len - 1 - x : p->idx[x]);
+        for (int w = 0; w < W; w++) {
             word d = D[w];
             D[w] = d & ~p->seen[w];
             p->seen[w] |= d;
         }
     }
-    drop_old_empty(p, r);
+    drop_old_empty(r, W);
     return 0;
 }
 
@@ -238,11 +242,10 @@ static void jpcy_fini(struct sim_machine *m)
 
 /* ---- send: S1-S5 ---- */
 
-static int jpcy_send(struct sim_machine *m, const uint16_t *dests, int k, const uint8_t *payload,
-                     size_t len, struct sim_step *step)
+SPECIAL int send_w(struct sim_machine *m, const uint16_t *dests, int k, const uint8_t *payload,
+                   size_t len, struct sim_step *step, const int W)
 {
     struct jpcy *p = (struct jpcy *)m;
-    int W = p->W;
     size_t total = 0;
     for (uint32_t o = 0; o < p->nord; o++)
         total += p->ci[p->ord[o]].len;
@@ -264,7 +267,7 @@ static int jpcy_send(struct sim_machine *m, const uint16_t *dests, int k, const 
         struct row *r = &p->ci[s];
         int touched = 0;
         for (uint32_t x = 0; x < r->len; x++) {
-            word *D = MASK(p, r->m, x);
+            word *D = MASK(r->m, x);
             for (int w = 0; w < W; w++) {
                 word hit = D[w] & dm[w];
                 D[w] ^= hit;
@@ -281,7 +284,7 @@ static int jpcy_send(struct sim_machine *m, const uint16_t *dests, int k, const 
             }
         }
         if ((touched || s == (uint32_t)m->me) && r->len > 1)
-            drop_old_empty(p, r);          /* only empty tuples go: nids stays */
+            drop_old_empty(r, W);          /* only empty tuples go: nids stays */
         nci += r->len;
     }
     /* S4: one CI section for every copy, only DC_i[d] differs */
@@ -308,7 +311,7 @@ static int jpcy_send(struct sim_machine *m, const uint16_t *dests, int k, const 
             uint32_t s = p->ord[o];
             struct row *r = &p->ci[s];
             for (uint32_t x = 0; x < r->len; x++, dl += 2, sd += 2, ts += 4) {
-                const word *D = MASK(p, r->m, x);
+                const word *D = MASK(r->m, x);
                 uint32_t c = 0;
                 for (int v = 0; v < W; v++)
                     for (word b = D[v]; b; b &= b - 1, c++, id += 2)
@@ -334,9 +337,17 @@ static int jpcy_send(struct sim_machine *m, const uint16_t *dests, int k, const 
     if (!own->len)
         p->ord[p->nord++] = (uint16_t)m->me;
     own->t[own->len] = tau;
-    mcopy(MASK(p, own->m, own->len++), dm, W);
+    mcopy(MASK(own->m, own->len++), dm, W);
     return 0;
 }
+static int jpcy_send(struct sim_machine *m, const uint16_t *dests, int k, const uint8_t *payload,
+                     size_t len, struct sim_step *step)
+{
+    int W = ((struct jpcy *)m)->W;
+    return W == 1 ? send_w(m, dests, k, payload, len, step, 1)
+                  : send_w(m, dests, k, payload, len, step, W);
+}
+
 /* ---- receive: R1-R9 ---- */
 
 /* The header and the section offsets; every section within the wire. */
@@ -370,9 +381,10 @@ static int frame(struct rec *r, const uint8_t *data, size_t len, struct sim_step
 
 /* m.D into dm and CI_m into the scratch (see the invariants); with `check`, refuses what
  * Jpcy._decode refuses (the header fields were checked by the caller). */
-static int parse(struct jpcy *p, const struct rec *r, int check, struct sim_step *step)
+SPECIAL int parse_w(struct jpcy *p, const struct rec *r, int check, struct sim_step *step,
+                    const int W)
 {
-    int W = p->W, me = p->base.me;
+    int me = p->base.me;
     uint32_t n = (uint32_t)p->base.n, nci = r->nci, j = r->j;
     const uint8_t *w = r->w, *dl = w + r->at_dl, *sd = dl + 2 * nci, *ts = sd + 2 * nci;
     const uint8_t *id = w + r->at_ids, *dk = w + r->at_dc, *dt = dk + 2 * r->ndc;
@@ -417,10 +429,11 @@ static int parse(struct jpcy *p, const struct rec *r, int check, struct sim_step
     if (sim_reserve((void **)&p->et, &p->ecap, 0, nci + 1, sizeof *p->et) < 0 ||
         sim_reserve((void **)&p->em, &p->emcap, 0, (nci + 1) * (size_t)W, sizeof *p->em) < 0)
         return sim_fail(step, "out of memory");
+    uint32_t *gidx = p->gidx, *gstart = p->gstart, *glen = p->glen, *et = p->et;
     for (uint32_t e = 0; e < nci; e++) {                /* the tuples, in wire order */
         uint32_t s = sim_get16(sd + 2 * e), t = sim_get32(ts + 4 * e), ln = sim_get16(dl + 2 * e);
-        uint32_t g = p->gidx[s], x = p->gstart[g] + p->glen[g]++;
-        word *D = MASK(p, p->em, x);
+        uint32_t g = gidx[s], x = gstart[g] + glen[g]++;
+        word *D = MASK(p->em, x);
         mclear(D, W);
         for (; ln; ln--, id += 2) {
             uint32_t v = sim_get16(id);
@@ -430,12 +443,12 @@ static int parse(struct jpcy *p, const struct rec *r, int check, struct sim_step
         }
         if (meets(D, dm, W) || hasbit(D, s))
             BAD("bad CI tuple (%u, %u)", s, t);
-        if (x > p->gstart[g] && p->et[x - 1] >= t) {
+        if (x > gstart[g] && et[x - 1] >= t) {
             p->gsort[g] = 0;
-            if (check && seek(p->et + p->gstart[g], x - p->gstart[g], t, NULL) >= 0)
+            if (check && seek(et + gstart[g], x - gstart[g], t, NULL) >= 0)
                 BAD("CI lists a tuple twice");
         }
-        p->et[x] = t;
+        et[x] = t;
     }
     uint32_t g = p->gidx[j], x = p->gstart[g] + p->glen[g];
     if (check && row_max(p->et + p->gstart[g], p->glen[g]) >= r->tau)
@@ -445,21 +458,26 @@ static int parse(struct jpcy *p, const struct rec *r, int check, struct sim_step
         BAD("CI carries a tuple of %d that %d never sent", me, me);
     p->glen[g]++;                                       /* R4: m.D - i */
     p->et[x] = r->tau;
-    mcopy(MASK(p, p->em, x), dm, W);
-    MASK(p, p->em, x)[me >> 6] &= ~((word)1 << (me & 63));
+    mcopy(MASK(p->em, x), dm, W);
+    MASK(p->em, x)[me >> 6] &= ~((word)1 << (me & 63));
     p->grouped = r;
     return 0;
 }
 
-/* R3, R5-R9, with CI_m in the scratch (parse). */
-static int merge(struct jpcy *p, const struct rec *r)
+static int parse(struct jpcy *p, const struct rec *r, int check, struct sim_step *step)
 {
-    int W = p->W, me = p->base.me;
+    return p->W == 1 ? parse_w(p, r, check, step, 1) : parse_w(p, r, check, step, p->W);
+}
+
+/* R3, R5-R9, with CI_m in the scratch (parse). */
+SPECIAL int merge_w(struct jpcy *p, const struct rec *r, const int W)
+{
+    int me = p->base.me;
     p->dlv[r->j] = r->tau;
     for (uint32_t g = 0; g < p->ngroups; g++) {
         uint32_t s = p->gk[g], ml = p->glen[g], at = 0, *hint;
         const uint32_t *mt = p->et + p->gstart[g];
-        const word *mm = MASK(p, p->em, p->gstart[g]);
+        const word *mm = MASK(p->em, p->gstart[g]);
         struct row *it = &p->ci[s];
         if (!it->len) {                                 /* R7, nothing to compare with */
             if (row_room(p, it, ml) < 0)
@@ -468,7 +486,7 @@ static int merge(struct jpcy *p, const struct rec *r)
             memcpy(it->t, mt, ml * sizeof *mt);
             memcpy(it->m, mm, (size_t)ml * W * sizeof *mm);
             it->len = ml;
-            if (ml > 1 && r8_r9(p, it) < 0)
+            if (ml > 1 && r8_r9(p, it, W) < 0)
                 return -1;
             continue;
         }
@@ -476,7 +494,7 @@ static int merge(struct jpcy *p, const struct rec *r)
         if (it->len == ml) {                            /* equal as dicts: nothing changes */
             uint32_t x = 0;
             for (long y; x < ml && (y = seek(it->t, it->len, mt[x], sorted ? &at : NULL)) >= 0
-                 && !memcmp(MASK(p, it->m, y), MASK(p, mm, x), W * sizeof(word)); x++)
+                 && same(MASK(it->m, y), MASK(mm, x), W); x++)
                 ;
             if (x == ml)
                 continue;
@@ -494,10 +512,10 @@ static int merge(struct jpcy *p, const struct rec *r)
                 long y = seek(it->t, it->len, mt[x], hint);
                 if (y < 0 && mt[x] <= imax)
                     continue;                           /* R5 */
-                word *D = MASK(p, o->m, o->len);
-                mcopy(D, MASK(p, mm, x), W);
+                word *D = MASK(o->m, o->len);
+                mcopy(D, MASK(mm, x), W);
                 for (int v = 0; y >= 0 && v < W; v++)
-                    D[v] &= MASK(p, it->m, y)[v];
+                    D[v] &= MASK(it->m, y)[v];
                 o->t[o->len++] = mt[x];
             }
             if (row_room(p, it, o->len) < 0)
@@ -505,7 +523,7 @@ static int merge(struct jpcy *p, const struct rec *r)
             memcpy(it->t, o->t, o->len * sizeof *o->t);
             memcpy(it->m, o->m, (size_t)o->len * W * sizeof *o->m);
             it->len = o->len;
-            if (it->len > 1 && r8_r9(p, it) < 0)
+            if (it->len > 1 && r8_r9(p, it, W) < 0)
                 return -1;
             continue;
         }
@@ -516,22 +534,27 @@ static int merge(struct jpcy *p, const struct rec *r)
             long y = seek(mt, ml, it->t[x], hint);
             if (y < 0 && it->t[x] <= mmax)
                 continue;
-            word *D = MASK(p, it->m, kx);
+            word *D = MASK(it->m, kx);
             it->t[kx] = it->t[x];
-            mcopy(D, MASK(p, it->m, x), W);
+            mcopy(D, MASK(it->m, x), W);
             for (int v = 0; y >= 0 && v < W; v++)
-                D[v] &= MASK(p, mm, y)[v];
+                D[v] &= MASK(mm, y)[v];
             empty |= zero(D, W);
             kx++;
         }
         it->len = kx;
         if (kx > 1 && empty)                            /* R9; R8 finds nothing here */
-            FILTER(p, it, it->t[x] == imax || !zero(MASK(p, it->m, x), W));
+            FILTER(p, it, it->t[x] == imax || !zero(MASK(it->m, x), W));
     }
     if (p->gstamp[me] != p->stamp && p->ci[me].len > 1)
-        drop_old_empty(p, &p->ci[me]);                  /* R9 for our own previous tuple */
+        drop_old_empty(&p->ci[me], W);                  /* R9 for our own previous tuple */
     p->grouped = NULL;
     return 0;
+}
+
+static int merge(struct jpcy *p, const struct rec *r)
+{
+    return p->W == 1 ? merge_w(p, r, 1) : merge_w(p, r, p->W);
 }
 
 static uint32_t first_unmet(const struct jpcy *p, const struct rec *r)
