@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""Write a copy of a trace with the optional `vclock` column (bus1py/schema.py VCLOCK): each
-event's true vector clock, computed by the checker's compiled walk. For benchmarks and
-demonstrations of the vector-clock witness; the checker verifies the column and never
-trusts it.
+"""Write a copy of a trace with an optional clock column (bus1py/schema.py): each event's
+true vector clock, computed by the checker's compiled walk, as `vclock` (list<int32>) or,
+with --bin, as `vclock_bin` (one binary value of little-endian u32 entries). For
+benchmarks and demonstrations of the vector-clock witness; the checker verifies the column
+and never trusts it.
 
 Invariants: the input is a well-formed trace (the checker would accept it) without a
-causality cycle; the output has the same files, rows and columns, plus `vclock`. The whole
-trace and its clocks are held in memory (rows x processes x 4 bytes).
+causality cycle; the output has the same files, rows and columns, plus the clock column.
+The whole trace and its clocks are held in memory (rows x processes x 4 bytes).
 
-    tools/add_vclock.py TRACE_DIR OUT_DIR
+    tools/add_vclock.py TRACE_DIR OUT_DIR [--bin]
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def _kernel_table(t):
                      "send_seq": send_seq, "is_destroy": np.zeros(n, dtype=bool)})
 
 
-def add_vclock(src, out):
+def add_vclock(src, out, flat=False):
     files = parquet_files(src)
     tables = [pq.read_table(f) for f in files]
     t = pa.concat_tables(tables)
@@ -64,14 +65,22 @@ def add_vclock(src, out):
     if os.path.exists(out):
         shutil.rmtree(out)
     os.makedirs(out)
-    name, _ = S.VCLOCK
+    name, _ = S.VCLOCK_BIN if flat else S.VCLOCK
     for f, ft in zip(files, tables):
-        values = clocks[lay.positions(ft)].reshape(-1)
-        offsets = np.arange(0, len(values) + 1, len(procs), dtype=np.int32)
-        col = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32()))
+        mine = clocks[lay.positions(ft)]
+        if flat:
+            data = pa.py_buffer(np.ascontiguousarray(mine, dtype="<u4").tobytes())
+            col = pa.FixedSizeBinaryArray.from_buffers(
+                pa.binary(4 * len(procs)), len(mine), [None, data]).cast(pa.binary())
+        else:
+            values = mine.reshape(-1)
+            offsets = np.arange(0, len(values) + 1, len(procs), dtype=np.int32)
+            col = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32()))
+        # a clock column rarely repeats a value: a dictionary would only be a detour
         pq.write_table(ft.append_column(name, col),
-                       os.path.join(out, os.path.relpath(f, src).replace(os.sep, "_")))
+                       os.path.join(out, os.path.relpath(f, src).replace(os.sep, "_")),
+                       use_dictionary=[c for c in ft.column_names])
 
 
 if __name__ == "__main__":
-    add_vclock(sys.argv[1], sys.argv[2])
+    add_vclock(sys.argv[1], sys.argv[2], flat="--bin" in sys.argv[3:])

@@ -8,7 +8,7 @@ checker's phases); session start-up is reported separately because it
 is a fixed ~5-15 s cost, not a per-event one. Traces come from tools/gen_trace.py and are
 reused when already present with the same parameters (generation is not timed).
 
-    tools/bench_checker.py --events 1e6 10e6 --procs 64 [--exact | --vclock] [--master local[2]]
+    tools/bench_checker.py --events 1e6 10e6 --procs 64 [--exact | --vclock | --vclock-bin]
     tools/bench_checker.py --events 1e7 --floor      # the scan and the shuffles alone
     tools/bench_checker.py --wall TRACE_DIR ... [--repeat 3] [--spark]  # `check` wall time
 
@@ -37,6 +37,8 @@ def main(argv=None):
     ap.add_argument("--vclock", action="store_true",
                     help="traces without stamps but with a vclock column (tools/add_vclock.py),"
                          " so the vector-clock witness decides causal")
+    ap.add_argument("--vclock-bin", action="store_true",
+                    help="the same with the flat vclock_bin column (add_vclock.py --bin)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--partitions", type=int, default=None)
     ap.add_argument("--driver-memory", default="8g")
@@ -68,13 +70,14 @@ def main(argv=None):
     print(f"session start-up: {startup:.1f} s", flush=True)
     for ev in a.events:
         n = int(ev)
-        stamps = not (a.exact or a.vclock)
+        stamps = not (a.exact or a.vclock or a.vclock_bin)
         path = os.path.join(a.dir, f"e{n}-p{a.procs}-{'stamps' if stamps else 'nostamps'}")
         _generate(path, lambda: gen_trace.generate(path, n, a.procs, stamps=stamps, quiet=True))
-        if a.vclock:
+        if a.vclock or a.vclock_bin:
             import add_vclock
-            src, path = path, path.replace("-nostamps", "-vclock")
-            _generate(path, lambda: add_vclock.add_vclock(src, path))
+            src = path
+            path = path.replace("-nostamps", "-vclockbin" if a.vclock_bin else "-vclock")
+            _generate(path, lambda: add_vclock.add_vclock(src, path, flat=a.vclock_bin))
         parts = plan_for_trace(spark, read_footers(path), a.partitions)
         if a.floor:
             floor(spark, path)
@@ -82,10 +85,12 @@ def main(argv=None):
         t = time.perf_counter()
         trace = load_trace(spark, path)
         t_load = time.perf_counter() - t
-        summary, checker = check_trace(spark, trace, exact=a.exact or a.vclock)
+        summary, checker = check_trace(spark, trace,
+                                       exact=a.exact or a.vclock or a.vclock_bin)
         total = time.perf_counter() - t
         checker.unpersist()
-        res = {"events": trace.rows, "procs": a.procs, "exact": a.exact, "vclock": a.vclock,
+        res = {"events": trace.rows, "procs": a.procs, "exact": a.exact,
+               "vclock": "bin" if a.vclock_bin else "list" if a.vclock else None,
                "causal_method": summary["properties"]["causal"].get("method"),
                "master": a.master,
                "partitions": parts,

@@ -12,7 +12,9 @@
 # causality cycle is left to the usual phases (the Spark rounds define happened-before as
 # reachability); so is a trace of more than ONE_TASK_MAX_ROWS rows, whose arrays would not
 # fit one executor (about 310 bytes an event: 3.1 GB at 10M). The task reads the trace's
-# files where Spark's own scan would, so they are as reachable as they are to Spark.
+# files where Spark's own scan would, so they are as reachable as they are to Spark. With a
+# local master the task's function runs in the driver's process (local executors share
+# its machine), with a cluster as a one-task Spark job (mapInArrow).
 from __future__ import annotations
 
 import json
@@ -54,7 +56,13 @@ def run(c):
                   stamp_ranges=c.trace.stamp_ranges)
     fn = task(plain, c.span, c.max_examples, c.driver_max_cells, c.keep_details,
               _witness_message(c), walk.vclock_status(plain.files, c.span))
-    got = c.spark.range(1, numPartitions=1).mapInArrow(fn, OUT_SCHEMA).collect()
+    if c.spark.sparkContext.master.startswith("local"):
+        # the executor would be a Python worker forked on this machine: the same code
+        # runs here, without the worker's start and imports (seconds on a loaded machine)
+        got = [r for batch in fn(iter(())) for r in batch.to_pylist()]
+    else:
+        got = [r.asDict() for r in
+               c.spark.range(1, numPartitions=1).mapInArrow(fn, OUT_SCHEMA).collect()]
     rows = {}
     for r in got:
         rows.setdefault(r["rec"], []).append(r)
@@ -71,6 +79,7 @@ def run(c):
 def task(trace, span, max_examples, driver_max_cells, keep_details, witness_message, vclock):
     """The function mapInArrow runs on the one task (its one input row is ignored)."""
     def run(batches):
+        t0 = time.perf_counter()
         import pyarrow as pa
         for _ in batches:
             pass
@@ -82,6 +91,8 @@ def task(trace, span, max_examples, driver_max_cells, keep_details, witness_mess
                                               "info": [str(e)]})
             return
         info["details"] = [k for k, v in details.items() if v is not None] if keep_details else []
+        # the task's own time: the rest of the job's is Spark's and the Python worker's
+        info["seconds"]["task"] = round(time.perf_counter() - t0, 3)
         for name in info["details"]:
             yield pa.RecordBatch.from_pydict(
                 {"rec": pa.array([name] * len(details[name]), pa.string()),

@@ -149,15 +149,19 @@ def test_check_on_a_standalone_cluster(spark_cluster, tmp_path):
     rows = mutate(simulate(rng, nprocs=4, steps=50, p_signal=0.2), "swap", rng)
     write_trace(rows, str(tmp_path / "t"))
     out = tmp_path / "cluster.json"
-    cp = subprocess.run([sys.executable, "-m", "bus1py.cli", "check", str(tmp_path / "t"),
-                         "--master", spark_cluster, "--json", str(out), "--progress",
-                         "never"], capture_output=True, text=True, timeout=500)
-    assert cp.returncode == 1, cp.stdout + cp.stderr
-    assert cp.stderr == "", cp.stderr          # nothing from Spark or the JVM
-    on_cluster = json.loads(out.read_text())
-    summary, _ = check_local(read_footers(str(tmp_path / "t")), max_examples=3)
-    for s in (on_cluster, summary):
-        s.pop("seconds")
-        s.pop("timings")
-    assert on_cluster == summary
-    assert not summary["ok"]
+    # the main pass, and (--exact) the whole check as one task on the worker (one_task.py)
+    for extra in ((), ("--exact",)):
+        cp = subprocess.run([sys.executable, "-m", "bus1py.cli", "check", str(tmp_path / "t"),
+                             "--master", spark_cluster, "--json", str(out), "--progress",
+                             "never", *extra], capture_output=True, text=True, timeout=250)
+        assert cp.returncode == 1, cp.stdout + cp.stderr
+        assert cp.stderr == "", cp.stderr          # nothing from Spark or the JVM
+        on_cluster = json.loads(out.read_text())
+        assert ("one_task" in on_cluster["timings"]) == bool(extra), on_cluster["timings"]
+        summary, _ = check_local(read_footers(str(tmp_path / "t")), max_examples=3,
+                                 exact=bool(extra))
+        for s in (on_cluster, summary):
+            s.pop("seconds")
+            s.pop("timings")
+        assert on_cluster == summary
+        assert not summary["ok"]
