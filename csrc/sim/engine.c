@@ -15,12 +15,12 @@
  * the same over the Python loop's steps.
  *
  * Invariants:
- *   - heap[0 .. nheap) is a binary min-heap on (t, tick); ticks are unique, so the pop
- *     order is the total order engine.py's heapq yields, whatever the heap's shape.
+ *   - heap[0 .. nheap) is a binary min-heap on key, i.e. on (t, tick); ticks are unique, so
+ *     the pop order is the total order engine.py's heapq yields, whatever the heap's shape.
  *   - Message ids are 1 .. next_mid - 1; left[mid] is how many copies of mid are not yet
  *     delivered (engine.py's outstanding[mid][1], 0 once deleted), sent_at[mid] its send
  *     time; undelivered counts the ids with left > 0 (len(outstanding)).
- *   - Every heap entry owns its wire's bytes (NULL for a send timer).
+ *   - Every heap entry but a send timer owns its wire's bytes.
  */
 #include "engine.h"
 #include "machine.h"
@@ -30,14 +30,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* 32 bytes: two to a cache line. key orders events as engine.py's heap tuples (t, tick):
+ * every t is +0.0 or more, or -0.0 (now - log(1 - u) / rate with log <= 0 and rate > 0), so
+ * the bits of |t| order as t does (-0.0 == 0.0); the low bit keeps t's sign, below the tick. */
 struct event {
-    double t;
-    uint64_t tick;
-    uint8_t *data;          /* the wire; NULL: a send timer of process src */
+    unsigned __int128 key;  /* bits(|t|) << 64 | tick << 1 | signbit(t) */
+    uint8_t *data;          /* the wire's bytes; NULL for a timer */
     uint32_t len;
-    int32_t dest;           /* -1: a send timer */
-    uint32_t src;
+    uint16_t dest, src;     /* dest TIMER: a send timer of process src */
 };
+
+#define TIMER 0xFFFF        /* not a process id: n <= 65535 */
 
 struct loop {
     const struct sim_run_spec *spec;
@@ -60,46 +63,60 @@ struct loop {
     int measuring, sending;
 };
 
-static inline int before(const struct event *a, const struct event *b)
+static inline double event_time(const struct event *e)
 {
-    return a->t < b->t || (a->t == b->t && a->tick < b->tick);
+    uint64_t bits = (uint64_t)(e->key >> 64) | (uint64_t)(e->key & 1) << 63;
+    double t;
+    memcpy(&t, &bits, sizeof t);
+    return t;
 }
 
-static int push(struct loop *L, double t, int32_t dest, uint32_t src, uint8_t *data,
+static int push(struct loop *L, double t, uint16_t dest, uint16_t src, uint8_t *data,
                 uint32_t len)
 {
-    if (sim_reserve((void **)&L->heap, &L->hcap, L->nheap, 1, sizeof *L->heap) < 0)
+    if (L->nheap == L->hcap &&
+        sim_reserve((void **)&L->heap, &L->hcap, L->nheap, 1, sizeof *L->heap) < 0)
         return -1;
-    struct event e = {t, L->tick++, data, len, dest, src};
+    uint64_t bits;
+    memcpy(&bits, &t, sizeof bits);
+    unsigned __int128 k = (unsigned __int128)(bits & 0x7FFFFFFFFFFFFFFFULL) << 64 |
+                          (unsigned __int128)(L->tick++ << 1 | bits >> 63);
+    struct event e = {k, data, len, dest, src}, *h = L->heap;
     size_t i = L->nheap++;
     while (i > 0) {
         size_t up = (i - 1) / 2;
-        if (!before(&e, &L->heap[up]))
+        if (h[up].key < k)
             break;
-        L->heap[i] = L->heap[up];
+        h[i] = h[up];
         i = up;
     }
-    L->heap[i] = e;
+    h[i] = e;
     return 0;
 }
 
+/* Bottom-up: the hole left by the root goes down the smaller children to a leaf, where the
+ * last entry fills it and rises (usually not far): one comparison per level. */
 static struct event pop(struct loop *L)
 {
-    struct event top = L->heap[0], last = L->heap[--L->nheap];
-    size_t i = 0, n = L->nheap;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && before(&L->heap[c + 1], &L->heap[c]))
+    struct event *h = L->heap, top = h[0];
+    size_t n = --L->nheap, i = 0;
+    if (n == 0)
+        return top;
+    for (size_t c; (c = 2 * i + 1) < n; i = c) {
+        if (c + 1 < n && h[c + 1].key < h[c].key)
             c++;
-        if (!before(&L->heap[c], &last))
-            break;
-        L->heap[i] = L->heap[c];
-        i = c;
+        h[i] = h[c];
     }
-    if (n)
-        L->heap[i] = last;
+    struct event last = h[n];
+    unsigned __int128 k = last.key;
+    while (i > 0) {
+        size_t up = (i - 1) / 2;
+        if (h[up].key < k)
+            break;
+        h[i] = h[up];
+        i = up;
+    }
+    h[i] = last;
     return top;
 }
 
@@ -150,8 +167,8 @@ static int account(struct loop *L, double now, uint32_t where)
     size_t i = 0;
     for (; i < s->nwires; i++) {
         struct sim_wire *w = &s->wires[i];
-        double at = now - log(1.0 - pyr_random(&L->rng)) / L->spec->net_rate;
-        if (push(L, at, (int32_t)w->dest, where, w->bytes, w->len) < 0)
+        double at = now - log(1.0 - pyr_next_double(&L->rng)) / L->spec->net_rate;
+        if (push(L, at, (uint16_t)w->dest, (uint16_t)where, w->bytes, w->len) < 0)
             break;
         if (L->measuring) {
             t->control += w->cost.control;
@@ -192,7 +209,7 @@ static int send_timer(struct loop *L, double now, uint32_t p)
     const struct sim_run_spec *sp = L->spec;
     uint32_t n = (uint32_t)sp->n, k = 0;
     if (sp->multicast) {
-        uint32_t want = 1 + (uint32_t)(pyr_random(&L->rng) * (n - 1));
+        uint32_t want = 1 + (uint32_t)(pyr_next_double(&L->rng) * (n - 1));
         if (pyr_sample(&L->rng, n - 1, want, L->picked, L->scratch) < 0)
             return sim_fail(&L->step, "Sample larger than population or is negative");
         for (uint32_t i = 0; i < want; i++)                   /* others[p][j] */
@@ -203,7 +220,7 @@ static int send_timer(struct loop *L, double now, uint32_t p)
                 L->dests[k++] = (uint16_t)q;
             }
     } else {
-        uint32_t q = (uint32_t)(pyr_random(&L->rng) * (n - 1));
+        uint32_t q = (uint32_t)(pyr_next_double(&L->rng) * (n - 1));
         L->dests[k++] = (uint16_t)(q + (q >= p));
     }
     if (L->measuring) {
@@ -242,8 +259,9 @@ static int send_timer(struct loop *L, double now, uint32_t p)
         if (settled(L, rc, L->procs[p]) < 0 || account(L, now, p) < 0)
             return -1;
     }
-    return push(L, now - log(1.0 - pyr_random(&L->rng)) / sp->send_rate, -1, p, NULL, 0)
-           < 0 ? sim_fail(&L->step, "out of memory") : 0;
+    double next = now - log(1.0 - pyr_next_double(&L->rng)) / sp->send_rate;
+    return push(L, next, TIMER, (uint16_t)p, NULL, 0) < 0 ? sim_fail(&L->step, "out of memory")
+                                                          : 0;
 }
 
 static int receive(struct loop *L, double now, struct event *e, uint64_t *warm_left,
@@ -251,7 +269,7 @@ static int receive(struct loop *L, double now, struct event *e, uint64_t *warm_l
 {
     const struct sim_run_spec *sp = L->spec;
     struct sim_run_result *res = L->res;
-    uint32_t d = (uint32_t)e->dest;
+    uint32_t d = e->dest;
     struct sim_machine *m = L->procs[d];
     res->receives++;
     if (sp->digest) {
@@ -299,7 +317,8 @@ static int loop(struct loop *L)
     const struct sim_run_spec *sp = L->spec;
     size_t n = (size_t)sp->n;
     for (uint32_t p = 0; p < n; p++)                          /* expovariate(send_rate) */
-        if (push(L, -log(1.0 - pyr_random(&L->rng)) / sp->send_rate, -1, p, NULL, 0) < 0)
+        if (push(L, -log(1.0 - pyr_next_double(&L->rng)) / sp->send_rate, TIMER,
+                 (uint16_t)p, NULL, 0) < 0)
             return sim_fail(&L->step, "out of memory");
     uint64_t warm_left = sp->warmup ? n : 0, done_left = n;
     L->measuring = warm_left == 0;
@@ -307,10 +326,10 @@ static int loop(struct loop *L)
     while (L->nheap) {
         struct event e = pop(L);
         int rc;
-        if (e.dest < 0)
-            rc = L->sending ? send_timer(L, e.t, e.src) : 0;
+        if (e.dest == TIMER)
+            rc = L->sending ? send_timer(L, event_time(&e), e.src) : 0;
         else
-            rc = receive(L, e.t, &e, &warm_left, &done_left);
+            rc = receive(L, event_time(&e), &e, &warm_left, &done_left);
         if (rc < 0) {
             free(e.data);
             return -1;

@@ -66,43 +66,34 @@ void pyr_free(struct pyrandom *r)
     free(r);
 }
 
-uint32_t pyr_genrand(struct pyrandom *r)
+void pyr_twist(struct pyrandom *r)
 {
     static const uint32_t mag01[2] = {0x0U, MATRIX_A};
     uint32_t *mt = r->state, y;
-    if (r->index >= PYR_N) {
-        int kk;
-        for (kk = 0; kk < PYR_N - M; kk++) {
-            y = (mt[kk] & UPPER_MASK) | (mt[kk + 1] & LOWER_MASK);
-            mt[kk] = mt[kk + M] ^ (y >> 1) ^ mag01[y & 0x1U];
-        }
-        for (; kk < PYR_N - 1; kk++) {
-            y = (mt[kk] & UPPER_MASK) | (mt[kk + 1] & LOWER_MASK);
-            mt[kk] = mt[kk + (M - PYR_N)] ^ (y >> 1) ^ mag01[y & 0x1U];
-        }
-        y = (mt[PYR_N - 1] & UPPER_MASK) | (mt[0] & LOWER_MASK);
-        mt[PYR_N - 1] = mt[M - 1] ^ (y >> 1) ^ mag01[y & 0x1U];
-        r->index = 0;
+    int kk;
+    for (kk = 0; kk < PYR_N - M; kk++) {
+        y = (mt[kk] & UPPER_MASK) | (mt[kk + 1] & LOWER_MASK);
+        mt[kk] = mt[kk + M] ^ (y >> 1) ^ mag01[y & 0x1U];
     }
-    y = mt[r->index++];
-    y ^= y >> 11;
-    y ^= (y << 7) & 0x9d2c5680U;
-    y ^= (y << 15) & 0xefc60000U;
-    y ^= y >> 18;
-    return y;
+    for (; kk < PYR_N - 1; kk++) {
+        y = (mt[kk] & UPPER_MASK) | (mt[kk + 1] & LOWER_MASK);
+        mt[kk] = mt[kk + (M - PYR_N)] ^ (y >> 1) ^ mag01[y & 0x1U];
+    }
+    y = (mt[PYR_N - 1] & UPPER_MASK) | (mt[0] & LOWER_MASK);
+    mt[PYR_N - 1] = mt[M - 1] ^ (y >> 1) ^ mag01[y & 0x1U];
+    r->index = 0;
 }
 
 double pyr_random(struct pyrandom *r)
 {
-    uint32_t a = pyr_genrand(r) >> 5, b = pyr_genrand(r) >> 6;
-    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0);
+    return pyr_next_double(r);
 }
 
 uint32_t pyr_getrandbits(struct pyrandom *r, int k)
 {
     if (k <= 0)
         return 0;           /* getrandbits(0) is 0 and draws nothing */
-    return pyr_genrand(r) >> (32 - k);
+    return pyr_next32(r) >> (32 - k);
 }
 
 uint32_t pyr_randbelow(struct pyrandom *r, uint32_t n)

@@ -45,6 +45,26 @@ int pyr_sample(struct pyrandom *r, uint32_t n, uint32_t k, uint32_t *out, uint32
 /* cdef-end */
 
 void pyr_seed(struct pyrandom *r, const uint32_t *key, size_t nkey);
-uint32_t pyr_genrand(struct pyrandom *r);
+/* regenerates state[] (MT19937's twist), index = 0 */
+void pyr_twist(struct pyrandom *r);
+
+/* genrand_uint32 and genrand_res53, inline for the simulator's loop */
+static inline uint32_t pyr_next32(struct pyrandom *r)
+{
+    if (r->index >= PYR_N)
+        pyr_twist(r);
+    uint32_t y = r->state[r->index++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680U;
+    y ^= (y << 15) & 0xefc60000U;
+    y ^= y >> 18;
+    return y;
+}
+
+static inline double pyr_next_double(struct pyrandom *r)
+{
+    uint32_t a = pyr_next32(r) >> 5, b = pyr_next32(r) >> 6;
+    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0);
+}
 
 #endif
