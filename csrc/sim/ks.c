@@ -243,8 +243,10 @@ static void write_copy(struct ks *q, uint8_t *w, uint32_t d, const uint16_t *des
         sim_put16(ps, e->s);
         sim_put32(pc, e->t);
         pl += 2, ps += 2, pc += 4;
-        memcpy(pi, q->sid + 2 * (size_t)e->io, 2 * (size_t)e->rl);
-        pi += 2 * (size_t)e->rl;
+        if (e->rl) {
+            memcpy(pi, q->sid + 2 * (size_t)e->io, 2 * (size_t)e->rl);
+            pi += 2 * (size_t)e->rl;
+        }
         if (hasd) {
             sim_put16(pi, d);
             pi += 2;
