@@ -7,35 +7,40 @@
  * at j iff every entry (m, t) of O_M listing j has t <= SR[m].
  *
  * Invariants:
- *   - log[s] holds sender s's entries (t, Dests mask) in the insertion order of ks.py's dict
- *     log[s]: updated entries keep their place, SND appends the own entry, and a merged row
- *     follows the side ks.py's comprehension iterates. That order reaches the wire, so it
- *     is the Python one for every wire ks.py accepts (also entries out of clock order).
- *   - A mask is W = ceil(n/64) words, process x at bit x % 64 of word x / 64.
+ *   - An entry is S = W + 1 words: s << 32 | t, then the Dests mask (W = ceil(n / 64) words,
+ *     process x at bit x % 64 of word x / 64). Within one sender, entries compare as t does.
+ *   - log[s] holds sender s's entries in the insertion order of ks.py's dict log[s]: updated
+ *     entries keep their place, SND appends the own entry, and a merged row follows the side
+ *     ks.py's comprehension iterates. That order reaches the wire, so it is the Python one
+ *     for every wire ks.py accepts (also for entries out of clock order).
  *   - head[s]..tail[s] lists, in append order, the held records whose first unmet wait is on
- *     s; every held record is on exactly one list, and its key k << 32 | t_k (never 0, as
- *     t_k >= 1) is in the open-addressing set `ids`, which has no other keys.
- *   - A held record owns a copy of its wire and is decoded again when delivered (a decoding
- *     is a function of the bytes); the scratch arrays hold nothing between calls.
+ *     s (holdback.py's waiting[s]); every held record is on exactly one list, and its key
+ *     k << 32 | t_k (never 0: t_k >= 1) is in the open-addressing set `ids`, alone there.
+ *   - A held record owns a copy of its wire and is decoded again when delivered (decoding is
+ *     a function of the bytes); the scratch arrays hold nothing between calls.
+ * The hot functions take W as a parameter and are inlined twice, for W == 1 (n <= 64, the
+ * study's sizes) and any W, so the common case runs without mask loops.
  */
 #include "machine.h"
 
 #include <stdlib.h>
 
 typedef uint64_t word;
+#define HOT static inline __attribute__((always_inline))
 #define BIT(m, x) ((m)[(x) >> 6] >> ((x) & 63) & 1)
 #define SET(m, x) ((m)[(x) >> 6] |= (word)1 << ((x) & 63))
 #define CLR(m, x) ((m)[(x) >> 6] &= ~((word)1 << ((x) & 63)))
+#define BY_W(q, f, ...) ((q)->W == 1 ? f(__VA_ARGS__, 1) : f(__VA_ARGS__, (q)->W))
 #define NONE UINT32_MAX
 
-struct row { uint32_t *t; word *m; uint32_t len, cap; };
+struct row { word *v; size_t len, cap; };
 struct ent { uint32_t s, t; };
 struct rec {
     struct rec *next;
     uint32_t k, tk, x, nwait, len;
     struct ent w[];          /* the waits in wire order, then the wire's bytes */
 };
-/* an entry SND puts on some copy: kept for all (keep) and/or hit (Dests meets M's) */
+/* an entry SND puts on some copy: on all (keep) and/or on those to its hit destinations */
 struct item { uint32_t t, io, hit; uint16_t s, rl; uint8_t keep; };
 
 struct ks {
@@ -53,64 +58,60 @@ struct ks {
     uint8_t *sid;
     uint32_t *hc, *hnk;
     size_t itcap, hitcap, sidcap;
-    /* decode scratch: O_M entry i (i == no: M itself), grouped by sender via order/start */
-    uint32_t k, tk, no, nw, *order, *cnt, *start, *nt;
+    /* decode scratch: O_M's entries (the last is M itself) grouped by sender in wire order,
+     * sender s's at gv[start[s] .. start[s] + cnt[s]); the waits; a row being merged */
+    uint32_t k, tk, nw, *cnt, *start;
     const uint8_t *payload;
-    size_t plen, ecap, emcap, ocap, wcap, ntcap, nmcap;
-    struct ent *e, *w;
-    word *em, *nm;
+    size_t plen, evcap, gvcap, wcap, nvcap;
+    word *ev, *gv, *nv;
+    struct ent *w;
 };
 
-static int grow(void *arr, size_t *cap, size_t want, size_t size)
+HOT int grow(void *arr, size_t *cap, size_t want, size_t size)
 {
-    return sim_reserve((void **)arr, cap, 0, want, size);
+    return want <= *cap ? 0 : sim_reserve((void **)arr, cap, 0, want, size);
 }
 
-static int zero(const word *a, size_t W)
+HOT int zero(const word *a, size_t W)
 {
+    word any = 0;
     for (size_t i = 0; i < W; i++)
-        if (a[i])
-            return 0;
-    return 1;
+        any |= a[i];
+    return !any;
 }
 
-static int row_fit(struct row *r, size_t want, size_t W)
+static int row_fit(struct row *r, size_t want, size_t S)
 {
     if (want <= r->cap)
         return 0;
-    size_t cap = r->cap ? r->cap : 1;
+    size_t cap = r->cap ? 2 * r->cap : want;
     while (cap < want)
         cap *= 2;
-    uint32_t *t = realloc(r->t, cap * sizeof *t);
-    if (t)
-        r->t = t;
-    word *m = t ? realloc(r->m, cap * W * sizeof *m) : NULL;
-    if (!m)
+    word *v = realloc(r->v, cap * S * sizeof *v);
+    if (!v)
         return -1;
-    r->m = m;
-    r->cap = (uint32_t)cap;
+    r->v = v;
+    r->cap = cap;
     return 0;
 }
 
-static uint32_t row_max(const struct row *r)
+HOT word row_max(const struct row *r, size_t S)
 {
-    uint32_t top = 0;
-    for (uint32_t i = 0; i < r->len; i++)
-        top = r->t[i] > top ? r->t[i] : top;
+    word top = 0;
+    for (size_t i = 0; i < r->len; i++)
+        top = r->v[i * S] > top ? r->v[i * S] : top;
     return top;
 }
 
 /* PURGE_NULL_ENTRIES: deletes the empty entries but `top`, keeping the order */
-static void purge(struct row *r, size_t W, uint32_t top)
+HOT void purge(struct row *r, word top, size_t W)
 {
-    uint32_t o = 0;
-    for (uint32_t i = 0; i < r->len; i++) {
-        if (r->t[i] != top && zero(r->m + i * W, W))
+    size_t o = 0, S = W + 1;
+    for (size_t i = 0; i < r->len; i++) {
+        if (r->v[i * S] != top && zero(r->v + i * S + 1, W))
             continue;
-        if (o != i) {
-            r->t[o] = r->t[i];
-            memcpy(r->m + o * W, r->m + i * W, W * sizeof(word));
-        }
+        if (o != i)
+            memcpy(r->v + o * S, r->v + i * S, S * sizeof(word));
         o++;
     }
     r->len = o;
@@ -118,58 +119,47 @@ static void purge(struct row *r, size_t W, uint32_t top)
 
 /* ---- the set of held keys: linear probing, backward-shift deletion ---- */
 
-static size_t home(const struct ks *q, uint64_t key)
+static size_t home(size_t cap, uint64_t key)
 {
-    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 32) & (q->idcap - 1);
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
 }
 
-static long hs_find(const struct ks *q, uint64_t key)
+static size_t slot(const uint64_t *ids, size_t cap, uint64_t key)
 {
-    for (size_t i = q->idcap ? home(q, key) : 0; q->idcap && q->ids[i]; i = (i + 1) & (q->idcap - 1))
-        if (q->ids[i] == key)
-            return (long)i;
-    return -1;
+    size_t i = home(cap, key);
+    while (ids[i] && ids[i] != key)
+        i = (i + 1) & (cap - 1);
+    return i;
 }
 
 static int hs_add(struct ks *q, uint64_t key)
 {
     if (2 * (q->held + 1) > q->idcap) {
-        size_t old = q->idcap;
-        uint64_t *was = q->ids, *now = calloc(old ? 2 * old : 16, sizeof *now);
+        size_t old = q->idcap, cap = old ? 2 * old : 16;
+        uint64_t *now = calloc(cap, sizeof *now);
         if (!now)
             return -1;
-        q->ids = now;
-        q->idcap = old ? 2 * old : 16;
         for (size_t i = 0; i < old; i++)
-            if (was[i]) {
-                size_t j = home(q, was[i]);
-                while (now[j])
-                    j = (j + 1) & (q->idcap - 1);
-                now[j] = was[i];
-            }
-        free(was);
+            if (q->ids[i])
+                now[slot(now, cap, q->ids[i])] = q->ids[i];
+        free(q->ids);
+        q->ids = now;
+        q->idcap = cap;
     }
-    size_t j = home(q, key);
-    while (q->ids[j])
-        j = (j + 1) & (q->idcap - 1);
-    q->ids[j] = key;
+    q->ids[slot(q->ids, q->idcap, key)] = key;
     q->held++;
     return 0;
 }
 
 static void hs_del(struct ks *q, uint64_t key)
 {
-    size_t mask = q->idcap - 1, i = (size_t)hs_find(q, key), j = i;
-    for (;;) {
-        j = (j + 1) & mask;
-        if (!q->ids[j])
-            break;
+    size_t mask = q->idcap - 1, i = slot(q->ids, q->idcap, key), j = i;
+    while (q->ids[j = (j + 1) & mask])
         /* the key at j may move to i unless its home lies in the cyclic range (i, j] */
-        if (((j - home(q, q->ids[j])) & mask) >= ((j - i) & mask)) {
+        if (((j - home(q->idcap, q->ids[j])) & mask) >= ((j - i) & mask)) {
             q->ids[i] = q->ids[j];
             i = j;
         }
-    }
     q->ids[i] = 0;
     q->held--;
 }
@@ -191,10 +181,10 @@ static int ks_init(struct sim_machine *m)
         !q->start || !q->dm)
         return -1;
     for (size_t s = 0; s < n; s++) {           /* the book's (s, 0, {}) for every s */
-        if (row_fit(&q->log[s], 1, W) < 0)
+        if (row_fit(&q->log[s], 1, W + 1) < 0)
             return -1;
-        q->log[s].t[0] = 0;
-        memset(q->log[s].m, 0, W * sizeof(word));
+        memset(q->log[s].v, 0, (W + 1) * sizeof(word));
+        q->log[s].v[0] = (word)s << 32;
         q->log[s].len = 1;
     }
     return 0;
@@ -204,18 +194,15 @@ static void ks_fini(struct sim_machine *m)
 {
     struct ks *q = (struct ks *)m;
     for (int s = 0; s < m->n; s++) {
-        if (q->log) {
-            free(q->log[s].t);
-            free(q->log[s].m);
-        }
+        if (q->log)
+            free(q->log[s].v);
         for (struct rec *r = q->head ? q->head[s] : NULL, *next; r; r = next) {
             next = r->next;
             free(r);
         }
     }
     void *all[] = {q->sr, q->log, q->head, q->tail, q->stack, q->ids, q->dm, q->it, q->hits,
-                   q->sid, q->hc, q->hnk, q->order, q->cnt, q->start, q->nt, q->e, q->w,
-                   q->em, q->nm};
+                   q->sid, q->hc, q->hnk, q->cnt, q->start, q->ev, q->gv, q->nv, q->w};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]);
 }
@@ -223,8 +210,8 @@ static void ks_fini(struct sim_machine *m)
 /* ---- SND (ks.py Ks._send) ---- */
 
 /* the copy to d (no entries): header, columns and payload */
-static void write_copy(struct ks *q, uint8_t *w, uint32_t d, const uint16_t *dests, int nd,
-                       uint32_t no, size_t ni, const uint8_t *payload, size_t len)
+HOT void write_copy(struct ks *q, uint8_t *w, uint32_t d, const uint16_t *dests, int nd,
+                    uint32_t no, size_t ni, const uint8_t *payload, size_t len, size_t W)
 {
     sim_put16(w, (uint32_t)q->base.me);
     sim_put32(w + 2, q->clock);
@@ -236,17 +223,15 @@ static void write_copy(struct ks *q, uint8_t *w, uint32_t d, const uint16_t *des
     uint8_t *ps = pl + 2 * no, *pc = ps + 2 * no, *pi = pc + 4 * no;
     for (size_t x = 0; x < ni; x++) {
         const struct item *e = &q->it[x];
-        int hasd = e->hit != NONE && BIT(q->hits + (size_t)e->hit * q->W, d);
+        int hasd = e->hit != NONE && BIT(q->hits + (size_t)e->hit * W, d);
         if (!e->keep && !hasd)
             continue;
         sim_put16(pl, e->rl + (uint32_t)hasd);
         sim_put16(ps, e->s);
         sim_put32(pc, e->t);
         pl += 2, ps += 2, pc += 4;
-        if (e->rl) {
-            memcpy(pi, q->sid + 2 * (size_t)e->io, 2 * (size_t)e->rl);
-            pi += 2 * (size_t)e->rl;
-        }
+        for (size_t y = 0; y < 2 * (size_t)e->rl; y++)
+            *pi++ = q->sid[2 * (size_t)e->io + y];
         if (hasd) {
             sim_put16(pi, d);
             pi += 2;
@@ -255,17 +240,16 @@ static void write_copy(struct ks *q, uint8_t *w, uint32_t d, const uint16_t *des
     memcpy(pi, payload, len);
 }
 
-static int ks_send(struct sim_machine *m, const uint16_t *dests, int nd,
-                   const uint8_t *payload, size_t len, struct sim_step *step)
+HOT int send_w(struct ks *q, const uint16_t *dests, int nd, const uint8_t *payload,
+               size_t len, struct sim_step *step, size_t W)
 {
-    struct ks *q = (struct ks *)m;
-    size_t W = q->W, n = (size_t)m->n, me = (size_t)m->me, total = 0;
+    size_t S = W + 1, n = (size_t)q->base.n, me = (size_t)q->base.me, total = 0;
     if (q->clock == UINT32_MAX)
-        return sim_fail(step, "process %d exhausted its 32-bit clock", m->me);
+        return sim_fail(step, "process %zu exhausted its 32-bit clock", me);
     for (size_t s = 0; s < n; s++)
         total += q->log[s].len;
     if (total > 0xFFFF)
-        return sim_fail(step, "%d holds more than 65535 log entries, beyond the wire", m->me);
+        return sim_fail(step, "%zu holds more than 65535 log entries, beyond the wire", me);
     if (grow(&q->it, &q->itcap, total, sizeof *q->it) < 0 ||
         grow(&q->hits, &q->hitcap, total * W, sizeof *q->hits) < 0)
         return sim_fail(step, "out of memory");
@@ -280,44 +264,42 @@ static int ks_send(struct sim_machine *m, const uint16_t *dests, int nd,
     size_t ni = 0, nh = 0, nids = 0, nkept = 0;
     for (size_t s = 0; s < n; s++) {
         struct row *r = &q->log[s];
-        uint32_t newest = row_max(r);
-        int single = r->len == 1, touched = 0;
-        for (uint32_t j = 0; j < r->len; j++) {
-            word *D = r->m + j * W, *h = q->hits + nh * W, any = 0;
-            uint32_t rl = 0;
+        word newest = row_max(r, S);
+        int touched = 0;
+        for (size_t j = 0; j < r->len; j++) {
+            word *v = r->v + j * S, *D = v + 1, *h = q->hits + nh * W, any = 0, rest = 0;
             for (size_t x = 0; x < W; x++) {
                 h[x] = D[x] & dm[x];
                 any |= h[x];
-                rl += (uint32_t)__builtin_popcountll(D[x] & ~dm[x]);
+                rest |= D[x] ^= h[x];
             }
-            int keep = rl || single || r->t[j] == newest;
+            int keep = rest || v[0] == newest;
             if (!any && !keep)
                 continue;
-            q->it[ni++] = (struct item){r->t[j], (uint32_t)nids, any ? (uint32_t)nh : NONE,
-                                        (uint16_t)s, (uint16_t)rl, (uint8_t)keep};
+            struct item *e = &q->it[ni++];
+            *e = (struct item){(uint32_t)v[0], (uint32_t)nids, any ? (uint32_t)nh : NONE,
+                               (uint16_t)s, 0, (uint8_t)keep};
             if (any) {
-                for (size_t x = 0; x < W; x++) {
-                    D[x] &= ~dm[x];
+                for (size_t x = 0; x < W; x++)
                     for (word b = h[x]; b; b &= b - 1) {
                         size_t d = x * 64 + (size_t)__builtin_ctzll(b);
                         q->hc[d]++;
                         q->hnk[d] += !keep;
                     }
-                }
                 nh++;
                 touched = 1;
             }
-            if (keep) {
-                nkept++;
-                if (grow(&q->sid, &q->sidcap, 2 * (nids + rl), 1) < 0)
+            if (keep && rest) {
+                if (grow(&q->sid, &q->sidcap, 2 * (nids + n), 1) < 0)
                     return sim_fail(step, "out of memory");
                 for (size_t x = 0; x < W; x++)
-                    for (word b = D[x]; b; b &= b - 1)
+                    for (word b = D[x]; b; b &= b - 1, e->rl++)
                         sim_put16(q->sid + 2 * nids++, (uint32_t)(x * 64 + (size_t)__builtin_ctzll(b)));
             }
+            nkept += (size_t)keep;
         }
         if ((touched || s == me) && r->len > 1)
-            purge(r, W, newest);
+            purge(r, newest, W);
     }
     /* the copies, in `dests` order; those without hits are all the same bytes */
     const uint8_t *same = NULL;
@@ -331,27 +313,35 @@ static int ks_send(struct sim_machine *m, const uint16_t *dests, int nd,
         else if (!q->hc[d] && same)
             memcpy(w, same, hl + cl + len);
         else
-            write_copy(q, w, d, dests, nd, no, ni, payload, len);
+            write_copy(q, w, d, dests, nd, no, ni, payload, len, W);
         if (w && !q->hc[d])
             same = w;
     }
     for (int i = 0; i < nd; i++)
         q->hc[dests[i]] = q->hnk[dests[i]] = 0;
     struct row *r = &q->log[me];                /* step 4: the own entry, after the copies */
-    if (rc || row_fit(r, r->len + 1, W) < 0)
+    if (rc || row_fit(r, r->len + 1, S) < 0)
         return rc ? rc : sim_fail(step, "out of memory");
-    r->t[r->len] = q->clock;
-    memcpy(r->m + r->len++ * W, dm, W * sizeof *dm);
+    word *v = r->v + r->len++ * S;
+    v[0] = (word)me << 32 | q->clock;
+    memcpy(v + 1, dm, W * sizeof *dm);
     return 0;
+}
+
+static int ks_send(struct sim_machine *m, const uint16_t *dests, int nd,
+                   const uint8_t *payload, size_t len, struct sim_step *step)
+{
+    struct ks *q = (struct ks *)m;
+    return BY_W(q, send_w, q, dests, nd, payload, len, step);
 }
 
 /* ---- RCV (ks.py Ks._decode, _merge; holdback.py HoldBack.admit) ---- */
 
 /* every check ks.py makes, filling the decode scratch; changes no state */
-static int decode(struct ks *q, uint32_t src, const uint8_t *data, size_t len,
-                  struct sim_step *step)
+HOT int decode_w(struct ks *q, uint32_t src, const uint8_t *data, size_t len,
+                 struct sim_step *step, size_t W)
 {
-    size_t W = q->W;
+    size_t S = W + 1;
     uint32_t n = (uint32_t)q->base.n, me = (uint32_t)q->base.me;
     if (len < 10)
         return sim_fail(step, "wire truncated: %zu bytes, header needs 10", len);
@@ -387,18 +377,20 @@ static int decode(struct ks *q, uint32_t src, const uint8_t *data, size_t len,
     if (len < need + 2 * total)
         return sim_fail(step, "wire truncated: %zu bytes, sections need %zu", len, need + 2 * total);
     for (size_t i = 0; i < total; i++)
-        if (sim_get16(pi + 2 * i) >= n)
-            return sim_fail(step, "a process id is out of range 0..%u", n - 1);
-    if (grow(&q->e, &q->ecap, no + 1, sizeof *q->e) < 0 ||
-        grow(&q->em, &q->emcap, (no + 1) * W, sizeof *q->em) < 0 ||
-        grow(&q->order, &q->ocap, no + 1, sizeof *q->order) < 0 ||
+        bad |= sim_get16(pi + 2 * i) >= n;
+    if (bad)
+        return sim_fail(step, "a process id is out of range 0..%u", n - 1);
+    if (grow(&q->ev, &q->evcap, (no + 1) * S, sizeof *q->ev) < 0 ||
+        grow(&q->gv, &q->gvcap, (no + 1) * S, sizeof *q->gv) < 0 ||
         grow(&q->w, &q->wcap, no + 1, sizeof *q->w) < 0)
         return sim_fail(step, "out of memory");
     q->nw = 0;
     for (uint32_t i = 0, at = 0; i < no; i++) {
         uint32_t s = sim_get16(ps + 2 * i), t = sim_get32(pc + 4 * i), ln = sim_get16(pl + 2 * i);
-        word *mk = q->em + i * W, clash;
-        memset(mk, 0, W * sizeof *mk);
+        word *v = q->ev + i * S, *mk = v + 1, clash = 0;
+        v[0] = (word)s << 32 | t;
+        for (size_t x = 0; x < W; x++)
+            mk[x] = 0;
         for (uint32_t y = 0; y < ln; y++, at++) {
             uint32_t x = sim_get16(pi + 2 * (size_t)at);
             bad |= (int)BIT(mk, x);
@@ -406,113 +398,120 @@ static int decode(struct ks *q, uint32_t src, const uint8_t *data, size_t len,
         }
         if (bad)
             return sim_fail(step, "O_M entry (%u, %u) lists a destination twice", s, t);
-        clash = BIT(mk, s);
-        for (size_t x = 0; x < W; x++)
+        for (size_t x = 0; x < W; x++)        /* no destination of M but j, nor s itself */
             clash |= mk[x] & dm[x] & ~(x == me >> 6 ? (word)1 << (me & 63) : 0);
-        if (clash)
+        if (clash || BIT(mk, s))
             return sim_fail(step, "bad O_M entry (%u, %u)", s, t);
         if (!t && !zero(mk, W))
             return sim_fail(step, "bad O_M entry: clock 0 with destinations");
-        q->e[i] = (struct ent){s, t};
         if (BIT(mk, me)) {                      /* a wait; RCV step 3 then drops j */
             q->w[q->nw++] = (struct ent){s, t};
             CLR(mk, me);
         }
     }
-    q->e[no] = (struct ent){k, tk};             /* step 3: M joins O_M, without j */
-    memcpy(q->em + no * W, dm, W * sizeof *dm);
-    CLR(q->em + no * W, me);
-    /* group by sender, stably (the appended M last in k's group) */
+    word *v = q->ev + (size_t)no * S;           /* step 3: M joins O_M, without j */
+    v[0] = (word)k << 32 | tk;
+    memcpy(v + 1, dm, W * sizeof *dm);
+    CLR(v + 1, me);
+    /* group by sender, stably, so M comes last among k's */
     memset(q->cnt, 0, n * sizeof *q->cnt);
     for (uint32_t i = 0; i <= no; i++)
-        q->cnt[q->e[i].s]++;
+        q->cnt[q->ev[i * S] >> 32]++;
     for (uint32_t s = 0, sum = 0; s < n; s++)
         q->start[s] = sum += q->cnt[s];
     for (uint32_t i = no + 1; i-- > 0;)
-        q->order[--q->start[q->e[i].s]] = i;
+        memcpy(q->gv + --q->start[q->ev[i * S] >> 32] * (size_t)S, q->ev + i * S, S * sizeof(word));
     for (uint32_t s = 0; s < n; s++) {
-        uint32_t g = q->cnt[s] - (s == k), *idx = q->order + q->start[s], top = 0;
-        for (uint32_t a = 0; a < g; a++) {
-            uint32_t t = q->e[idx[a]].t;
-            top = t > top ? t : top;
-            for (uint32_t b = a + 1; b < g; b++)
-                if (q->e[idx[b]].t == t)
+        const word *g = q->gv + (size_t)q->start[s] * S;
+        uint32_t ng = q->cnt[s] - (s == k);
+        word top = 0;
+        for (uint32_t a = 0; a < ng; a++) {
+            top = g[a * S] > top ? g[a * S] : top;
+            for (uint32_t b = a + 1; b < ng; b++)
+                if (g[b * S] == g[a * S])
                     return sim_fail(step, "O_M lists an entry twice");
         }
-        if (g && s == k && top >= tk)
+        if (ng && s == k && (uint32_t)top >= tk)
             return sim_fail(step, "O_M carries an entry of %u not older than M itself", k);
-        if (g && s == me && top > q->clock)
+        if (ng && s == me && (uint32_t)top > q->clock)
             return sim_fail(step, "O_M carries an entry of %u that %u never sent", me, me);
     }
-    q->k = k, q->tk = tk, q->no = no;
+    q->k = k, q->tk = tk;
     q->payload = pi + 2 * total;
     q->plen = len - need - 2 * total;
     return 0;
 }
 
-/* step 4-5 for sender s: LOG[s] against O_M's entries idx[0..g) (ks.py Ks._merge) */
-static int merge_row(struct ks *q, struct row *r, const uint32_t *idx, uint32_t g)
+static int decode(struct ks *q, uint32_t src, const uint8_t *data, size_t len,
+                  struct sim_step *step)
 {
-    size_t W = q->W;
-    uint32_t i, j, nl = 0;
-    if (g == r->len) {                          /* equal as dicts: nothing changes */
-        for (i = 0; i < g; i++) {
-            for (j = 0; j < r->len && r->t[j] != q->e[idx[i]].t; j++)
+    return BY_W(q, decode_w, q, src, data, len, step);
+}
+
+/* steps 4-5 for one sender: its row of LOG against O_M's entries o[0..no) (ks.py _merge) */
+HOT int merge_row(struct ks *q, struct row *r, const word *o, size_t no, size_t W)
+{
+    size_t S = W + 1, nl = 0, a, b, x;
+    if (no == r->len) {                         /* equal as dicts: nothing changes */
+        for (a = 0; a < no; a++) {
+            for (b = 0; b < no && r->v[b * S] != o[a * S]; b++)
                 ;
-            if (j == r->len || memcmp(r->m + j * W, q->em + idx[i] * W, W * sizeof(word)))
+            for (x = 1; b < no && x < S && r->v[b * S + x] == o[a * S + x]; x++)
+                ;
+            if (b == no || x < S)
                 break;
         }
-        if (i == g)
+        if (a == no)
             return 0;
     }
-    uint32_t omax = 0, lmax = row_max(r);
-    for (i = 0; i < g; i++)
-        omax = q->e[idx[i]].t > omax ? q->e[idx[i]].t : omax;
-    if (grow(&q->nt, &q->ntcap, g + r->len, sizeof *q->nt) < 0 ||
-        grow(&q->nm, &q->nmcap, (g + r->len) * W, sizeof *q->nm) < 0)
+    word omax = row_max(&(struct row){(word *)o, no, no}, S), lmax = row_max(r, S);
+    if (grow(&q->nv, &q->nvcap, (no + r->len) * S, sizeof *q->nv) < 0)
         return -1;
     /* the side with the newest entry is iterated; an entry the other side lacks survives
      * only if newer than all of the other side's; common entries intersect their Dests */
     int ours = omax > lmax;
-    uint32_t na = ours ? g : r->len, nb = ours ? r->len : g, bmax = ours ? lmax : omax;
-    for (uint32_t a = 0; a < na; a++) {
-        uint32_t t = ours ? q->e[idx[a]].t : r->t[a], b;
-        const word *ma = ours ? q->em + idx[a] * W : r->m + a * W, *mb = NULL;
-        for (b = 0; b < nb && (ours ? r->t[b] : q->e[idx[b]].t) != t; b++)
+    const word *A = ours ? o : r->v, *B = ours ? r->v : o;
+    size_t na = ours ? no : r->len, nb = ours ? r->len : no;
+    word bmax = ours ? lmax : omax;
+    for (a = 0; a < na; a++) {
+        const word *ea = A + a * S;
+        for (b = 0; b < nb && B[b * S] != ea[0]; b++)
             ;
-        if (b < nb)
-            mb = ours ? r->m + b * W : q->em + idx[b] * W;
-        else if (t <= bmax)
+        if (b == nb && ea[0] <= bmax)
             continue;
-        for (size_t x = 0; x < W; x++)
-            q->nm[nl * W + x] = mb ? ma[x] & mb[x] : ma[x];
-        q->nt[nl++] = t;
+        word *out = q->nv + nl++ * S;
+        out[0] = ea[0];
+        for (x = 1; x < S; x++)
+            out[x] = b < nb ? ea[x] & B[b * S + x] : ea[x];
     }
-    if (row_fit(r, nl, W) < 0)
-        return -1;
-    memcpy(r->t, q->nt, nl * sizeof *q->nt);
-    memcpy(r->m, q->nm, nl * W * sizeof *q->nm);
+    word *old = r->v;                           /* the new row takes the scratch's buffer */
+    size_t oldcap = r->cap * S;
+    r->v = q->nv;
+    r->cap = q->nvcap / S;
     r->len = nl;
+    q->nv = old;
+    q->nvcap = oldcap;
     if (nl > 1)
-        purge(r, W, omax > lmax ? omax : lmax);
+        purge(r, ours ? omax : lmax, W);
     return 0;
 }
 
-static int deliver(struct ks *q, struct sim_step *step)
+HOT int deliver_w(struct ks *q, struct sim_step *step, size_t W)
 {
     uint32_t n = (uint32_t)q->base.n, me = (uint32_t)q->base.me;
     if (sim_deliver(step, q->k, q->payload, (uint32_t)q->plen) < 0)
         return -1;
     q->sr[q->k] = q->tk;
     for (uint32_t s = 0; s < n; s++)
-        if (q->cnt[s] && merge_row(q, &q->log[s], q->order + q->start[s], q->cnt[s]) < 0)
+        if (q->cnt[s] && merge_row(q, &q->log[s], q->gv + (size_t)q->start[s] * (W + 1),
+                                   q->cnt[s], W) < 0)
             return sim_fail(step, "out of memory");
     if (!q->cnt[me] && q->log[me].len > 1)
-        purge(&q->log[me], q->W, row_max(&q->log[me]));
+        purge(&q->log[me], row_max(&q->log[me], W + 1), W);
     return 0;
 }
 
-/* the first wait from x on not yet met; the record goes on that sender's list */
+/* the first wait from x on not yet met */
 static uint32_t unmet(const struct ks *q, const struct ent *w, uint32_t nw, uint32_t x)
 {
     while (x < nw && w[x].t <= q->sr[w[x].s])
@@ -520,6 +519,7 @@ static uint32_t unmet(const struct ks *q, const struct ent *w, uint32_t nw, uint
     return x;
 }
 
+/* puts r on the list of its first unmet wait's sender */
 static void hold(struct ks *q, struct rec *r)
 {
     uint32_t s = r->w[r->x].s;
@@ -538,7 +538,7 @@ static int ks_receive(struct sim_machine *m, int src, const uint8_t *data, size_
     if (decode(q, (uint32_t)src, data, len, step) < 0)
         return -1;
     uint64_t key = (uint64_t)q->k << 32 | q->tk;
-    if (q->tk <= q->sr[q->k] || hs_find(q, key) >= 0)
+    if (q->tk <= q->sr[q->k] || (q->idcap && q->ids[slot(q->ids, q->idcap, key)]))
         return sim_fail(step, "duplicate message %u from %u", q->tk, q->k);
     uint32_t x = unmet(q, q->w, q->nw, 0);
     if (x < q->nw) {
@@ -558,7 +558,7 @@ static int ks_receive(struct sim_machine *m, int src, const uint8_t *data, size_
     size_t top = 0;
     struct rec *cur = NULL;                     /* owns the bytes being delivered */
     for (uint32_t from = q->k;;) {              /* holdback.py admit: a LIFO of releases */
-        int rc = deliver(q, step);
+        int rc = BY_W(q, deliver_w, q, step);
         free(cur);
         if (rc < 0)
             break;

@@ -1,13 +1,18 @@
-"""ks: exact transcripts (O_M per destination), purging, invariants, bytes, bad input."""
+"""ks: exact transcripts (O_M per destination), purging, invariants, bytes, bad input; the C
+twin (csrc/sim/ks.c) on wires in any entry order and on bad wires."""
 from __future__ import annotations
 
+import random
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bus1py import causal
 from bus1py.causal import WireCost, WireError
 from bus1py.causal.ks import Ks
+from bus1py.sim import fast
 from harness import random_run as _random_run
 
 
@@ -187,7 +192,7 @@ def test_truncated_wires_raise_and_change_nothing():
     assert p2.receive(1, m2).delivered == [] and p2.held == 1
 
 
-@pytest.mark.parametrize("wire", [
+BAD_WIRES = [
     kw(0, 1, [2], [(0, 1, [2])]),                     # sender field is not src
     kw(1, 0, [2], [(0, 1, [2])]),                     # clock 0
     kw(1, 1, [7], [(0, 1, [2])]),                     # destination out of range
@@ -200,7 +205,10 @@ def test_truncated_wires_raise_and_change_nothing():
     kw(1, 1, [2], [(0, 0, [2])]),                     # clock 0 with destinations
     kw(1, 1, [2], [(0, 1, [2, 2])]),                  # Dests lists 2 twice
     kw(1, 1, [2], [(9, 1, [])]),                      # sender id out of range
-])
+]
+
+
+@pytest.mark.parametrize("wire", BAD_WIRES)
 def test_bad_wires_raise_and_change_nothing(wire):
     p2, m2, m = held_wire()
     p2.receive(0, m)                            # some state to keep; 1's wires are all new
@@ -263,3 +271,68 @@ def test_exhausted_clock():
     with pytest.raises(ValueError, match="exhausted"):
         p.send([1], b"x")
     assert p.log == {0: {0: 0}, 1: {0: 0}}
+
+
+# ---- the C twin (csrc/sim/ks.c); tests/sim/test_fast_machines.py covers honest schedules ----
+
+twin = pytest.mark.skipif("ks" not in fast.NAMES, reason="bus1py.sim._fast has no ks")
+
+
+def shuffled(data, rng):
+    """The same message with its Dests, O_M entries and each entry's ids in another order:
+    ks.py accepts it, and the order reaches its log rows (dicts) and so its later wires."""
+    k, t, nd, no = struct.unpack_from("<HIHH", data, 0)
+    at = 10 + 2 * nd
+    dests = list(struct.unpack_from(f"<{nd}H", data, 10))
+    dlens = struct.unpack_from(f"<{no}H", data, at)
+    senders = struct.unpack_from(f"<{no}H", data, at + 2 * no)
+    clocks = struct.unpack_from(f"<{no}I", data, at + 4 * no)
+    at += 8 * no
+    om = []
+    for s, c, ln in zip(senders, clocks, dlens):
+        ids = list(struct.unpack_from(f"<{ln}H", data, at))
+        at += 2 * ln
+        rng.shuffle(ids)
+        om.append((s, c, ids))
+    rng.shuffle(om)
+    rng.shuffle(dests)
+    return kw(k, t, dests, om, data[at:])
+
+
+@twin
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(3, 7), multicast=st.booleans())
+def test_c_twin_follows_wires_in_any_entry_order(seed, n, multicast):
+    rng = random.Random(seed)
+    py, cc = procs(n), [fast.Machine("ks", i, n) for i in range(n)]
+    flight = []
+    sent = 0
+
+    def both(i, call, *args):
+        a, b = getattr(py[i], call)(*args), getattr(cc[i], call)(*args)
+        assert (b.wires, b.costs, b.delivered, cc[i].held) == \
+            (a.wires, a.costs, a.delivered, py[i].held), (i, call)
+        flight.extend((d, i, shuffled(w, rng)) for d, w in a.wires)
+
+    while sent < 4 * n or flight:
+        if sent < 4 * n and (not flight or rng.random() < 0.35):
+            p = rng.randrange(n)
+            others = [q for q in range(n) if q != p]
+            both(p, "send", rng.sample(others, rng.randint(1, n - 1) if multicast else 1),
+                 bytes([sent]))
+            sent += 1
+        else:
+            d, s, w = flight.pop(rng.randrange(len(flight)) if rng.random() < 0.6 else -1)
+            both(d, "receive", s, w)
+    assert all(c.held == 0 for c in cc)
+
+
+@twin
+@pytest.mark.parametrize("wire", BAD_WIRES)
+def test_c_twin_refuses_the_bad_wires(wire):
+    c0, c1, c2 = (fast.Machine("ks", i, 3) for i in range(3))
+    m = dict(c0.send([1, 2], b"M").wires)
+    c1.receive(0, m[1])
+    c2.receive(0, m[2])
+    with pytest.raises(WireError):
+        c2.receive(1, wire)
