@@ -27,6 +27,7 @@ from .bus import Bus
 from .errors import bus_error
 from .message import Message
 from .ready import ReadyPipe
+from .reserve import Reservation
 
 _EINTR = -errno.EINTR
 _EAGAIN = -errno.EAGAIN
@@ -319,6 +320,14 @@ class Peer:
         if r < 0:
             raise args.send_error(self, r, destinations, lens[0], n or 1, nh)
         return r
+
+    def reserve(self, destinations, length: int, handles=(), *, unreachable_error: bool = False):
+        """Zero-copy send: a message of `length` bytes to write in place in the pool before
+        it is sent.  `r.payload` is a writable memoryview of it; `r.commit()` sends it as
+        `send(destinations, <those bytes>, handles)` would at that moment and returns the
+        stamp, `r.abort()` gives it back; as a context manager it commits unless the block
+        raises.  Raises send's errors when the record cannot be taken (reserve.py)."""
+        return Reservation(self, destinations, length, handles, unreachable_error=unreachable_error)
 
     def recv_many(self, max_messages: int, timeout: float | None = None, copy: bool = True) -> list:
         """Up to `max_messages` messages, in one C call and one hold of the queue's lock:

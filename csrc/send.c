@@ -7,6 +7,9 @@
  *     the stamp unwinds all of it.
  *   - Every public step returns with the NODE_RELEASE notices it owed sent (node.h):
  *     a caller that steps a transaction by hand sees the same bus as b1_send leaves.
+ *   - A reserved send (b1_send_reserve) is a prepared transaction whose payload the caller
+ *     writes in place; it is queued only by b1_send_commit, which ends it either way (run,
+ *     or aborted by its failure), as b1_send_abort does: tx->msg is 0 once it has ended.
  *
  * Lock rules: none held across calls here; each step takes one peer's lock at a time.
  */
@@ -93,6 +96,18 @@ void b1_tx_abort(void *base, struct b1_tx *tx) {
     b1_notices_send(base, &nt);
 }
 
+/* A transaction that ran: counted as sent, its ts returned. */
+static int64_t sent(void *base, struct b1_tx *tx) {
+    struct b1_peer *sender = PEER(base, tx->sender_slot);
+    if (__atomic_load_n(&sender->id, __ATOMIC_RELAXED) == tx->sender_id) /* not a new peer of the slot */
+        atomic_fetch_add_explicit(&sender->sent, 1, memory_order_relaxed);
+    if (tx->ts > INT64_MAX) { /* only a scribbled clock gets here */
+        b1_bad = 1;
+        return -EBADMSG;
+    }
+    return (int64_t)tx->ts;
+}
+
 int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, uint32_t n,
                 const char *payload, uint32_t len, const uint64_t *handles,
                 uint32_t n_handles, uint32_t flags, uint64_t *seq) {
@@ -109,15 +124,8 @@ int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, u
     }
     if (ds != small) free(ds);
     if (r) return r;
-    struct b1_peer *sender = PEER(base, slot);
-    if (__atomic_load_n(&sender->id, __ATOMIC_RELAXED) == id) /* not a new peer of the slot */
-        atomic_fetch_add_explicit(&sender->sent, 1, memory_order_relaxed);
     *seq = tx.seq;
-    if (tx.ts > INT64_MAX) { /* only a scribbled clock gets here */
-        b1_bad = 1;
-        return -EBADMSG;
-    }
-    return (int64_t)tx.ts;
+    return sent(base, &tx);
 }
 
 /* ---- the hot calls over a per-thread frame (see struct b1_frame) ---- */
@@ -138,4 +146,31 @@ int b1_frame_send_many(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t 
         off += lens[i];
     }
     return (int)count;
+}
+
+/* ---- zero-copy send: reserve, write in place, commit ---- */
+
+int b1_send_reserve(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id, const uint64_t *dests,
+                    uint32_t n, uint32_t len, const uint64_t *handles, uint32_t n_handles,
+                    uint32_t flags, uint64_t *offset) {
+    int r = b1_tx_prepare(base, tx, slot, id, dests, n, NULL, len, handles, n_handles, flags);
+    if (r) return r;
+    *offset = (uint64_t)(msg_payload(MSG(base, tx->msg)) - (char *)base);
+    return 0;
+}
+
+int64_t b1_send_commit(void *base, struct b1_tx *tx) {
+    if (!tx->msg || tx->ts) return -EINVAL;
+    B1_NOTICES(nt);
+    int r = b1_tx_run(base, tx, &nt);
+    b1_notices_send(base, &nt);
+    tx->msg = 0;
+    return r ? r : sent(base, tx);
+}
+
+int b1_send_abort(void *base, struct b1_tx *tx) {
+    if (!tx->msg || tx->ts) return -EINVAL;
+    b1_tx_abort(base, tx);
+    tx->msg = 0;
+    return 0;
 }

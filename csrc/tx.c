@@ -89,7 +89,7 @@ int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *p
     m->n_dests = n;
     m->type = type;
     m->stager_pid = b1_pid();
-    if (len) memcpy(msg_payload(m), payload, len);
+    if (len && payload) memcpy(msg_payload(m), payload, len); /* NULL: written in place (send.c) */
     for (uint32_t i = 0; i < n; i++) {
         uint32_t e = b1_entry_alloc(base);
         if (!e) {

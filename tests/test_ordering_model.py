@@ -3,7 +3,8 @@
 A Hypothesis state machine drives the transaction steps of several concurrent senders
 (prepare, stage, stamp, sync, commit, abort) and receives on any queue, in random
 interleavings, through `bus1py.Transaction` -- the very C steps `Peer.send` runs in one
-call -- and whole batches (`Peer.send_many`, `Peer.recv_many` copying or zero-copy).  After
+call -- whole batches (`Peer.send_many`, `Peer.recv_many` copying or zero-copy) and
+zero-copy sends (`Peer.reserve`, committed or aborted any time later).  After
 every step it checks that
 
   * every queue yields exactly the model's next message (or EAGAIN where the model's front
@@ -63,8 +64,11 @@ class BusOrdering(RuleBasedStateMachine):
         self.dests_of = {}
         self.stamp_of = {}
         self.received = [[] for _ in range(N_PEERS)]
+        self.reserved = []  # (mid, sender, dests, seq, sender's clock at the reserve, Reservation)
 
     def teardown(self):
+        for *_, r in self.reserved:
+            r.abort()
         for tx in self.txs:
             tx.c._open = False  # nothing to finish: the bus goes away
         self.bus.close()
@@ -211,6 +215,39 @@ class BusOrdering(RuleBasedStateMachine):
                 self.queues[d].commit(block, ts)
             self.deps[mid], self.dests_of[mid], self.stamp_of[mid] = set(self.knows[sender]), set(dests), ts
             self.knows[sender] |= {mid} | self.deps[mid]
+
+    @rule(sender=st.integers(0, N_PEERS - 1),
+          dests=st.lists(st.integers(0, N_PEERS - 1), min_size=1, max_size=N_PEERS, unique=True))
+    def reserve(self, sender, dests):
+        """Peer.reserve: a send prepared with its payload unwritten; it takes its sequence
+        number now and its place in the order only at the commit."""
+        r = self.peers[sender].reserve([self.handles[sender][d] for d in dests], 8)
+        self.reserved.append((next(self.ids), sender, dests, self.next_seq[sender],
+                              self.queues[sender].clock, r))
+        self.next_seq[sender] += 1
+
+    @rule(choice=st.integers(0, 1 << 16), abort=st.booleans())
+    def end_reserved(self, choice, abort):
+        """Commit (the payload written in place) or abort a reservation: the model runs the
+        commit as one whole transaction, prepared back at the reserve."""
+        if not self.reserved:
+            return
+        mid, sender, dests, seq, clock, r = self.reserved.pop(choice % len(self.reserved))
+        if abort:
+            r.abort()
+            return
+        r.payload[:] = mid.to_bytes(8, "little")
+        stamp = r.commit()
+        tx = ordering.Transaction(self.peers[sender].id, seq, clock)
+        blocks = [tx.stage(self.queues[d], i, mid) for i, d in enumerate(dests)]
+        ts = tx.stamp(self.queues[sender])
+        assert stamp == (ts, self.peers[sender].id, seq)
+        for d in dests if len(dests) > 1 else ():
+            self.queues[d].sync(ts)
+        for d, block in zip(dests, blocks):
+            self.queues[d].commit(block, ts)
+        self.deps[mid], self.dests_of[mid], self.stamp_of[mid] = set(self.knows[sender]), set(dests), ts
+        self.knows[sender] |= {mid} | self.deps[mid]
 
     @rule(a=st.integers(0, N_PEERS - 1), b=st.integers(0, N_PEERS - 1))
     def signal(self, a, b):

@@ -1,0 +1,127 @@
+"""Zero-copy send: a message written in place in the pool, then sent (`Peer.reserve`).
+
+    with peer.reserve(destination, len(data)) as r:   # or r = peer.reserve(...); r.commit()
+        r.payload[:] = data                            # or fill it in place: readinto, numpy
+    r.stamp                                            # as send returns it
+
+Invariants:
+  - A Reservation is one prepared transaction of `send` whose payload record is taken in
+    the pool but not yet written: nothing is queued, nobody can see it, until `commit`,
+    which sends it exactly as `send(destinations, <the bytes written>, handles)` would at
+    that moment (its stamp comes from the commit; its sequence number was taken by the
+    reserve).  `abort` gives the record, its entries and its carried handles back.
+  - `payload` is a writable memoryview of exactly `length` bytes of the record.  Bytes
+    not written are unspecified (what the record held before).  The view is released
+    before the commit or abort changes anything: afterwards it raises ValueError, so
+    nothing can write into a record a receiver already reads.  A view with a live export
+    (numpy.frombuffer, ...) cannot be released: commit and abort then raise BufferError
+    and change nothing.
+  - A reservation ends once, by commit or abort (a failing commit ends it too, with
+    nothing sent); later calls raise ValueError.  One dropped or garbage collected while
+    open is aborted; one whose process dies is freed by the reaper (Bus.gc), as an
+    unfinished send is.
+"""
+from __future__ import annotations
+
+import errno
+
+from . import args
+from ._b1 import ffi, lib
+from .errors import bus_error
+
+_OPEN, _SENT, _ABORTED = "open", "committed", "aborted"
+
+
+class Reservation:
+    """A message being written in place; see the module's invariants."""
+
+    __slots__ = ("_peer", "_tx", "_dests", "_view", "_state", "stamp", "length")
+
+    def __init__(self, peer, destinations, length: int, handles=(), *, unreachable_error: bool = False):
+        self._state = None  # not open until the record is taken (for __del__)
+        if type(length) is not int or length < 0:
+            raise ValueError(f"length must be an int >= 0, not {length!r}")
+        bus = peer._bus
+        frame, dests, carried, _, _, _, _ = peer._scratch()  # raises: closed
+        try:
+            dest, n = args.destinations(destinations, dests, bus.limits.max_dests)
+            nh = args.fill(carried, handles, bus.limits.max_msg_handles, "handles") if handles else 0
+        except (TypeError, OverflowError):
+            raise args.bad_ids(destinations, handles) from None
+        if n == 0:
+            dests[0], n = dest, 1
+        if length > bus.limits.max_payload:
+            raise args.send_error(peer, -errno.EMSGSIZE, destinations, length, n, nh)
+        self._dests = ffi.new("struct b1_dest[]", n)
+        self._tx = ffi.new("struct b1_tx *")
+        self._tx.dests = self._dests
+        offset = ffi.new("uint64_t *")
+        flags = lib.B1_SEND_UNREACHABLE_ERROR if unreachable_error else 0
+        r = lib.b1_send_reserve(bus.base(), self._tx, peer._slot, peer._id, dests, n, length,
+                                carried, nh, flags, offset)
+        if r:
+            raise args.send_error(peer, r, destinations, length, n, nh)
+        self._peer, self.length, self.stamp = peer, length, None
+        self._view = memoryview(bus._mmap)[offset[0]:offset[0] + length]
+        self._state = _OPEN
+
+    @property
+    def payload(self) -> memoryview:
+        """The message's bytes in the pool, writable until commit or abort."""
+        return self._view
+
+    def _end(self, what):
+        if self._state is not _OPEN:
+            raise ValueError(f"cannot {what}: the reservation is already {self._state}")
+        try:
+            self._view.release()
+        except BufferError:
+            raise BufferError(f"cannot {what}: the payload is still exported (a buffer obtained "
+                              "from it, such as a numpy array, is alive): drop that first") from None
+        base = self._peer._bus._base
+        if base is None:  # closed in this process: the reaper frees the record
+            self._state = _ABORTED
+            raise bus_error(errno.ESHUTDOWN, f"cannot {what}: the bus is closed in this process")
+        return base
+
+    def commit(self) -> tuple:
+        """Send the message; returns its stamp (timestamp, sender id, sequence) as `send`
+        does, or raises send's errors with nothing sent (the reservation ends either way)."""
+        base = self._end("commit")
+        ts = lib.b1_send_commit(base, self._tx)
+        if ts < 0:
+            self._state = _ABORTED
+            peer = self._peer
+            raise args.send_error(peer, ts, [d.handle for d in self._dests], self.length,
+                                  self._tx.n, 0)
+        self._state = _SENT
+        self.stamp = (ts, self._peer._id, self._tx.seq)
+        return self.stamp
+
+    def abort(self) -> None:
+        """Give the record back unsent."""
+        base = self._end("abort")
+        lib.b1_send_abort(base, self._tx)
+        self._state = _ABORTED
+
+    def __enter__(self) -> "Reservation":
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        """Commit when the block ends normally, abort when it raises."""
+        if self._state is not _OPEN:
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+    def __del__(self):
+        if self._state is _OPEN:
+            try:
+                self.abort()
+            except (BufferError, OSError):
+                pass  # an export outlives it, or the bus is gone: the reaper frees the record
+
+    def __repr__(self):
+        return f"<bus1py.Reservation {self.length} B from peer {getattr(self, '_peer', None) and self._peer.id}, {self._state}>"
