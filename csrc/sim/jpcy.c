@@ -95,6 +95,8 @@ SPECIAL long seek(const uint32_t *t, uint32_t len, uint32_t u, uint32_t *at)
     return *at < len && t[*at] == u ? (long)(*at)++ : -1;
 }
 
+/* Room for `need` tuples; taus and masks share one block (one cache line for a short row
+ * at n <= 64: the rows of 50 machines are what a send and a receive walk). */
 static int row_room(struct jpcy *p, struct row *r, uint32_t need)
 {
     uint32_t cap = r->cap ? r->cap : 4;
@@ -102,12 +104,16 @@ static int row_room(struct jpcy *p, struct row *r, uint32_t need)
         cap *= 2;
     if (cap == r->cap)
         return 0;
-    uint32_t *t = realloc(r->t, cap * sizeof *t);
-    if (t)
-        r->t = t;
-    word *m = t ? realloc(r->m, (size_t)cap * p->W * sizeof *m) : NULL;
-    if (!m)
+    uint32_t *t = malloc(cap * (sizeof *t + (size_t)p->W * sizeof(word)));
+    if (!t)
         return -1;
+    word *m = (word *)(t + cap);                /* cap is even: m is 8-byte aligned */
+    if (r->len) {
+        memcpy(t, r->t, r->len * sizeof *t);
+        memcpy(m, r->m, (size_t)r->len * p->W * sizeof *m);
+    }
+    free(r->t);
+    r->t = t;
     r->m = m;
     r->cap = cap;
     return 0;
@@ -225,16 +231,14 @@ static void jpcy_fini(struct sim_machine *m)
 {
     struct jpcy *p = (struct jpcy *)m;
     for (int k = 0; k < m->n; k++) {
-        if (p->ci) {
-            free(p->ci[k].t);
-            free(p->ci[k].m);
-        }
+        if (p->ci)
+            free(p->ci[k].t);                   /* the masks share its block */
         for (struct rec *r = p->wh ? p->wh[k] : NULL, *nx; r; r = nx) {
             nx = r->next;
             free(r);
         }
     }
-    void *all[] = {p->tmp.t, p->tmp.m, p->ci, p->wh, p->hb, p->dlv, p->ord, p->wp, p->dm,
+    void *all[] = {p->tmp.t, p->ci, p->wh, p->hb, p->dlv, p->ord, p->wp, p->dm,
                    p->hits, p->idx, p->et, p->em};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]);
