@@ -159,7 +159,8 @@ static void hash_step(struct loop *L, const struct sim_step *s, long held)
 }
 
 /* engine.py's account(): each wire into the network with its own delay, its cost tallied
- * while measuring. Takes the wires' bytes (also on failure). */
+ * while measuring. Takes the wires' bytes (also on failure); refuses a wire to a process
+ * that does not exist (engine.py would fail on it too). */
 static int account(struct loop *L, double now, uint32_t where)
 {
     struct sim_step *s = &L->step;
@@ -167,6 +168,8 @@ static int account(struct loop *L, double now, uint32_t where)
     size_t i = 0;
     for (; i < s->nwires; i++) {
         struct sim_wire *w = &s->wires[i];
+        if (w->dest >= (uint32_t)L->spec->n)
+            break;
         double at = now - log(1.0 - pyr_next_double(&L->rng)) / L->spec->net_rate;
         if (push(L, at, (uint16_t)w->dest, (uint16_t)where, w->bytes, w->len) < 0)
             break;
@@ -185,8 +188,11 @@ static int account(struct loop *L, double now, uint32_t where)
     }
     if (i == s->nwires)
         return 0;
+    uint32_t to = s->wires[i].dest;
     for (; i < s->nwires; i++)
         free(s->wires[i].bytes);
+    if (to >= (uint32_t)L->spec->n)
+        return sim_fail(s, "process %u emitted a wire to %u", where, to);
     return sim_fail(s, "out of memory");
 }
 
