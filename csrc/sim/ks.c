@@ -168,18 +168,14 @@ static int ks_init(struct sim_machine *m)
 {
     struct ks *q = (struct ks *)m;
     size_t n = (size_t)m->n, W = q->W = (n + 63) / 64;
-    q->sr = calloc(n, sizeof *q->sr);
+    q->sr = calloc(5 * n, sizeof *q->sr);      /* with hc, hnk, cnt and start */
     q->log = calloc(n, sizeof *q->log);
-    q->head = calloc(n, sizeof *q->head);
-    q->tail = calloc(n, sizeof *q->tail);
-    q->hc = calloc(n, sizeof *q->hc);
-    q->hnk = calloc(n, sizeof *q->hnk);
-    q->cnt = calloc(n, sizeof *q->cnt);
-    q->start = calloc(n, sizeof *q->start);
+    q->head = calloc(2 * n, sizeof *q->head);  /* with tail */
     q->dm = calloc(W, sizeof *q->dm);
-    if (!q->sr || !q->log || !q->head || !q->tail || !q->hc || !q->hnk || !q->cnt ||
-        !q->start || !q->dm)
+    if (!q->sr || !q->log || !q->head || !q->dm)
         return -1;
+    q->hc = q->sr + n, q->hnk = q->hc + n, q->cnt = q->hnk + n, q->start = q->cnt + n;
+    q->tail = q->head + n;
     for (size_t s = 0; s < n; s++) {           /* the book's (s, 0, {}) for every s */
         if (row_fit(&q->log[s], 1, W + 1) < 0)
             return -1;
@@ -201,8 +197,8 @@ static void ks_fini(struct sim_machine *m)
             free(r);
         }
     }
-    void *all[] = {q->sr, q->log, q->head, q->tail, q->stack, q->ids, q->dm, q->it, q->hits,
-                   q->sid, q->hc, q->hnk, q->cnt, q->start, q->ev, q->gv, q->nv, q->w};
+    void *all[] = {q->sr, q->log, q->head, q->stack, q->ids, q->dm, q->it, q->hits, q->sid,
+                   q->ev, q->gv, q->nv, q->w};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]);
 }
