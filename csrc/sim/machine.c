@@ -164,7 +164,8 @@ int sim_deliver(struct sim_step *s, uint32_t sender, const uint8_t *payload, uin
     if (sim_reserve((void **)&s->deliv, &s->dcap, s->ndeliv, 1, sizeof *s->deliv) < 0 ||
         sim_reserve((void **)&s->dbytes, &s->dbcap, s->dlen, len, 1) < 0)
         return sim_fail(s, "out of memory");
-    memcpy(s->dbytes + s->dlen, payload, len);
+    if (len)
+        memcpy(s->dbytes + s->dlen, payload, len);
     s->deliv[s->ndeliv++] = (struct sim_delivery){sender, (uint32_t)s->dlen, len};
     s->dlen += len;
     return 0;
