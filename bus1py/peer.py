@@ -249,7 +249,11 @@ class Peer:
         peer's quota stay charged until `msg.release()` or until the message is garbage
         collected, and the view raises ValueError once released (receive.py)."""
         if not copy:
-            return self.recv_many(1, timeout, copy=False)[0]
+            if timeout is None:
+                return receive.recv_many(self, 1, -1, False, None)[0]
+            if type(timeout) in (int, float) and timeout >= 0:
+                return receive.recv_many(self, 1, args.timeout_ns(timeout), False, timeout)[0]
+            return self.recv_many(1, timeout, copy=False)[0]  # raises the timeout's error
         bus = self._bus
         try:
             addr = bus._tls.frame_address

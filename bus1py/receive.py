@@ -27,6 +27,7 @@ from .message import MESSAGE_TYPES, Message
 _EINTR = -errno.EINTR
 _EAGAIN = -errno.EAGAIN
 _recv_many = _messages.recv_many
+_NOCOPY = lib.B1_RECV_NOCOPY
 
 
 class SliceMessage(Message):
@@ -62,15 +63,18 @@ def frame_address(bus) -> int:
         return tls.frame_address
 
 
-def _infos(bus, frame, n):
-    """Room for `n` or more message infos in this thread's frame."""
+def _batch_frame(peer, n) -> tuple:
+    """This thread's (frame address, frame, room) for batches, with room for `n` or more
+    message infos (the array lives on the thread-local, as long as the frame)."""
+    bus = peer._bus
+    frame = peer._scratch()[0]  # raises: closed
+    cap = max(n, 64)
+    arr = ffi.new("struct b1_msg_info[]", cap)
+    frame.infos, frame.infos_cap = arr, cap
     tls = bus._tls
-    held = getattr(tls, "infos", None)
-    if held is None or held[1] < n:
-        cap = max(n, 64)
-        arr = ffi.new("struct b1_msg_info[]", cap)
-        held = tls.infos = (arr, cap)
-        frame.infos, frame.infos_cap = arr, cap
+    tls.infos = arr
+    tls.batch = (frame_address(bus), frame, cap)
+    return tls.batch
 
 
 def pool_view(bus):
@@ -85,14 +89,21 @@ def pool_view(bus):
 def recv_many(peer, max_messages, timeout_ns, copy, timeout) -> list:
     """Peer.recv_many once its arguments are checked (timeout_ns: the C helper's)."""
     bus = peer._bus
-    frame = peer._scratch()[0]
-    n = min(max_messages, bus.limits.max_entries)
-    _infos(bus, frame, n)
-    addr = frame_address(bus)
+    try:
+        addr, frame, cap = bus._tls.batch
+    except AttributeError:
+        addr, frame, cap = _batch_frame(peer, 64)
+    if not peer._attached:
+        peer._attach()
+    n = max_messages
+    if n > cap:
+        n = min(n, bus.limits.max_entries)  # no more infos than entries could ever be taken
+        if n > cap:
+            addr, frame, cap = _batch_frame(peer, n)
     if copy:
         flags, held = 0, None
     else:
-        flags, held = lib.B1_RECV_NOCOPY, (pool_view(bus), bus)
+        flags, held = _NOCOPY, (bus._pool_view or pool_view(bus), bus)
     slot, pid_ = peer._slot, peer._id
     out = _recv_many(addr, slot, pid_, n, timeout_ns, flags, held)
     while type(out) is int:
