@@ -39,11 +39,11 @@ from . import direct, main_pass, one_task, walk
 from .causal import causal_exact
 from .consistent import consistent_exact
 from .driver import DRIVER_MAX_CELLS, SKELETON_COLUMNS, Skeleton, causal_and_consistent
-from .screen import NO_STAMPS, screen
+from .screen import screen
 from .summary import PROPERTIES, all_hold, build
+from .whole import NO_STAMPS, SCREEN_MIN_ROWS
 from .witness import MAX_ROUNDS_FACTOR, witness
 
-SCREEN_MIN_ROWS = 1_000_000
 
 
 class Checker:

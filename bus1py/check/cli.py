@@ -115,7 +115,7 @@ def run(args) -> int:
     except TraceError as e:
         print(f"bus1py check: malformed trace: {e}", file=sys.stderr)
         return 2
-    if not (args.spark or args.master or args.shiviz) and _fits_on_driver(trace):
+    if not (args.spark or args.master or args.shiviz) and _fits_on_driver(trace, args.exact):
         from .local_check import check_local
         try:
             done = check_local(trace, exact=args.exact, max_examples=args.examples,
@@ -128,9 +128,9 @@ def run(args) -> int:
     return _with_spark(args, trace, t0)
 
 
-def _fits_on_driver(trace) -> bool:
+def _fits_on_driver(trace, exact) -> bool:
     from . import local
-    return local.fits(trace)
+    return local.fits(trace, exact)
 
 
 def _with_spark(args, trace, t0) -> int:

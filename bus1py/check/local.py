@@ -28,10 +28,13 @@ def _codes():
     return pa.array([K.NAMES[c] for c in range(K.INTERNAL + 1)])
 
 
-def fits(trace) -> bool:
+def fits(trace, exact=False) -> bool:
     """Can this trace (footers read) be checked on the driver alone, as far as its row
-    count says? The process count is known only after reading: see Events.fits."""
-    return trace.rows < LOCAL_MAX_ROWS
+    count says? The process count is known only after reading: see Events.fits. A trace
+    whose exact path is certain fits up to whole.ONE_TASK_MAX_ROWS (whole.eligible): the
+    Spark path would check it whole in one task, in the driver's process."""
+    from .whole import eligible
+    return trace.rows < LOCAL_MAX_ROWS or eligible(trace, exact)
 
 
 class Events:

@@ -13,6 +13,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from . import kinds as K
+from . import vclock, whole
+from .driver import DRIVER_MAX_CELLS
 from .driver import Skeleton, causal_and_consistent
 from .examples import DUPLICATED, LOST, NOT_A_DESTINATION, event, inversion, origin_kind
 from .local import Events, distinct_sorted, member
@@ -21,11 +23,14 @@ from .summary import PROPERTIES, all_hold, build
 WITNESS = "not needed: decided exactly on the driver"
 
 
-def check_local(trace, exact=False, max_examples=3, keep_details=False, overview=False):
+def check_local(trace, exact=False, max_examples=3, keep_details=False, overview=False,
+                driver_max_cells=DRIVER_MAX_CELLS):
     """(summary, details) of a trace from load.read_footers, or None when Spark must
-    decide (more than DRIVER_MAX_CELLS rows x processes, or a causality cycle). details:
+    decide (more than DRIVER_MAX_CELLS rows x processes, unless whole.eligible: the
+    kernels decide then; or a causality cycle). details:
     property -> the process of each violation (keep_details; tests count them). overview:
-    the summary gets the report's "overview" (overview.py)."""
+    the summary gets the report's "overview" (overview.py). driver_max_cells: as
+    Checker's (tests lower it to send small traces to the kernels)."""
     t0 = time.perf_counter()
     timings = {}
 
@@ -43,14 +48,24 @@ def check_local(trace, exact=False, max_examples=3, keep_details=False, overview
             summary["overview"] = _overview(trace, None)
         return summary, (dict.fromkeys(PROPERTIES) if keep_details else {})
     ev = timed("main_pass", Events, trace)
-    if not ev.fits():
-        return None
-    screen = ("skipped (--exact)" if exact else
-              f"skipped: {trace.rows} rows, the main pass alone is cheaper")
-    props, details = direct_properties(ev, max_examples, timed)
-    if not timed("driver", driver_walk, ev, max_examples, props, details):
-        return None
-    summary = build(trace.path, trace.rows, len(ev.procs), screen, WITNESS, props, {},
+    screen = whole.screen_message(trace, exact)
+    if whole.eligible(trace, exact):
+        # the exact path is certain: the Spark path would check it whole in one task
+        info, details = whole.check(trace, None, max_examples, driver_max_cells,
+                                    whole.witness_message(trace, exact),
+                                    vclock.status(trace.files), ev=ev)
+        if info["cycle"]:
+            return None
+        timings.update(info["seconds"])
+        props, wmsg = info["properties"], info["witness"]
+    else:
+        if not ev.fits(driver_max_cells):
+            return None
+        props, details = direct_properties(ev, max_examples, timed)
+        if not timed("driver", driver_walk, ev, max_examples, props, details):
+            return None
+        wmsg = WITNESS
+    summary = build(trace.path, trace.rows, len(ev.procs), screen, wmsg, props, {},
                     time.perf_counter() - t0, timings)
     if overview:
         summary["overview"] = _overview(trace, ev)

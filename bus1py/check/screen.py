@@ -30,10 +30,9 @@ from .. import schema as N
 from . import kinds as K
 from .load import row_problem_code
 from .main_pass import pack_stamp
+from .whole import NO_STAMPS
 from .witness import scalar_signal_witness
 
-# the screen's answer to a trace whose stamps do not pack (none, or too wide)
-NO_STAMPS = "no stamps to screen with"
 # Keys of the pair shuffle are longs: a (message, process) pair uses the process id (an
 # int32); these two values lie outside int32, so they never collide with a process.
 ORIGIN_KEY = 1 << 33     # one row per origin of a message id (counts origins)

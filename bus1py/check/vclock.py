@@ -46,6 +46,16 @@ def column(files):
     return None, "absent"
 
 
+def status(files, span=None):
+    """(column name or None, status) of the trace's clock column for the witness: None
+    when absent, of a type not accepted, or the trace is a batch of sub-traces (span: the
+    tests' group_span, whose clock entries would not be one per process)."""
+    name, why = column(files)
+    if name and span:
+        return None, "not used: the trace is a batch of sub-traces"
+    return name, why
+
+
 def read(files, name):
     """The column `name` of every file, concatenated in file order, as one array."""
     return pa.concat_arrays([c for f in files

@@ -17,27 +17,9 @@ from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
 from . import vclock
-from .walk_kernel import COLUMNS
+from .walk_kernel import COLUMNS, available  # noqa: F401
 
 OUT_SCHEMA = "rec string, process int, info string"
-
-
-def available():
-    """Is the compiled kernel module importable (it is whenever the package is installed)?"""
-    try:
-        from . import _walk  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def vclock_status(files, span):
-    """(column name or None, status) of the trace's clock column for the witness: None
-    when absent, of a type not accepted, or the trace is a batch of sub-traces (span)."""
-    name, status = vclock.column(files)
-    if name and span:
-        return None, "not used: the trace is a batch of sub-traces"
-    return name, status
 
 
 def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name):
@@ -92,7 +74,7 @@ def exact(c, want):
     `want`; causal is (None, None, None, extra) when the history has a causality cycle
     (the walk cannot decide it). extra has causal's vclock status. The kernel's timings go
     to c.timings."""
-    vname, vstatus = vclock_status(c.trace.files, c.span) if "causal" in want else (None, None)
+    vname, vstatus = vclock.status(c.trace.files, c.span) if "causal" in want else (None, None)
     rows = c.rows.select(*COLUMNS)
     fn = kernel_task([int(p) for p in c.procs], c.span, c.max_examples, sorted(want),
                      list(c.trace.files) if vname else None, vname)

@@ -15,8 +15,7 @@ from collections import deque
 import numpy as np
 
 from . import kinds as K
-from .consistent import MAX_ROWS, cycle_example, shortest_cycle
-from .examples import event, inversion, unwind_path
+from .examples import MAX_ROWS, cycle_example, event, inversion, shortest_cycle, unwind_path
 
 # Receives a causal example's path search may look at (about a second of Python per
 # million); a search that runs out leaves the example without a path.
@@ -87,6 +86,15 @@ class Layout:
             o = (self.process_at(self.src[k]), self.seq_at(self.src[k]))
         return event(self.process_at(k), self.seq_at(k), K.NAMES[code],
                      None if code == K.INTERNAL else int(self.msg[k]), origin=o)
+
+
+def available():
+    """Is the compiled kernel module importable (it is whenever the package is installed)?"""
+    try:
+        from . import _walk  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _ptr(ffi, a, ctype):

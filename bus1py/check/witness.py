@@ -11,10 +11,9 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from .. import schema as N
+from .whole import ABSENT, TOO_WIDE
 
 MAX_ROUNDS_FACTOR = 4      # rounds cap = 4*P + 16; convergence comes far earlier (docs)
-TOO_WIDE = "inconclusive: stamps too wide to pack into 62 bits"
-ABSENT = "absent: some send/destroy row has no stamp"
 
 
 def witness(c):

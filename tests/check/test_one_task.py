@@ -16,7 +16,8 @@ from bus1py import schema as S
 from bus1py.check import one_task
 from bus1py.check import vclock as V
 from bus1py.check.checker import PROPERTIES, check_trace
-from bus1py.check.load import TraceError, load_trace
+from bus1py.check.load import TraceError, load_trace, read_footers
+from bus1py.check.local_check import check_local
 from bus1py.check.reference import reference_check
 from bus1py.check.simulate import MUTATIONS, offset_rows
 from drawn import gather
@@ -74,6 +75,24 @@ def test_one_task_gives_the_main_pass_summary(spark, tmp_path):
     summary, _ = _both(spark, str(tmp_path / "s"), exact=True, group_span=SPAN,
                        driver_max_cells=0)
     assert summary["witness"] == "skipped (--exact)"
+
+
+@pytest.mark.timeout(300)
+def test_the_driver_path_gives_the_one_task_summary(spark, tmp_path):
+    # a trace without stamps is checked by the same code on the driver alone, kernels and
+    # all, when it has more rows x processes than driver.py's walk takes
+    got = gather(6, traces) + [(3000 + i, 4, 50, m) for i, m in enumerate(MUTATIONS)]
+    _write([rows for rows in (_unstamped(_make(*c)) for c in got) if _acyclic(rows)],
+           str(tmp_path / "u"))
+    path = str(tmp_path / "u")
+    on_driver, _ = check_local(read_footers(path), max_examples=50, driver_max_cells=0)
+    summary, c = check_trace(spark, load_trace(spark, path), max_examples=50,
+                             driver_max_cells=0)
+    assert "one_task" in c.timings and "kernel_causal" in on_driver["timings"]
+    for s in (on_driver, summary):
+        s.pop("seconds")
+        s.pop("timings")
+    assert on_driver == summary and not summary["ok"]
 
 
 def _clocked(encoding, tamper=False):
