@@ -10,9 +10,9 @@
  *
  * Invariants (the Python module's, with its dicts and sets as flat arrays):
  *   - vt[k] counts k's broadcasts delivered here; vt[me] counts our own sends.
- *   - win[j] holds, at index s & (cap[j] - 1), the whole wire of the held copy from j with
- *     VT_m[j] = s, for s in vt[j] + 1 .. vt[j] + cap[j] (cap a power of two or 0); held
- *     counts them, non-destinations' copies included.
+ *   - win[j].a holds, at index s & (win[j].cap - 1), the whole wire of the held copy from j
+ *     with VT_m[j] = s, for s in vt[j] + 1 .. vt[j] + win[j].cap (cap a power of two or 0);
+ *     win[j].count counts them and held sums the counts, non-destinations' copies included.
  *   - After every input no held copy is deliverable. Only j's next copy (s = vt[j] + 1) can
  *     be; while it is held, bit j of waiters[k] (a bitset of n bits) is set for the first k
  *     with VT_m[k] > vt[k] (vt[j] counted as bumped). A delivery from k raises only vt[k], so
@@ -31,11 +31,13 @@
 #define BSS_MAX_WINDOW (1u << 24)
 
 struct held { uint8_t *wire; uint32_t len, vm; uint8_t for_me; };   /* VT_m at wire + vm */
+/* a sender's held messages: count of them, in a ring of cap slots */
+struct ring { struct held *a; uint32_t cap, count; };
 
 struct bss {
     struct sim_machine base;
-    uint32_t *vt, *cap;
-    struct held **win;
+    uint32_t *vt;
+    struct ring *win;
     uint64_t *waiters, *retry;  /* n bitsets of `words` u64 each; one scratch bitset */
     uint64_t *mark;             /* scratch bitset: a send's or a wire's destinations */
     size_t words;
@@ -43,6 +45,12 @@ struct bss {
     size_t nwork, workcap;
     long held;
 };
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define BSS_LE 1
+#else
+#define BSS_LE 0
+#endif
 
 static inline int has(const uint64_t *set, size_t x) { return set[x / 64] >> (x % 64) & 1; }
 static inline void add(uint64_t *set, size_t x) { set[x / 64] |= 1ull << (x % 64); }
@@ -53,24 +61,22 @@ static int bss_init(struct sim_machine *m)
     size_t n = (size_t)m->n;
     b->words = (n + 63) / 64;
     b->vt = calloc(n, sizeof *b->vt);
-    b->cap = calloc(n, sizeof *b->cap);
     b->win = calloc(n, sizeof *b->win);
     b->waiters = calloc(n * b->words, sizeof *b->waiters);
     b->retry = calloc(b->words, sizeof *b->retry);
     b->mark = calloc(b->words, sizeof *b->mark);
-    return b->vt && b->cap && b->win && b->waiters && b->retry && b->mark ? 0 : -1;
+    return b->vt && b->win && b->waiters && b->retry && b->mark ? 0 : -1;
 }
 
 static void bss_fini(struct sim_machine *m)
 {
     struct bss *b = (struct bss *)m;
     for (int j = 0; b->win && j < m->n; j++) {
-        for (uint32_t i = 0; i < b->cap[j]; i++)
-            free(b->win[j][i].wire);
-        free(b->win[j]);
+        for (uint32_t i = 0; i < b->win[j].cap; i++)
+            free(b->win[j].a[i].wire);
+        free(b->win[j].a);
     }
     free(b->vt);
-    free(b->cap);
     free(b->win);
     free(b->waiters);
     free(b->retry);
@@ -122,17 +128,17 @@ static int bss_send(struct sim_machine *m, const uint16_t *dests, int k,
 /* the held copy from j with VT_m[j] = s, or NULL */
 static struct held *lookup(struct bss *b, int j, uint32_t s)
 {
-    uint32_t cap = b->cap[j];
-    if (s <= b->vt[j] || s - b->vt[j] - 1 >= cap)
+    uint32_t cap = b->win[j].cap;
+    if (!b->win[j].count || s <= b->vt[j] || s - b->vt[j] - 1 >= cap)
         return NULL;
-    struct held *h = &b->win[j][s & (cap - 1)];
+    struct held *h = &b->win[j].a[s & (cap - 1)];
     return h->wire ? h : NULL;
 }
 
 /* makes win[j] cover s (> vt[j]); -1 on ENOMEM or a window too wide */
 static int widen(struct bss *b, int j, uint32_t s)
 {
-    uint32_t cap = b->cap[j], first = b->vt[j] + 1, need = s - b->vt[j], want;
+    uint32_t cap = b->win[j].cap, first = b->vt[j] + 1, need = s - b->vt[j], want;
     if (need <= cap)
         return 0;
     if (need > BSS_MAX_WINDOW)
@@ -143,21 +149,34 @@ static int widen(struct bss *b, int j, uint32_t s)
     if (!w)
         return -1;
     for (uint32_t i = 0; i < cap; i++)
-        if (b->win[j][i].wire) {
+        if (b->win[j].a[i].wire) {
             uint32_t at = first + ((i - first) & (cap - 1));
-            w[at & (want - 1)] = b->win[j][i];
+            w[at & (want - 1)] = b->win[j].a[i];
         }
-    free(b->win[j]);
-    b->win[j] = w;
-    b->cap[j] = want;
+    free(b->win[j].a);
+    b->win[j].a = w;
+    b->win[j].cap = want;
     return 0;
 }
 
-/* the first k with VT_m[k] > vt[k], or n */
+/* the first k with VT_m[k] > vt[k], or n: blocks of 8 without an early exit (so they
+ * vectorise; the AVX2 clone is picked at load time where the CPU has it), then the block
+ * that has one, one by one */
+__attribute__((target_clones("avx2", "default")))
 static size_t ahead(const struct bss *b, const uint8_t *vm)
 {
-    size_t n = (size_t)b->base.n, k;
-    for (k = 0; k < n && sim_get32(vm + 4 * k) <= b->vt[k]; k++)
+    size_t n = (size_t)b->base.n, k = 0;
+    const uint32_t *vt = b->vt;
+    for (; BSS_LE && k + 8 <= n; k += 8) {
+        uint32_t v[8];
+        int any = 0;
+        memcpy(v, vm + 4 * k, sizeof v);
+        for (int i = 0; i < 8; i++)
+            any |= v[i] > vt[k + i];
+        if (any)
+            break;
+    }
+    for (; k < n && sim_get32(vm + 4 * k) <= vt[k]; k++)
         ;
     return k;
 }
@@ -199,6 +218,7 @@ static int release(struct bss *b, int j0, struct sim_step *step)
                 uint8_t *wire = h->wire;
                 h->wire = NULL;
                 b->held--;
+                b->win[j].count--;
                 size_t end = h->vm + 4 * n;
                 int rc = h->for_me ? sim_deliver(step, (uint32_t)j, wire + end,
                                                  (uint32_t)(h->len - end)) : 0;
@@ -275,13 +295,14 @@ static int bss_receive(struct sim_machine *m, int src, const uint8_t *data, size
     b->vt[src]--;
     if (widen(b, src, s) < 0)
         return sim_fail(step, "broadcast %u from %d: no room to hold it", s, src);
-    struct held *h = &b->win[src][s & (b->cap[src] - 1)];
+    struct held *h = &b->win[src].a[s & (b->win[src].cap - 1)];
     h->wire = malloc(len);
     if (!h->wire)
         return sim_fail(step, "out of memory");
     memcpy(h->wire, data, len);
     *h = (struct held){h->wire, (uint32_t)len, vmo, (uint8_t)for_me};
     b->held++;
+    b->win[src].count++;
     return 0;
 }
 

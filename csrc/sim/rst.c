@@ -11,9 +11,9 @@
  *   - sent[n*n] is the elementwise maximum of every matrix sent or delivered here, so its row
  *     me is what we sent (a wire whose row me exceeds it is refused); deliv[k] counts
  *     messages from k delivered here.
- *   - win[j] holds, at index s & (cap[j] - 1), the whole wire of the held message from j
- *     with ST[j][i] = s, for s in deliv[j] + 1 .. deliv[j] + cap[j] (cap a power of two or
- *     0); held counts them.
+ *   - win[j].a holds, at index s & (win[j].cap - 1), the whole wire of the held message
+ *     from j with ST[j][i] = s, for s in deliv[j] + 1 .. deliv[j] + win[j].cap (cap a power
+ *     of two or 0); win[j].count counts them and held sums the counts.
  *   - After every input no held message is deliverable. Only j's next message (s =
  *     deliv[j] + 1) can be; while it is held, bit j of waiters[k] (a bitset of n bits) is
  *     set for the first k with ST[k][i] > deliv[k] (deliv[j] counted as bumped). A delivery
@@ -32,11 +32,13 @@
 #define RST_MAX_WINDOW (1u << 24)
 
 struct held { uint8_t *wire; uint32_t len; };
+/* a sender's held messages: count of them, in a ring of cap slots */
+struct ring { struct held *a; uint32_t cap, count; };
 
 struct rst {
     struct sim_machine base;
-    uint32_t *sent, *deliv, *cap;
-    struct held **win;
+    uint32_t *sent, *deliv;
+    struct ring *win;
     uint64_t *waiters, *retry;  /* n bitsets of `words` u64 each; one scratch bitset */
     size_t words;
     uint16_t *work;             /* release()'s stack of senders whose count grew */
@@ -51,7 +53,9 @@ struct rst {
 #endif
 
 /* dst[x] = max(dst[x], u32 x of src) for x < count: the n^2 merge of every delivery, in
- * blocks of 8 so the compiler vectorises it at -O2 */
+ * blocks of 8 so the compiler vectorises it at -O2, and compiled twice, the AVX2 clone
+ * (an unsigned max per 8 lanes) picked at load time where the CPU has it */
+__attribute__((target_clones("avx2", "default")))
 static void max_into(uint32_t *restrict dst, const uint8_t *restrict src, size_t count)
 {
     size_t x = 0;
@@ -91,24 +95,22 @@ static int rst_init(struct sim_machine *m)
     r->words = (n + 63) / 64;
     r->sent = calloc(n * n, sizeof *r->sent);
     r->deliv = calloc(n, sizeof *r->deliv);
-    r->cap = calloc(n, sizeof *r->cap);
     r->win = calloc(n, sizeof *r->win);
     r->waiters = calloc(n * r->words, sizeof *r->waiters);
     r->retry = calloc(r->words, sizeof *r->retry);
-    return r->sent && r->deliv && r->cap && r->win && r->waiters && r->retry ? 0 : -1;
+    return r->sent && r->deliv && r->win && r->waiters && r->retry ? 0 : -1;
 }
 
 static void rst_fini(struct sim_machine *m)
 {
     struct rst *r = (struct rst *)m;
     for (int j = 0; r->win && j < m->n; j++) {
-        for (uint32_t i = 0; i < r->cap[j]; i++)
-            free(r->win[j][i].wire);
-        free(r->win[j]);
+        for (uint32_t i = 0; i < r->win[j].cap; i++)
+            free(r->win[j].a[i].wire);
+        free(r->win[j].a);
     }
     free(r->sent);
     free(r->deliv);
-    free(r->cap);
     free(r->win);
     free(r->waiters);
     free(r->retry);
@@ -148,17 +150,17 @@ static int rst_send(struct sim_machine *m, const uint16_t *dests, int k,
 /* the held message from j with ST[j][me] = s, or NULL */
 static struct held *lookup(struct rst *r, int j, uint32_t s)
 {
-    uint32_t cap = r->cap[j];
-    if (s <= r->deliv[j] || s - r->deliv[j] - 1 >= cap)
+    uint32_t cap = r->win[j].cap;
+    if (!r->win[j].count || s <= r->deliv[j] || s - r->deliv[j] - 1 >= cap)
         return NULL;
-    struct held *h = &r->win[j][s & (cap - 1)];
+    struct held *h = &r->win[j].a[s & (cap - 1)];
     return h->wire ? h : NULL;
 }
 
 /* makes win[j] cover s (> deliv[j]); -1 on ENOMEM or a window too wide */
 static int widen(struct rst *r, int j, uint32_t s)
 {
-    uint32_t cap = r->cap[j], first = r->deliv[j] + 1, need = s - r->deliv[j], want;
+    uint32_t cap = r->win[j].cap, first = r->deliv[j] + 1, need = s - r->deliv[j], want;
     if (need <= cap)
         return 0;
     if (need > RST_MAX_WINDOW)
@@ -169,13 +171,13 @@ static int widen(struct rst *r, int j, uint32_t s)
     if (!w)
         return -1;
     for (uint32_t i = 0; i < cap; i++)
-        if (r->win[j][i].wire) {
+        if (r->win[j].a[i].wire) {
             uint32_t at = first + ((i - first) & (cap - 1));
-            w[at & (want - 1)] = r->win[j][i];
+            w[at & (want - 1)] = r->win[j].a[i];
         }
-    free(r->win[j]);
-    r->win[j] = w;
-    r->cap[j] = want;
+    free(r->win[j].a);
+    r->win[j].a = w;
+    r->win[j].cap = want;
     return 0;
 }
 
@@ -243,6 +245,7 @@ static int release(struct rst *r, int j0, struct sim_step *step)
                 uint8_t *wire = h->wire;
                 h->wire = NULL;
                 r->held--;
+                r->win[j].count--;
                 int rc = sim_deliver(step, (uint32_t)j, wire + size, (uint32_t)(h->len - size));
                 free(wire);
                 if (rc < 0 || push(r, j, step) < 0)
@@ -277,13 +280,14 @@ static int rst_receive(struct sim_machine *m, int src, const uint8_t *data, size
     }
     if (widen(r, src, s) < 0)
         return sim_fail(step, "message %u from %d: no room to hold it", s, src);
-    struct held *h = &r->win[src][s & (r->cap[src] - 1)];
+    struct held *h = &r->win[src].a[s & (r->win[src].cap - 1)];
     h->wire = malloc(len);
     if (!h->wire)
         return sim_fail(step, "out of memory");
     memcpy(h->wire, data, len);
     h->len = (uint32_t)len;
     r->held++;
+    r->win[src].count++;
     if (s == r->deliv[src] + 1)     /* the next from src, waiting for another sender */
         park(r, src, data);
     return 0;

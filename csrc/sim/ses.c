@@ -46,7 +46,9 @@ struct ses {
 #define SES_LE 0
 #endif
 
-/* dst[x] = max(dst[x], u32 x of src) for x < count, in blocks of 8 so it vectorises */
+/* dst[x] = max(dst[x], u32 x of src) for x < count, in blocks of 8 so it vectorises; the
+ * AVX2 clone (an unsigned max per 8 lanes) is picked at load time where the CPU has it */
+__attribute__((target_clones("avx2", "default")))
 static void max_into(uint32_t *restrict dst, const uint8_t *restrict src, size_t count)
 {
     size_t x = 0;
