@@ -54,10 +54,12 @@ def unicast_transports(batch=64):
     return out
 
 
-def multicast_variants():
+def multicast_variants(batch=64):
     out = {"bus1py multicast": lambda s, k: BusChannel(s, k, multicast=True),
            "bus1py multicast spin_ns=0": lambda s, k: BusChannel(s, k, multicast=True, spin_ns=0),
            "bus1py k x unicast": lambda s, k: BusChannel(s, k, multicast=False)}
+    if bus_has_batches():
+        out["bus1py multicast send_many/recv_many"] = lambda s, k: BusBatchChannel(s, batch, k=k, multicast=True)
     if posix_ipc is not None:
         out["posix_ipc MQ k x unicast"] = lambda s, k: MQChannel(s, k)
     return out

@@ -131,7 +131,7 @@ def bench_multicast(cfg, progress=None, task=None, size=64):
     """Section 2: {(variant, k): {rate per receiver, aggregate}}.  k + 1 processes on the
     machine's cores: nobody is pinned, the scheduler places them."""
     res = {}
-    variants = multicast_variants()
+    variants = multicast_variants(cfg.batch)
     for k in cfg.mc_ks:
         acc = {name: [] for name in variants}
         for _ in range(cfg.mc_reps):
