@@ -20,10 +20,13 @@ Invariants:
     nothing sent); later calls raise ValueError.  One dropped or garbage collected while
     open is aborted; one whose process dies is freed by the reaper (Bus.gc), as an
     unfinished send is.
+  - A reservation belongs to the process that made it: a forked child's copy can neither
+    commit nor abort it (ValueError), and dropping that copy leaves it alone.
 """
 from __future__ import annotations
 
 import errno
+import os
 
 from . import args
 from ._b1 import ffi, lib
@@ -35,7 +38,7 @@ _OPEN, _SENT, _ABORTED = "open", "committed", "aborted"
 class Reservation:
     """A message being written in place; see the module's invariants."""
 
-    __slots__ = ("_peer", "_tx", "_dests", "_view", "_state", "stamp", "length")
+    __slots__ = ("_peer", "_tx", "_dests", "_view", "_state", "_pid", "stamp", "length")
 
     def __init__(self, peer, destinations, length: int, handles=(), *, unreachable_error: bool = False):
         self._state = None  # not open until the record is taken (for __del__)
@@ -63,6 +66,7 @@ class Reservation:
             raise args.send_error(peer, r, destinations, length, n, nh)
         self._peer, self.length, self.stamp = peer, length, None
         self._view = memoryview(bus._mmap)[offset[0]:offset[0] + length]
+        self._pid = os.getpid()
         self._state = _OPEN
 
     @property
@@ -73,6 +77,8 @@ class Reservation:
     def _end(self, what):
         if self._state is not _OPEN:
             raise ValueError(f"cannot {what}: the reservation is already {self._state}")
+        if self._pid != os.getpid():
+            raise ValueError(f"cannot {what}: the reservation belongs to process {self._pid}")
         try:
             self._view.release()
         except BufferError:
@@ -117,7 +123,7 @@ class Reservation:
             self.abort()
 
     def __del__(self):
-        if self._state is _OPEN:
+        if self._state is _OPEN and self._pid == os.getpid():
             try:
                 self.abort()
             except (BufferError, OSError):

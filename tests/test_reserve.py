@@ -159,6 +159,32 @@ def test_refusals_take_nothing(make_bus):
         r.abort()
 
 
+@pytest.mark.timeout(30)
+def test_a_forked_child_neither_ends_nor_drops_the_parents_reservation(pair):
+    bus, a, b, h = pair
+    r = a.reserve(h, 6)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            for end in (r.commit, r.abort):
+                try:
+                    end()
+                except ValueError:
+                    continue
+                os._exit(2)
+            del r
+            gc.collect()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    r.payload[:] = b"parent"
+    r.commit()
+    assert b.recv(0).payload == b"parent"
+
+
 @pytest.mark.timeout(60)
 def test_across_processes_and_a_holder_that_dies(make_bus):
     bus = make_bus(spin_ns=0, max_payload=1 << 16, pool_size=16 << 20)
