@@ -39,6 +39,9 @@ def main(argv=None):
                          " so the vector-clock witness decides causal")
     ap.add_argument("--vclock-bin", action="store_true",
                     help="the same with the flat vclock_bin column (add_vclock.py --bin)")
+    ap.add_argument("--main-pass", action="store_true",
+                    help="never check whole in one task (one_task.py): the main pass and the "
+                         "phases after it, for a ratio against the one task under equal load")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--partitions", type=int, default=None)
     ap.add_argument("--driver-memory", default="8g")
@@ -85,13 +88,15 @@ def main(argv=None):
         t = time.perf_counter()
         trace = load_trace(spark, path)
         t_load = time.perf_counter() - t
+        plan = {"one_task_max_rows": 0} if a.main_pass else {}
         summary, checker = check_trace(spark, trace,
-                                       exact=a.exact or a.vclock or a.vclock_bin)
+                                       exact=a.exact or a.vclock or a.vclock_bin, **plan)
         total = time.perf_counter() - t
         checker.unpersist()
         res = {"events": trace.rows, "procs": a.procs, "exact": a.exact,
                "vclock": "bin" if a.vclock_bin else "list" if a.vclock else None,
                "causal_method": summary["properties"]["causal"].get("method"),
+               "main_pass_forced": a.main_pass,
                "master": a.master,
                "partitions": parts,
                "load_validate_s": round(t_load, 2), "check_s": round(total - t_load, 2),
