@@ -168,11 +168,12 @@ static size_t ahead(const struct bss *b, const uint8_t *vm)
     size_t n = (size_t)b->base.n, k = 0;
     const uint32_t *vt = b->vt;
     for (; BSS_LE && k + 8 <= n; k += 8) {
-        uint32_t v[8];
         int any = 0;
-        memcpy(v, vm + 4 * k, sizeof v);
-        for (int i = 0; i < 8; i++)
-            any |= v[i] > vt[k + i];
+        for (int i = 0; i < 8; i++) {
+            uint32_t v;
+            memcpy(&v, vm + 4 * (k + i), sizeof v);
+            any |= v > vt[k + i];
+        }
         if (any)
             break;
     }

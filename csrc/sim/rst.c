@@ -60,10 +60,11 @@ static void max_into(uint32_t *restrict dst, const uint8_t *restrict src, size_t
 {
     size_t x = 0;
     for (; RST_LE && x + 8 <= count; x += 8) {
-        uint32_t v[8];
-        memcpy(v, src + 4 * x, sizeof v);
-        for (int i = 0; i < 8; i++)
-            dst[x + i] = v[i] > dst[x + i] ? v[i] : dst[x + i];
+        for (int i = 0; i < 8; i++) {
+            uint32_t v;
+            memcpy(&v, src + 4 * (x + i), sizeof v);
+            dst[x + i] = v > dst[x + i] ? v : dst[x + i];
+        }
     }
     for (; x < count; x++) {
         uint32_t v = sim_get32(src + 4 * x);
