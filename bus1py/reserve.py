@@ -33,40 +33,66 @@ from ._b1 import ffi, lib
 from .errors import bus_error
 
 _OPEN, _SENT, _ABORTED = "open", "committed", "aborted"
+_UNREACHABLE = lib.B1_SEND_UNREACHABLE_ERROR
+_pid = [os.getpid()]  # this process's, without a system call per reservation
+os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
+
+
+def _whole(bus) -> memoryview:
+    """A writable view of this thread's mapping of the bus, which reservations' payloads are
+    slices of; it goes with the thread-local when the bus is closed."""
+    tls = bus._tls
+    try:
+        return tls.whole
+    except AttributeError:
+        bus.base()  # raises: closed
+        tls.whole = memoryview(bus._mmap)
+        return tls.whole
 
 
 class Reservation:
     """A message being written in place; see the module's invariants."""
 
-    __slots__ = ("_peer", "_tx", "_dests", "_view", "_state", "_pid", "stamp", "length")
+    __slots__ = ("_peer", "_res", "_dests", "_view", "_state", "_pid", "stamp", "length")
 
     def __init__(self, peer, destinations, length: int, handles=(), *, unreachable_error: bool = False):
         self._state = None  # not open until the record is taken (for __del__)
         if type(length) is not int or length < 0:
             raise ValueError(f"length must be an int >= 0, not {length!r}")
         bus = peer._bus
-        frame, dests, carried, _, _, _, _ = peer._scratch()  # raises: closed
         try:
-            dest, n = args.destinations(destinations, dests, bus.limits.max_dests)
-            nh = args.fill(carried, handles, bus.limits.max_msg_handles, "handles") if handles else 0
+            frame, dests, carried, _, _, _, _ = bus._tls.scratch
+        except AttributeError:
+            frame, dests, carried, _, _, _, _ = bus.scratch()  # raises: closed
+        if not peer._attached:
+            peer._attach()
+        limits = bus.limits
+        if type(destinations) is list and len(destinations) == 1 and type(destinations[0]) is int \
+                and 0 <= destinations[0] < 1 << 64:
+            dests[0], n = destinations[0], 1  # the common unicast, args.destinations inline
+        else:
+            try:
+                dest, n = args.destinations(destinations, dests, limits.max_dests)
+            except (TypeError, OverflowError):
+                raise args.bad_ids(destinations, handles) from None
+            if n == 0:
+                dests[0], n = dest, 1
+        try:
+            nh = args.fill(carried, handles, limits.max_msg_handles, "handles") if handles else 0
         except (TypeError, OverflowError):
             raise args.bad_ids(destinations, handles) from None
-        if n == 0:
-            dests[0], n = dest, 1
-        if length > bus.limits.max_payload:
+        if length > limits.max_payload:
             raise args.send_error(peer, -errno.EMSGSIZE, destinations, length, n, nh)
-        self._dests = ffi.new("struct b1_dest[]", n)
-        self._tx = ffi.new("struct b1_tx *")
-        self._tx.dests = self._dests
-        offset = ffi.new("uint64_t *")
-        flags = lib.B1_SEND_UNREACHABLE_ERROR if unreachable_error else 0
-        r = lib.b1_send_reserve(bus.base(), self._tx, peer._slot, peer._id, dests, n, length,
-                                carried, nh, flags, offset)
-        if r:
-            raise args.send_error(peer, r, destinations, length, n, nh)
+        self._res = res = ffi.new("struct b1_reservation *")  # one destination: res.one
+        if n > 1:
+            res.tx.dests = self._dests = ffi.new("struct b1_dest[]", n)
+        flags = _UNREACHABLE if unreachable_error else 0
+        off = lib.b1_send_reserve(frame.base, res, peer._slot, peer._id, dests, n, length, carried, nh, flags)
+        if off < 0:
+            raise args.send_error(peer, off, destinations, length, n, nh)
         self._peer, self.length, self.stamp = peer, length, None
-        self._view = memoryview(bus._mmap)[offset[0]:offset[0] + length]
-        self._pid = os.getpid()
+        self._view = _whole(bus)[off:off + length]
+        self._pid = _pid[0]
         self._state = _OPEN
 
     @property
@@ -77,7 +103,7 @@ class Reservation:
     def _end(self, what):
         if self._state is not _OPEN:
             raise ValueError(f"cannot {what}: the reservation is already {self._state}")
-        if self._pid != os.getpid():
+        if self._pid != _pid[0]:
             raise ValueError(f"cannot {what}: the reservation belongs to process {self._pid}")
         try:
             self._view.release()
@@ -94,20 +120,20 @@ class Reservation:
         """Send the message; returns its stamp (timestamp, sender id, sequence) as `send`
         does, or raises send's errors with nothing sent (the reservation ends either way)."""
         base = self._end("commit")
-        ts = lib.b1_send_commit(base, self._tx)
+        res = self._res
+        ts = lib.b1_send_commit(base, res)
         if ts < 0:
             self._state = _ABORTED
-            peer = self._peer
-            raise args.send_error(peer, ts, [d.handle for d in self._dests], self.length,
-                                  self._tx.n, 0)
+            dests = [res.one.handle] if res.tx.n == 1 else [d.handle for d in self._dests]
+            raise args.send_error(self._peer, ts, dests, self.length, res.tx.n, 0)
         self._state = _SENT
-        self.stamp = (ts, self._peer._id, self._tx.seq)
+        self.stamp = (ts, self._peer._id, res.tx.seq)
         return self.stamp
 
     def abort(self) -> None:
         """Give the record back unsent."""
         base = self._end("abort")
-        lib.b1_send_abort(base, self._tx)
+        lib.b1_send_abort(base, self._res)
         self._state = _ABORTED
 
     def __enter__(self) -> "Reservation":
@@ -123,7 +149,7 @@ class Reservation:
             self.abort()
 
     def __del__(self):
-        if self._state is _OPEN and self._pid == os.getpid():
+        if self._state is _OPEN and self._pid == _pid[0]:
             try:
                 self.abort()
             except (BufferError, OSError):

@@ -240,17 +240,23 @@ struct b1_frame {
     uint32_t infos_cap;
     uint32_t n_handles;        /* out of b1_frame_recv_many: handles in f->handles, all told */
 };
-/* Zero-copy send.  b1_send_reserve prepares b1_send's transaction (tx->dests: room for n)
- * without writing its payload, and says where the caller writes it: `len` bytes at
- * base + *offset (bytes left unwritten are whatever the record held).  b1_send_commit then
- * runs it, returning b1_send's ts (tx->seq: its sequence number, taken at the reserve) or
- * -errno with nothing sent; b1_send_abort gives it all back.  Either ends the reservation:
- * a second call returns -EINVAL.  Until then nothing is queued. */
-int b1_send_reserve(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id, const uint64_t *dests,
-                    uint32_t n, uint32_t len, const uint64_t *handles, uint32_t n_handles,
-                    uint32_t flags, uint64_t *offset);
-int64_t b1_send_commit(void *base, struct b1_tx *tx);
-int b1_send_abort(void *base, struct b1_tx *tx);
+/* Zero-copy send.  b1_send_reserve prepares b1_send's transaction in r->tx without
+ * writing its payload, and returns where the caller writes it: `len` bytes at base + the
+ * returned offset (bytes left unwritten are whatever the record held), or -errno.  One
+ * destination goes in r->one; for n > 1 the caller points r->tx.dests at room for n.
+ * b1_send_commit then runs it, returning b1_send's ts (r->tx.seq: its sequence number,
+ * taken at the reserve) or -errno with nothing sent; b1_send_abort gives it all back.
+ * Either ends the reservation: a second call returns -EINVAL.  Until then nothing is
+ * queued. */
+struct b1_reservation {
+    struct b1_tx tx;
+    struct b1_dest one;
+};
+int64_t b1_send_reserve(void *base, struct b1_reservation *r, uint32_t slot, uint64_t id,
+                        const uint64_t *dests, uint32_t n, uint32_t len, const uint64_t *handles,
+                        uint32_t n_handles, uint32_t flags);
+int64_t b1_send_commit(void *base, struct b1_reservation *r);
+int b1_send_abort(void *base, struct b1_reservation *r);
 
 /* b1_send over the frame: n destinations in f->dests, or with n == 0 the one destination
  * `dest` (the common unicast passes it as a scalar, no array write) */

@@ -150,16 +150,19 @@ int b1_frame_send_many(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t 
 
 /* ---- zero-copy send: reserve, write in place, commit ---- */
 
-int b1_send_reserve(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id, const uint64_t *dests,
-                    uint32_t n, uint32_t len, const uint64_t *handles, uint32_t n_handles,
-                    uint32_t flags, uint64_t *offset) {
+int64_t b1_send_reserve(void *base, struct b1_reservation *res, uint32_t slot, uint64_t id,
+                        const uint64_t *dests, uint32_t n, uint32_t len, const uint64_t *handles,
+                        uint32_t n_handles, uint32_t flags) {
+    struct b1_tx *tx = &res->tx;
+    if (n == 1) tx->dests = &res->one;
+    if (!tx->dests) return -EINVAL;
     int r = b1_tx_prepare(base, tx, slot, id, dests, n, NULL, len, handles, n_handles, flags);
     if (r) return r;
-    *offset = (uint64_t)(msg_payload(MSG(base, tx->msg)) - (char *)base);
-    return 0;
+    return (int64_t)(msg_payload(MSG(base, tx->msg)) - (char *)base);
 }
 
-int64_t b1_send_commit(void *base, struct b1_tx *tx) {
+int64_t b1_send_commit(void *base, struct b1_reservation *res) {
+    struct b1_tx *tx = &res->tx;
     if (!tx->msg || tx->ts) return -EINVAL;
     B1_NOTICES(nt);
     int r = b1_tx_run(base, tx, &nt);
@@ -168,7 +171,8 @@ int64_t b1_send_commit(void *base, struct b1_tx *tx) {
     return r ? r : sent(base, tx);
 }
 
-int b1_send_abort(void *base, struct b1_tx *tx) {
+int b1_send_abort(void *base, struct b1_reservation *res) {
+    struct b1_tx *tx = &res->tx;
     if (!tx->msg || tx->ts) return -EINVAL;
     b1_tx_abort(base, tx);
     tx->msg = 0;

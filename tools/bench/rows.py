@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .bus_channels import BusBatchChannel, BusChannel, BusZeroCopyChannel, bus_has_batches, bus_has_zero_copy
+from .bus_channels import (BusBatchChannel, BusChannel, BusReserveChannel, BusZeroCopyChannel, bus_has_batches,
+                           bus_has_reserve, bus_has_zero_copy)
 from .transports import FasterFifoChannel, MPPipeChannel, MPQueueChannel, MQChannel, OsPipeChannel, SocketChannel
 from .transports import faster_fifo, posix_ipc
 
@@ -38,6 +39,8 @@ def unicast_transports(batch=64):
                   rtt=False, missing=None if bus_has_batches() else "Peer has no send_many/recv_many yet"),
         Transport("bus1py recv(copy=False)", "bus1py", lambda s: BusZeroCopyChannel(s), api="zero-copy", rtt=False,
                   missing=None if bus_has_zero_copy() else "Peer.recv has no copy= parameter yet"),
+        Transport("bus1py reserve/commit + recv(copy=False)", "bus1py", lambda s: BusReserveChannel(s),
+                  api="zero-copy", rtt=False, missing=None if bus_has_reserve() else "Peer has no reserve yet"),
         Transport("mp.Queue", "mp.Queue", MPQueueChannel),
         Transport("mp.Pipe", "mp.Pipe", MPPipeChannel),
         Transport("os.pipe", "os.pipe", OsPipeChannel),
