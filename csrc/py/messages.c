@@ -193,9 +193,11 @@ static PyTypeObject SliceType;
 /* 1 given back (or nothing left to give), 0 refused with BufferError set, -1 another error */
 static int slice_give_back(Slice *sl) {
     if (!sl->held) return 1;
-    PyObject *r = PyObject_CallMethodNoArgs(sl->view, S.release_name);
-    if (!r) return PyErr_ExceptionMatches(PyExc_BufferError) ? 0 : -1;
-    Py_DECREF(r);
+    if (sl->view) { /* none when making the view failed: nobody can read the record then */
+        PyObject *r = PyObject_CallMethodNoArgs(sl->view, S.release_name);
+        if (!r) return PyErr_ExceptionMatches(PyExc_BufferError) ? 0 : -1;
+        Py_DECREF(r);
+    }
     sl->held = 0;
     if (sl->pid != S.pid) return 1; /* a forked child only drops its view */
     PyObject *base = PyObject_GetAttr(sl->bus, S.base_attr);
@@ -353,7 +355,9 @@ static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (!out) return NULL;
     const uint64_t *h = f->handles;
     struct ints c = {0};
+    int owned = 0; /* the slices of infos[0..owned) belong to Slice objects */
     for (int i = 0; i < r; i++) {
+        owned = i;
         const struct b1_msg_info *in = &f->infos[i];
         PyObject *m, *carried = handles_of(h, in->n_handles);
         h += in->n_handles;
@@ -365,7 +369,8 @@ static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t 
             }
             PyObject *view = PySequence_GetSlice(pool, (Py_ssize_t)in->offset,
                                                  (Py_ssize_t)(in->offset + in->len));
-            /* the Slice first: made, it gives the record back however this ends */
+            /* the Slice first: made, it gives the record back however this ends (and
+             * until it is, the fail path below does) */
             Slice *sl = PyObject_New(Slice, &SliceType);
             if (!sl) {
                 Py_XDECREF(view);
@@ -381,7 +386,8 @@ static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t 
             sl->token = in->slice;
             sl->slot = slot;
             sl->pid = S.pid;
-            sl->held = view != NULL;
+            sl->held = 1;
+            owned = i + 1;
             m = new_message(S.slice, in, view, carried, &c);
             int bad = !m || PyObject_SetAttr(m, S.slice_attr, (PyObject *)sl) < 0;
             Py_DECREF(sl);
@@ -399,7 +405,10 @@ static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t 
     ints_clear(&c);
     return out;
 fail:
-    /* the list's unset items are NULL, which list_dealloc skips */
+    /* the list's unset items are NULL, which list_dealloc skips; the slices nothing holds
+     * yet go back now, not at the peer's disconnect */
+    for (int j = owned; j < r; j++)
+        if (f->infos[j].slice) S.slice_release(f->base, slot, id, f->infos[j].slice);
     ints_clear(&c);
     Py_DECREF(out);
     return NULL;
