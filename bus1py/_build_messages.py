@@ -14,8 +14,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def extension(root=Path(".")) -> Extension:
     """The extension, with paths relative to `root` (setup.py runs from the checkout)."""
-    return Extension("bus1py._messages", sources=[str(root / "csrc" / "py" / "messages.c")],
-                     include_dirs=[str(root / "csrc")],
+    py = root / "csrc" / "py"
+    return Extension("bus1py._messages", sources=[str(py / "messages.c"), str(py / "slice.c")],
+                     include_dirs=[str(root / "csrc"), str(py)],
                      extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"])
 
 

@@ -28,14 +28,11 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
-#include <pthread.h>
-#include <unistd.h>
 #include "bus1.h"
+#include "slice.h"
 
 typedef int (*recv_many_fn)(struct b1_frame *, uint32_t, uint64_t, uint32_t, int64_t, uint32_t);
 typedef int (*recv_fn)(struct b1_frame *, uint32_t, uint64_t, int64_t);
-typedef int (*slice_release_fn)(void *, uint32_t, uint64_t, uint64_t);
 typedef int64_t (*send_fn)(struct b1_frame *, uint32_t, uint64_t, uint64_t, uint32_t,
                            const char *, uint32_t, uint32_t, uint32_t);
 
@@ -45,11 +42,8 @@ static struct {
     PyObject *types;         /* message.MESSAGE_TYPES, indexed by B1_MSG_* */
     PyObject *empty;         /* () */
     PyObject *slice_attr;    /* "_slice" */
-    PyObject *release_name;  /* "release" */
-    PyObject *base_attr;     /* "_base" */
-    pid_t pid;               /* this process's (kept by an atfork handler) */
     recv_many_fn recv_many;
-    slice_release_fn slice_release;
+    b1py_slice_release_fn slice_release;
     recv_fn recv;
     send_fn send;
 } S;
@@ -168,105 +162,6 @@ static int as_u32(PyObject *o, uint32_t *out) {
         return NULL;                                                        \
     }
 
-/* ---- Slice: what a zero-copy message holds of the pool (SliceMessage._slice) ----
- *
- * Invariants: a Slice is held from its making until its release; releasing first releases
- * the payload view (a live export refuses: BufferError, and it stays held), then gives the
- * record back -- only in the process that received it, and only while its bus is mapped
- * (bus._base is not None).  A Slice still held when it is collected releases itself, or,
- * its view still exported, warns and leaves the record charged (bytes someone still reads
- * must not go back to the pool). */
-typedef struct {
-    PyObject_HEAD
-    PyObject *bus;
-    PyObject *view;     /* the message's payload */
-    uint64_t base;      /* the bus's mapping in the receiving process */
-    uint64_t id;
-    uint64_t token;     /* b1_msg_info.slice */
-    uint32_t slot;
-    int held;
-    pid_t pid;          /* the receiving process */
-} Slice;
-
-static PyTypeObject SliceType;
-
-/* 1 given back (or nothing left to give), 0 refused with BufferError set, -1 another error */
-static int slice_give_back(Slice *sl) {
-    if (!sl->held) return 1;
-    if (sl->view) { /* none when making the view failed: nobody can read the record then */
-        PyObject *r = PyObject_CallMethodNoArgs(sl->view, S.release_name);
-        if (!r) return PyErr_ExceptionMatches(PyExc_BufferError) ? 0 : -1;
-        Py_DECREF(r);
-    }
-    sl->held = 0;
-    if (sl->pid != S.pid) return 1; /* a forked child only drops its view */
-    PyObject *base = PyObject_GetAttr(sl->bus, S.base_attr);
-    if (!base) return -1;
-    int mapped = base != Py_None;
-    Py_DECREF(base);
-    if (mapped) S.slice_release((void *)(uintptr_t)sl->base, sl->slot, sl->id, sl->token);
-    return 1;
-}
-
-static PyObject *slice_release(Slice *sl, PyObject *unused) {
-    int r = slice_give_back(sl);
-    if (r > 0) Py_RETURN_NONE;
-    if (r == 0) {
-        PyErr_Clear();
-        PyErr_SetString(PyExc_BufferError,
-                        "the payload is still exported (a buffer obtained from it, such as a numpy "
-                        "array, is alive): drop that first, then release");
-    }
-    return NULL;
-}
-
-static void slice_dealloc(Slice *sl) {
-    if (sl->held) {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        int r = slice_give_back(sl);
-        if (r == 0) {
-            PyErr_Clear();
-            /* an export outlives the message: keep the record rather than free bytes in use */
-            if (PyErr_WarnEx(PyExc_ResourceWarning, "a zero-copy payload was still exported when its "
-                             "message was collected: its pool record stays charged", 1) < 0)
-                PyErr_WriteUnraisable((PyObject *)sl);
-        } else if (r < 0) {
-            PyErr_WriteUnraisable((PyObject *)sl);
-        }
-        PyErr_Restore(type, value, tb);
-    }
-    Py_XDECREF(sl->bus);
-    Py_XDECREF(sl->view);
-    Py_TYPE(sl)->tp_free((PyObject *)sl);
-}
-
-static PyMethodDef slice_methods[] = {
-    {"release", (PyCFunction)slice_release, METH_NOARGS, "give the record back (see SliceMessage.release)"},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyMemberDef slice_members[] = {
-    {"token", T_ULONGLONG, offsetof(Slice, token), READONLY, "b1_slice_release's token"},
-    {"held", T_INT, offsetof(Slice, held), READONLY, "not yet given back"},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyTypeObject SliceType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "bus1py._messages.Slice",
-    .tp_basicsize = sizeof(Slice),
-    .tp_dealloc = (destructor)slice_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A zero-copy message's hold on its pool record.",
-    .tp_methods = slice_methods,
-    .tp_members = slice_members,
-};
-
-static void after_fork_in_child(void) {
-    S.pid = getpid();
-}
-
 /* setup(Message, SliceMessage, MESSAGE_TYPES, recv_many, recv, send, slice_release): the
  * classes to build and the addresses of b1_frame_recv_many, b1_frame_recv, b1_frame_send
  * and b1_slice_release. */
@@ -297,7 +192,8 @@ static PyObject *py_setup(PyObject *self, PyObject *const *args, Py_ssize_t narg
     S.recv_many = (recv_many_fn)(uintptr_t)a[0];
     S.recv = (recv_fn)(uintptr_t)a[1];
     S.send = (send_fn)(uintptr_t)a[2];
-    S.slice_release = (slice_release_fn)(uintptr_t)a[3];
+    S.slice_release = (b1py_slice_release_fn)(uintptr_t)a[3];
+    b1py_slice_setup(S.slice_release);
     Py_RETURN_NONE;
 }
 
@@ -371,25 +267,15 @@ static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t 
                                                  (Py_ssize_t)(in->offset + in->len));
             /* the Slice first: made, it gives the record back however this ends (and
              * until it is, the fail path below does) */
-            Slice *sl = PyObject_New(Slice, &SliceType);
+            PyObject *sl = b1py_slice_new(PyTuple_GET_ITEM(held, 1), view, f->base, slot, id, in->slice);
             if (!sl) {
                 Py_XDECREF(view);
                 Py_XDECREF(carried);
                 goto fail;
             }
-            sl->bus = PyTuple_GET_ITEM(held, 1);
-            Py_INCREF(sl->bus);
-            sl->view = view;
-            Py_XINCREF(view);
-            sl->base = (uint64_t)(uintptr_t)f->base;
-            sl->id = id;
-            sl->token = in->slice;
-            sl->slot = slot;
-            sl->pid = S.pid;
-            sl->held = 1;
             owned = i + 1;
             m = new_message(S.slice, in, view, carried, &c);
-            int bad = !m || PyObject_SetAttr(m, S.slice_attr, (PyObject *)sl) < 0;
+            int bad = !m || PyObject_SetAttr(m, S.slice_attr, sl) < 0;
             Py_DECREF(sl);
             if (bad) {
                 Py_XDECREF(m);
@@ -495,17 +381,14 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "bus1py._messages",
 PyMODINIT_FUNC PyInit__messages(void) {
     S.empty = PyTuple_New(0);
     S.slice_attr = PyUnicode_InternFromString("_slice");
-    S.release_name = PyUnicode_InternFromString("release");
-    S.base_attr = PyUnicode_InternFromString("_base");
-    if (!S.empty || !S.slice_attr || !S.release_name || !S.base_attr) return NULL;
-    S.pid = getpid();
-    if (pthread_atfork(NULL, NULL, after_fork_in_child)) return PyErr_NoMemory();
-    if (PyType_Ready(&SliceType) < 0) return NULL;
+    if (!S.empty || !S.slice_attr) return NULL;
+    PyTypeObject *slice_type = b1py_slice_type();
+    if (!slice_type) return NULL;
     PyObject *mod = PyModule_Create(&module);
     if (!mod) return NULL;
-    Py_INCREF(&SliceType);
-    if (PyModule_AddObject(mod, "Slice", (PyObject *)&SliceType) < 0) {
-        Py_DECREF(&SliceType);
+    Py_INCREF(slice_type);
+    if (PyModule_AddObject(mod, "Slice", (PyObject *)slice_type) < 0) {
+        Py_DECREF(slice_type);
         Py_DECREF(mod);
         return NULL;
     }

@@ -1,0 +1,147 @@
+/*
+ * slice.c -- bus1py._messages.Slice: what a zero-copy message holds of the pool
+ * (receive.SliceMessage._slice), made by messages.c's recv_many.
+ *
+ * Invariants: a Slice is held from its making until its release; releasing first releases
+ * the payload view (a live export refuses: BufferError, and it stays held), then gives the
+ * record back -- only in the process that received it, and only while its bus is mapped
+ * (bus._base is not None).  A Slice still held when it is collected releases itself, or,
+ * its view still exported, warns and leaves the record charged (bytes someone still reads
+ * must not go back to the pool). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <pthread.h>
+#include <unistd.h>
+#include "slice.h"
+
+static struct {
+    PyObject *release_name;  /* "release" */
+    PyObject *base_attr;     /* "_base" */
+    pid_t pid;               /* this process's (kept by an atfork handler) */
+    b1py_slice_release_fn slice_release;
+} S;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *bus;
+    PyObject *view;     /* the message's payload */
+    uint64_t base;      /* the bus's mapping in the receiving process */
+    uint64_t id;
+    uint64_t token;     /* b1_msg_info.slice */
+    uint32_t slot;
+    int held;
+    pid_t pid;          /* the receiving process */
+} Slice;
+
+static PyTypeObject SliceType;
+
+/* 1 given back (or nothing left to give), 0 refused with BufferError set, -1 another error */
+static int slice_give_back(Slice *sl) {
+    if (!sl->held) return 1;
+    if (sl->view) { /* none when making the view failed: nobody can read the record then */
+        PyObject *r = PyObject_CallMethodNoArgs(sl->view, S.release_name);
+        if (!r) return PyErr_ExceptionMatches(PyExc_BufferError) ? 0 : -1;
+        Py_DECREF(r);
+    }
+    sl->held = 0;
+    if (sl->pid != S.pid) return 1; /* a forked child only drops its view */
+    PyObject *base = PyObject_GetAttr(sl->bus, S.base_attr);
+    if (!base) return -1;
+    int mapped = base != Py_None;
+    Py_DECREF(base);
+    if (mapped) S.slice_release((void *)(uintptr_t)sl->base, sl->slot, sl->id, sl->token);
+    return 1;
+}
+
+static PyObject *slice_release(Slice *sl, PyObject *unused) {
+    int r = slice_give_back(sl);
+    if (r > 0) Py_RETURN_NONE;
+    if (r == 0) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_BufferError,
+                        "the payload is still exported (a buffer obtained from it, such as a numpy "
+                        "array, is alive): drop that first, then release");
+    }
+    return NULL;
+}
+
+static void slice_dealloc(Slice *sl) {
+    if (sl->held) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        int r = slice_give_back(sl);
+        if (r == 0) {
+            PyErr_Clear();
+            /* an export outlives the message: keep the record rather than free bytes in use */
+            if (PyErr_WarnEx(PyExc_ResourceWarning, "a zero-copy payload was still exported when its "
+                             "message was collected: its pool record stays charged", 1) < 0)
+                PyErr_WriteUnraisable((PyObject *)sl);
+        } else if (r < 0) {
+            PyErr_WriteUnraisable((PyObject *)sl);
+        }
+        PyErr_Restore(type, value, tb);
+    }
+    Py_XDECREF(sl->bus);
+    Py_XDECREF(sl->view);
+    Py_TYPE(sl)->tp_free((PyObject *)sl);
+}
+
+static PyMethodDef slice_methods[] = {
+    {"release", (PyCFunction)slice_release, METH_NOARGS, "give the record back (see SliceMessage.release)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef slice_members[] = {
+    {"token", T_ULONGLONG, offsetof(Slice, token), READONLY, "b1_slice_release's token"},
+    {"held", T_INT, offsetof(Slice, held), READONLY, "not yet given back"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject SliceType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bus1py._messages.Slice",
+    .tp_basicsize = sizeof(Slice),
+    .tp_dealloc = (destructor)slice_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A zero-copy message's hold on its pool record.",
+    .tp_methods = slice_methods,
+    .tp_members = slice_members,
+};
+
+static void after_fork_in_child(void) {
+    S.pid = getpid();
+}
+
+void b1py_slice_setup(b1py_slice_release_fn release) {
+    S.slice_release = release;
+}
+
+PyTypeObject *b1py_slice_type(void) {
+    S.release_name = PyUnicode_InternFromString("release");
+    S.base_attr = PyUnicode_InternFromString("_base");
+    if (!S.release_name || !S.base_attr) return NULL;
+    S.pid = getpid();
+    if (pthread_atfork(NULL, NULL, after_fork_in_child)) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    return PyType_Ready(&SliceType) < 0 ? NULL : &SliceType;
+}
+
+PyObject *b1py_slice_new(PyObject *bus, PyObject *view, void *base, uint32_t slot, uint64_t id,
+                         uint64_t token) {
+    Slice *sl = PyObject_New(Slice, &SliceType);
+    if (!sl) return NULL;
+    Py_INCREF(bus);
+    Py_XINCREF(view);
+    sl->bus = bus;
+    sl->view = view;
+    sl->base = (uint64_t)(uintptr_t)base;
+    sl->id = id;
+    sl->token = token;
+    sl->slot = slot;
+    sl->pid = S.pid;
+    sl->held = 1;
+    return (PyObject *)sl;
+}

@@ -1,0 +1,22 @@
+/*
+ * slice.h -- the Slice type of bus1py._messages (slice.c): a zero-copy message's hold on
+ * its pool record, given back once, when released or collected.
+ */
+#ifndef BUS1PY_PY_SLICE_H
+#define BUS1PY_PY_SLICE_H
+#include <Python.h>
+#include <stdint.h>
+
+/* b1_slice_release, as bus1py._b1 gives its address */
+typedef int (*b1py_slice_release_fn)(void *, uint32_t, uint64_t, uint64_t);
+
+/* the type, ready (NULL with an exception set on failure); once, at module init */
+PyTypeObject *b1py_slice_type(void);
+/* where a Slice gives its record back; before the first b1py_slice_new */
+void b1py_slice_setup(b1py_slice_release_fn release);
+/* a held Slice of the record `token` of peer (slot, id), whose payload view is `view`
+ * (NULL when making it failed), on the bus object `bus` mapped at `base` */
+PyObject *b1py_slice_new(PyObject *bus, PyObject *view, void *base, uint32_t slot, uint64_t id,
+                         uint64_t token);
+
+#endif
