@@ -88,18 +88,17 @@ static int ses_init(struct sim_machine *m)
 {
     struct ses *c = (struct ses *)m;
     size_t n = (size_t)m->n;
-    c->t = calloc(n, sizeof *c->t);
-    c->V = calloc(n * n, sizeof *c->V);
-    c->need = calloc(n, sizeof *c->need);
-    c->parked = malloc(n * sizeof *c->parked);
-    c->present = calloc(n, 1);
-    c->mark = calloc(n, 1);
-    c->pos = calloc(n, sizeof *c->pos);
+    c->t = calloc(4 * n + n * n, sizeof *c->t);     /* t | need | pos | parked | V */
+    c->present = calloc(2 * n, 1);                  /* present | mark */
     c->full = malloc(n * (2 + 4 * n));
     c->q = calloc(n, sizeof *c->q);
-    if (!c->t || !c->V || !c->need || !c->parked || !c->present || !c->mark || !c->pos ||
-        !c->full || !c->q)
+    if (!c->t || !c->present || !c->full || !c->q)
         return -1;
+    c->need = c->t + n;
+    c->pos = c->need + n;
+    c->parked = (int32_t *)(c->pos + n);
+    c->V = (uint32_t *)(c->parked + n);
+    c->mark = c->present + n;
     for (size_t j = 0; j < n; j++)
         c->parked[j] = -1;
     return 0;
@@ -114,14 +113,41 @@ static void ses_fini(struct sim_machine *m)
         free(c->q[j].a);
     }
     free(c->t);
-    free(c->V);
-    free(c->need);
-    free(c->parked);
     free(c->present);
-    free(c->mark);
-    free(c->pos);
     free(c->full);
     free(c->q);
+}
+
+/* records d's pair as t (d has one from now on) */
+static void remember(struct ses *c, size_t d)
+{
+    memcpy(c->V + d * (size_t)c->base.n, c->t, (size_t)c->base.n * sizeof *c->t);
+    c->npresent += !c->present[d];
+    c->present[d] = 1;
+}
+
+/* a unicast's one copy, written straight into the wire: its pairs are exactly the present
+ * rows (d's own old pair is one of them; if d has none, its t_M record is dropped) */
+static int send_one(struct ses *c, size_t d, const uint8_t *payload, size_t len,
+                    struct sim_step *step)
+{
+    size_t n = (size_t)c->base.n, es = 2 + 4 * n, mm = c->npresent, body = 2 + 4 * n + mm * es;
+    uint8_t *w = sim_emit(step, (uint32_t)d, (uint32_t)(body + len),
+                          (struct sim_cost){2, (uint32_t)(body - 2), (uint32_t)(1 + mm), 1});
+    if (!w)
+        return -1;
+    sim_put16(w, (uint32_t)mm);
+    encode(w + 2, c->t, n);
+    uint8_t *o = w + 2 + 4 * n;
+    for (size_t p = 0; p < n; p++)
+        if (c->present[p]) {
+            sim_put16(o, (uint32_t)p);
+            encode(o + 2, c->V + p * n, n);
+            o += es;
+        }
+    memcpy(w + body, payload, len);
+    remember(c, d);
+    return 0;
 }
 
 static int ses_send(struct sim_machine *m, const uint16_t *dests, int k,
@@ -134,6 +160,8 @@ static int ses_send(struct sim_machine *m, const uint16_t *dests, int k,
     if (c->t[me] >= UINT32_MAX)
         return sim_fail(step, "process %d exhausted its 32-bit clock", m->me);
     c->t[me]++;
+    if (k == 1)
+        return send_one(c, dests[0], payload, len, step);
     for (int i = 0; i < k; i++)
         c->mark[dests[i]] = 1;
     size_t mall = 0;            /* records of sorted(present | Dests), Dests' vectors t_M */
@@ -170,11 +198,8 @@ static int ses_send(struct sim_machine *m, const uint16_t *dests, int k,
     for (int i = 0; i < k; i++) {
         size_t d = dests[i];
         c->mark[d] = 0;
-        if (rc == 0) {
-            memcpy(c->V + d * n, c->t, n * sizeof *c->t);
-            c->npresent += !c->present[d];
-            c->present[d] = 1;
-        }
+        if (rc == 0)
+            remember(c, d);
     }
     return rc;
 }
@@ -230,11 +255,7 @@ static int decode(struct ses *c, int src, const uint8_t *data, size_t size, uint
         if (p == me)
             *cond = (uint32_t)(base + i * es + 2);
     }
-    for (size_t i = 0; i < m; i++) {
-        size_t p = sim_get16(data + base + i * es);
-        if (p < n)
-            c->mark[p] = 0;
-    }
+    memset(c->mark, 0, n);
     if (bad)
         return sim_fail(step, "bad pair list from %d", src);
     for (size_t x = 0; *cond && x < n; x++)
