@@ -190,7 +190,7 @@ static int account(struct loop *L, double now, uint32_t where)
         return 0;
     uint32_t to = s->wires[i].dest;
     for (; i < s->nwires; i++)
-        free(s->wires[i].bytes);
+        sim_wire_free(s->wires[i].bytes);
     if (to >= (uint32_t)L->spec->n)
         return sim_fail(s, "process %u emitted a wire to %u", where, to);
     return sim_fail(s, "out of memory");
@@ -201,7 +201,7 @@ static int settled(struct loop *L, int rc, struct sim_machine *m)
 {
     if (rc < 0) {
         for (size_t i = 0; i < L->step.nwires; i++)
-            free(L->step.wires[i].bytes);
+            sim_wire_free(L->step.wires[i].bytes);
         L->step.nwires = 0;
         return -1;
     }
@@ -286,7 +286,7 @@ static int receive(struct loop *L, double now, struct event *e, uint64_t *warm_l
     }
     sim_step_reset(&L->step);
     int rc = sim_receive(m, (int)e->src, e->data, e->len, &L->step);
-    free(e->data);
+    sim_wire_free(e->data);
     e->data = NULL;
     if (settled(L, rc, m) < 0 || account(L, now, d) < 0)
         return -1;
@@ -337,7 +337,7 @@ static int loop(struct loop *L)
         else
             rc = receive(L, event_time(&e), &e, &warm_left, &done_left);
         if (rc < 0) {
-            free(e.data);
+            sim_wire_free(e.data);
             return -1;
         }
     }
@@ -374,7 +374,7 @@ int sim_run(const struct sim_run_spec *sp, struct sim_run_result *res)
     if (rc < 0)
         snprintf(res->err, sizeof res->err, "%s", L.step.err);
     for (size_t i = 0; i < L.nheap; i++)
-        free(L.heap[i].data);
+        sim_wire_free(L.heap[i].data);
     for (size_t p = 0; L.procs && p < n; p++)
         sim_machine_free(L.procs[p]);
     free(L.procs);
