@@ -1,6 +1,7 @@
 """How fast the simulator runs each protocol, and what the paper-scale study would cost.
 
-    python tools/bench_sim.py [--n 10,50] [--measure 5000] [--protocols all] [--python] [--md]
+    python tools/bench_sim.py [--n 10,50] [--measure 5000] [--protocols all] [--python]
+                              [--compare] [--md]
 
 For each protocol, n and mode it runs one `engine.run` in this process (no Spark): the C loop
 and C machines (csrc/sim/) for a protocol that has them, else (or with `--python`) the Python
@@ -10,7 +11,9 @@ of this process, so other work on a shared machine moves the figures less than i
 wall time) and extrapolates the CPU time of the paper-scale cell: (10,000 + 50,000)
 deliveries per process, 5 runs, from the measured receive events per delivery. The sum over
 n = 10..50 (seconds per delivery interpolated linearly in n between the measured points) and
-both modes, divided by the cores, is the wall time the whole study needs here.
+both modes, divided by the cores, is the wall time the whole study needs here. `--compare`
+also runs each cell on the Python loop (`--py-measure` deliveries) and reports the ratio of
+the two rates, measured in the same run.
 """
 from __future__ import annotations
 
@@ -61,6 +64,8 @@ def main(argv=None) -> int:
     ap.add_argument("--py-warmup", type=int, default=100)
     ap.add_argument("--protocols", default="all")
     ap.add_argument("--python", action="store_true", help="the Python loop for every protocol")
+    ap.add_argument("--compare", action="store_true",
+                    help="also the Python loop on each cell, and the ratio")
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--md", action="store_true", help="print a Markdown table")
     a = ap.parse_args(argv)
@@ -78,24 +83,29 @@ def main(argv=None) -> int:
         for mode in ("unicast", "multicast"):
             for n in ns:
                 cells[(mode, n)] = measure_cell(proto, n, mode, w, m, use_c)
-                rows.append((proto, loop, mode, n, *cells[(mode, n)]))
+                py = (measure_cell(proto, n, mode, a.py_warmup, a.py_measure, False)[0]
+                      if a.compare and use_c else None)
+                rows.append((proto, loop, mode, n, *cells[(mode, n)], py))
         cpu = sum(paper_cpu(cells, ns, mode) for mode in ("unicast", "multicast"))
-        rows.append((proto, loop, "paper-scale CPU", None, cpu, None))
+        rows.append((proto, loop, "paper-scale CPU", None, cpu, None, None))
         total += cpu
         print(f"{proto} ({loop} loop): paper-scale CPU {cpu / 3600:.2f} h", file=sys.stderr)
+    cmp_head, cmp_rule = (" Python loop | C / Python |", "---:|---:|") if a.compare else ("", "")
     if a.md:
         print("| protocol | loop | mode | n | receive events per CPU s | "
-              "receive events per delivery |")
-        print("|---|---|---|---:|---:|---:|")
-    for proto, loop, mode, n, eps, per in rows:
+              "receive events per delivery |" + cmp_head)
+        print("|---|---|---|---:|---:|---:|" + cmp_rule)
+    for proto, loop, mode, n, eps, per, py in rows:
+        extra = (f" {py:,.0f} | {eps / py:.0f}x |" if py else " | |") if a.compare else ""
         if n is None:
             line = (f"| {proto} | {loop} | paper scale, both modes | 10..50 | "
-                    f"{eps / 60:.1f} CPU-minutes | |" if a.md else
+                    f"{eps / 60:.1f} CPU-minutes | |" + extra if a.md else
                     f"{proto:7s} {loop:6s} paper-scale study: {eps / 60:8.1f} CPU-minutes")
         else:
-            line = (f"| {proto} | {loop} | {mode} | {n} | {eps:,.0f} | {per:.2f} |" if a.md
-                    else f"{proto:7s} {loop:6s} {mode:9s} n={n:3d} {eps:12,.0f} receive "
-                    f"events per CPU s ({per:.2f} per delivery)")
+            line = (f"| {proto} | {loop} | {mode} | {n} | {eps:,.0f} | {per:.2f} |" + extra
+                    if a.md else f"{proto:7s} {loop:6s} {mode:9s} n={n:3d} {eps:12,.0f} receive "
+                    f"events per CPU s ({per:.2f} per delivery)" +
+                    (f", Python loop {py:,.0f} ({eps / py:.0f}x)" if py else ""))
         print(line)
     print(f"\nwhole paper-scale study: {total / 60:.1f} CPU-minutes, "
           f"{total / 60 / a.cores:.1f} min on {a.cores} cores")
