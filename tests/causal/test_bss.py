@@ -8,6 +8,7 @@ import pytest
 from bus1py import causal
 from bus1py.causal import WireCost, WireError
 from bus1py.causal.bss import BSS
+from bus1py.sim import fast
 
 
 def procs(n):
@@ -95,7 +96,7 @@ def _good_wire():
     return wires_to(BSS(0, 3).send([1], b"x"))[1]
 
 
-@pytest.mark.parametrize("wire", [
+BAD_WIRES = [                                                     # from P0 to P1, holding HELD
     b"",
     b"\x01",
     struct.pack("<H", 0) + struct.pack("<3I", 1, 0, 0),           # no destinations
@@ -107,10 +108,14 @@ def _good_wire():
     struct.pack("<HH", 1, 2) + struct.pack("<3I", 1, 0, 0) + b"x",  # payload to non-dest
     struct.pack("<HH", 1, 1) + struct.pack("<3I", 0, 0, 0),       # stamp 0: already seen
     struct.pack("<HH", 1, 1) + struct.pack("<3I", 1, 5, 0),       # names our future sends
-])
+]
+HELD = struct.pack("<HH", 1, 1) + struct.pack("<3I", 1, 0, 2)     # from P2, needs P2's first
+
+
+@pytest.mark.parametrize("wire", BAD_WIRES)
 def test_bad_wire_raises_and_changes_nothing(wire):
     p1 = BSS(1, 3)
-    p1.receive(2, struct.pack("<HH", 1, 1) + struct.pack("<3I", 1, 0, 2))   # held
+    p1.receive(2, HELD)
     before = state(p1)
     with pytest.raises(WireError):
         p1.receive(0, wire)
@@ -165,3 +170,31 @@ def test_cascade_across_senders():
     assert p3.held == 2 and set(p3.waiters) <= {0, 1}
     assert p3.receive(0, x[3]).delivered == [(0, b"x"), (2, b"z")]
     assert p3.held == 0 and p3.waiters == {} and p3.vt == [1, 1, 1, 0]
+
+
+# ---- the C twin (csrc/sim/bss.c): the same bad wires and duplicates are refused ----
+
+twin = pytest.mark.skipif("bss" not in fast.NAMES, reason="bus1py.sim._fast has no bss")
+
+
+@twin
+@pytest.mark.parametrize("wire", BAD_WIRES)
+def test_twin_refuses_bad_wires(wire):
+    c1 = fast.Machine("bss", 1, 3)
+    assert c1.receive(2, HELD).delivered == [] and c1.held == 1
+    with pytest.raises(WireError):
+        c1.receive(0, wire)
+
+
+@twin
+def test_twin_refuses_duplicates():
+    w = _good_wire()
+    c1 = fast.Machine("bss", 1, 3)               # a failed C machine is not used again
+    assert c1.receive(0, w).delivered == [(0, b"x")]
+    with pytest.raises(WireError):
+        c1.receive(0, w)                         # already delivered
+    held = struct.pack("<HH", 1, 1) + struct.pack("<3I", 3, 0, 0)
+    c1 = fast.Machine("bss", 1, 3)
+    c1.receive(0, held)
+    with pytest.raises(WireError):
+        c1.receive(0, held)                      # already held

@@ -9,6 +9,7 @@ import pytest
 from bus1py import causal
 from bus1py.causal import WireCost, WireError
 from bus1py.causal.rst import RST
+from bus1py.sim import fast
 
 
 def procs(n, **kw):
@@ -122,15 +123,19 @@ def test_deliver_from_arguments():
             p.deliver_from(k)
 
 
-@pytest.mark.parametrize("data", [
+BAD_WIRES = [                                   # from P0 to P1, which holds HELD
     b"",
     matrix(3, {(0, 1): 1})[:-1],                # truncated matrix
     matrix(3, {}),                              # ST[0][1] = 0: already delivered
     matrix(3, {(0, 1): 1, (1, 2): 1}),          # counts a message from us never sent
-])
+]
+HELD = matrix(3, {(2, 1): 1, (0, 1): 1})        # from P2 to P1, needs P0's first
+
+
+@pytest.mark.parametrize("data", BAD_WIRES)
 def test_bad_wire_raises_and_changes_nothing(data):
     p1 = RST(1, 3)
-    p1.receive(2, matrix(3, {(2, 1): 1, (0, 1): 1}))                  # held: needs P0's
+    p1.receive(2, HELD)
     before = state(p1)
     with pytest.raises(WireError):
         p1.receive(0, data)
@@ -179,3 +184,31 @@ def test_cascade_across_senders():
     assert p3.waiters == {0: {1, 2}}
     assert p3.receive(0, x[3]).delivered == [(0, b"x"), (1, b"y"), (2, b"z")]
     assert p3.held == 0 and p3.waiters == {} and p3.pending == {}
+
+
+# ---- the C twin (csrc/sim/rst.c): the same bad wires and duplicates are refused ----
+
+twin = pytest.mark.skipif("rst" not in fast.NAMES, reason="bus1py.sim._fast has no rst")
+
+
+@twin
+@pytest.mark.parametrize("data", BAD_WIRES)
+def test_twin_refuses_bad_wires(data):
+    c1 = fast.Machine("rst", 1, 3)
+    assert c1.receive(2, HELD).delivered == [] and c1.held == 1
+    with pytest.raises(WireError):
+        c1.receive(0, data)
+
+
+@twin
+def test_twin_refuses_duplicates():
+    a = RST(0, 2).send([1], b"a").wires[0][1]
+    c1 = fast.Machine("rst", 1, 2)               # a failed C machine is not used again
+    assert c1.receive(0, a).delivered == [(0, b"a")]
+    with pytest.raises(WireError):
+        c1.receive(0, a)                         # already delivered
+    held = matrix(2, {(0, 1): 3})
+    c1 = fast.Machine("rst", 1, 2)
+    c1.receive(0, held)
+    with pytest.raises(WireError):
+        c1.receive(0, held)                      # already held

@@ -8,6 +8,7 @@ import pytest
 from bus1py import causal
 from bus1py.causal import WireCost, WireError
 from bus1py.causal.ses import SES
+from bus1py.sim import fast
 
 
 def procs(n):
@@ -100,7 +101,7 @@ def test_several_held_released_in_causal_order():
     assert p3.receive(0, x).delivered == [(0, b"x"), (1, b"z"), (2, b"u")]
 
 
-@pytest.mark.parametrize("data", [
+BAD_WIRES = [                                                        # from P0 to P1, holding HELD
     b"",
     b"\x00",
     struct.pack("<H", 0) + struct.pack("<2I", 1, 0),                 # clock truncated
@@ -113,10 +114,14 @@ def test_several_held_released_in_causal_order():
     wire(3, (1, 0, 0), [(1, (2, 0, 0))]),                            # pair beyond t_M
     wire(3, (0, 0, 0)),                                              # no send event of src
     wire(3, (1, 1, 0)),                                              # names our future event
-])
+]
+HELD = wire(3, (1, 0, 1), [(1, (1, 0, 1))])                          # from P2, needs P0's x
+
+
+@pytest.mark.parametrize("data", BAD_WIRES)
 def test_bad_wire_raises_and_changes_nothing(data):
     p1 = SES(1, 3)
-    p1.receive(2, wire(3, (1, 0, 1), [(1, (1, 0, 1))]))              # held: needs P0's x
+    p1.receive(2, HELD)
     before = state(p1)
     with pytest.raises(WireError):
         p1.receive(0, data)
@@ -143,3 +148,31 @@ def test_bad_send_arguments(dests, payload):
     with pytest.raises(ValueError):
         p.send(dests, payload)
     assert p.t == [0, 0, 0] and not p.V.any()
+
+
+# ---- the C twin (csrc/sim/ses.c): the same bad wires and duplicates are refused ----
+
+twin = pytest.mark.skipif("ses" not in fast.NAMES, reason="bus1py.sim._fast has no ses")
+
+
+@twin
+@pytest.mark.parametrize("data", BAD_WIRES)
+def test_twin_refuses_bad_wires(data):
+    c1 = fast.Machine("ses", 1, 3)
+    assert c1.receive(2, HELD).delivered == [] and c1.held == 1
+    with pytest.raises(WireError):
+        c1.receive(0, data)
+
+
+@twin
+def test_twin_refuses_duplicates():
+    a = SES(0, 2).send([1], b"a").wires[0][1]
+    c1 = fast.Machine("ses", 1, 2)               # a failed C machine is not used again
+    assert c1.receive(0, a).delivered == [(0, b"a")]
+    with pytest.raises(WireError):
+        c1.receive(0, a)                         # already delivered
+    held = wire(2, (3, 0), [(1, (2, 0))])
+    c1 = fast.Machine("ses", 1, 2)
+    c1.receive(0, held)
+    with pytest.raises(WireError):
+        c1.receive(0, held)                      # already held
