@@ -69,12 +69,18 @@ static int fifo_send(struct sim_machine *m, const uint16_t *dests, int k,
     return 0;
 }
 
-/* makes win[j] cover seq (> expected[j]) */
+/* Most messages one channel may hold: a wire further ahead is refused rather than allocated
+ * for (the Python machine accepts it; the simulator never comes near). */
+#define FIFO_WINDOW (1u << 24)
+
+/* makes win[j] cover seq (> expected[j]); -1 past FIFO_WINDOW or on ENOMEM */
 static int widen(struct fifo *f, int j, uint32_t seq)
 {
     uint32_t cap = f->cap[j], need = seq - f->expected[j] + 1, want = cap ? cap : 8;
     if (need <= cap)
         return 0;
+    if (need > FIFO_WINDOW)
+        return -1;
     while (want < need)
         want *= 2;
     struct held *w = calloc(want, sizeof *w);
@@ -104,7 +110,8 @@ static int fifo_receive(struct sim_machine *m, int src, const uint8_t *data, siz
         return sim_fail(step, "duplicate sequence number %u from %d", seq, src);
     if (seq != exp) {
         if (widen(f, src, seq) < 0)
-            return sim_fail(step, "out of memory");
+            return sim_fail(step, "sequence number %u from %d is too far ahead (or out of memory)",
+                            seq, src);
         struct held *h = &f->win[src][seq & (f->cap[src] - 1)];
         h->bytes = malloc(plen ? plen : 1);
         if (!h->bytes)
