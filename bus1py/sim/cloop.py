@@ -1,7 +1,7 @@
 """The simulator's event loop in C (csrc/sim/engine.c), one call per run.
 
 `run(spec)` returns the counters `bus1py.sim.engine.run` collects with its Python loop,
-for a protocol in `fast.NAMES`: the same random draws, events and counters, so
+for a protocol in `NAMES`: the same random draws, events and counters, so
 `engine._figures` computes the same figures from either (tests/sim/test_fast_engine.py).
 
 Invariants:
@@ -16,7 +16,11 @@ from array import array
 from dataclasses import dataclass
 
 from ..causal import WireError
-from .fast import NAMES, ffi, lib, seed_words
+from . import fast
+from .fast import ffi, lib, seed_words
+
+#: the protocols this loop runs: those with a C machine, if the built module has the loop
+NAMES: tuple = fast.NAMES if lib is not None and hasattr(lib, "sim_run") else ()
 
 #: FNV-1a 64's offset basis: the digest of no steps
 FNV_OFFSET = 0xcbf29ce484222325

@@ -88,7 +88,7 @@ def run(spec: RunSpec, trace: list | None = None, *, fast: bool = True) -> dict:
     """Simulate one run; return its figures. If `trace` is a list, SPEC section-7 row dicts
     of every send and delivery (whole run, warm-up included) are appended to it.
 
-    Without a trace, a protocol with a C machine (`fast.NAMES`) runs in the C loop
+    Without a trace, a protocol with a C machine (`cloop.NAMES`) runs in the C loop
     (`cloop`), which yields the same figures; `fast=False` forces the Python machines and
     loop (the reference)."""
     spec.check()

@@ -14,7 +14,8 @@ import pytest
 
 from bus1py.sim import cloop, engine, fast
 
-pytestmark = pytest.mark.skipif(not fast.NAMES, reason="bus1py.sim._fast is not built")
+pytestmark = pytest.mark.skipif(not cloop.NAMES,
+                                reason="bus1py.sim._fast is not built with its loop")
 
 TIMINGS = ("seconds", "receive_events_per_s")
 
@@ -26,7 +27,7 @@ def figures(spec, **kw):
     return r
 
 
-@pytest.mark.parametrize("name", fast.NAMES)
+@pytest.mark.parametrize("name", cloop.NAMES)
 @pytest.mark.parametrize("mode", engine.MODES)
 @pytest.mark.parametrize("n", [2, 5, 13])
 def test_same_figures(name, mode, n):
@@ -84,7 +85,7 @@ def python_digest(spec, monkeypatch) -> int:
     return h
 
 
-@pytest.mark.parametrize("name", fast.NAMES)
+@pytest.mark.parametrize("name", cloop.NAMES)
 @pytest.mark.parametrize("mode", engine.MODES)
 def test_same_events(name, mode, monkeypatch):
     spec = engine.RunSpec(name, 13, mode, seed=3, warmup=5, measure=20)
@@ -104,7 +105,7 @@ def test_fast_path_runs_no_python_machine(monkeypatch):
     def refuse(*a):
         raise AssertionError("a Python machine was created")
     monkeypatch.setattr(engine.causal, "create", refuse)
-    r = engine.run(engine.RunSpec(fast.NAMES[0], 5, "multicast", warmup=5, measure=10))
+    r = engine.run(engine.RunSpec(cloop.NAMES[0], 5, "multicast", warmup=5, measure=10))
     assert r["undelivered"] == 0 and r["receive_events"] > 0
 
 
@@ -114,7 +115,7 @@ BAD = [dict(protocol="nosuch"), dict(n=1), dict(mode="broadcast"), dict(warmup=-
 
 @pytest.mark.parametrize("bad", BAD, ids=lambda b: next(iter(b)))
 def test_bad_spec_raises_the_same(bad):
-    spec = engine.RunSpec(**{**dict(protocol=fast.NAMES[0], n=3, mode="unicast"), **bad})
+    spec = engine.RunSpec(**{**dict(protocol=cloop.NAMES[0], n=3, mode="unicast"), **bad})
     with pytest.raises(ValueError) as py:
         engine.run(spec, fast=False)
     with pytest.raises(ValueError) as c:
@@ -124,6 +125,6 @@ def test_bad_spec_raises_the_same(bad):
 
 def test_c_loop_refuses_a_spec_engine_would_not_hand_it():
     with pytest.raises(ValueError):
-        cloop.run(engine.RunSpec(fast.NAMES[0], 1, "unicast"))
+        cloop.run(engine.RunSpec(cloop.NAMES[0], 1, "unicast"))
     with pytest.raises(ValueError):
         cloop.run(engine.RunSpec("nosuch", 3, "unicast"))
