@@ -21,15 +21,13 @@
  * Invariants:
  *   - cb is an n x n matrix of u32, cb[k * n + s] the sn of the direct predecessor from s of
  *     our next message to k, 0 for none. Row `me` and every cell cb[k * n + k] stay 0.
- *   - Every held message is in exactly one waiting list (waiting[s], FIFO, s the sender of
- *     its first unmet wait, every wait before `wpos` met) and in from[j] (its sender's list,
- *     for the duplicate check); `held` counts them. It owns a copy of its whole wire.
- *   - Between calls mark[] is all 0 (scratch of check and merge); ids, sns and lens are the
- *     send's scratch.
+ *   - Every held message is held as holdback.h says, keyed j << 32 | sn, every wait
+ *     before its `wpos` met. It owns a copy of its whole wire.
+ *   - dm (the Dests mask of the copy being checked or merged), ids, sns and rowlen are
+ *     scratch: nothing in them lasts between calls.
  */
-#include "machine.h"
-
-#include <stdlib.h>
+#include "columns.h"
+#include "holdback.h"
 
 /* a wire's columns, decoded in place */
 struct view {
@@ -40,33 +38,21 @@ struct view {
 };
 
 struct rec {
-    struct rec *next;                  /* waiting list, or the release stack */
-    struct rec *fprev, *fnext;         /* from[j] */
+    struct hb_node hb;
     struct view v;                     /* over data */
     uint32_t wpos;                     /* the waits before it are met */
     uint8_t data[];                    /* the wire */
 };
 
-/* Wire integers as plain loads and columns as one copy on a little-endian host. */
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-static inline uint32_t ld16(const uint8_t *w) { uint16_t v; memcpy(&v, w, 2); return v; }
-static inline uint32_t ld32(const uint8_t *w) { uint32_t v; memcpy(&v, w, 4); return v; }
-#define PUTS(w, v, k, size, put) memcpy(w, v, (size) * (size_t)(k))
-#else
-#define ld16 sim_get16
-#define ld32 sim_get32
-#define PUTS(w, v, k, size, put) for (uint32_t i_ = 0; i_ < (k); i_++) put((w) + (size) * i_, (v)[i_])
-#endif
-
 struct prs {
     struct sim_machine base;
     uint32_t sn;
+    size_t W;
     uint32_t *deliv, *cb;
-    uint8_t *mark;                     /* scratch: Dests of the copy being checked/merged */
-    uint16_t *ids;                     /* scratch: the send's columns, n * n + 1 each, */
+    word *dm;
+    uint16_t *ids;                     /* the send's columns, n * n + 1 each, */
     uint32_t *sns, *rowlen;            /* and the length of each list */
-    struct rec **wait_head, **wait_tail, **from;
-    long held;
+    struct holdback hb;
 };
 
 static int prs_init(struct sim_machine *m)
@@ -75,27 +61,20 @@ static int prs_init(struct sim_machine *m)
     size_t n = (size_t)m->n;
     p->deliv = calloc(n, sizeof *p->deliv);
     p->cb = calloc(n * n, sizeof *p->cb);
-    p->mark = calloc(n, 1);
+    p->W = (n + 63) / 64;
+    p->dm = calloc(p->W, sizeof *p->dm);
     p->ids = malloc((n * n + 1) * sizeof *p->ids);
     p->sns = malloc((n * n + 1) * sizeof *p->sns);
     p->rowlen = malloc(n * sizeof *p->rowlen);
-    p->wait_head = calloc(n, sizeof *p->wait_head);
-    p->wait_tail = calloc(n, sizeof *p->wait_tail);
-    p->from = calloc(n, sizeof *p->from);
-    return p->deliv && p->cb && p->mark && p->ids && p->sns && p->rowlen && p->wait_head &&
-           p->wait_tail && p->from ? 0 : -1;
+    return p->deliv && p->cb && p->dm && p->ids && p->sns && p->rowlen &&
+           holdback_init(&p->hb, m->n) == 0 ? 0 : -1;
 }
 
 static void prs_fini(struct sim_machine *m)
 {
     struct prs *p = (struct prs *)m;
-    for (int k = 0; p->wait_head && k < m->n; k++)
-        for (struct rec *r = p->wait_head[k], *nx; r; r = nx) {
-            nx = r->next;
-            free(r);
-        }
-    void *bufs[] = {p->deliv, p->cb, p->mark, p->ids, p->sns, p->rowlen, p->wait_head,
-                    p->wait_tail, p->from};
+    holdback_fini(&p->hb, m->n);
+    void *bufs[] = {p->deliv, p->cb, p->dm, p->ids, p->sns, p->rowlen};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
 }
@@ -169,21 +148,20 @@ static int prs_send(struct sim_machine *m, const uint16_t *dests, int k, const u
 /* The columns of a wire whose framing was checked (or of a held copy). */
 static int parse(struct view *v, const uint8_t *data, size_t len)
 {
-    if (len < 10)
+    struct col_head h;
+    if (!col_head(&h, data, len, 2))
         return -1;
-    v->j = ld16(data);
-    v->sn = ld32(data + 2);
-    v->nd = ld16(data + 6);
-    v->nk = ld16(data + 8);
+    v->j = h.j;
+    v->sn = h.t;
+    v->nd = h.c[0];
+    v->nk = h.c[1];
     size_t need = 10 + 2 * (size_t)v->nd + 4 * (size_t)v->nk;
     if (len < need)
         return -1;
     v->dests = data + 10;
     v->ks = v->dests + 2 * v->nd;
     v->lens = v->ks + 2 * v->nk;
-    size_t total = 0;
-    for (uint32_t i = 0; i < v->nk; i++)
-        total += ld16(v->lens + 2 * i);
+    size_t total = col_sum16(v->lens, v->nk);
     if (len - need < 6 * total)
         return -1;
     v->senders = v->lens + 2 * v->nk;
@@ -220,19 +198,8 @@ static int check(struct prs *p, struct view *v, int src, struct sim_step *step)
         return sim_fail(step, "wire names sender %u but came from %d", v->j, src);
     if (v->sn == 0)
         return sim_fail(step, "sequence number 0 is never sent");
-    int seen_me = 0;
-    uint32_t marked = 0;                         /* dests[0 .. marked) are distinct, marked */
-    for (; marked < v->nd; marked++) {
-        uint32_t d = ld16(v->dests + 2 * marked);
-        if (d >= n || d == v->j || p->mark[d])
-            break;
-        p->mark[d] = 1;
-        seen_me |= d == me;
-    }
-    int baddest = v->nd == 0 || marked < v->nd;
-    while (marked--)
-        p->mark[ld16(v->dests + 2 * marked)] = 0;
-    if (baddest || !seen_me)
+    if (v->nd == 0 || col_mask(p->dm, v->dests, v->nd, n, p->W) || BIT(p->dm, v->j) ||
+        !BIT(p->dm, me))
         return sim_fail(step, "bad destination list for a copy %u -> %u", v->j, me);
     uint32_t bad = 0, at = 0;
     int32_t prevk = -1;
@@ -269,22 +236,13 @@ static long first_unmet(const struct prs *p, const struct view *v, uint32_t *wpo
     return -1;
 }
 
-static void wait_on(struct prs *p, struct rec *r, long s)
-{
-    r->next = NULL;
-    if (p->wait_tail[s])
-        p->wait_tail[s]->next = r;
-    else
-        p->wait_head[s] = r;
-    p->wait_tail[s] = r;
-}
-
 static void merge(struct prs *p, const struct view *v)
 {
     uint32_t n = (uint32_t)p->base.n, me = (uint32_t)p->base.me, j = v->j;
     p->deliv[j] = v->sn;
+    mclear(p->dm, p->W);
     for (uint32_t i = 0; i < v->nd; i++)
-        p->mark[ld16(v->dests + 2 * i)] = 1;
+        SET(p->dm, ld16(v->dests + 2 * i));
     uint32_t at = 0;
     for (uint32_t l = 0; l < v->nk; l++) {
         uint32_t k = ld16(v->ks + 2 * l), ln = ld16(v->lens + 2 * l);
@@ -293,7 +251,7 @@ static void merge(struct prs *p, const struct view *v)
         at += ln;
         if (k == me)
             continue;
-        if (p->mark[k]) {
+        if (BIT(p->dm, k)) {
             /* everything M waits for at k is no longer a direct predecessor there */
             for (uint32_t e = 0; e < ln; e++) {
                 uint32_t *cell = row + ld16(ss + 2 * e);
@@ -309,7 +267,6 @@ static void merge(struct prs *p, const struct view *v)
     }
     for (uint32_t i = 0; i < v->nd; i++) {
         uint32_t d = ld16(v->dests + 2 * i);
-        p->mark[d] = 0;
         uint32_t *cell = p->cb + (size_t)d * n + j;
         if (d != me && *cell < v->sn)
             *cell = v->sn;
@@ -324,34 +281,15 @@ static int deliver(struct prs *p, const struct view *v, struct sim_step *step)
     return 0;
 }
 
-static void unlink_from(struct prs *p, struct rec *r)
+/* holdback_drain's view of a held record */
+static long unmet(void *p, struct hb_node *r)
 {
-    if (r->fprev)
-        r->fprev->fnext = r->fnext;
-    else
-        p->from[r->v.j] = r->fnext;
-    if (r->fnext)
-        r->fnext->fprev = r->fprev;
+    return first_unmet(p, &((struct rec *)r)->v, &((struct rec *)r)->wpos);
 }
 
-/* Pushes onto *stack, in their indexed order, the held messages waiting on s that are now
- * deliverable; the others are indexed again under their next unmet wait. */
-static void release(struct prs *p, uint32_t s, struct rec **stack)
+static int deliver_held(void *p, struct hb_node *r, struct sim_step *step)
 {
-    struct rec *r = p->wait_head[s], *nx;
-    p->wait_head[s] = p->wait_tail[s] = NULL;
-    for (; r; r = nx) {
-        nx = r->next;
-        long w = first_unmet(p, &r->v, &r->wpos);
-        if (w >= 0) {
-            wait_on(p, r, w);
-        } else {
-            unlink_from(p, r);
-            p->held--;
-            r->next = *stack;
-            *stack = r;
-        }
-    }
+    return deliver(p, &((struct rec *)r)->v, step);
 }
 
 static int prs_receive(struct sim_machine *m, int src, const uint8_t *data, size_t len,
@@ -363,10 +301,8 @@ static int prs_receive(struct sim_machine *m, int src, const uint8_t *data, size
         return sim_fail(step, "wire truncated: %zu bytes", len);
     if (check(p, &v, src, step) < 0)
         return -1;
-    int dup = v.sn <= p->deliv[v.j];
-    for (struct rec *r = p->from[v.j]; r && !dup; r = r->fnext)
-        dup = r->v.sn == v.sn;
-    if (dup)
+    uint64_t key = (uint64_t)v.j << 32 | v.sn;
+    if (v.sn <= p->deliv[v.j] || holdback_has(&p->hb, key))
         return sim_fail(step, "duplicate message %u from %u", v.sn, v.j);
     uint32_t wpos = 0;
     long w = first_unmet(p, &v, &wpos);
@@ -380,33 +316,21 @@ static int prs_receive(struct sim_machine *m, int src, const uint8_t *data, size
         r->v.wt = r->data + (v.wt - data);
         r->v.nw = v.nw;
         r->wpos = wpos;
-        r->fprev = NULL;
-        r->fnext = p->from[v.j];
-        if (r->fnext)
-            r->fnext->fprev = r;
-        p->from[v.j] = r;
-        wait_on(p, r, w);
-        p->held++;
+        r->hb.key = key;
+        if (holdback_hold(&p->hb, (uint32_t)w, &r->hb) < 0) {
+            free(r);
+            return sim_fail(step, "out of memory");
+        }
         return 0;
     }
     if (deliver(p, &v, step) < 0)
         return -1;
-    struct rec *stack = NULL;
-    release(p, v.j, &stack);
-    int rc = 0;
-    while (stack) {
-        struct rec *r = stack;
-        stack = r->next;
-        if (rc == 0 && (rc = deliver(p, &r->v, step)) == 0)
-            release(p, r->v.j, &stack);
-        free(r);
-    }
-    return rc;
+    return holdback_drain(&p->hb, v.j, p, unmet, deliver_held, step);
 }
 
 static long prs_held(struct sim_machine *m)
 {
-    return ((struct prs *)m)->held;
+    return (long)((struct prs *)m)->hb.held;
 }
 
 const struct sim_ops sim_prs_ops = {
