@@ -13,31 +13,22 @@
  *     entries keep their place, SND appends the own entry, and a merged row follows the side
  *     ks.py's comprehension iterates. That order reaches the wire, so it is the Python one
  *     for every wire ks.py accepts (also for entries out of clock order).
- *   - head[s]..tail[s] lists, in append order, the held records whose first unmet wait is on
- *     s (holdback.py's waiting[s]); every held record is on exactly one list, and its key
- *     k << 32 | t_k (never 0: t_k >= 1) is in the open-addressing set `ids`, alone there.
+ *   - Held records are held as holdback.h says, keyed k << 32 | t_k; a record's waits
+ *     before its x are met.
  *   - A held record owns a copy of its wire and is decoded again when delivered (decoding is
  *     a function of the bytes); the scratch arrays hold nothing between calls.
- * The hot functions take W as a parameter and are inlined twice, for W == 1 (n <= 64, the
- * study's sizes) and any W, so the common case runs without mask loops.
+ * The hot functions take W and are compiled for W == 1 too (masks.h's BY_W).
  */
-#include "machine.h"
+#include "columns.h"
+#include "holdback.h"
 
-#include <stdlib.h>
-
-typedef uint64_t word;
-#define HOT static inline __attribute__((always_inline))
-#define BIT(m, x) ((m)[(x) >> 6] >> ((x) & 63) & 1)
-#define SET(m, x) ((m)[(x) >> 6] |= (word)1 << ((x) & 63))
-#define CLR(m, x) ((m)[(x) >> 6] &= ~((word)1 << ((x) & 63)))
-#define BY_W(q, f, ...) ((q)->W == 1 ? f(__VA_ARGS__, 1) : f(__VA_ARGS__, (q)->W))
 #define NONE UINT32_MAX
 
 struct row { word *v; size_t len, cap; };
 struct ent { uint32_t s, t; };
 struct rec {
-    struct rec *next;
-    uint32_t k, tk, x, nwait, len;
+    struct hb_node hb;
+    uint32_t x, nwait, len;
     struct ent w[];          /* the waits in wire order, then the wire's bytes */
 };
 /* an entry SND puts on some copy: on all (keep) and/or on those to its hit destinations */
@@ -48,9 +39,7 @@ struct ks {
     size_t W;
     uint32_t clock, *sr;
     struct row *log;
-    struct rec **head, **tail, **stack;
-    uint64_t *ids;
-    size_t idcap, held, stcap;
+    struct holdback hb;
     word *dm;
     /* SND scratch: items, their hit masks, the kept entries' ids (encoded), per-dest counts */
     struct item *it;
@@ -70,14 +59,6 @@ struct ks {
 HOT int grow(void *arr, size_t *cap, size_t want, size_t size)
 {
     return want <= *cap ? 0 : sim_reserve((void **)arr, cap, 0, want, size);
-}
-
-HOT int zero(const word *a, size_t W)
-{
-    word any = 0;
-    for (size_t i = 0; i < W; i++)
-        any |= a[i];
-    return !any;
 }
 
 static int row_fit(struct row *r, size_t want, size_t S)
@@ -108,7 +89,7 @@ HOT void purge(struct row *r, word top, size_t W)
 {
     size_t o = 0, S = W + 1;
     for (size_t i = 0; i < r->len; i++) {
-        if (r->v[i * S] != top && zero(r->v + i * S + 1, W))
+        if (r->v[i * S] != top && mzero(r->v + i * S + 1, W))
             continue;
         if (o != i)
             memcpy(r->v + o * S, r->v + i * S, S * sizeof(word));
@@ -117,65 +98,16 @@ HOT void purge(struct row *r, word top, size_t W)
     r->len = o;
 }
 
-/* ---- the set of held keys: linear probing, backward-shift deletion ---- */
-
-static size_t home(size_t cap, uint64_t key)
-{
-    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
-}
-
-static size_t slot(const uint64_t *ids, size_t cap, uint64_t key)
-{
-    size_t i = home(cap, key);
-    while (ids[i] && ids[i] != key)
-        i = (i + 1) & (cap - 1);
-    return i;
-}
-
-static int hs_add(struct ks *q, uint64_t key)
-{
-    if (2 * (q->held + 1) > q->idcap) {
-        size_t old = q->idcap, cap = old ? 2 * old : 16;
-        uint64_t *now = calloc(cap, sizeof *now);
-        if (!now)
-            return -1;
-        for (size_t i = 0; i < old; i++)
-            if (q->ids[i])
-                now[slot(now, cap, q->ids[i])] = q->ids[i];
-        free(q->ids);
-        q->ids = now;
-        q->idcap = cap;
-    }
-    q->ids[slot(q->ids, q->idcap, key)] = key;
-    q->held++;
-    return 0;
-}
-
-static void hs_del(struct ks *q, uint64_t key)
-{
-    size_t mask = q->idcap - 1, i = slot(q->ids, q->idcap, key), j = i;
-    while (q->ids[j = (j + 1) & mask])
-        /* the key at j may move to i unless its home lies in the cyclic range (i, j] */
-        if (((j - home(q->idcap, q->ids[j])) & mask) >= ((j - i) & mask)) {
-            q->ids[i] = q->ids[j];
-            i = j;
-        }
-    q->ids[i] = 0;
-    q->held--;
-}
-
 static int ks_init(struct sim_machine *m)
 {
     struct ks *q = (struct ks *)m;
     size_t n = (size_t)m->n, W = q->W = (n + 63) / 64;
     q->sr = calloc(5 * n, sizeof *q->sr);      /* with hc, hnk, cnt and start */
     q->log = calloc(n, sizeof *q->log);
-    q->head = calloc(2 * n, sizeof *q->head);  /* with tail */
     q->dm = calloc(W, sizeof *q->dm);
-    if (!q->sr || !q->log || !q->head || !q->dm)
+    if (!q->sr || !q->log || !q->dm || holdback_init(&q->hb, m->n) < 0)
         return -1;
     q->hc = q->sr + n, q->hnk = q->hc + n, q->cnt = q->hnk + n, q->start = q->cnt + n;
-    q->tail = q->head + n;
     for (size_t s = 0; s < n; s++) {           /* the book's (s, 0, {}) for every s */
         if (row_fit(&q->log[s], 1, W + 1) < 0)
             return -1;
@@ -189,15 +121,10 @@ static int ks_init(struct sim_machine *m)
 static void ks_fini(struct sim_machine *m)
 {
     struct ks *q = (struct ks *)m;
-    for (int s = 0; s < m->n; s++) {
-        if (q->log)
-            free(q->log[s].v);
-        for (struct rec *r = q->head ? q->head[s] : NULL, *next; r; r = next) {
-            next = r->next;
-            free(r);
-        }
-    }
-    void *all[] = {q->sr, q->log, q->head, q->stack, q->ids, q->dm, q->it, q->hits, q->sid,
+    for (int s = 0; q->log && s < m->n; s++)
+        free(q->log[s].v);
+    holdback_fini(&q->hb, m->n);
+    void *all[] = {q->sr, q->log, q->dm, q->it, q->hits, q->sid,
                    q->ev, q->gv, q->nv, q->w};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]);
@@ -328,7 +255,7 @@ static int ks_send(struct sim_machine *m, const uint16_t *dests, int nd,
                    const uint8_t *payload, size_t len, struct sim_step *step)
 {
     struct ks *q = (struct ks *)m;
-    return BY_W(q, send_w, q, dests, nd, payload, len, step);
+    return BY_W(q->W, send_w, q, dests, nd, payload, len, step);
 }
 
 /* ---- RCV (ks.py Ks._decode, _merge; holdback.py HoldBack.admit) ---- */
@@ -339,42 +266,28 @@ HOT int decode_w(struct ks *q, uint32_t src, const uint8_t *data, size_t len,
 {
     size_t S = W + 1;
     uint32_t n = (uint32_t)q->base.n, me = (uint32_t)q->base.me;
-    if (len < 10)
+    struct col_head h;
+    if (!col_head(&h, data, len, 2))
         return sim_fail(step, "wire truncated: %zu bytes, header needs 10", len);
-    uint32_t k = sim_get16(data), tk = sim_get32(data + 2), nd = sim_get16(data + 6);
-    uint32_t no = sim_get16(data + 8);
+    uint32_t k = h.j, tk = h.t, nd = h.c[0], no = h.c[1];
     if (k != src)
         return sim_fail(step, "wire names sender %u but came from %u", k, src);
     if (!tk)
         return sim_fail(step, "clock 0 is never sent");
-    size_t need = 10 + 2 * (size_t)nd + 8 * (size_t)no, total = 0;
+    size_t need = 10 + 2 * (size_t)nd + 8 * (size_t)no;
     if (len < need)
         return sim_fail(step, "wire truncated: %zu bytes, sections need %zu", len, need);
     const uint8_t *pd = data + 10, *pl = pd + 2 * nd, *ps = pl + 2 * no, *pc = ps + 2 * no;
     const uint8_t *pi = pc + 4 * no;
-    int bad = !nd;
-    for (uint32_t i = 0; i < nd; i++)
-        bad |= sim_get16(pd + 2 * i) >= n;
-    for (uint32_t i = 0; i < no; i++) {
-        bad |= sim_get16(ps + 2 * i) >= n;
-        total += sim_get16(pl + 2 * i);
-    }
-    if (bad)
+    size_t total = col_sum16(pl, no);
+    if (!nd || col_range(pd, nd, n) | col_range(ps, no, n))
         return sim_fail(step, "a process id is out of range 0..%u", n - 1);
     word *dm = q->dm;
-    memset(dm, 0, W * sizeof *dm);
-    for (uint32_t i = 0; i < nd; i++) {
-        uint32_t x = sim_get16(pd + 2 * i);
-        bad |= (int)BIT(dm, x);
-        SET(dm, x);
-    }
-    if (bad || !BIT(dm, me) || BIT(dm, k))
+    if (col_mask(dm, pd, nd, n, W) || !BIT(dm, me) || BIT(dm, k))
         return sim_fail(step, "bad destination list for a copy %u -> %u", k, me);
     if (len < need + 2 * total)
         return sim_fail(step, "wire truncated: %zu bytes, sections need %zu", len, need + 2 * total);
-    for (size_t i = 0; i < total; i++)
-        bad |= sim_get16(pi + 2 * i) >= n;
-    if (bad)
+    if (col_range(pi, total, n))
         return sim_fail(step, "a process id is out of range 0..%u", n - 1);
     if (grow(&q->ev, &q->evcap, (no + 1) * S, sizeof *q->ev) < 0 ||
         grow(&q->gv, &q->gvcap, (no + 1) * S, sizeof *q->gv) < 0 ||
@@ -385,20 +298,15 @@ HOT int decode_w(struct ks *q, uint32_t src, const uint8_t *data, size_t len,
         uint32_t s = sim_get16(ps + 2 * i), t = sim_get32(pc + 4 * i), ln = sim_get16(pl + 2 * i);
         word *v = q->ev + i * S, *mk = v + 1, clash = 0;
         v[0] = (word)s << 32 | t;
-        for (size_t x = 0; x < W; x++)
-            mk[x] = 0;
-        for (uint32_t y = 0; y < ln; y++, at++) {
-            uint32_t x = sim_get16(pi + 2 * (size_t)at);
-            bad |= (int)BIT(mk, x);
-            SET(mk, x);
-        }
-        if (bad)
+        int twice = col_mask(mk, pi + 2 * (size_t)at, ln, n, W);
+        at += ln;
+        if (twice)
             return sim_fail(step, "O_M entry (%u, %u) lists a destination twice", s, t);
         for (size_t x = 0; x < W; x++)        /* no destination of M but j, nor s itself */
             clash |= mk[x] & dm[x] & ~(x == me >> 6 ? (word)1 << (me & 63) : 0);
         if (clash || BIT(mk, s))
             return sim_fail(step, "bad O_M entry (%u, %u)", s, t);
-        if (!t && !zero(mk, W))
+        if (!t && !mzero(mk, W))
             return sim_fail(step, "bad O_M entry: clock 0 with destinations");
         if (BIT(mk, me)) {                      /* a wait; RCV step 3 then drops j */
             q->w[q->nw++] = (struct ent){s, t};
@@ -441,7 +349,7 @@ HOT int decode_w(struct ks *q, uint32_t src, const uint8_t *data, size_t len,
 static int decode(struct ks *q, uint32_t src, const uint8_t *data, size_t len,
                   struct sim_step *step)
 {
-    return BY_W(q, decode_w, q, src, data, len, step);
+    return BY_W(q->W, decode_w, q, src, data, len, step);
 }
 
 /* steps 4-5 for one sender: its row of LOG against O_M's entries o[0..no) (ks.py _merge) */
@@ -515,16 +423,21 @@ static uint32_t unmet(const struct ks *q, const struct ent *w, uint32_t nw, uint
     return x;
 }
 
-/* puts r on the list of its first unmet wait's sender */
-static void hold(struct ks *q, struct rec *r)
+/* holdback_drain's view of a held record */
+static long unmet_held(void *q, struct hb_node *h)
 {
-    uint32_t s = r->w[r->x].s;
-    r->next = NULL;
-    if (q->tail[s])
-        q->tail[s]->next = r;
-    else
-        q->head[s] = r;
-    q->tail[s] = r;
+    struct rec *r = (struct rec *)h;
+    r->x = unmet(q, r->w, r->nwait, r->x);
+    return r->x < r->nwait ? (long)r->w[r->x].s : -1;
+}
+
+static int deliver_held(void *m, struct hb_node *h, struct sim_step *step)
+{
+    struct ks *q = m;
+    struct rec *r = (struct rec *)h;
+    if (decode(q, (uint32_t)(h->key >> 32), (const uint8_t *)(r->w + r->nwait), r->len, step) < 0)
+        return -1;
+    return BY_W(q->W, deliver_w, q, step);
 }
 
 static int ks_receive(struct sim_machine *m, int src, const uint8_t *data, size_t len,
@@ -534,58 +447,30 @@ static int ks_receive(struct sim_machine *m, int src, const uint8_t *data, size_
     if (decode(q, (uint32_t)src, data, len, step) < 0)
         return -1;
     uint64_t key = (uint64_t)q->k << 32 | q->tk;
-    if (q->tk <= q->sr[q->k] || (q->idcap && q->ids[slot(q->ids, q->idcap, key)]))
+    if (q->tk <= q->sr[q->k] || holdback_has(&q->hb, key))
         return sim_fail(step, "duplicate message %u from %u", q->tk, q->k);
     uint32_t x = unmet(q, q->w, q->nw, 0);
     if (x < q->nw) {
         struct rec *r = malloc(sizeof *r + q->nw * sizeof(struct ent) + len);
-        if (!r || hs_add(q, key) < 0) {
+        if (!r)
+            return sim_fail(step, "out of memory");
+        *r = (struct rec){{NULL, key}, x, q->nw, (uint32_t)len};
+        memcpy(r->w, q->w, q->nw * sizeof(struct ent));
+        memcpy(r->w + q->nw, data, len);
+        if (holdback_hold(&q->hb, q->w[x].s, &r->hb) < 0) {
             free(r);
             return sim_fail(step, "out of memory");
         }
-        *r = (struct rec){NULL, q->k, q->tk, x, q->nw, (uint32_t)len};
-        memcpy(r->w, q->w, q->nw * sizeof(struct ent));
-        memcpy(r->w + q->nw, data, len);
-        hold(q, r);
         return 0;
     }
-    if (grow(&q->stack, &q->stcap, q->held + 1, sizeof *q->stack) < 0)
-        return sim_fail(step, "out of memory");
-    size_t top = 0;
-    struct rec *cur = NULL;                     /* owns the bytes being delivered */
-    for (uint32_t from = q->k;;) {              /* holdback.py admit: a LIFO of releases */
-        int rc = BY_W(q, deliver_w, q, step);
-        free(cur);
-        if (rc < 0)
-            break;
-        struct rec *r = q->head[from], *next;
-        q->head[from] = q->tail[from] = NULL;
-        for (; r; r = next) {
-            next = r->next;
-            if ((r->x = unmet(q, r->w, r->nwait, r->x)) < r->nwait) {
-                hold(q, r);
-            } else {
-                hs_del(q, (uint64_t)r->k << 32 | r->tk);
-                q->stack[top++] = r;
-            }
-        }
-        if (!top)
-            return 0;
-        cur = q->stack[--top];
-        from = cur->k;
-        if (decode(q, cur->k, (const uint8_t *)(cur->w + cur->nwait), cur->len, step) < 0) {
-            free(cur);
-            break;
-        }
-    }
-    while (top)                                 /* released, so on no list: the machine is */
-        free(q->stack[--top]);                  /* unusable after a failure, but leaks none */
-    return -1;
+    if (BY_W(q->W, deliver_w, q, step) < 0)
+        return -1;
+    return holdback_drain(&q->hb, q->k, q, unmet_held, deliver_held, step);
 }
 
 static long ks_held(struct sim_machine *m)
 {
-    return (long)((struct ks *)m)->held;
+    return (long)((struct ks *)m)->hb.held;
 }
 
 const struct sim_ops sim_ks_ops = {
