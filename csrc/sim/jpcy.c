@@ -18,24 +18,21 @@
  *   - After parse, the scratch (gk, gstart, glen; et, em) holds CI_m as read_entries'
  *     dict: senders by first appearance, each group's tuples contiguous in wire order,
  *     the last slot of j's group R4's (tau, m.D - i); gsort[g] says the group ascends.
- *   - The held set (hb, chained through the records) holds every held record once, and
- *     each held record is in exactly one waiting list (wh/wt), in arrival order. A held
- *     record owns a copy of its wire, allocated with it.
+ *   - Held records are held as holdback.h says, keyed j << 32 | tau, every DC constraint
+ *     before `wait` met. A held record owns a copy of its wire, allocated with it.
  */
-#include "machine.h"
-
-#include <stdlib.h>
-
 #if defined(__GNUC__) && !defined(__clang__)
 /* the mask loops run W = 1 word at n <= 64: a libc call per mask would cost more */
 #pragma GCC optimize("no-tree-loop-distribute-patterns")
 #endif
 
-typedef uint64_t word;
+#include "columns.h"
+#include "holdback.h"
+
 struct row { uint32_t *t; word *m; uint32_t len, cap; };
 
 struct rec {
-    struct rec *next, *snext, *hnext;  /* waiting list, release stack, held-set chain */
+    struct hb_node hb;
     const uint8_t *w;
     uint32_t j, tau, nd, nci, ndc, wait;
     size_t len, at_dl, at_ids, at_dc, at_pay;   /* D lengths, D ids, DC ids, payload */
@@ -46,8 +43,8 @@ struct jpcy {
     int W;                             /* words per destination mask */
     uint32_t tau, nord, stamp, ngroups;
     struct row *ci, tmp;
-    struct rec **wh, **wt, **hb;
-    size_t hcap, held, nhits, hitcap, idxcap, ecap, emcap;
+    struct holdback hb;
+    size_t nhits, hitcap, idxcap, ecap, emcap;
     uint16_t *ord;
     /* per process: dlv; send scratch cnt, fill; parse scratch gstamp ... gsort */
     uint32_t *dlv, *cnt, *fill, *gstamp, *gidx, *gk, *gstart, *glen, *gsort;
@@ -57,24 +54,6 @@ struct jpcy {
     const struct rec *grouped;         /* the record whose CI_m the scratch holds */
 };
 
-/* mask x of an array of masks; every user has W, often the constant 1 (see SPECIAL) */
-#define MASK(base, x) ((base) + (size_t)(x) * W)
-#define SPECIAL static inline __attribute__((always_inline))
-static void mcopy(word *d, const word *s, int W) { for (int w = 0; w < W; w++) d[w] = s[w]; }
-static void mclear(word *d, int W) { for (int w = 0; w < W; w++) d[w] = 0; }
-static int zero(const word *a, int W) { for (int w = 0; w < W; w++) if (a[w]) return 0; return 1; }
-static int same(const word *a, const word *b, int W)
-{ for (int w = 0; w < W; w++) if (a[w] != b[w]) return 0; return 1; }
-static int meets(const word *a, const word *b, int W)
-{ for (int w = 0; w < W; w++) if (a[w] & b[w]) return 1; return 0; }
-static void setbit(word *a, uint32_t x) { a[x >> 6] |= (word)1 << (x & 63); }
-static int hasbit(const word *a, uint32_t x) { return (int)(a[x >> 6] >> (x & 63) & 1); }
-static uint32_t pop(word x)            /* no popcnt instruction at -O2 without -march */
-{
-    x -= x >> 1 & 0x5555555555555555u;
-    x = (x & 0x3333333333333333u) + (x >> 2 & 0x3333333333333333u);
-    return (uint32_t)(((x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Fu) * 0x0101010101010101u >> 56);
-}
 static uint32_t row_max(const uint32_t *t, uint32_t len)
 { uint32_t x = 0; for (uint32_t i = 0; i < len; i++) if (t[i] > x) x = t[i]; return x; }
 static int ascending(const uint32_t *t, uint32_t len)
@@ -82,7 +61,7 @@ static int ascending(const uint32_t *t, uint32_t len)
 
 /* The index of u in t[0..len), or -1. With `at` (t ascending and the queries of a pass
  * ascending), a pass is one linear merge. */
-SPECIAL long seek(const uint32_t *t, uint32_t len, uint32_t u, uint32_t *at)
+HOT long seek(const uint32_t *t, uint32_t len, uint32_t u, uint32_t *at)
 {
     if (!at) {
         for (uint32_t i = 0; i < len; i++)
@@ -126,14 +105,14 @@ static int row_room(struct jpcy *p, struct row *r, uint32_t need)
     (r)->len = k_; } while (0)
 
 /* S3/R9: delete every empty tuple but the newest of its sender. */
-SPECIAL void drop_old_empty(struct row *r, const int W)
+HOT void drop_old_empty(struct row *r, const int W)
 {
     uint32_t newest = row_max(r->t, r->len);
-    FILTER(p, r, r->t[x] == newest || !zero(MASK(r->m, x), W));
+    FILTER(p, r, r->t[x] == newest || !mzero(MASK(r->m, x), W));
 }
 
 /* R8 (newest tuple first: strip what a newer tuple lists), then R9. */
-SPECIAL int r8_r9(struct jpcy *p, struct row *r, const int W)
+HOT int r8_r9(struct jpcy *p, struct row *r, const int W)
 {
     int sorted = ascending(r->t, r->len);
     if (!sorted && sim_reserve((void **)&p->idx, &p->idxcap, 0, r->len, sizeof *p->idx) < 0)
@@ -157,52 +136,6 @@ SPECIAL int r8_r9(struct jpcy *p, struct row *r, const int W)
     return 0;
 }
 
-/* ---- the held set, chained through the records ---- */
-
-static size_t hslot(const struct jpcy *p, uint32_t j, uint32_t tau)
-{ return (size_t)(((uint64_t)j << 32 | tau) * 0x9E3779B97F4A7C15u >> 20) & (p->hcap - 1); }
-
-static int held_has(const struct jpcy *p, uint32_t j, uint32_t tau)
-{
-    for (struct rec *r = p->hcap ? p->hb[hslot(p, j, tau)] : NULL; r; r = r->hnext)
-        if (r->j == j && r->tau == tau)
-            return 1;
-    return 0;
-}
-
-static int held_add(struct jpcy *p, struct rec *h)
-{
-    if (p->held >= p->hcap) {
-        size_t old = p->hcap;
-        struct rec **hb = calloc(old ? 2 * old : 64, sizeof *hb), **ob = p->hb;
-        if (!hb)
-            return -1;
-        p->hb = hb;
-        p->hcap = old ? 2 * old : 64;
-        for (size_t i = 0; i < old; i++)
-            for (struct rec *r = ob[i], *nx; r; r = nx) {
-                nx = r->hnext;
-                r->hnext = hb[hslot(p, r->j, r->tau)];
-                hb[hslot(p, r->j, r->tau)] = r;
-            }
-        free(ob);
-    }
-    struct rec **b = &p->hb[hslot(p, h->j, h->tau)];
-    h->hnext = *b;
-    *b = h;
-    p->held++;
-    return 0;
-}
-
-static void held_del(struct jpcy *p, struct rec *h)
-{
-    struct rec **at = &p->hb[hslot(p, h->j, h->tau)];
-    while (*at != h)
-        at = &(*at)->hnext;
-    *at = h->hnext;
-    p->held--;
-}
-
 /* ---- machine ---- */
 
 static int jpcy_init(struct sim_machine *m)
@@ -211,14 +144,12 @@ static int jpcy_init(struct sim_machine *m)
     size_t n = (size_t)m->n;
     p->W = (int)((n + 63) / 64);
     p->ci = calloc(n, sizeof *p->ci);
-    p->wh = calloc(2 * n, sizeof *p->wh);
     p->dlv = calloc(9 * n, sizeof *p->dlv);
     p->ord = calloc(n, sizeof *p->ord);
     p->wp = calloc(n, sizeof *p->wp);
     p->dm = calloc(2 * (size_t)p->W, sizeof *p->dm);
-    if (!p->ci || !p->wh || !p->dlv || !p->ord || !p->wp || !p->dm)
+    if (!p->ci || !p->dlv || !p->ord || !p->wp || !p->dm || holdback_init(&p->hb, m->n) < 0)
         return -1;
-    p->wt = p->wh + n;
     uint32_t **per[] = {&p->cnt, &p->fill, &p->gstamp, &p->gidx, &p->gk, &p->gstart, &p->glen,
                         &p->gsort};
     for (size_t i = 0; i < 8; i++)
@@ -230,15 +161,10 @@ static int jpcy_init(struct sim_machine *m)
 static void jpcy_fini(struct sim_machine *m)
 {
     struct jpcy *p = (struct jpcy *)m;
-    for (int k = 0; k < m->n; k++) {
-        if (p->ci)
-            free(p->ci[k].t);                   /* the masks share its block */
-        for (struct rec *r = p->wh ? p->wh[k] : NULL, *nx; r; r = nx) {
-            nx = r->next;
-            free(r);
-        }
-    }
-    void *all[] = {p->tmp.t, p->ci, p->wh, p->hb, p->dlv, p->ord, p->wp, p->dm,
+    for (int k = 0; p->ci && k < m->n; k++)
+        free(p->ci[k].t);                       /* the masks share its block */
+    holdback_fini(&p->hb, m->n);
+    void *all[] = {p->tmp.t, p->ci, p->dlv, p->ord, p->wp, p->dm,
                    p->hits, p->idx, p->et, p->em};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]);
@@ -246,7 +172,7 @@ static void jpcy_fini(struct sim_machine *m)
 
 /* ---- send: S1-S5 ---- */
 
-SPECIAL int send_w(struct sim_machine *m, const uint16_t *dests, int k, const uint8_t *payload,
+HOT int send_w(struct sim_machine *m, const uint16_t *dests, int k, const uint8_t *payload,
                    size_t len, struct sim_step *step, const int W)
 {
     struct jpcy *p = (struct jpcy *)m;
@@ -260,7 +186,7 @@ SPECIAL int send_w(struct sim_machine *m, const uint16_t *dests, int k, const ui
     word *dm = p->dm;
     mclear(dm, W);
     for (int i = 0; i < k; i++) {
-        setbit(dm, dests[i]);
+        SET(dm, dests[i]);
         p->cnt[dests[i]] = p->fill[dests[i]] = 0;
     }
     uint32_t tau = ++p->tau, nci = 0, nids = 0;
@@ -357,23 +283,18 @@ static int jpcy_send(struct sim_machine *m, const uint16_t *dests, int k, const 
 /* The header and the section offsets; every section within the wire. */
 static int frame(struct rec *r, const uint8_t *data, size_t len, struct sim_step *step)
 {
-    if (len < 12)
+    struct col_head h;
+    if (!col_head(&h, data, len, 3))
         return sim_fail(step, "wire truncated: %zu bytes, header needs 12", len);
     r->w = data;
     r->len = len;
-    r->j = sim_get16(data);
-    r->tau = sim_get32(data + 2);
-    r->nd = sim_get16(data + 6);
-    r->nci = sim_get16(data + 8);
-    r->ndc = sim_get16(data + 10);
+    r->j = h.j, r->tau = h.t, r->nd = h.c[0], r->nci = h.c[1], r->ndc = h.c[2];
+    r->hb.key = (uint64_t)r->j << 32 | r->tau;
     r->at_dl = 12 + 2 * (size_t)r->nd;
     r->at_ids = r->at_dl + 8 * (size_t)r->nci;
     if (len < r->at_ids)
         return sim_fail(step, "wire truncated: %zu bytes, sections need %zu", len, r->at_ids);
-    size_t sum = 0;
-    for (uint32_t e = 0; e < r->nci; e++)
-        sum += sim_get16(data + r->at_dl + 2 * e);
-    r->at_dc = r->at_ids + 2 * sum;
+    r->at_dc = r->at_ids + 2 * col_sum16(data + r->at_dl, r->nci);
     r->at_pay = r->at_dc + 6 * (size_t)r->ndc;
     if (len < r->at_pay)
         return sim_fail(step, "wire truncated: %zu bytes, sections need %zu", len, r->at_pay);
@@ -385,7 +306,7 @@ static int frame(struct rec *r, const uint8_t *data, size_t len, struct sim_step
 
 /* m.D into dm and CI_m into the scratch (see the invariants); with `check`, refuses what
  * Jpcy._decode refuses (the header fields were checked by the caller). */
-SPECIAL int parse_w(struct jpcy *p, const struct rec *r, int check, struct sim_step *step,
+HOT int parse_w(struct jpcy *p, const struct rec *r, int check, struct sim_step *step,
                     const int W)
 {
     int me = p->base.me;
@@ -393,14 +314,8 @@ SPECIAL int parse_w(struct jpcy *p, const struct rec *r, int check, struct sim_s
     const uint8_t *w = r->w, *dl = w + r->at_dl, *sd = dl + 2 * nci, *ts = sd + 2 * nci;
     const uint8_t *id = w + r->at_ids, *dk = w + r->at_dc, *dt = dk + 2 * r->ndc;
     word *dm = p->dm;
-    mclear(dm, W);
-    for (uint32_t x = 0; x < r->nd; x++) {
-        uint32_t d = sim_get16(w + 12 + 2 * x);
-        if (d >= n || hasbit(dm, d))
-            BAD("bad destination %u for a copy %u -> %d", d, j, me);
-        setbit(dm, d);
-    }
-    if (!r->nd || !hasbit(dm, (uint32_t)me) || hasbit(dm, j))
+    if (col_mask(dm, w + 12, r->nd, n, W) ||
+        !r->nd || !BIT(dm, (uint32_t)me) || BIT(dm, j))
         BAD("bad destination list for a copy %u -> %d", j, me);
     for (uint32_t x = 0; check && x < r->ndc; x++) {
         uint32_t k = sim_get16(dk + 2 * x), t = sim_get32(dt + 4 * x);
@@ -438,14 +353,11 @@ SPECIAL int parse_w(struct jpcy *p, const struct rec *r, int check, struct sim_s
         uint32_t s = sim_get16(sd + 2 * e), t = sim_get32(ts + 4 * e), ln = sim_get16(dl + 2 * e);
         uint32_t g = gidx[s], x = gstart[g] + glen[g]++;
         word *D = MASK(p->em, x);
-        mclear(D, W);
-        for (; ln; ln--, id += 2) {
-            uint32_t v = sim_get16(id);
-            if (v >= n || hasbit(D, v))
-                BAD("CI tuple (%u, %u) lists a bad or repeated destination", s, t);
-            setbit(D, v);
-        }
-        if (meets(D, dm, W) || hasbit(D, s))
+        int baddest = col_mask(D, id, ln, n, W);
+        id += 2 * (size_t)ln;
+        if (baddest)
+            BAD("CI tuple (%u, %u) lists a bad or repeated destination", s, t);
+        if (mmeets(D, dm, W) || BIT(D, s))
             BAD("bad CI tuple (%u, %u)", s, t);
         if (x > gstart[g] && et[x - 1] >= t) {
             p->gsort[g] = 0;
@@ -474,7 +386,7 @@ static int parse(struct jpcy *p, const struct rec *r, int check, struct sim_step
 }
 
 /* R3, R5-R9, with CI_m in the scratch (parse). */
-SPECIAL int merge_w(struct jpcy *p, const struct rec *r, const int W)
+HOT int merge_w(struct jpcy *p, const struct rec *r, const int W)
 {
     int me = p->base.me;
     p->dlv[r->j] = r->tau;
@@ -498,7 +410,7 @@ SPECIAL int merge_w(struct jpcy *p, const struct rec *r, const int W)
         if (it->len == ml) {                            /* equal as dicts: nothing changes */
             uint32_t x = 0;
             for (long y; x < ml && (y = seek(it->t, it->len, mt[x], sorted ? &at : NULL)) >= 0
-                 && same(MASK(it->m, y), MASK(mm, x), W); x++)
+                 && msame(MASK(it->m, y), MASK(mm, x), W); x++)
                 ;
             if (x == ml)
                 continue;
@@ -543,12 +455,12 @@ SPECIAL int merge_w(struct jpcy *p, const struct rec *r, const int W)
             mcopy(D, MASK(it->m, x), W);
             for (int v = 0; y >= 0 && v < W; v++)
                 D[v] &= MASK(mm, y)[v];
-            empty |= zero(D, W);
+            empty |= mzero(D, W);
             kx++;
         }
         it->len = kx;
         if (kx > 1 && empty)                            /* R9; R8 finds nothing here */
-            FILTER(p, it, it->t[x] == imax || !zero(MASK(it->m, x), W));
+            FILTER(p, it, it->t[x] == imax || !mzero(MASK(it->m, x), W));
     }
     if (p->gstamp[me] != p->stamp && p->ci[me].len > 1)
         drop_old_empty(&p->ci[me], W);                  /* R9 for our own previous tuple */
@@ -561,81 +473,67 @@ static int merge(struct jpcy *p, const struct rec *r)
     return p->W == 1 ? merge_w(p, r, 1) : merge_w(p, r, p->W);
 }
 
-static uint32_t first_unmet(const struct jpcy *p, const struct rec *r)
+/* holdback_drain's view of a record: the sender of its first unmet constraint, or -1 */
+static long unmet(void *m, struct hb_node *h)
 {
+    const struct jpcy *p = m;
+    struct rec *r = (struct rec *)h;
     const uint8_t *dk = r->w + r->at_dc, *dt = dk + 2 * r->ndc;
     uint32_t x = r->wait;
     while (x < r->ndc && sim_get32(dt + 4 * x) <= p->dlv[sim_get16(dk + 2 * x)])
         x++;
-    return x;
+    r->wait = x;
+    return x < r->ndc ? (long)sim_get16(dk + 2 * x) : -1;
 }
 
-static void wait_on(struct jpcy *p, struct rec *r, uint32_t x)
+/* R2, then R3 and R5-R9; CI_m is parsed again unless the scratch holds it */
+static int deliver(void *m, struct hb_node *h, struct sim_step *step)
 {
-    uint32_t k = sim_get16(r->w + r->at_dc + 2 * x);
-    r->wait = x;
-    r->next = NULL;
-    *(p->wt[k] ? &p->wt[k]->next : &p->wh[k]) = r;
-    p->wt[k] = r;
+    struct jpcy *p = m;
+    struct rec *c = (struct rec *)h;
+    if ((p->grouped != c && parse(p, c, 0, step) < 0) ||
+        sim_deliver(step, c->j, c->w + c->at_pay, (uint32_t)(c->len - c->at_pay)) < 0)
+        return -1;
+    if (merge(p, c) < 0)
+        return sim_fail(step, "out of memory");
+    return 0;
 }
 
 static int jpcy_receive(struct sim_machine *m, int src, const uint8_t *data, size_t len,
                         struct sim_step *step)
 {
     struct jpcy *p = (struct jpcy *)m;
-    struct rec first = {0}, *top = &first;
+    struct rec first = {0};
     if (frame(&first, data, len, step) < 0)
         return -1;
     if (first.j != (uint32_t)src || first.tau == 0)
         return sim_fail(step, "wire names sender %u (from %d) or timestamp 0", first.j, src);
     if (parse(p, &first, 1, step) < 0)
         return -1;
-    if (first.tau <= p->dlv[first.j] || held_has(p, first.j, first.tau))
+    if (first.tau <= p->dlv[first.j] || holdback_has(&p->hb, first.hb.key))
         return sim_fail(step, "duplicate message %u from %u", first.tau, first.j);
-    uint32_t x = first_unmet(p, &first);
-    if (x < first.ndc) {                                /* R1 fails: hold a copy */
+    long s = unmet(p, &first.hb);
+    if (s >= 0) {                                       /* R1 fails: hold a copy */
         struct rec *h = malloc(sizeof *h + len);
         if (h) {
             *h = first;
             h->w = memcpy(h + 1, data, len);
         }
-        if (!h || held_add(p, h) < 0) {
+        if (!h || holdback_hold(&p->hb, (uint32_t)s, &h->hb) < 0) {
             free(h);
             return sim_fail(step, "out of memory");
         }
-        wait_on(p, h, x);
         p->grouped = NULL;
         return 0;
     }
-    while (top) {                                       /* HoldBack.admit's release */
-        struct rec *c = top;
-        top = c->snext;
-        if ((p->grouped != c && parse(p, c, 0, step) < 0) ||
-            sim_deliver(step, c->j, c->w + c->at_pay, (uint32_t)(c->len - c->at_pay)) < 0)
-            return -1;                                  /* R2 */
-        if (merge(p, c) < 0)
-            return sim_fail(step, "out of memory");
-        struct rec *w = p->wh[c->j], *nx;
-        p->wh[c->j] = p->wt[c->j] = NULL;
-        for (; w; w = nx) {
-            nx = w->next;
-            if ((x = first_unmet(p, w)) < w->ndc) {
-                wait_on(p, w, x);
-            } else {
-                held_del(p, w);
-                w->snext = top;
-                top = w;
-            }
-        }
-        if (c != &first)
-            free(c);
-    }
-    return 0;
+    if (deliver(p, &first.hb, step) < 0)
+        return -1;
+    return holdback_drain(&p->hb, first.j, p, unmet, deliver, step);
 }
 
 static long jpcy_held(struct sim_machine *m)
 {
-    return (long)((struct jpcy *)m)->held;
+    return (long)((struct jpcy *)m)->hb.held;
 }
 
 const struct sim_ops sim_jpcy_ops = {
