@@ -28,8 +28,8 @@
 
 #include "columns.h"
 #include "holdback.h"
+#include "row.h"
 
-struct row { uint32_t *t; word *m; uint32_t len, cap; };
 
 struct rec {
     struct hb_node hb;
@@ -54,61 +54,10 @@ struct jpcy {
     const struct rec *grouped;         /* the record whose CI_m the scratch holds */
 };
 
-static uint32_t row_max(const uint32_t *t, uint32_t len)
-{ uint32_t x = 0; for (uint32_t i = 0; i < len; i++) if (t[i] > x) x = t[i]; return x; }
-static int ascending(const uint32_t *t, uint32_t len)
-{ for (uint32_t i = 1; i < len; i++) if (t[i - 1] >= t[i]) return 0; return 1; }
-
-/* The index of u in t[0..len), or -1. With `at` (t ascending and the queries of a pass
- * ascending), a pass is one linear merge. */
-HOT long seek(const uint32_t *t, uint32_t len, uint32_t u, uint32_t *at)
-{
-    if (!at) {
-        for (uint32_t i = 0; i < len; i++)
-            if (t[i] == u)
-                return i;
-        return -1;
-    }
-    while (*at < len && t[*at] < u)
-        ++*at;
-    return *at < len && t[*at] == u ? (long)(*at)++ : -1;
-}
-
-/* Room for `need` tuples; taus and masks share one block (one cache line for a short row
- * at n <= 64: the rows of 50 machines are what a send and a receive walk). */
-static int row_room(struct jpcy *p, struct row *r, uint32_t need)
-{
-    uint32_t cap = r->cap ? r->cap : 4;
-    while (cap < need)
-        cap *= 2;
-    if (cap == r->cap)
-        return 0;
-    uint32_t *t = malloc(cap * (sizeof *t + (size_t)p->W * sizeof(word)));
-    if (!t)
-        return -1;
-    word *m = (word *)(t + cap);                /* cap is even: m is 8-byte aligned */
-    if (r->len) {
-        memcpy(t, r->t, r->len * sizeof *t);
-        memcpy(m, r->m, (size_t)r->len * p->W * sizeof *m);
-    }
-    free(r->t);
-    r->t = t;
-    r->m = m;
-    r->cap = cap;
-    return 0;
-}
-
-/* Keeps the tuples x of r with keep(x), in order. */
-#define FILTER(p, r, keep) do { uint32_t k_ = 0; \
-    for (uint32_t x = 0; x < (r)->len; x++) if (keep) { \
-        (r)->t[k_] = (r)->t[x]; mcopy(MASK((r)->m, k_), MASK((r)->m, x), W); k_++; } \
-    (r)->len = k_; } while (0)
-
 /* S3/R9: delete every empty tuple but the newest of its sender. */
 HOT void drop_old_empty(struct row *r, const int W)
 {
-    uint32_t newest = row_max(r->t, r->len);
-    FILTER(p, r, r->t[x] == newest || !mzero(MASK(r->m, x), W));
+    row_purge(r, row_max(r->t, r->len), W);
 }
 
 /* R8 (newest tuple first: strip what a newer tuple lists), then R9. */
@@ -262,7 +211,7 @@ HOT int send_w(struct sim_machine *m, const uint16_t *dests, int k, const uint8_
     }
     /* S5: the own tuple, after the copies */
     struct row *own = &p->ci[m->me];
-    if (row_room(p, own, own->len + 1) < 0)
+    if (row_room(own, own->len + 1, W) < 0)
         return sim_fail(step, "out of memory");
     if (!own->len)
         p->ord[p->nord++] = (uint16_t)m->me;
@@ -396,7 +345,7 @@ HOT int merge_w(struct jpcy *p, const struct rec *r, const int W)
         const word *mm = MASK(p->em, p->gstart[g]);
         struct row *it = &p->ci[s];
         if (!it->len) {                                 /* R7, nothing to compare with */
-            if (row_room(p, it, ml) < 0)
+            if (row_room(it, ml, W) < 0)
                 return -1;
             p->ord[p->nord++] = (uint16_t)s;
             memcpy(it->t, mt, ml * sizeof *mt);
@@ -421,7 +370,7 @@ HOT int merge_w(struct jpcy *p, const struct rec *r, const int W)
         uint32_t imax = sorted ? it->t[it->len - 1] : row_max(it->t, it->len);
         if (mmax > imax) {      /* CI_m's order: the tuples we share (R6) and newer (R7) */
             struct row *o = &p->tmp;
-            if (row_room(p, o, ml) < 0)
+            if (row_room(o, ml, W) < 0)
                 return -1;
             o->len = 0;
             for (uint32_t x = 0; x < ml; x++) {
@@ -434,7 +383,7 @@ HOT int merge_w(struct jpcy *p, const struct rec *r, const int W)
                     D[v] &= MASK(it->m, y)[v];
                 o->t[o->len++] = mt[x];
             }
-            if (row_room(p, it, o->len) < 0)
+            if (row_room(it, o->len, W) < 0)
                 return -1;
             memcpy(it->t, o->t, o->len * sizeof *o->t);
             memcpy(it->m, o->m, (size_t)o->len * W * sizeof *o->m);
@@ -460,7 +409,7 @@ HOT int merge_w(struct jpcy *p, const struct rec *r, const int W)
         }
         it->len = kx;
         if (kx > 1 && empty)                            /* R9; R8 finds nothing here */
-            FILTER(p, it, it->t[x] == imax || !mzero(MASK(it->m, x), W));
+            ROW_FILTER(it, it->t[x] == imax || !mzero(MASK(it->m, x), W));
     }
     if (p->gstamp[me] != p->stamp && p->ci[me].len > 1)
         drop_old_empty(&p->ci[me], W);                  /* R9 for our own previous tuple */
