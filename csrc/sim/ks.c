@@ -7,9 +7,9 @@
  * at j iff every entry (m, t) of O_M listing j has t <= SR[m].
  *
  * Invariants:
- *   - An entry is S = W + 1 words: s << 32 | t, then the Dests mask (W = ceil(n / 64) words,
- *     process x at bit x % 64 of word x / 64). Within one sender, entries compare as t does.
- *   - log[s] holds sender s's entries in the insertion order of ks.py's dict log[s]: updated
+ *   - A decoded O_M entry (ev, gv) is S = W + 1 words: s << 32 | t, then its Dests mask
+ *     (masks.h). Within one sender, entries compare as t does.
+ *   - log[s] (row.h) holds sender s's entries in the insertion order of ks.py's dict log[s]: updated
  *     entries keep their place, SND appends the own entry, and a merged row follows the side
  *     ks.py's comprehension iterates. That order reaches the wire, so it is the Python one
  *     for every wire ks.py accepts (also for entries out of clock order).
@@ -21,10 +21,10 @@
  */
 #include "columns.h"
 #include "holdback.h"
+#include "row.h"
 
 #define NONE UINT32_MAX
 
-struct row { word *v; size_t len, cap; };
 struct ent { uint32_t s, t; };
 struct rec {
     struct hb_node hb;
@@ -51,51 +51,15 @@ struct ks {
      * sender s's at gv[start[s] .. start[s] + cnt[s]); the waits; a row being merged */
     uint32_t k, tk, nw, *cnt, *start;
     const uint8_t *payload;
-    size_t plen, evcap, gvcap, wcap, nvcap;
-    word *ev, *gv, *nv;
+    size_t plen, evcap, gvcap, wcap;
+    word *ev, *gv;
+    struct row tmp;                     /* a row being merged */
     struct ent *w;
 };
 
 HOT int grow(void *arr, size_t *cap, size_t want, size_t size)
 {
     return want <= *cap ? 0 : sim_reserve((void **)arr, cap, 0, want, size);
-}
-
-static int row_fit(struct row *r, size_t want, size_t S)
-{
-    if (want <= r->cap)
-        return 0;
-    size_t cap = r->cap ? 2 * r->cap : want;
-    while (cap < want)
-        cap *= 2;
-    word *v = realloc(r->v, cap * S * sizeof *v);
-    if (!v)
-        return -1;
-    r->v = v;
-    r->cap = cap;
-    return 0;
-}
-
-HOT word row_max(const struct row *r, size_t S)
-{
-    word top = 0;
-    for (size_t i = 0; i < r->len; i++)
-        top = r->v[i * S] > top ? r->v[i * S] : top;
-    return top;
-}
-
-/* PURGE_NULL_ENTRIES: deletes the empty entries but `top`, keeping the order */
-HOT void purge(struct row *r, word top, size_t W)
-{
-    size_t o = 0, S = W + 1;
-    for (size_t i = 0; i < r->len; i++) {
-        if (r->v[i * S] != top && mzero(r->v + i * S + 1, W))
-            continue;
-        if (o != i)
-            memcpy(r->v + o * S, r->v + i * S, S * sizeof(word));
-        o++;
-    }
-    r->len = o;
 }
 
 static int ks_init(struct sim_machine *m)
@@ -109,10 +73,10 @@ static int ks_init(struct sim_machine *m)
         return -1;
     q->hc = q->sr + n, q->hnk = q->hc + n, q->cnt = q->hnk + n, q->start = q->cnt + n;
     for (size_t s = 0; s < n; s++) {           /* the book's (s, 0, {}) for every s */
-        if (row_fit(&q->log[s], 1, W + 1) < 0)
+        if (row_room(&q->log[s], 1, W) < 0)
             return -1;
-        memset(q->log[s].v, 0, (W + 1) * sizeof(word));
-        q->log[s].v[0] = (word)s << 32;
+        q->log[s].t[0] = 0;
+        mclear(q->log[s].m, W);
         q->log[s].len = 1;
     }
     return 0;
@@ -122,10 +86,10 @@ static void ks_fini(struct sim_machine *m)
 {
     struct ks *q = (struct ks *)m;
     for (int s = 0; q->log && s < m->n; s++)
-        free(q->log[s].v);
+        free(q->log[s].t);                      /* the masks share its block */
     holdback_fini(&q->hb, m->n);
     void *all[] = {q->sr, q->log, q->dm, q->it, q->hits, q->sid,
-                   q->ev, q->gv, q->nv, q->w};
+                   q->ev, q->gv, q->w, q->tmp.t};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]);
 }
@@ -166,7 +130,7 @@ HOT void write_copy(struct ks *q, uint8_t *w, uint32_t d, const uint16_t *dests,
 HOT int send_w(struct ks *q, const uint16_t *dests, int nd, const uint8_t *payload,
                size_t len, struct sim_step *step, size_t W)
 {
-    size_t S = W + 1, n = (size_t)q->base.n, me = (size_t)q->base.me, total = 0;
+    size_t n = (size_t)q->base.n, me = (size_t)q->base.me, total = 0;
     if (q->clock == UINT32_MAX)
         return sim_fail(step, "process %zu exhausted its 32-bit clock", me);
     for (size_t s = 0; s < n; s++)
@@ -187,20 +151,20 @@ HOT int send_w(struct ks *q, const uint16_t *dests, int nd, const uint8_t *paylo
     size_t ni = 0, nh = 0, nids = 0, nkept = 0;
     for (size_t s = 0; s < n; s++) {
         struct row *r = &q->log[s];
-        word newest = row_max(r, S);
+        uint32_t newest = row_max(r->t, r->len);
         int touched = 0;
         for (size_t j = 0; j < r->len; j++) {
-            word *v = r->v + j * S, *D = v + 1, *h = q->hits + nh * W, any = 0, rest = 0;
+            word *D = MASK(r->m, j), *h = q->hits + nh * W, any = 0, rest = 0;
             for (size_t x = 0; x < W; x++) {
                 h[x] = D[x] & dm[x];
                 any |= h[x];
                 rest |= D[x] ^= h[x];
             }
-            int keep = rest || v[0] == newest;
+            int keep = rest || r->t[j] == newest;
             if (!any && !keep)
                 continue;
             struct item *e = &q->it[ni++];
-            *e = (struct item){(uint32_t)v[0], (uint32_t)nids, any ? (uint32_t)nh : NONE,
+            *e = (struct item){r->t[j], (uint32_t)nids, any ? (uint32_t)nh : NONE,
                                (uint16_t)s, 0, (uint8_t)keep};
             if (any) {
                 for (size_t x = 0; x < W; x++)
@@ -222,7 +186,7 @@ HOT int send_w(struct ks *q, const uint16_t *dests, int nd, const uint8_t *paylo
             nkept += (size_t)keep;
         }
         if ((touched || s == me) && r->len > 1)
-            purge(r, newest, W);
+            row_purge(r, newest, W);
     }
     /* the copies, in `dests` order; those without hits are all the same bytes */
     const uint8_t *same = NULL;
@@ -243,11 +207,10 @@ HOT int send_w(struct ks *q, const uint16_t *dests, int nd, const uint8_t *paylo
     for (int i = 0; i < nd; i++)
         q->hc[dests[i]] = q->hnk[dests[i]] = 0;
     struct row *r = &q->log[me];                /* step 4: the own entry, after the copies */
-    if (rc || row_fit(r, r->len + 1, S) < 0)
+    if (rc || row_room(r, r->len + 1, W) < 0)
         return rc ? rc : sim_fail(step, "out of memory");
-    word *v = r->v + r->len++ * S;
-    v[0] = (word)me << 32 | q->clock;
-    memcpy(v + 1, dm, W * sizeof *dm);
+    r->t[r->len] = q->clock;
+    mcopy(MASK(r->m, r->len++), dm, W);
     return 0;
 }
 
@@ -353,50 +316,48 @@ static int decode(struct ks *q, uint32_t src, const uint8_t *data, size_t len,
 }
 
 /* steps 4-5 for one sender: its row of LOG against O_M's entries o[0..no) (ks.py _merge) */
-HOT int merge_row(struct ks *q, struct row *r, const word *o, size_t no, size_t W)
+HOT int merge_row(struct ks *q, struct row *r, const word *o, uint32_t no, size_t W)
 {
-    size_t S = W + 1, nl = 0, a, b, x;
+    size_t S = W + 1;
+    uint32_t a, b, omax = 0, lmax = row_max(r->t, r->len);
     if (no == r->len) {                         /* equal as dicts: nothing changes */
         for (a = 0; a < no; a++) {
-            for (b = 0; b < no && r->v[b * S] != o[a * S]; b++)
+            for (b = 0; b < no && r->t[b] != (uint32_t)o[a * S]; b++)
                 ;
-            for (x = 1; b < no && x < S && r->v[b * S + x] == o[a * S + x]; x++)
-                ;
-            if (b == no || x < S)
+            if (b == no || !msame(MASK(r->m, b), o + a * S + 1, W))
                 break;
         }
         if (a == no)
             return 0;
     }
-    word omax = row_max(&(struct row){(word *)o, no, no}, S), lmax = row_max(r, S);
-    if (grow(&q->nv, &q->nvcap, (no + r->len) * S, sizeof *q->nv) < 0)
-        return -1;
+    for (a = 0; a < no; a++)
+        omax = (uint32_t)o[a * S] > omax ? (uint32_t)o[a * S] : omax;
     /* the side with the newest entry is iterated; an entry the other side lacks survives
      * only if newer than all of the other side's; common entries intersect their Dests */
     int ours = omax > lmax;
-    const word *A = ours ? o : r->v, *B = ours ? r->v : o;
-    size_t na = ours ? no : r->len, nb = ours ? r->len : no;
-    word bmax = ours ? lmax : omax;
+    uint32_t na = ours ? no : r->len, nb = ours ? r->len : no, bmax = ours ? lmax : omax;
+    struct row *out = &q->tmp;
+    if (row_room(out, no + r->len, W) < 0)
+        return -1;
+    out->len = 0;
     for (a = 0; a < na; a++) {
-        const word *ea = A + a * S;
-        for (b = 0; b < nb && B[b * S] != ea[0]; b++)
+        uint32_t ta = ours ? (uint32_t)o[a * S] : r->t[a];
+        const word *ma = ours ? o + a * S + 1 : MASK(r->m, a);
+        for (b = 0; b < nb && (ours ? r->t[b] : (uint32_t)o[b * S]) != ta; b++)
             ;
-        if (b == nb && ea[0] <= bmax)
+        if (b == nb && ta <= bmax)
             continue;
-        word *out = q->nv + nl++ * S;
-        out[0] = ea[0];
-        for (x = 1; x < S; x++)
-            out[x] = b < nb ? ea[x] & B[b * S + x] : ea[x];
+        const word *mb = b == nb ? ma : ours ? MASK(r->m, b) : o + b * S + 1;
+        word *d = MASK(out->m, out->len);
+        out->t[out->len++] = ta;
+        for (size_t x = 0; x < W; x++)
+            d[x] = ma[x] & mb[x];
     }
-    word *old = r->v;                           /* the new row takes the scratch's buffer */
-    size_t oldcap = r->cap * S;
-    r->v = q->nv;
-    r->cap = q->nvcap / S;
-    r->len = nl;
-    q->nv = old;
-    q->nvcap = oldcap;
-    if (nl > 1)
-        purge(r, ours ? omax : lmax, W);
+    struct row old = *r;                        /* the new row takes the scratch's block */
+    *r = *out;
+    *out = old;
+    if (r->len > 1)
+        row_purge(r, ours ? omax : lmax, W);
     return 0;
 }
 
@@ -411,7 +372,7 @@ HOT int deliver_w(struct ks *q, struct sim_step *step, size_t W)
                                    q->cnt[s], W) < 0)
             return sim_fail(step, "out of memory");
     if (!q->cnt[me] && q->log[me].len > 1)
-        purge(&q->log[me], row_max(&q->log[me], W + 1), W);
+        row_purge(&q->log[me], row_max(q->log[me].t, q->log[me].len), W);
     return 0;
 }
 
