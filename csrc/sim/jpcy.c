@@ -15,7 +15,7 @@
  *     order (updates in place, deletions compact, a replaced row takes its source's order),
  *     so wires match byte for byte, also after wires whose CI is not sorted by tau. Honest
  *     machines keep every row ascending; lookups are linear merges then (`seek`).
- *   - After parse, the scratch (gk, gstart, glen; et, em) holds CI_m as read_entries'
+ *   - After parse, the scratch (gr, group.h; et, em) holds CI_m as read_entries'
  *     dict: senders by first appearance, each group's tuples contiguous in wire order,
  *     the last slot of j's group R4's (tau, m.D - i); gsort[g] says the group ascends.
  *   - Held records are held as holdback.h says, keyed j << 32 | tau, every DC constraint
@@ -27,6 +27,7 @@
 #endif
 
 #include "columns.h"
+#include "group.h"
 #include "holdback.h"
 #include "row.h"
 
@@ -41,13 +42,14 @@ struct rec {
 struct jpcy {
     struct sim_machine base;
     int W;                             /* words per destination mask */
-    uint32_t tau, nord, stamp, ngroups;
+    uint32_t tau, nord;
     struct row *ci, tmp;
     struct holdback hb;
     size_t nhits, hitcap, idxcap, ecap, emcap;
     uint16_t *ord;
-    /* per process: dlv; send scratch cnt, fill; parse scratch gstamp ... gsort */
-    uint32_t *dlv, *cnt, *fill, *gstamp, *gidx, *gk, *gstart, *glen, *gsort;
+    /* per process: dlv; send scratch cnt, fill; per group of CI_m: it ascends */
+    uint32_t *dlv, *cnt, *fill, *gsort;
+    struct groups gr;
     uint32_t *hits, *idx, *et;         /* (d, k, t) of S2 in order; r8 order; CI_m taus */
     uint8_t **wp;                      /* per destination: its wire's DC section */
     word *dm, *seen, *em;              /* m.D, R8's seen, CI_m masks */
@@ -93,15 +95,15 @@ static int jpcy_init(struct sim_machine *m)
     size_t n = (size_t)m->n;
     p->W = (int)((n + 63) / 64);
     p->ci = calloc(n, sizeof *p->ci);
-    p->dlv = calloc(9 * n, sizeof *p->dlv);
+    p->dlv = calloc(4 * n, sizeof *p->dlv);
     p->ord = calloc(n, sizeof *p->ord);
     p->wp = calloc(n, sizeof *p->wp);
     p->dm = calloc(2 * (size_t)p->W, sizeof *p->dm);
-    if (!p->ci || !p->dlv || !p->ord || !p->wp || !p->dm || holdback_init(&p->hb, m->n) < 0)
+    if (!p->ci || !p->dlv || !p->ord || !p->wp || !p->dm || holdback_init(&p->hb, m->n) < 0 ||
+        groups_init(&p->gr, m->n) < 0)
         return -1;
-    uint32_t **per[] = {&p->cnt, &p->fill, &p->gstamp, &p->gidx, &p->gk, &p->gstart, &p->glen,
-                        &p->gsort};
-    for (size_t i = 0; i < 8; i++)
+    uint32_t **per[] = {&p->cnt, &p->fill, &p->gsort};
+    for (size_t i = 0; i < 3; i++)
         *per[i] = p->dlv + (i + 1) * n;
     p->seen = p->dm + p->W;
     return 0;
@@ -113,7 +115,7 @@ static void jpcy_fini(struct sim_machine *m)
     for (int k = 0; p->ci && k < m->n; k++)
         free(p->ci[k].t);                       /* the masks share its block */
     holdback_fini(&p->hb, m->n);
-    void *all[] = {p->tmp.t, p->ci, p->dlv, p->ord, p->wp, p->dm,
+    void *all[] = {p->tmp.t, p->ci, p->gr.seen, p->dlv, p->ord, p->wp, p->dm,
                    p->hits, p->idx, p->et, p->em};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]);
@@ -271,33 +273,19 @@ HOT int parse_w(struct jpcy *p, const struct rec *r, int check, struct sim_step 
         if (k >= n || t == 0 || k == (uint32_t)me || (k == j && t >= r->tau))
             BAD("bad delivery constraint (%u, %u)", k, t);
     }
-    if (++p->stamp == 0) {
-        memset(p->gstamp, 0, n * sizeof *p->gstamp);
-        p->stamp = 1;
-    }
-    p->ngroups = 0;
+    struct groups *gr = &p->gr;
+    groups_begin(gr);
     for (uint32_t e = 0; e <= nci; e++) {              /* the groups, in dict order */
         uint32_t s = e < nci ? sim_get16(sd + 2 * e) : j;
         if (s >= n || (e < nci && sim_get32(ts + 4 * e) == 0))
             BAD("bad CI tuple: process id %u, timestamp %u", s, sim_get32(ts + 4 * e));
-        if (p->gstamp[s] != p->stamp) {
-            p->gstamp[s] = p->stamp;
-            p->gidx[s] = p->ngroups;
-            p->gk[p->ngroups] = s;
-            p->gsort[p->ngroups] = 1;
-            p->glen[p->ngroups++] = 0;
-        }
-        p->glen[p->gidx[s]]++;
+        p->gsort[groups_add(gr, s)] = 1;
     }
-    for (uint32_t g = 0, at = 0; g < p->ngroups; g++) {
-        p->gstart[g] = at;
-        at += p->glen[g];
-        p->glen[g] = 0;
-    }
+    groups_layout(gr);
     if (sim_reserve((void **)&p->et, &p->ecap, 0, nci + 1, sizeof *p->et) < 0 ||
         sim_reserve((void **)&p->em, &p->emcap, 0, (nci + 1) * (size_t)W, sizeof *p->em) < 0)
         return sim_fail(step, "out of memory");
-    uint32_t *gidx = p->gidx, *gstart = p->gstart, *glen = p->glen, *et = p->et;
+    uint32_t *gidx = gr->idx, *gstart = gr->start, *glen = gr->len, *et = p->et;
     for (uint32_t e = 0; e < nci; e++) {                /* the tuples, in wire order */
         uint32_t s = sim_get16(sd + 2 * e), t = sim_get32(ts + 4 * e), ln = sim_get16(dl + 2 * e);
         uint32_t g = gidx[s], x = gstart[g] + glen[g]++;
@@ -315,13 +303,13 @@ HOT int parse_w(struct jpcy *p, const struct rec *r, int check, struct sim_step 
         }
         et[x] = t;
     }
-    uint32_t g = p->gidx[j], x = p->gstart[g] + p->glen[g];
-    if (check && row_max(p->et + p->gstart[g], p->glen[g]) >= r->tau)
+    uint32_t g = gidx[j], x = gstart[g] + glen[g];
+    if (check && row_max(p->et + gstart[g], glen[g]) >= r->tau)
         BAD("CI carries a tuple of %u not older than m itself", j);
-    if (check && p->gstamp[me] == p->stamp &&
-        row_max(p->et + p->gstart[p->gidx[me]], p->glen[p->gidx[me]]) > p->tau)
+    if (check && groups_has(gr, (uint32_t)me) &&
+        row_max(p->et + gstart[gidx[me]], glen[gidx[me]]) > p->tau)
         BAD("CI carries a tuple of %d that %d never sent", me, me);
-    p->glen[g]++;                                       /* R4: m.D - i */
+    glen[g]++;                                          /* R4: m.D - i */
     p->et[x] = r->tau;
     mcopy(MASK(p->em, x), dm, W);
     MASK(p->em, x)[me >> 6] &= ~((word)1 << (me & 63));
@@ -339,10 +327,10 @@ HOT int merge_w(struct jpcy *p, const struct rec *r, const int W)
 {
     int me = p->base.me;
     p->dlv[r->j] = r->tau;
-    for (uint32_t g = 0; g < p->ngroups; g++) {
-        uint32_t s = p->gk[g], ml = p->glen[g], at = 0, *hint;
-        const uint32_t *mt = p->et + p->gstart[g];
-        const word *mm = MASK(p->em, p->gstart[g]);
+    for (uint32_t g = 0; g < p->gr.count; g++) {
+        uint32_t s = p->gr.who[g], ml = p->gr.len[g], at = 0, *hint;
+        const uint32_t *mt = p->et + p->gr.start[g];
+        const word *mm = MASK(p->em, p->gr.start[g]);
         struct row *it = &p->ci[s];
         if (!it->len) {                                 /* R7, nothing to compare with */
             if (row_room(it, ml, W) < 0)
@@ -411,7 +399,7 @@ HOT int merge_w(struct jpcy *p, const struct rec *r, const int W)
         if (kx > 1 && empty)                            /* R9; R8 finds nothing here */
             ROW_FILTER(it, it->t[x] == imax || !mzero(MASK(it->m, x), W));
     }
-    if (p->gstamp[me] != p->stamp && p->ci[me].len > 1)
+    if (!groups_has(&p->gr, (uint32_t)me) && p->ci[me].len > 1)
         drop_old_empty(&p->ci[me], W);                  /* R9 for our own previous tuple */
     p->grouped = NULL;
     return 0;
