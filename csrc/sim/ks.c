@@ -20,7 +20,6 @@
  * The hot functions take W and are compiled for W == 1 too (masks.h's BY_W).
  */
 #include "columns.h"
-#include "group.h"
 #include "holdback.h"
 #include "row.h"
 
@@ -48,10 +47,9 @@ struct ks {
     uint8_t *sid;
     uint32_t *hc, *hnk;
     size_t itcap, hitcap, sidcap;
-    /* decode scratch: O_M's entries (the last is M itself) in ev, and grouped by sender
-     * (gr) in gv; the waits */
-    uint32_t k, tk, nw;
-    struct groups gr;
+    /* decode scratch: O_M's entries (the last is M itself) grouped by sender in wire order,
+     * sender s's at gv[start[s] .. start[s] + cnt[s]); the waits; a row being merged */
+    uint32_t k, tk, nw, *cnt, *start;
     const uint8_t *payload;
     size_t plen, evcap, gvcap, wcap;
     word *ev, *gv;
@@ -68,13 +66,12 @@ static int ks_init(struct sim_machine *m)
 {
     struct ks *q = (struct ks *)m;
     size_t n = (size_t)m->n, W = q->W = (n + 63) / 64;
-    q->sr = calloc(3 * n, sizeof *q->sr);      /* with hc and hnk */
+    q->sr = calloc(5 * n, sizeof *q->sr);      /* with hc, hnk, cnt and start */
     q->log = calloc(n, sizeof *q->log);
     q->dm = calloc(W, sizeof *q->dm);
-    if (!q->sr || !q->log || !q->dm || holdback_init(&q->hb, m->n) < 0 ||
-        groups_init(&q->gr, m->n) < 0)
+    if (!q->sr || !q->log || !q->dm || holdback_init(&q->hb, m->n) < 0)
         return -1;
-    q->hc = q->sr + n, q->hnk = q->hc + n;
+    q->hc = q->sr + n, q->hnk = q->hc + n, q->cnt = q->hnk + n, q->start = q->cnt + n;
     for (size_t s = 0; s < n; s++) {           /* the book's (s, 0, {}) for every s */
         if (row_room(&q->log[s], 1, W) < 0)
             return -1;
@@ -91,7 +88,7 @@ static void ks_fini(struct sim_machine *m)
     for (int s = 0; q->log && s < m->n; s++)
         free(q->log[s].t);                      /* the masks share its block */
     holdback_fini(&q->hb, m->n);
-    void *all[] = {q->sr, q->log, q->gr.seen, q->dm, q->it, q->hits, q->sid,
+    void *all[] = {q->sr, q->log, q->dm, q->it, q->hits, q->sid,
                    q->ev, q->gv, q->w, q->tmp.t};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]);
@@ -284,22 +281,21 @@ HOT int decode_w(struct ks *q, uint32_t src, const uint8_t *data, size_t len,
     memcpy(v + 1, dm, W * sizeof *dm);
     CLR(v + 1, me);
     /* group by sender, stably, so M comes last among k's */
-    struct groups *gr = &q->gr;
-    groups_begin(gr);
+    memset(q->cnt, 0, n * sizeof *q->cnt);
     for (uint32_t i = 0; i <= no; i++)
-        groups_add(gr, (uint32_t)(q->ev[i * S] >> 32));
-    groups_layout(gr);
-    for (uint32_t i = 0; i <= no; i++)
-        memcpy(q->gv + groups_place(gr, (uint32_t)(q->ev[i * S] >> 32)) * (size_t)S,
-               q->ev + i * S, S * sizeof(word));
-    for (uint32_t g = 0; g < gr->count; g++) {
-        const word *e = q->gv + (size_t)gr->start[g] * S;
-        uint32_t s = gr->who[g], ng = gr->len[g] - (s == k);
+        q->cnt[q->ev[i * S] >> 32]++;
+    for (uint32_t s = 0, sum = 0; s < n; s++)
+        q->start[s] = sum += q->cnt[s];
+    for (uint32_t i = no + 1; i-- > 0;)
+        memcpy(q->gv + --q->start[q->ev[i * S] >> 32] * (size_t)S, q->ev + i * S, S * sizeof(word));
+    for (uint32_t s = 0; s < n; s++) {
+        const word *g = q->gv + (size_t)q->start[s] * S;
+        uint32_t ng = q->cnt[s] - (s == k);
         word top = 0;
         for (uint32_t a = 0; a < ng; a++) {
-            top = e[a * S] > top ? e[a * S] : top;
+            top = g[a * S] > top ? g[a * S] : top;
             for (uint32_t b = a + 1; b < ng; b++)
-                if (e[b * S] == e[a * S])
+                if (g[b * S] == g[a * S])
                     return sim_fail(step, "O_M lists an entry twice");
         }
         if (ng && s == k && (uint32_t)top >= tk)
@@ -367,16 +363,15 @@ HOT int merge_row(struct ks *q, struct row *r, const word *o, uint32_t no, size_
 
 HOT int deliver_w(struct ks *q, struct sim_step *step, size_t W)
 {
-    uint32_t me = (uint32_t)q->base.me;
-    const struct groups *gr = &q->gr;
+    uint32_t n = (uint32_t)q->base.n, me = (uint32_t)q->base.me;
     if (sim_deliver(step, q->k, q->payload, (uint32_t)q->plen) < 0)
         return -1;
     q->sr[q->k] = q->tk;
-    for (uint32_t g = 0; g < gr->count; g++)
-        if (merge_row(q, &q->log[gr->who[g]], q->gv + (size_t)gr->start[g] * (W + 1),
-                      gr->len[g], W) < 0)
+    for (uint32_t s = 0; s < n; s++)
+        if (q->cnt[s] && merge_row(q, &q->log[s], q->gv + (size_t)q->start[s] * (W + 1),
+                                   q->cnt[s], W) < 0)
             return sim_fail(step, "out of memory");
-    if (!groups_has(gr, me) && q->log[me].len > 1)
+    if (!q->cnt[me] && q->log[me].len > 1)
         row_purge(&q->log[me], row_max(q->log[me].t, q->log[me].len), W);
     return 0;
 }
