@@ -246,7 +246,7 @@ HOT int decode_w(struct ks *q, uint32_t src, const uint8_t *data, size_t len,
     if (!nd || col_range(pd, nd, n) | col_range(ps, no, n))
         return sim_fail(step, "a process id is out of range 0..%u", n - 1);
     word *dm = q->dm;
-    if (col_mask(dm, pd, nd, n, W) || !BIT(dm, me) || BIT(dm, k))
+    if (col_mask_in(dm, pd, nd, W) || !BIT(dm, me) || BIT(dm, k))
         return sim_fail(step, "bad destination list for a copy %u -> %u", k, me);
     if (len < need + 2 * total)
         return sim_fail(step, "wire truncated: %zu bytes, sections need %zu", len, need + 2 * total);
@@ -261,7 +261,7 @@ HOT int decode_w(struct ks *q, uint32_t src, const uint8_t *data, size_t len,
         uint32_t s = sim_get16(ps + 2 * i), t = sim_get32(pc + 4 * i), ln = sim_get16(pl + 2 * i);
         word *v = q->ev + i * S, *mk = v + 1, clash = 0;
         v[0] = (word)s << 32 | t;
-        int twice = col_mask(mk, pi + 2 * (size_t)at, ln, n, W);
+        int twice = col_mask_in(mk, pi + 2 * (size_t)at, ln, W);
         at += ln;
         if (twice)
             return sim_fail(step, "O_M entry (%u, %u) lists a destination twice", s, t);
@@ -316,10 +316,34 @@ static int decode(struct ks *q, uint32_t src, const uint8_t *data, size_t len,
 }
 
 /* steps 4-5 for one sender: its row of LOG against O_M's entries o[0..no) (ks.py _merge) */
+/* the tuples of the side iterated (O_M's if ours, else the row's), as ks.py _merge keeps
+ * them; `ours` is a constant at each call */
+HOT void merge_side(struct row *out, const struct row *r, const word *o, uint32_t no, int ours,
+                    uint32_t bmax, size_t W)
+{
+    size_t S = W + 1;
+    uint32_t na = ours ? no : r->len, nb = ours ? r->len : no;
+    out->len = 0;
+    for (uint32_t a = 0, b; a < na; a++) {
+        uint32_t ta = ours ? (uint32_t)o[a * S] : r->t[a];
+        for (b = 0; b < nb && (ours ? r->t[b] : (uint32_t)o[b * S]) != ta; b++)
+            ;
+        if (b == nb && ta <= bmax)
+            continue;
+        const word *ma = ours ? o + a * S + 1 : MASK(r->m, a);
+        const word *mb = b == nb ? ma : ours ? MASK(r->m, b) : o + b * S + 1;
+        word *d = MASK(out->m, out->len);
+        out->t[out->len++] = ta;
+        for (size_t x = 0; x < W; x++)
+            d[x] = ma[x] & mb[x];
+    }
+}
+
+/* steps 4-5 for one sender: its row of LOG against O_M's entries o[0..no) (ks.py _merge) */
 HOT int merge_row(struct ks *q, struct row *r, const word *o, uint32_t no, size_t W)
 {
     size_t S = W + 1;
-    uint32_t a, b, omax = 0, lmax = row_max(r->t, r->len);
+    uint32_t a, b, omax = 0, lmax = 0;
     if (no == r->len) {                         /* equal as dicts: nothing changes */
         for (a = 0; a < no; a++) {
             for (b = 0; b < no && r->t[b] != (uint32_t)o[a * S]; b++)
@@ -332,30 +356,20 @@ HOT int merge_row(struct ks *q, struct row *r, const word *o, uint32_t no, size_
     }
     for (a = 0; a < no; a++)
         omax = (uint32_t)o[a * S] > omax ? (uint32_t)o[a * S] : omax;
+    for (a = 0; a < r->len; a++)
+        lmax = r->t[a] > lmax ? r->t[a] : lmax;
+    if (row_room(&q->tmp, no + r->len, W) < 0)
+        return -1;
     /* the side with the newest entry is iterated; an entry the other side lacks survives
      * only if newer than all of the other side's; common entries intersect their Dests */
     int ours = omax > lmax;
-    uint32_t na = ours ? no : r->len, nb = ours ? r->len : no, bmax = ours ? lmax : omax;
-    struct row *out = &q->tmp;
-    if (row_room(out, no + r->len, W) < 0)
-        return -1;
-    out->len = 0;
-    for (a = 0; a < na; a++) {
-        uint32_t ta = ours ? (uint32_t)o[a * S] : r->t[a];
-        const word *ma = ours ? o + a * S + 1 : MASK(r->m, a);
-        for (b = 0; b < nb && (ours ? r->t[b] : (uint32_t)o[b * S]) != ta; b++)
-            ;
-        if (b == nb && ta <= bmax)
-            continue;
-        const word *mb = b == nb ? ma : ours ? MASK(r->m, b) : o + b * S + 1;
-        word *d = MASK(out->m, out->len);
-        out->t[out->len++] = ta;
-        for (size_t x = 0; x < W; x++)
-            d[x] = ma[x] & mb[x];
-    }
+    if (ours)
+        merge_side(&q->tmp, r, o, no, 1, lmax, W);
+    else
+        merge_side(&q->tmp, r, o, no, 0, omax, W);
     struct row old = *r;                        /* the new row takes the scratch's block */
-    *r = *out;
-    *out = old;
+    *r = q->tmp;
+    q->tmp = old;
     if (r->len > 1)
         row_purge(r, ours ? omax : lmax, W);
     return 0;

@@ -45,7 +45,7 @@ static inline int row_room(struct row *r, uint32_t need, size_t W)
 }
 
 static inline uint32_t row_max(const uint32_t *t, uint32_t len)
-{ uint32_t x = 0; for (uint32_t i = 0; i < len; i++) if (t[i] > x) x = t[i]; return x; }
+{ uint32_t x = 0; for (uint32_t i = 0; i < len; i++) x = t[i] > x ? t[i] : x; return x; }
 static inline int ascending(const uint32_t *t, uint32_t len)
 { for (uint32_t i = 1; i < len; i++) if (t[i - 1] >= t[i]) return 0; return 1; }
 
