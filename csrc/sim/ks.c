@@ -242,8 +242,13 @@ HOT int decode_w(struct ks *q, uint32_t src, const uint8_t *data, size_t len,
         return sim_fail(step, "wire truncated: %zu bytes, sections need %zu", len, need);
     const uint8_t *pd = data + 10, *pl = pd + 2 * nd, *ps = pl + 2 * no, *pc = ps + 2 * no;
     const uint8_t *pi = pc + 4 * no;
-    size_t total = col_sum16(pl, no);
-    if (!nd || col_range(pd, nd, n) | col_range(ps, no, n))
+    size_t total = 0;
+    int bad = !nd || col_range(pd, nd, n);
+    for (uint32_t i = 0; i < no; i++) {        /* senders and lengths in one pass */
+        bad |= ld16(ps + 2 * i) >= n;
+        total += ld16(pl + 2 * i);
+    }
+    if (bad)
         return sim_fail(step, "a process id is out of range 0..%u", n - 1);
     word *dm = q->dm;
     if (col_mask_in(dm, pd, nd, W) || !BIT(dm, me) || BIT(dm, k))
