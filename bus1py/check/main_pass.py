@@ -121,8 +121,11 @@ def _by_process(u):
         # of the signal witness joins on it)
         F.count(F.when(code <= K.DESTROY, 1)).over(before).alias("sends_before"),
         # the exact vector clocks start an origin from the last receive before it; a run of
-        # receives between two origins shares origins_before
-        F.max(F.when(code >= K.DELIVER, F.col("seq"))).over(before).alias("last_recv"),
+        # receives between two origins shares origins_before. Internal events (coded above
+        # the receives) are no receives: the rounds keep clocks only at receives, so a
+        # last_recv naming an internal event would start its origin from no clock at all
+        F.max(F.when(code.isin(K.DELIVER, K.SIGNAL_RECV), F.col("seq"))).over(before)
+        .alias("last_recv"),
         F.count(F.when(code <= K.SIGNAL_SEND, 1)).over(before).alias("origins_before"))
 
 
