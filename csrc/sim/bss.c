@@ -10,11 +10,11 @@
  *
  * Invariants (the Python module's, with its dicts and sets as flat arrays):
  *   - vt[k] counts k's broadcasts delivered here; vt[me] counts our own sends.
- *   - win[j].a holds, at index s & (win[j].cap - 1), the whole wire of the held copy from j
- *     with VT_m[j] = s, for s in vt[j] + 1 .. vt[j] + win[j].cap (cap a power of two or 0);
- *     win[j].count counts them and held sums the counts, non-destinations' copies included.
+ *   - h (held.h, base vt[j]) holds the whole wire of every held copy from j by its VT_m[j],
+ *     off its VT_m's offset and for_me whether we are a destination; h.count counts them,
+ *     non-destinations' copies included.
  *   - After every input no held copy is deliverable. Only j's next copy (s = vt[j] + 1) can
- *     be; while it is held, bit j of waiters[k] (a bitset of n bits) is set for the first k
+ *     be; while it is held, bit j of h.waiters[k] (a bitset of n bits) is set for the first k
  *     with VT_m[k] > vt[k] (vt[j] counted as bumped). A delivery from k raises only vt[k], so
  *     release() retries k's next copy and the senders of waiters[k] in ascending id order
  *     (bss.py's `sorted(retry)`), working a LIFO stack of senders whose count grew: the
@@ -22,66 +22,35 @@
  *     entries too); a retry then finds nothing or retries the sender's current next copy,
  *     in both machines alike.
  */
+#include "held.h"
 #include "machine.h"
+#include "vec.h"
 
 #include <stdlib.h>
-
-/* the widest window of held copies from one sender (far beyond any simulator run; a wire
- * further ahead is refused rather than allocated for) */
-#define BSS_MAX_WINDOW (1u << 24)
-
-struct held { uint8_t *wire; uint32_t len, vm; uint8_t for_me; };   /* VT_m at wire + vm */
-/* a sender's held messages: count of them, in a ring of cap slots */
-struct ring { struct held *a; uint32_t cap, count; };
 
 struct bss {
     struct sim_machine base;
     uint32_t *vt;
-    struct ring *win;
-    uint64_t *waiters, *retry;  /* n bitsets of `words` u64 each; one scratch bitset */
+    struct held h;
     uint64_t *mark;             /* scratch bitset: a send's or a wire's destinations */
-    size_t words;
-    uint16_t *work;             /* release()'s stack of senders whose count grew */
-    size_t nwork, workcap;
-    long held;
 };
-
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define BSS_LE 1
-#else
-#define BSS_LE 0
-#endif
-
-static inline int has(const uint64_t *set, size_t x) { return set[x / 64] >> (x % 64) & 1; }
-static inline void add(uint64_t *set, size_t x) { set[x / 64] |= 1ull << (x % 64); }
 
 static int bss_init(struct sim_machine *m)
 {
     struct bss *b = (struct bss *)m;
     size_t n = (size_t)m->n;
-    b->words = (n + 63) / 64;
+    int rc = held_init(&b->h, n);
     b->vt = calloc(n, sizeof *b->vt);
-    b->win = calloc(n, sizeof *b->win);
-    b->waiters = calloc(n * b->words, sizeof *b->waiters);
-    b->retry = calloc(b->words, sizeof *b->retry);
-    b->mark = calloc(b->words, sizeof *b->mark);
-    return b->vt && b->win && b->waiters && b->retry && b->mark ? 0 : -1;
+    b->mark = calloc(b->h.words, sizeof *b->mark);
+    return rc == 0 && b->vt && b->mark ? 0 : -1;
 }
 
 static void bss_fini(struct sim_machine *m)
 {
     struct bss *b = (struct bss *)m;
-    for (int j = 0; b->win && j < m->n; j++) {
-        for (uint32_t i = 0; i < b->win[j].cap; i++)
-            free(b->win[j].a[i].wire);
-        free(b->win[j].a);
-    }
+    held_fini(&b->h, (size_t)m->n);
     free(b->vt);
-    free(b->win);
-    free(b->waiters);
-    free(b->retry);
     free(b->mark);
-    free(b->work);
 }
 
 static int bss_send(struct sim_machine *m, const uint16_t *dests, int k,
@@ -95,14 +64,14 @@ static int bss_send(struct sim_machine *m, const uint16_t *dests, int k,
         return sim_fail(step, "process %d exhausted its 32-bit broadcast counter", m->me);
     b->vt[m->me]++;
     for (int i = 0; i < k; i++)
-        add(b->mark, dests[i]);
+        held_add(b->mark, dests[i]);
     struct sim_cost cost = {(uint32_t)hl, (uint32_t)(4 * n), (uint32_t)n, 0};
     const uint8_t *first = NULL;
     int rc = 0;
     for (size_t d = 0; d < n; d++) {
         if (d == (size_t)m->me)
             continue;
-        cost.data = (uint8_t)has(b->mark, d);
+        cost.data = (uint8_t)held_has(b->mark, d);
         uint8_t *w = sim_emit(step, (uint32_t)d, (uint32_t)(body + (cost.data ? len : 0)), cost);
         if (!w) {
             rc = -1;
@@ -121,110 +90,38 @@ static int bss_send(struct sim_machine *m, const uint16_t *dests, int k,
         if (cost.data)
             memcpy(w + body, payload, len);
     }
-    memset(b->mark, 0, b->words * sizeof *b->mark);
+    memset(b->mark, 0, b->h.words * sizeof *b->mark);
     return rc;
-}
-
-/* the held copy from j with VT_m[j] = s, or NULL */
-static struct held *lookup(struct bss *b, int j, uint32_t s)
-{
-    uint32_t cap = b->win[j].cap;
-    if (!b->win[j].count || s <= b->vt[j] || s - b->vt[j] - 1 >= cap)
-        return NULL;
-    struct held *h = &b->win[j].a[s & (cap - 1)];
-    return h->wire ? h : NULL;
-}
-
-/* makes win[j] cover s (> vt[j]); -1 on ENOMEM or a window too wide */
-static int widen(struct bss *b, int j, uint32_t s)
-{
-    uint32_t cap = b->win[j].cap, first = b->vt[j] + 1, need = s - b->vt[j], want;
-    if (need <= cap)
-        return 0;
-    if (need > BSS_MAX_WINDOW)
-        return -1;
-    for (want = cap ? cap : 8; want < need; want *= 2)
-        ;
-    struct held *w = calloc(want, sizeof *w);
-    if (!w)
-        return -1;
-    for (uint32_t i = 0; i < cap; i++)
-        if (b->win[j].a[i].wire) {
-            uint32_t at = first + ((i - first) & (cap - 1));
-            w[at & (want - 1)] = b->win[j].a[i];
-        }
-    free(b->win[j].a);
-    b->win[j].a = w;
-    b->win[j].cap = want;
-    return 0;
-}
-
-/* the first k with VT_m[k] > vt[k], or n: blocks of 8 without an early exit (so they
- * vectorise; the AVX2 clone is picked at load time where the CPU has it), then the block
- * that has one, one by one */
-__attribute__((target_clones("avx2", "default")))
-static size_t ahead(const struct bss *b, const uint8_t *vm)
-{
-    size_t n = (size_t)b->base.n, k = 0;
-    const uint32_t *vt = b->vt;
-    for (; BSS_LE && k + 8 <= n; k += 8) {
-        int any = 0;
-        for (int i = 0; i < 8; i++) {
-            uint32_t v;
-            memcpy(&v, vm + 4 * (k + i), sizeof v);
-            any |= v > vt[k + i];
-        }
-        if (any)
-            break;
-    }
-    for (; k < n && sim_get32(vm + 4 * k) <= vt[k]; k++)
-        ;
-    return k;
-}
-
-static int push(struct bss *b, int j, struct sim_step *step)
-{
-    if (sim_reserve((void **)&b->work, &b->workcap, b->nwork, 1, sizeof *b->work) < 0)
-        return sim_fail(step, "out of memory");
-    b->work[b->nwork++] = (uint16_t)j;
-    return 0;
 }
 
 /* bss.py's _release: vt[j0] just grew */
 static int release(struct bss *b, int j0, struct sim_step *step)
 {
-    size_t words = b->words, n = (size_t)b->base.n;
-    b->nwork = 0;
-    if (push(b, j0, step) < 0)
+    size_t words = b->h.words, n = (size_t)b->base.n;
+    b->h.nwork = 0;
+    if (held_push(&b->h, j0, step) < 0)
         return -1;
-    while (b->nwork) {
-        int k = b->work[--b->nwork];
-        uint64_t *wk = b->waiters + (size_t)k * words;
-        memcpy(b->retry, wk, words * sizeof *wk);
-        memset(wk, 0, words * sizeof *wk);
-        add(b->retry, (size_t)k);
+    while (b->h.nwork) {
+        held_retry(&b->h);
         for (size_t w = 0; w < words; w++)
-            for (uint64_t bits = b->retry[w]; bits; bits &= bits - 1) {
+            for (uint64_t bits = b->h.retry[w]; bits; bits &= bits - 1) {
                 int j = (int)(w * 64 + (size_t)__builtin_ctzll(bits));
-                struct held *h = lookup(b, j, b->vt[j] + 1);
+                struct held_wire *h = held_find(&b->h, j, b->vt[j], b->vt[j] + 1);
                 if (!h)
                     continue;
                 b->vt[j]++;
-                size_t at = ahead(b, h->wire + h->vm);
+                size_t at = vec_first_above(h->wire + h->off, b->vt, n);
                 if (at < n) {
-                    add(b->waiters + at * words, (size_t)j);
+                    held_add(b->h.waiters + at * words, (size_t)j);
                     b->vt[j]--;
                     continue;
                 }
-                uint8_t *wire = h->wire;
-                h->wire = NULL;
-                b->held--;
-                b->win[j].count--;
-                size_t end = h->vm + 4 * n;
+                uint8_t *wire = held_take(&b->h, j, h);
+                size_t end = h->off + 4 * n;
                 int rc = h->for_me ? sim_deliver(step, (uint32_t)j, wire + end,
                                                  (uint32_t)(h->len - end)) : 0;
                 free(wire);
-                if (rc < 0 || push(b, j, step) < 0)
+                if (rc < 0 || held_push(&b->h, j, step) < 0)
                     return -1;
             }
     }
@@ -250,21 +147,21 @@ static int decode(struct bss *b, int src, const uint8_t *data, size_t size, int 
     *for_me = 0;
     for (size_t i = 0; i < k; i++) {
         size_t d = sim_get16(data + 2 + 2 * i);
-        if (d >= n || d == (size_t)src || has(b->mark, d)) {
+        if (d >= n || d == (size_t)src || held_has(b->mark, d)) {
             bad = 1;
             break;
         }
-        add(b->mark, d);
+        held_add(b->mark, d);
         *for_me |= d == me;
     }
-    memset(b->mark, 0, b->words * sizeof *b->mark);
+    memset(b->mark, 0, b->h.words * sizeof *b->mark);
     if (bad)
         return sim_fail(step, "bad destination list from %d", src);
     const uint8_t *vm = data + 2 + 2 * k;
     if (size > end && !*for_me)
         return sim_fail(step, "a copy to a non-destination carries a payload");
     uint32_t s = sim_get32(vm + 4 * (size_t)src);
-    if (s <= b->vt[src] || lookup(b, src, s))
+    if (s <= b->vt[src] || held_find(&b->h, src, b->vt[src], s))
         return sim_fail(step, "duplicate broadcast %u from %d", s, src);
     if (sim_get32(vm + 4 * me) > b->vt[me])
         return sim_fail(step, "stamp names our broadcast %u, we sent %u",
@@ -283,33 +180,31 @@ static int bss_receive(struct sim_machine *m, int src, const uint8_t *data, size
     uint32_t vmo = 2 + 2 * sim_get16(data), s = sim_get32(data + vmo + 4 * (size_t)src);
     b->vt[src]++;
     if (s == b->vt[src]) {
-        size_t at = ahead(b, data + vmo);
+        size_t at = vec_first_above(data + vmo, b->vt, n);
         if (at == n) {
             size_t end = vmo + 4 * n;
             if (for_me && sim_deliver(step, (uint32_t)src, data + end,
                                       (uint32_t)(len - end)) < 0)
                 return -1;
-            return b->held ? release(b, src, step) : 0;
+            return b->h.count ? release(b, src, step) : 0;
         }
-        add(b->waiters + at * b->words, (size_t)src);  /* the next from src, waiting for `at` */
+        /* the next from src, waiting for `at` */
+        held_add(b->h.waiters + at * b->h.words, (size_t)src);
     }
     b->vt[src]--;
-    if (widen(b, src, s) < 0)
+    if (held_widen(&b->h, src, b->vt[src], s) < 0)
         return sim_fail(step, "broadcast %u from %d: no room to hold it", s, src);
-    struct held *h = &b->win[src].a[s & (b->win[src].cap - 1)];
-    h->wire = malloc(len);
-    if (!h->wire)
+    struct held_wire *h = held_put(&b->h, src, s, data, len);
+    if (!h)
         return sim_fail(step, "out of memory");
-    memcpy(h->wire, data, len);
-    *h = (struct held){h->wire, (uint32_t)len, vmo, (uint8_t)for_me};
-    b->held++;
-    b->win[src].count++;
+    h->off = vmo;
+    h->for_me = (uint8_t)for_me;
     return 0;
 }
 
 static long bss_held(struct sim_machine *m)
 {
-    return ((struct bss *)m)->held;
+    return ((struct bss *)m)->h.count;
 }
 
 const struct sim_ops sim_bss_ops = {

@@ -22,6 +22,7 @@
  *     complete before it is sorted).
  */
 #include "machine.h"
+#include "vec.h"
 
 #include <stdlib.h>
 
@@ -39,41 +40,6 @@ struct ses {
     size_t npresent, nparked;
     long held;
 };
-
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define SES_LE 1
-#else
-#define SES_LE 0
-#endif
-
-/* dst[x] = max(dst[x], u32 x of src) for x < count, in blocks of 8 so it vectorises; the
- * AVX2 clone (an unsigned max per 8 lanes) is picked at load time where the CPU has it */
-__attribute__((target_clones("avx2", "default")))
-static void max_into(uint32_t *restrict dst, const uint8_t *restrict src, size_t count)
-{
-    size_t x = 0;
-    for (; SES_LE && x + 8 <= count; x += 8) {
-        for (int i = 0; i < 8; i++) {
-            uint32_t v;
-            memcpy(&v, src + 4 * (x + i), sizeof v);
-            dst[x + i] = v > dst[x + i] ? v : dst[x + i];
-        }
-    }
-    for (; x < count; x++) {
-        uint32_t v = sim_get32(src + 4 * x);
-        dst[x] = v > dst[x] ? v : dst[x];
-    }
-}
-
-static void encode(uint8_t *dst, const uint32_t *src, size_t count)
-{
-    if (SES_LE) {
-        memcpy(dst, src, 4 * count);
-        return;
-    }
-    for (size_t x = 0; x < count; x++)
-        sim_put32(dst + 4 * x, src[x]);
-}
 
 /* the vector at `vec` is <= t componentwise */
 static int below(const struct ses *c, const uint8_t *vec)
@@ -137,12 +103,12 @@ static int send_one(struct ses *c, size_t d, const uint8_t *payload, size_t len,
     if (!w)
         return -1;
     sim_put16(w, (uint32_t)mm);
-    encode(w + 2, c->t, n);
+    vec_encode(w + 2, c->t, n);
     uint8_t *o = w + 2 + 4 * n;
     for (size_t p = 0; p < n; p++)
         if (c->present[p]) {
             sim_put16(o, (uint32_t)p);
-            encode(o + 2, c->V + p * n, n);
+            vec_encode(o + 2, c->V + p * n, n);
             o += es;
         }
     memcpy(w + body, payload, len);
@@ -169,7 +135,7 @@ static int ses_send(struct sim_machine *m, const uint16_t *dests, int k,
         if (c->present[p] || c->mark[p]) {
             uint8_t *r = c->full + mall * es;
             sim_put16(r, (uint32_t)p);
-            encode(r + 2, c->mark[p] ? c->t : c->V + p * n, n);
+            vec_encode(r + 2, c->mark[p] ? c->t : c->V + p * n, n);
             c->pos[p] = (uint32_t)mall++;
         }
     int rc = 0;
@@ -183,13 +149,13 @@ static int ses_send(struct sim_machine *m, const uint16_t *dests, int k,
             break;
         }
         sim_put16(w, (uint32_t)mm);
-        encode(w + 2, c->t, n);
+        vec_encode(w + 2, c->t, n);
         uint8_t *o = w + 2 + 4 * n;
         memcpy(o, c->full, at);
         o += at;
         if (c->present[d]) {        /* the copy to d carries d's old pair */
             sim_put16(o, (uint32_t)d);
-            encode(o + 2, c->V + d * n, n);
+            vec_encode(o + 2, c->V + d * n, n);
             o += es;
         }
         memcpy(o, c->full + at + es, (mall * es) - at - es);
@@ -271,13 +237,13 @@ static void apply(struct ses *c, const uint8_t *wire)
     const uint8_t *r = wire + 2 + 4 * n;
     for (size_t i = 0; i < m; i++, r += es) {
         size_t p = sim_get16(r);
-        max_into(c->V + p * n, r + 2, n);
+        vec_max_into(c->V + p * n, r + 2, n);
         if (c->npresent < n - 1 && p != me && !c->present[p]) {
             c->present[p] = 1;
             c->npresent++;
         }
     }
-    max_into(c->t, wire + 2, n);
+    vec_max_into(c->t, wire + 2, n);
     c->t[me]++;
 }
 
