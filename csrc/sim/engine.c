@@ -71,6 +71,20 @@ static inline double event_time(const struct event *e)
     return t;
 }
 
+/* puts e at the hole i and lets it rise past every parent with a key not below its own
+ * (keys are unique: the tick breaks ties in push order) */
+static inline void sift_up(struct event *h, size_t i, struct event e)
+{
+    while (i > 0) {
+        size_t up = (i - 1) / 2;
+        if (h[up].key < e.key)
+            break;
+        h[i] = h[up];
+        i = up;
+    }
+    h[i] = e;
+}
+
 static int push(struct loop *L, double t, uint16_t dest, uint16_t src, uint8_t *data,
                 uint32_t len)
 {
@@ -81,16 +95,7 @@ static int push(struct loop *L, double t, uint16_t dest, uint16_t src, uint8_t *
     memcpy(&bits, &t, sizeof bits);
     unsigned __int128 k = (unsigned __int128)(bits & 0x7FFFFFFFFFFFFFFFULL) << 64 |
                           (unsigned __int128)(L->tick++ << 1 | bits >> 63);
-    struct event e = {k, data, len, dest, src}, *h = L->heap;
-    size_t i = L->nheap++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (h[up].key < k)
-            break;
-        h[i] = h[up];
-        i = up;
-    }
-    h[i] = e;
+    sift_up(L->heap, L->nheap++, (struct event){k, data, len, dest, src});
     return 0;
 }
 
@@ -107,16 +112,7 @@ static struct event pop(struct loop *L)
             c++;
         h[i] = h[c];
     }
-    struct event last = h[n];
-    unsigned __int128 k = last.key;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (h[up].key < k)
-            break;
-        h[i] = h[up];
-        i = up;
-    }
-    h[i] = last;
+    sift_up(h, i, h[n]);
     return top;
 }
 
