@@ -98,32 +98,26 @@ static int bss_send(struct sim_machine *m, const uint16_t *dests, int k,
 static int release(struct bss *b, int j0, struct sim_step *step)
 {
     size_t words = b->h.words, n = (size_t)b->base.n;
-    b->h.nwork = 0;
-    if (held_push(&b->h, j0, step) < 0)
+    if (held_start(&b->h, j0, step) < 0)
         return -1;
-    while (b->h.nwork) {
-        held_retry(&b->h);
-        for (size_t w = 0; w < words; w++)
-            for (uint64_t bits = b->h.retry[w]; bits; bits &= bits - 1) {
-                int j = (int)(w * 64 + (size_t)__builtin_ctzll(bits));
-                struct held_wire *h = held_find(&b->h, j, b->vt[j], b->vt[j] + 1);
-                if (!h)
-                    continue;
-                b->vt[j]++;
-                size_t at = vec_first_above(h->wire + h->off, b->vt, n);
-                if (at < n) {
-                    held_add(b->h.waiters + at * words, (size_t)j);
-                    b->vt[j]--;
-                    continue;
-                }
-                uint8_t *wire = held_take(&b->h, j, h);
-                size_t end = h->off + 4 * n;
-                int rc = h->for_me ? sim_deliver(step, (uint32_t)j, wire + end,
-                                                 (uint32_t)(h->len - end)) : 0;
-                free(wire);
-                if (rc < 0 || held_push(&b->h, j, step) < 0)
-                    return -1;
-            }
+    for (int j; (j = held_next(&b->h)) >= 0;) {
+        struct held_wire *h = held_find(&b->h, j, b->vt[j], b->vt[j] + 1);
+        if (!h)
+            continue;
+        b->vt[j]++;
+        size_t at = vec_first_above(h->wire + h->off, b->vt, n);
+        if (at < n) {
+            held_add(b->h.waiters + at * words, (size_t)j);
+            b->vt[j]--;
+            continue;
+        }
+        uint8_t *wire = held_take(&b->h, j, h);
+        size_t end = h->off + 4 * n;
+        int rc = h->for_me ? sim_deliver(step, (uint32_t)j, wire + end,
+                                         (uint32_t)(h->len - end)) : 0;
+        free(wire);
+        if (rc < 0 || held_push(&b->h, j, step) < 0)
+            return -1;
     }
     return 0;
 }

@@ -10,9 +10,11 @@
  *     is empty; win[j].count counts the full ones and `count` sums them over all senders.
  *   - Every held wire is its own malloc'd copy, owned by the ring until held_take hands it
  *     to the caller.
- *   - waiters[k] (`words` u64 each) is a bitset of senders whose next wire waits on k; retry
- *     and work are release()'s scratch: held_retry moves waiters[k] (and k) into retry, and
- *     work is the LIFO stack of senders whose count grew.
+ *   - waiters[k] (`words` u64 each) is a bitset of senders whose next wire waits on k.
+ *   - A release walks held_start then held_next: work is the LIFO stack of senders whose
+ *     count grew; each round pops k, moves waiters[k] and k into retry, and yields retry's
+ *     senders in ascending id order (the Python machines' `sorted(retry)`); bits and w are
+ *     the walk's place in retry (bits: retry[w]'s senders not yet yielded).
  * Everything is static inline: the machines' receive paths run as if written out in place.
  * No cdef: this header declares nothing the Python side sees.
  */
@@ -36,6 +38,8 @@ struct held {
     size_t words;
     uint16_t *work;             /* release()'s stack of senders whose count grew */
     size_t nwork, workcap;
+    uint64_t bits;
+    size_t w;
     long count;
 };
 
@@ -132,14 +136,34 @@ static inline int held_push(struct held *h, int j, struct sim_step *step)
     return 0;
 }
 
-/* release()'s next round: pops k off the work stack and moves waiters[k] and k into retry */
-static inline void held_retry(struct held *h)
+/* starts a release walk: the count from j0 just grew */
+static inline int held_start(struct held *h, int j0, struct sim_step *step)
 {
-    int k = h->work[--h->nwork];
-    uint64_t *wk = h->waiters + (size_t)k * h->words;
-    memcpy(h->retry, wk, h->words * sizeof *wk);
-    memset(wk, 0, h->words * sizeof *wk);
-    held_add(h->retry, (size_t)k);
+    h->nwork = 0;
+    h->bits = 0;
+    h->w = h->words;
+    return held_push(h, j0, step);
+}
+
+/* the walk's next sender to retry, or -1 when the work stack is empty */
+static inline int held_next(struct held *h)
+{
+    while (!h->bits) {
+        if (++h->w >= h->words) {
+            if (!h->nwork)
+                return -1;
+            int k = h->work[--h->nwork];
+            uint64_t *wk = h->waiters + (size_t)k * h->words;
+            memcpy(h->retry, wk, h->words * sizeof *wk);
+            memset(wk, 0, h->words * sizeof *wk);
+            held_add(h->retry, (size_t)k);
+            h->w = 0;
+        }
+        h->bits = h->retry[h->w];
+    }
+    int j = (int)(h->w * 64 + (size_t)__builtin_ctzll(h->bits));
+    h->bits &= h->bits - 1;
+    return j;
 }
 
 #endif

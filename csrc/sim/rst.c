@@ -121,28 +121,22 @@ static void park(struct rst *r, int j, const uint8_t *wire)
 /* rst.py's _release: deliv[j0] just grew */
 static int release(struct rst *r, int j0, struct sim_step *step)
 {
-    size_t words = r->h.words, size = 4 * (size_t)r->base.n * (size_t)r->base.n;
-    r->h.nwork = 0;
-    if (held_push(&r->h, j0, step) < 0)
+    size_t size = 4 * (size_t)r->base.n * (size_t)r->base.n;
+    if (held_start(&r->h, j0, step) < 0)
         return -1;
-    while (r->h.nwork) {
-        held_retry(&r->h);
-        for (size_t w = 0; w < words; w++)
-            for (uint64_t bits = r->h.retry[w]; bits; bits &= bits - 1) {
-                int j = (int)(w * 64 + (size_t)__builtin_ctzll(bits));
-                struct held_wire *h = held_find(&r->h, j, r->deliv[j], r->deliv[j] + 1);
-                if (!h)
-                    continue;
-                if (!try_deliver(r, j, h->wire)) {
-                    park(r, j, h->wire);
-                    continue;
-                }
-                uint8_t *wire = held_take(&r->h, j, h);
-                int rc = sim_deliver(step, (uint32_t)j, wire + size, (uint32_t)(h->len - size));
-                free(wire);
-                if (rc < 0 || held_push(&r->h, j, step) < 0)
-                    return -1;
-            }
+    for (int j; (j = held_next(&r->h)) >= 0;) {
+        struct held_wire *h = held_find(&r->h, j, r->deliv[j], r->deliv[j] + 1);
+        if (!h)
+            continue;
+        if (!try_deliver(r, j, h->wire)) {
+            park(r, j, h->wire);
+            continue;
+        }
+        uint8_t *wire = held_take(&r->h, j, h);
+        int rc = sim_deliver(step, (uint32_t)j, wire + size, (uint32_t)(h->len - size));
+        free(wire);
+        if (rc < 0 || held_push(&r->h, j, step) < 0)
+            return -1;
     }
     return 0;
 }
