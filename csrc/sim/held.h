@@ -28,7 +28,8 @@
 /* the widest window of held wires from one sender (far beyond any simulator run) */
 #define HELD_MAX_WINDOW (1u << 24)
 
-/* a held wire: `off` and `for_me` are the machine's own (bss: VT offset, a destination) */
+/* a held wire; `off` and `for_me` are the machine's to set after held_put (bss: where
+ * VT_m starts, whether we are a destination; rst does not use them) */
 struct held_wire { uint8_t *wire; uint32_t len, off; uint8_t for_me; };
 struct held_ring { struct held_wire *a; uint32_t cap, count; };
 
