@@ -29,7 +29,7 @@ def vector_clocks(c, full=False):
     origins = c._persist(c.rows.where(code <= K.SIGNAL_SEND).select(
         space.alias("space"), "msg", F.col("process").alias("origin_process"),
         F.col("seq").alias("origin_seq"), "last_recv"))
-    receives = c.rows.where(code.isin(K.DELIVER, K.SIGNAL_RECV)).select(
+    receives = c.rows.where(code.isin(*K.RECEIVES)).select(
         space.alias("space"), "msg", "process", "seq", "origins_before")
     # R is laid out once by origin process, sorted by (origin process, last_recv): each
     # round's join with the clocks (partitioned by process, sorted by seq) then needs no

@@ -124,7 +124,7 @@ def _by_process(u):
         # receives between two origins shares origins_before. Internal events (coded above
         # the receives) are no receives: the rounds keep clocks only at receives, so a
         # last_recv naming an internal event would start its origin from no clock at all
-        F.max(F.when(code.isin(K.DELIVER, K.SIGNAL_RECV), F.col("seq"))).over(before)
+        F.max(F.when(code.isin(*K.RECEIVES), F.col("seq"))).over(before)
         .alias("last_recv"),
         F.count(F.when(code <= K.SIGNAL_SEND, 1)).over(before).alias("origins_before"))
 
