@@ -28,20 +28,6 @@ static inline uint32_t ld32(const uint8_t *w) { uint32_t v; memcpy(&v, w, 4); re
 #define ld16 sim_get16
 #define ld32 sim_get32
 #define PUTS(w, v, k, size, put) for (uint32_t i_ = 0; i_ < (k); i_++) put((w) + (size) * i_, (v)[i_])
-/* col_mask for ids already checked below n (col_range): branch-free, nonzero if one is
- * repeated, the mask then holding them all. */
-HOT int col_mask_in(word *m, const uint8_t *ids, size_t k, size_t W)
-{
-    word twice = 0;
-    mclear(m, W);
-    for (size_t i = 0; i < k; i++) {
-        uint32_t x = ld16(ids + 2 * i);
-        twice |= BIT(m, x);
-        SET(m, x);
-    }
-    return twice != 0;
-}
-
 #endif
 
 /* the header: sender, stamp and c counts; its size (6 + 2c), or 0 if the wire is shorter */
