@@ -49,16 +49,7 @@ def builder(root=Path(".")):
 ffibuilder = builder()
 
 if __name__ == "__main__":
-    # in place, for a checkout whose package is already installed in editable mode (the
-    # build runs in a scratch directory: setuptools there must not read our pyproject)
-    import os
-    import shutil
-    import tempfile
-    with tempfile.TemporaryDirectory() as tmp:
-        built = builder(ROOT).compile(tmpdir=tmp)
-        # the name setuptools gives it (cffi builds for the limited API), so an install
-        # later replaces this file instead of being shadowed by it
-        dest = ROOT / "bus1py" / "_b1.abi3.so"
-        # a new file renamed over the old one: a running process keeps the one it mapped
-        shutil.copy(built, str(dest) + ".new")
-        os.replace(str(dest) + ".new", dest)
+    # in place, for a checkout installed in editable mode (bus1py/_inplace.py)
+    import runpy
+    runpy.run_path(str(ROOT / "bus1py" / "_inplace.py"))["cffi_in_place"](
+        builder(ROOT), ROOT / "bus1py" / "_b1.abi3.so")

@@ -25,7 +25,7 @@ EXTENSION = extension()
 if __name__ == "__main__":
     # in a scratch directory: setuptools there must not read our pyproject
     import os
-    import shutil
+    import runpy
     import tempfile
 
     from setuptools import Distribution
@@ -40,8 +40,6 @@ if __name__ == "__main__":
             built = cmd.get_outputs()[0]
         finally:
             os.chdir(cwd)
-        # a new file renamed over the old one: a running process keeps the one it mapped
         dest = ROOT / "bus1py" / os.path.basename(built)
-        shutil.copy(built, str(dest) + ".new")
-        os.replace(str(dest) + ".new", dest)
+        runpy.run_path(str(ROOT / "bus1py" / "_inplace.py"))["replace"](built, dest)
         print(dest)

@@ -37,12 +37,7 @@ def builder(root=Path(".")):
 ffibuilder = builder()
 
 if __name__ == "__main__":
-    # in place, for a checkout installed in editable mode (see bus1py/check/_build_walk.py)
-    import os
-    import shutil
-    import tempfile
-    with tempfile.TemporaryDirectory() as tmp:
-        built = builder(ROOT).compile(tmpdir=tmp)
-        dest = ROOT / "bus1py" / "sim" / "_fast.abi3.so"
-        shutil.copy(built, str(dest) + ".new")
-        os.replace(str(dest) + ".new", dest)
+    # in place, for a checkout installed in editable mode (bus1py/_inplace.py)
+    import runpy
+    runpy.run_path(str(ROOT / "bus1py" / "_inplace.py"))["cffi_in_place"](
+        builder(ROOT), ROOT / "bus1py" / "sim" / "_fast.abi3.so")
