@@ -1,8 +1,6 @@
 """buffer (Mattern-Fuenfrocken): OB/IB transcripts, one ACK per copy, the multicast reading."""
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from bus1py import causal
@@ -144,39 +142,6 @@ def test_empty_payload_round_trip():
 # ---- the C twin (csrc/sim/buffer.c): payloads of every length it stores, bad wires ----
 
 twin = pytest.mark.skipif("buffer" not in fast.NAMES, reason="bus1py.sim._fast has no buffer")
-
-
-@twin
-@pytest.mark.parametrize("seed", [1, 2])
-def test_twin_keeps_short_and_long_payloads_in_order(seed):
-    # csrc/sim/buffer.c keeps a payload of up to 16 bytes in its ring slot, a longer one in a
-    # copy of its own: a backlog of both kinds, acknowledged in a random order, must come
-    # out as the Python machine's.
-    rng = random.Random(seed)
-    n = 4
-    py, cc = procs(n), [fast.Machine("buffer", i, n) for i in range(n)]
-    flight = []
-
-    def both(i, call, *args):
-        a, b = getattr(py[i], call)(*args), getattr(cc[i], call)(*args)
-        assert (b.wires, b.costs, b.delivered, cc[i].held) == \
-            (a.wires, a.costs, a.delivered, py[i].held)
-        flight.extend((d, i, w) for d, w in a.wires)
-
-    for k in range(40):
-        p = rng.randrange(n)
-        for d in rng.sample([q for q in range(n) if q != p], rng.randint(1, n - 1)):
-            both(p, "send", [d], bytes([k]) * rng.choice((0, 1, 16, 17, 200)))
-        while flight and rng.random() < 0.4:
-            both(*_arrive(flight, rng))
-    while flight:
-        both(*_arrive(flight, rng))
-    assert all(c.held == 0 for c in cc)
-
-
-def _arrive(flight, rng):
-    dest, src, data = flight.pop(rng.randrange(len(flight)))
-    return dest, "receive", src, data
 
 
 @twin
