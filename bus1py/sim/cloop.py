@@ -31,16 +31,12 @@ TALLY = ("sends", "copies", "data_wires", "control_wires", "control", "data_cont
 
 @dataclass
 class Counters:
-    tally: object           # attributes TALLY
+    tally: dict             # TALLY -> count
     delays: array           # 'd', in delivery order
     held_max: int
     undelivered: int
     receives: int
     digest: int | None      # see csrc/sim/engine.c, if asked
-
-
-class _Tally:
-    __slots__ = TALLY
 
 
 def run(spec, digest: bool = False) -> Counters:
@@ -61,10 +57,8 @@ def run(spec, digest: bool = False) -> Counters:
         delays = array("d")
         if res.ndelays:
             delays.frombytes(ffi.buffer(res.delays, res.ndelays * 8))
-        t = _Tally()
-        for k in TALLY:
-            setattr(t, k, getattr(res.tally, k))
-        return Counters(t, delays, res.held_max, res.undelivered, res.receives,
+        tally = {k: getattr(res.tally, k) for k in TALLY}
+        return Counters(tally, delays, res.held_max, res.undelivered, res.receives,
                         res.digest if digest else None)
     finally:
         lib.sim_run_result_free(res)

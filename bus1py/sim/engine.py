@@ -76,12 +76,11 @@ class RunSpec:
 class _Tally:
     """Costs of the wires emitted while measuring."""
 
-    __slots__ = ("sends", "copies", "data_wires", "control_wires", "control", "data_control",
-                 "header", "dependents", "data_dependents")
+    __slots__ = cloop.TALLY          # the fields of csrc/sim/engine.c's struct sim_tally
 
-    def __init__(self):
+    def __init__(self, **counts):
         for k in self.__slots__:
-            setattr(self, k, 0)
+            setattr(self, k, counts.get(k, 0))
 
 
 def run(spec: RunSpec, trace: list | None = None, *, fast: bool = True) -> dict:
@@ -95,7 +94,7 @@ def run(spec: RunSpec, trace: list | None = None, *, fast: bool = True) -> dict:
     t0 = time.perf_counter()
     if fast and trace is None and spec.protocol in cloop.NAMES:
         c = cloop.run(spec)
-        return _figures(spec, c.tally, c.delays, c.held_max, c.undelivered, c.receives,
+        return _figures(spec, _Tally(**c.tally), c.delays, c.held_max, c.undelivered, c.receives,
                         time.perf_counter() - t0)
     n = spec.n
     rng = random.Random(spec.seed)
