@@ -151,7 +151,14 @@ def mortal_main(spec):
                 if e.errno != errno.ENOSPC or time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
-        own = peer.create_node()
+        own = None
+        while own is None:  # a full node table (a backlog pinning destroyed nodes) drains
+            try:
+                own = peer.create_node()
+            except OSError as e:
+                if e.errno != errno.ENOSPC or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
         spec.conn.send((peer._slot, peer.id))
         spec.handles = spec.conn.recv()  # stable process -> our handle to its primary node
         spec.conn.close()

@@ -88,7 +88,9 @@ def bus_limits(cfg: StressConfig) -> dict:
     peers = cfg.max_peers or n + 8 + (cfg.churn_slots if cfg.churn else 0)
     return dict(
         max_peers=peers,
-        max_nodes=max(1024, n * (cfg.max_extra_nodes + 2)),
+        # churn: a destroyed node's slot stays taken while queued messages carry its
+        # handle, so a receiver's backlog (tens of processes on two cores) pins nodes
+        max_nodes=max(1024, n * (cfg.max_extra_nodes + 2)) * (2 if cfg.churn else 1),
         # each live node (a process's primary and extras) has its owner and at most `reach`
         # holders; 8 more processes for churn's killed ones awaiting reaping
         max_handles=max(4096, (n + 8) * (cfg.max_extra_nodes + 1) * (cfg.reach + 1)),

@@ -6,7 +6,10 @@ Invariants:
   - `seq` is this process's local order, 0, 1, 2, ... with no gaps, across all its files:
     the row is numbered when the event is recorded, in the order events happened here.
   - Memory is bounded: at most `batch_rows` rows are buffered, then written out as one
-    file.  A file appears under its final name only once complete (written to a
+    file.  A process's first file is shorter, by a fraction set by its index (a quarter to
+    all of a batch): processes running one workload would otherwise reach every batch
+    together and all stop to encode Parquet at once, a pause long enough (tens of
+    processes on two cores) for the messages sent to them meanwhile to fill the bus.  A file appears under its final name only once complete (written to a
     dot-prefixed temporary name, then renamed), so a reader never sees half a file and
     a process that dies loses at most its unflushed batch.
   - `wall_ns` is CLOCK_MONOTONIC (time.monotonic_ns), comparable across processes of
@@ -40,6 +43,9 @@ class TraceWriter:
         self.directory = directory
         self.process = process
         self.batch_rows = max(1, batch_rows)
+        # the golden ratio's fractional steps spread the first flushes of processes 0..n
+        # evenly over [1/4, 1] of a batch, whatever n is
+        self.next_flush = max(1, int(self.batch_rows * (0.25 + 0.75 * (process * 0.6180339887 % 1.0))))
         self.seq = 0
         self.held = 0
         self.part = 0
@@ -77,7 +83,7 @@ class TraceWriter:
         c["action"].append(action)
         c["size"].append(size)
         n = len(c["seq"])
-        if n >= self.batch_rows and (not self.held or n >= 2 * self.batch_rows):
+        if n >= self.next_flush and (not self.held or n >= 2 * self.batch_rows):
             self.flush()
         return self.seq - 1
 
@@ -117,6 +123,7 @@ class TraceWriter:
         self.part += 1
         self.files += 1
         self._reset()
+        self.next_flush = self.batch_rows
         self.held = 0  # rows still waiting for a stamp were written without one
 
 
