@@ -48,7 +48,8 @@ def _address(name) -> int:
 
 # the Messages of the hot calls are built in C (csrc/py/messages.c), as these classes
 _messages.setup(Message, SliceMessage, MESSAGE_TYPES, _address("b1_frame_recv_many"),
-                _address("b1_frame_recv"), _address("b1_frame_send"), _address("b1_slice_release"))
+                _address("b1_frame_recv"), _address("b1_frame_send"), _address("b1_slice_release"),
+                _address("b1_frame_send_iov"))
 
 
 def frame_address(bus) -> int:

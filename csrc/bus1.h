@@ -272,6 +272,10 @@ int b1_frame_recv(struct b1_frame *f, uint32_t slot, uint64_t id, int64_t timeou
 int b1_frame_send_many(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t dest, uint32_t n,
                        const char *data, const uint32_t *lens, uint32_t count,
                        uint32_t n_handles, uint32_t flags);
+/* b1_frame_send_many with each payload where it is (payloads[i], lens[i] bytes) */
+int b1_frame_send_iov(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t dest, uint32_t n,
+                      const char *const *payloads, const uint32_t *lens, uint32_t count,
+                      uint32_t n_handles, uint32_t flags);
 /* Up to `max` (<= f->infos_cap) committed front entries in one lock hold, waiting as
  * b1_frame_recv only while the queue has none: f->infos[0..r) with the payloads packed
  * into f->buf and the carried handles into f->handles (room for max_msg_handles) while

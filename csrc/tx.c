@@ -12,6 +12,9 @@
  *            so a message caused by this one (even through a side channel) stamps higher;
  *   commit   per destination: move the block to the timestamp and wake readers.
  * Each step is one queue operation: one lock, held briefly, never two at once.
+ * b1_tx_run_unicasts runs several unicasts to one destination with one hold per step for
+ * all of them: a block of each is staged before any is stamped, and they stamp in order,
+ * so each is the transaction it would have been alone, with the same ordering.
  *
  * Invariants:
  *   - Until the commit, a destination's copy is a block (odd ts) that keeps every later
@@ -284,4 +287,107 @@ int b1_tx_run(void *base, struct b1_tx *tx, struct b1_notices *nt) {
         for (uint32_t i = 0; i < tx->n; i++) b1_tx_sync(base, tx, i);
     for (uint32_t i = 0; i < tx->n; i++) b1_tx_commit_nt(base, tx, i, nt);
     return 0;
+}
+
+/* Run `count` prepared unicast DATA transactions to one destination queue (the same peer
+ * slot and id; no inject mode) in order, each with its own stamp: one hold of the
+ * destination's lock stages a block of each, one of the sender's stamps them in order,
+ * one of the destination's syncs and commits them.  Nothing else can be received from
+ * that queue meanwhile (the first block holds its front), and each stamp is above its own
+ * block and every earlier stamp, as count b1_tx_run calls in order would leave them.
+ * Returns how many ran: a prefix, the rest aborted, with *err the first failure (0 when
+ * all ran).  A destination gone before the stage (or before the commit) has its copies
+ * dropped, the transactions still run, as b1_tx_run does. */
+uint32_t b1_tx_run_unicasts(void *base, struct b1_tx *tx, uint32_t count, int *err,
+                            struct b1_notices *nt) {
+    *err = 0;
+    if (!count) return 0;
+    struct b1_dest *d0 = &tx[0].dests[0];
+    struct b1_peer *p = PEER(base, d0->peer_slot);
+    uint32_t staged = 0, woke = 0;
+    int r = b1_lock(p);
+    if (r) {
+        *err = r;
+        staged = 0;
+    } else if (p->id != d0->peer_id || p->state != B1_PEER_ACTIVE) {
+        b1_unlock(p);
+        for (uint32_t i = 0; i < count; i++) drop_dest(base, &tx[i], tx[i].dests, 0, nt);
+        staged = count;
+    } else {
+        for (; staged < count; staged++) {
+            struct b1_tx *t = &tx[staged];
+            struct b1_dest *d = t->dests;
+            uint32_t len = MSG(base, t->msg)->len;
+            if (p->n_messages + 1 > p->quota_messages || p->n_bytes + len > p->quota_bytes) {
+                *err = -EDQUOT;
+                break;
+            }
+            p->n_messages++;
+            p->n_bytes += len;
+            uint64_t c = b1_sync_clock(p, t->max_ts);
+            ENTRY(base, d->entry)->ts = c + 1;
+            woke |= b1_queue_insert_locked(base, p, d->entry);
+            B1_KILL_POINT(B1_KILL_LOCKED);
+            t->max_ts = c;
+            d->state = B1_DEST_STAGED;
+        }
+        b1_unlock(p);
+        if (woke) b1_wake(p);
+        B1_KILL_POINT(B1_KILL_STAGE);
+    }
+    /* stamp the staged ones in order under the sender's lock */
+    uint32_t ran = 0;
+    if (staged) {
+        struct b1_peer *s = PEER(base, tx[0].sender_slot);
+        r = b1_lock(s);
+        if (!r && (s->id != tx[0].sender_id || s->state != B1_PEER_ACTIVE)) {
+            b1_unlock(s);
+            r = -ESHUTDOWN;
+        }
+        if (r) {
+            *err = r;
+        } else {
+            for (; ran < staged; ran++) {
+                struct b1_tx *t = &tx[ran];
+                uint64_t ts = (s->clock > t->max_ts ? s->clock : t->max_ts) + 2;
+                t->ts = ts;
+                s->clock = ts;
+                MSG(base, t->msg)->ts = ts;
+            }
+            b1_unlock(s);
+            B1_KILL_POINT(B1_KILL_STAMP);
+        }
+    }
+    for (uint32_t i = ran; i < count; i++) b1_tx_abort_nt(base, &tx[i], nt);
+    /* sync and commit the stamped ones under the destination's lock */
+    uint32_t live = 0;
+    for (uint32_t i = 0; i < ran; i++) live += tx[i].dests[0].state == B1_DEST_STAGED;
+    if (live) {
+        woke = 0;
+        r = b1_lock(p);
+        if (r) { /* the destination's lock is unusable: commit one by one (each retries it) */
+            for (uint32_t i = 0; i < ran; i++) b1_tx_commit_nt(base, &tx[i], 0, nt);
+            return ran;
+        }
+        int gone = p->id != d0->peer_id || p->state != B1_PEER_ACTIVE;
+        for (uint32_t i = 0; i < ran; i++) {
+            struct b1_tx *t = &tx[i];
+            struct b1_dest *d = t->dests;
+            if (d->state != B1_DEST_STAGED) continue;
+            if (gone) {
+                woke |= unstage_locked(base, t, p, d);
+                continue;
+            }
+            b1_sync_clock(p, t->ts);
+            woke |= b1_queue_rekey_locked(base, p, d->entry, t->ts);
+            d->state = B1_DEST_COMMITTED;
+        }
+        b1_unlock(p);
+        if (woke) b1_wake(p);
+        if (gone)
+            for (uint32_t i = 0; i < ran; i++)
+                if (tx[i].dests[0].state == B1_DEST_STAGED) drop_dest(base, &tx[i], tx[i].dests, 0, nt);
+        B1_KILL_POINT(B1_KILL_COMMIT);
+    }
+    return ran;
 }

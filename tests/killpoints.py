@@ -130,11 +130,29 @@ def victim(w, point, after, seed, log_path, sig_w, seconds):
         except OSError as e:
             tr.log(failed=msg, errno=e.errno)
 
+    def send_many(j, k):
+        # a batch of unicasts without handles: Peer.send_many's one-lock-hold-per-step path
+        msgs = [tr.new_id() for _ in range(k)]
+        for msg in msgs:
+            tr.record("send", msg, dests=[j])
+        tr.log(op="send_many", label=msgs)
+        try:
+            n = va.send_many(w["v_to"][j], [_pack(msg) for msg in msgs])
+        except OSError as e:
+            n = 0
+            if e.errno not in TOLERATED:
+                raise
+        for msg in msgs[n:]:
+            tr.log(failed=msg)
+        tr.log(done=msgs)
+
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         a = rng.random()
         try:
-            if a < 0.25:
+            if a < 0.08:
+                send_many(rng.randint(0, 1), rng.randint(2, 6))
+            elif a < 0.25:
                 dests = rng.sample([0, 1], rng.randint(1, 2))
                 carry = rng.sample(sorted(own), min(len(own), rng.randint(0, 1)))
                 send(va, dests, [own[x] for x in carry], carry)
@@ -329,8 +347,18 @@ def check(point, killed, reports, vrows, failed, pending):
         if r["kind"] == "deliver":
             got.setdefault(r["msg"], []).append(r["process"])
     rule = None
-    if killed and pending and pending[0] in ("send", "destroy", "release") and point not in NO_TX:
+    if killed and pending and pending[0] in ("send", "send_many", "destroy", "release") \
+            and point not in NO_TX:
         rule = "forward" if point in AFTER_STAMP else "back"
+    if rule and pending[0] == "send_many":
+        # the batch stages all, stamps all, then commits all: one rule for every message
+        for msg in pending[1]:
+            sent = next(r for r in rows if r["msg"] == msg and r["kind"] == "send")
+            if rule == "forward":
+                assert got.get(msg, []) == sent["dests"], (point, sent, got.get(msg))
+            else:
+                assert msg not in got, (point, sent, got[msg])
+                rows.remove(sent)
     if rule and pending[0] == "send":
         msg = pending[1]
         sent = next(r for r in rows if r["msg"] == msg and r["kind"] == "send")

@@ -66,6 +66,35 @@ def test_send_many_stops_at_the_first_failure(make_bus):
     assert e.value.errno == errno.EMSGSIZE
 
 
+def test_unicast_batches_longer_than_one_lock_hold(make_bus):
+    """Unicasts go through C 32 at a time, each step one lock hold for the 32: across the
+    boundary they stay one transaction each, in order, and a quota met in the second
+    hold keeps exactly the messages before it."""
+    bus = make_bus(spin_ns=0)
+    a, b = bus.peer(), bus.peer(quota_messages=45)
+    h = b.transfer(b.create_node(), a)
+    first = a.send(h, b"first")
+    assert a.send_many(h, [b"%d" % i for i in range(70)]) == 44
+    msgs = b.recv_many(100, timeout=0)
+    assert [m.payload for m in msgs] == [b"first"] + [b"%d" % i for i in range(44)]
+    stamps = [m.stamp for m in msgs]
+    assert all(x[0] < y[0] for x, y in zip(stamps, stamps[1:]))
+    assert [s[2] for s in stamps] == list(range(first[2], first[2] + 45))
+    assert a.query().sent == 45 and bus.info()["entries_in_use"] == 0
+
+
+def test_unicast_batch_to_a_gone_peer_is_a_loop_of_sends(make_bus):
+    bus = make_bus(spin_ns=0)
+    a, b = bus.peer(), bus.peer()
+    h = b.transfer(b.create_node(), a)
+    b.disconnect()
+    before = bus.info()
+    assert a.send_many(h, [b"x"] * 40) == 40  # dropped as send drops them: not an error
+    assert a.query().sent == 40
+    after = bus.info()
+    assert (after["entries_in_use"], after["pool_used"]) == (before["entries_in_use"], before["pool_used"])
+
+
 @pytest.mark.parametrize("call,exc", [
     (lambda a, h: a.send_many(h, b"one payload"), TypeError),
     (lambda a, h: a.send_many(h, ["text"]), TypeError),

@@ -35,6 +35,8 @@ typedef int (*recv_many_fn)(struct b1_frame *, uint32_t, uint64_t, uint32_t, int
 typedef int (*recv_fn)(struct b1_frame *, uint32_t, uint64_t, int64_t);
 typedef int64_t (*send_fn)(struct b1_frame *, uint32_t, uint64_t, uint64_t, uint32_t,
                            const char *, uint32_t, uint32_t, uint32_t);
+typedef int (*send_iov_fn)(struct b1_frame *, uint32_t, uint64_t, uint64_t, uint32_t,
+                           const char *const *, const uint32_t *, uint32_t, uint32_t, uint32_t);
 
 static struct {
     PyTypeObject *message;   /* message.Message */
@@ -46,6 +48,7 @@ static struct {
     b1py_slice_release_fn slice_release;
     recv_fn recv;
     send_fn send;
+    send_iov_fn send_iov;
 } S;
 
 /* The ints of a batch's senders and destinations, which repeat from message to message:
@@ -162,12 +165,12 @@ static int as_u32(PyObject *o, uint32_t *out) {
         return NULL;                                                        \
     }
 
-/* setup(Message, SliceMessage, MESSAGE_TYPES, recv_many, recv, send, slice_release): the
- * classes to build and the addresses of b1_frame_recv_many, b1_frame_recv, b1_frame_send
- * and b1_slice_release. */
+/* setup(Message, SliceMessage, MESSAGE_TYPES, recv_many, recv, send, slice_release,
+ * send_iov): the classes to build and the addresses of b1_frame_recv_many, b1_frame_recv,
+ * b1_frame_send, b1_slice_release and b1_frame_send_iov. */
 static PyObject *py_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "setup takes 7 arguments");
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "setup takes 8 arguments");
         return NULL;
     }
     if (!PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyTuple_Check(args[2]) ||
@@ -176,10 +179,10 @@ static PyObject *py_setup(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_TypeError, "setup needs a tuple subclass, a subclass of it and a tuple");
         return NULL;
     }
-    uint64_t a[4];
-    for (int i = 0; i < 4; i++)
+    uint64_t a[5];
+    for (int i = 0; i < 5; i++)
         if (!as_u64(args[3 + i], &a[i])) return NULL;
-    if (!a[0] || !a[1] || !a[2] || !a[3]) {
+    if (!a[0] || !a[1] || !a[2] || !a[3] || !a[4]) {
         PyErr_SetString(PyExc_ValueError, "a null function address");
         return NULL;
     }
@@ -193,6 +196,7 @@ static PyObject *py_setup(PyObject *self, PyObject *const *args, Py_ssize_t narg
     S.recv = (recv_fn)(uintptr_t)a[1];
     S.send = (send_fn)(uintptr_t)a[2];
     S.slice_release = (b1py_slice_release_fn)(uintptr_t)a[3];
+    S.send_iov = (send_iov_fn)(uintptr_t)a[4];
     b1py_slice_setup(S.slice_release);
     Py_RETURN_NONE;
 }
@@ -355,16 +359,25 @@ static PyObject *py_send_many(PyObject *self, PyObject *const *args, Py_ssize_t 
         if (!PyBytes_CheckExact(items[i]) || PyBytes_GET_SIZE(items[i]) > UINT32_MAX) Py_RETURN_NONE;
     struct b1_frame *f = (struct b1_frame *)(uintptr_t)addr;
     /* the GIL stays held (see py_send): no other thread can change the list meanwhile */
-    for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t ts = S.send(f, slot, id, dest, n, PyBytes_AS_STRING(items[i]),
-                            (uint32_t)PyBytes_GET_SIZE(items[i]), nh, flags);
-        if (ts < 0) return i ? PyLong_FromSsize_t(i) : PyLong_FromLongLong(ts);
+    const char *ptrs[32];
+    uint32_t lens[32];
+    Py_ssize_t done = 0;
+    while (done < count) {
+        uint32_t k = count - done < 32 ? (uint32_t)(count - done) : 32;
+        for (uint32_t i = 0; i < k; i++) {
+            ptrs[i] = PyBytes_AS_STRING(items[done + i]);
+            lens[i] = (uint32_t)PyBytes_GET_SIZE(items[done + i]);
+        }
+        int r = S.send_iov(f, slot, id, dest, n, ptrs, lens, k, nh, flags);
+        if (r < 0) return done ? PyLong_FromSsize_t(done) : PyLong_FromLong(r);
+        done += r;
+        if ((uint32_t)r < k) break;
     }
-    return PyLong_FromSsize_t(count);
+    return PyLong_FromSsize_t(done);
 }
 
 static PyMethodDef methods[] = {
-    {"setup", (PyCFunction)(void (*)(void))py_setup, METH_FASTCALL, "setup(Message, SliceMessage, types, recv_many, recv, send)"},
+    {"setup", (PyCFunction)(void (*)(void))py_setup, METH_FASTCALL, "setup(Message, SliceMessage, types, recv_many, recv, send, slice_release, send_iov)"},
     {"recv", (PyCFunction)(void (*)(void))py_recv, METH_FASTCALL, "recv(frame, slot, id, timeout_ns) -> Message | -errno"},
     {"recv_many", (PyCFunction)(void (*)(void))py_recv_many, METH_FASTCALL,
      "recv_many(frame, slot, id, max, timeout_ns, flags, held) -> list | -errno"},
