@@ -200,14 +200,36 @@ int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e) {
     return b1_queue_publish_front(base, p);
 }
 
-/* Give entry e (linked in p's tree) the timestamp ts > its current one.  The rightmost
- * entry keeps its place (nothing is above it, and its priority ignores ts); any other
- * moves.  Returns whether the front changed. */
-int b1_queue_rekey_locked(void *base, struct b1_peer *p, uint32_t e, uint64_t ts) {
-    if (e == p->back) {
-        ENTRY(base, e)->ts = ts;
-        return b1_queue_publish_front(base, p);
+/* The entry after e in key order (e linked in p's tree), or 0: the leftmost of its right
+ * subtree, else the last ancestor it lies to the left of. */
+static uint32_t successor(void *base, struct b1_peer *p, uint32_t e) {
+    struct b1_entry *n = ENTRY(base, e);
+    if (n->right) return leftmost(base, n->right);
+    uint32_t t = p->root, after = 0, steps = 0;
+    while (t && t != e && b1_step(&steps, MAXE(base))) {
+        struct b1_entry *x = ENTRY(base, t);
+        if (key_less(base, n, x)) {
+            after = t;
+            t = x->left;
+        } else {
+            t = x->right;
+        }
     }
+    return after;
+}
+
+/* Give entry e (linked in p's tree) the timestamp ts > its current one.  An entry whose
+ * new key stays below its successor's keeps its place (its priority ignores ts, and
+ * everything before it is below its old key); any other moves.  Committing a batch's
+ * blocks last first keeps each in place.  Returns whether the front changed. */
+int b1_queue_rekey_locked(void *base, struct b1_peer *p, uint32_t e, uint64_t ts) {
+    struct b1_entry *n = ENTRY(base, e);
+    uint32_t next = e == p->back ? 0 : successor(base, p, e);
+    uint64_t old = n->ts;
+    n->ts = ts;
+    if (e == p->back || (next && key_less(base, n, ENTRY(base, next))))
+        return b1_queue_publish_front(base, p);
+    n->ts = old;
     int woke = b1_queue_remove_locked(base, p, e);
     ENTRY(base, e)->ts = ts;
     return b1_queue_insert_locked(base, p, e) | woke;

@@ -370,7 +370,8 @@ uint32_t b1_tx_run_unicasts(void *base, struct b1_tx *tx, uint32_t count, int *e
             return ran;
         }
         int gone = p->id != d0->peer_id || p->state != B1_PEER_ACTIVE;
-        for (uint32_t i = 0; i < ran; i++) {
+        /* last first: each block then moves up to its stamp in place (queue.c) */
+        for (uint32_t i = ran; i-- > 0;) {
             struct b1_tx *t = &tx[i];
             struct b1_dest *d = t->dests;
             if (d->state != B1_DEST_STAGED) continue;
