@@ -130,12 +130,50 @@ int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *p
     return 0;
 }
 
+/* Under p's lock, p active: charge d's copy to p's quota, sync p's clock to the running
+ * maximum and insert d's block at clock + 1.  -EDQUOT changes nothing.  *woke: whether
+ * the front changed. */
+static int stage_locked(void *base, struct b1_tx *tx, struct b1_peer *p, struct b1_dest *d,
+                        int *woke) {
+    if (tx->type == B1_MSG_DATA) {
+        uint32_t len = MSG(base, tx->msg)->len;
+        if (p->n_messages + 1 > p->quota_messages || p->n_bytes + len > p->quota_bytes)
+            return -EDQUOT;
+        p->n_messages++;
+        p->n_bytes += len;
+    }
+    uint64_t t = b1_sync_clock(p, tx->max_ts);
+    if (stages_block(base)) {
+        ENTRY(base, d->entry)->ts = t + 1;
+        *woke |= b1_queue_insert_locked(base, p, d->entry);
+        B1_KILL_POINT(B1_KILL_LOCKED);
+    }
+    tx->max_ts = t;
+    d->state = B1_DEST_STAGED;
+    return 0;
+}
+
+/* Under p's lock, p active: sync p's clock to the stamp (unicast: the sync round) and move
+ * d's block to it.  Returns whether the front changed. */
+static int commit_locked(void *base, struct b1_tx *tx, struct b1_peer *p, struct b1_dest *d) {
+    uint32_t inject = HDR(base)->limits.inject;
+    if (inject != B1_INJECT_NO_SYNC) b1_sync_clock(p, tx->ts);
+    uint64_t ts = inject == B1_INJECT_FIFO ? 2 * ++p->fifo_counter : tx->ts;
+    d->state = B1_DEST_COMMITTED;
+    if (stages_block(base)) return b1_queue_rekey_locked(base, p, d->entry, ts);
+    ENTRY(base, d->entry)->ts = ts;
+    return b1_queue_insert_locked(base, p, d->entry);
+}
+
+/* The sender's next stamp for tx: even, above its clock and every block tx staged. */
+static uint64_t next_stamp(const struct b1_peer *s, const struct b1_tx *tx) {
+    return (s->clock > tx->max_ts ? s->clock : tx->max_ts) + 2;
+}
+
 int b1_tx_stage_nt(void *base, struct b1_tx *tx, uint32_t i, struct b1_notices *nt) {
-    struct b1_header *h = HDR(base);
     if (i >= tx->n || tx->dests[i].state != B1_DEST_PREPARED || tx->ts) return -EINVAL;
     struct b1_dest *d = &tx->dests[i];
     struct b1_peer *p = PEER(base, d->peer_slot);
-    struct b1_entry *e = ENTRY(base, d->entry);
     int r = b1_lock(p);
     if (r) return r;
     if (p->id != d->peer_id || p->state != B1_PEER_ACTIVE) {
@@ -143,29 +181,13 @@ int b1_tx_stage_nt(void *base, struct b1_tx *tx, uint32_t i, struct b1_notices *
         drop_dest(base, tx, d, i, nt); /* the peer is gone: its nodes with it */
         return 0;
     }
-    if (tx->type == B1_MSG_DATA) {
-        uint32_t len = MSG(base, tx->msg)->len;
-        if (p->n_messages + 1 > p->quota_messages || p->n_bytes + len > p->quota_bytes) {
-            b1_unlock(p);
-            return -EDQUOT;
-        }
-        p->n_messages++;
-        p->n_bytes += len;
-    }
-    uint64_t t = b1_sync_clock(p, tx->max_ts);
     int woke = 0;
-    uint32_t inject = h->limits.inject;
-    if (stages_block(base)) {
-        e->ts = t + 1;
-        woke = b1_queue_insert_locked(base, p, d->entry);
-        B1_KILL_POINT(B1_KILL_LOCKED);
-    }
-    tx->max_ts = t;
+    r = stage_locked(base, tx, p, d, &woke);
     b1_unlock(p);
+    if (r) return r;
     if (woke) b1_wake(p);
-    d->state = B1_DEST_STAGED;
     B1_KILL_POINT(B1_KILL_STAGE);
-    if (inject) inject_pause(base);
+    if (HDR(base)->limits.inject) inject_pause(base);
     return 0;
 }
 
@@ -184,7 +206,7 @@ int b1_tx_stamp_as(void *base, struct b1_tx *tx, int allow_disconnecting,
         b1_unlock(p);
         return -ESHUTDOWN;
     }
-    uint64_t ts = (p->clock > tx->max_ts ? p->clock : tx->max_ts) + 2;
+    uint64_t ts = next_stamp(p, tx);
     tx->ts = ts;
     if (check && (r = check(base, tx, arg))) {
         tx->ts = 0;
@@ -218,13 +240,11 @@ int b1_tx_sync(void *base, struct b1_tx *tx, uint32_t i) {
 }
 
 int b1_tx_commit_nt(void *base, struct b1_tx *tx, uint32_t i, struct b1_notices *nt) {
-    struct b1_header *h = HDR(base);
     if (i >= tx->n || !tx->ts) return -EINVAL;
     struct b1_dest *d = &tx->dests[i];
     if (d->state == B1_DEST_DROPPED) return 0;
     if (d->state != B1_DEST_STAGED && d->state != B1_DEST_SYNCED) return -EINVAL;
     struct b1_peer *p = PEER(base, d->peer_slot);
-    struct b1_entry *e = ENTRY(base, d->entry);
     int r = b1_lock(p);
     if (r) return r;
     if (p->id != d->peer_id || p->state != B1_PEER_ACTIVE) {
@@ -235,22 +255,11 @@ int b1_tx_commit_nt(void *base, struct b1_tx *tx, uint32_t i, struct b1_notices 
         drop_dest(base, tx, d, i, nt);
         return 0;
     }
-    uint32_t inject = h->limits.inject;
-    if (inject != B1_INJECT_NO_SYNC) b1_sync_clock(p, tx->ts); /* unicast: the sync round */
-    /* the block takes the timestamp */
-    uint64_t ts = inject == B1_INJECT_FIFO ? 2 * ++p->fifo_counter : tx->ts;
-    int woke;
-    if (stages_block(base)) {
-        woke = b1_queue_rekey_locked(base, p, d->entry, ts);
-    } else {
-        e->ts = ts;
-        woke = b1_queue_insert_locked(base, p, d->entry);
-    }
+    int woke = commit_locked(base, tx, p, d);
     b1_unlock(p);
     if (woke) b1_wake(p);
-    d->state = B1_DEST_COMMITTED;
     B1_KILL_POINT(B1_KILL_COMMIT);
-    if (inject) inject_pause(base);
+    if (HDR(base)->limits.inject) inject_pause(base);
     return 0;
 }
 
@@ -304,8 +313,8 @@ uint32_t b1_tx_run_unicasts(void *base, struct b1_tx *tx, uint32_t count, int *e
     if (!count) return 0;
     struct b1_dest *d0 = &tx[0].dests[0];
     struct b1_peer *p = PEER(base, d0->peer_slot);
-    uint32_t staged = 0, woke = 0;
-    int r = b1_lock(p);
+    uint32_t staged = 0;
+    int woke = 0, r = b1_lock(p);
     if (r) {
         *err = r;
         staged = 0;
@@ -314,23 +323,8 @@ uint32_t b1_tx_run_unicasts(void *base, struct b1_tx *tx, uint32_t count, int *e
         for (uint32_t i = 0; i < count; i++) drop_dest(base, &tx[i], tx[i].dests, 0, nt);
         staged = count;
     } else {
-        for (; staged < count; staged++) {
-            struct b1_tx *t = &tx[staged];
-            struct b1_dest *d = t->dests;
-            uint32_t len = MSG(base, t->msg)->len;
-            if (p->n_messages + 1 > p->quota_messages || p->n_bytes + len > p->quota_bytes) {
-                *err = -EDQUOT;
-                break;
-            }
-            p->n_messages++;
-            p->n_bytes += len;
-            uint64_t c = b1_sync_clock(p, t->max_ts);
-            ENTRY(base, d->entry)->ts = c + 1;
-            woke |= b1_queue_insert_locked(base, p, d->entry);
-            B1_KILL_POINT(B1_KILL_LOCKED);
-            t->max_ts = c;
-            d->state = B1_DEST_STAGED;
-        }
+        for (; staged < count; staged++)
+            if ((*err = stage_locked(base, &tx[staged], p, tx[staged].dests, &woke))) break;
         b1_unlock(p);
         if (woke) b1_wake(p);
         B1_KILL_POINT(B1_KILL_STAGE);
@@ -349,10 +343,8 @@ uint32_t b1_tx_run_unicasts(void *base, struct b1_tx *tx, uint32_t count, int *e
         } else {
             for (; ran < staged; ran++) {
                 struct b1_tx *t = &tx[ran];
-                uint64_t ts = (s->clock > t->max_ts ? s->clock : t->max_ts) + 2;
-                t->ts = ts;
-                s->clock = ts;
-                MSG(base, t->msg)->ts = ts;
+                s->clock = t->ts = next_stamp(s, t);
+                MSG(base, t->msg)->ts = t->ts;
             }
             b1_unlock(s);
             B1_KILL_POINT(B1_KILL_STAMP);
@@ -379,9 +371,7 @@ uint32_t b1_tx_run_unicasts(void *base, struct b1_tx *tx, uint32_t count, int *e
                 woke |= unstage_locked(base, t, p, d);
                 continue;
             }
-            b1_sync_clock(p, t->ts);
-            woke |= b1_queue_rekey_locked(base, p, d->entry, t->ts);
-            d->state = B1_DEST_COMMITTED;
+            woke |= commit_locked(base, t, p, d);
         }
         b1_unlock(p);
         if (woke) b1_wake(p);
