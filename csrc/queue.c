@@ -200,8 +200,8 @@ int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e) {
     return b1_queue_publish_front(base, p);
 }
 
-/* The entry after e in key order (e linked in p's tree), or 0: the leftmost of its right
- * subtree, else the last ancestor it lies to the left of. */
+/* The entry after e in key order (e linked in p's tree), or 0 for the back: the leftmost
+ * of its right subtree, else the last ancestor it lies to the left of. */
 static uint32_t successor(void *base, struct b1_peer *p, uint32_t e) {
     struct b1_entry *n = ENTRY(base, e);
     if (n->right) return leftmost(base, n->right);
@@ -227,7 +227,7 @@ int b1_queue_rekey_locked(void *base, struct b1_peer *p, uint32_t e, uint64_t ts
     uint32_t next = e == p->back ? 0 : successor(base, p, e);
     uint64_t old = n->ts;
     n->ts = ts;
-    if (e == p->back || (next && key_less(base, n, ENTRY(base, next))))
+    if (!next || key_less(base, n, ENTRY(base, next)))
         return b1_queue_publish_front(base, p);
     n->ts = old;
     int woke = b1_queue_remove_locked(base, p, e);
