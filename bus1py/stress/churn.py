@@ -138,27 +138,26 @@ class Mortal(Worker):
                            departure="kill" if self.kill else "exit")
 
 
+def _waiting_out_enospc(call, deadline):
+    """call(), retried while it fails with ENOSPC (a full table) until `deadline`."""
+    while True:
+        try:
+            return call()
+        except OSError as e:
+            if e.errno != errno.ENOSPC or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def mortal_main(spec):
     """Entry point of a mortal process (forked by the coordinator)."""
     close_others(set(spec.signal_write_fds.values()), spec.all_pipe_fds)
     try:
-        peer = None
         deadline = time.monotonic() + REAP_WAIT
-        while peer is None:  # a killed predecessor's slot is free once reaped and unnamed
-            try:
-                peer = spec.bus.peer()
-            except OSError as e:
-                if e.errno != errno.ENOSPC or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        own = None
-        while own is None:  # a full node table (a backlog pinning destroyed nodes) drains
-            try:
-                own = peer.create_node()
-            except OSError as e:
-                if e.errno != errno.ENOSPC or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        # a killed predecessor's peer slot is free once reaped and unnamed; a full node
+        # table (a backlog pinning destroyed nodes) drains
+        peer = _waiting_out_enospc(spec.bus.peer, deadline)
+        own = _waiting_out_enospc(peer.create_node, deadline)
         spec.conn.send((peer._slot, peer.id))
         spec.handles = spec.conn.recv()  # stable process -> our handle to its primary node
         spec.conn.close()
