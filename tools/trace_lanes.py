@@ -36,10 +36,12 @@ import pyarrow.parquet as pq
 
 
 def lifetimes(files):
-    """{process: (first wall, last wall, rows)} from the process, wall_ns columns."""
-    first, last, rows = {}, {}, {}
+    """{process: (first wall, last wall, rows)} from the process, wall_ns columns; a
+    process named only in `dests` (a broken trace) is (None, None, 0): it keeps a lane of
+    its own."""
+    first, last, rows, named = {}, {}, {}, set()
     for f in files:
-        t = pq.read_table(f, columns=["process", "wall_ns"])
+        t = pq.read_table(f, columns=["process", "wall_ns", "dests"])
         procs = t.column("process").to_numpy()
         wall = t.column("wall_ns").to_numpy()
         for p in np.unique(procs):
@@ -48,7 +50,11 @@ def lifetimes(files):
             first[p] = min(first.get(p, w.min()), w.min())
             last[p] = max(last.get(p, w.max()), w.max())
             rows[p] = rows.get(p, 0) + len(w)
-    return {p: (int(first[p]), int(last[p]), rows[p]) for p in first}
+        dests = t.column("dests").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        named.update(np.unique(dests).tolist())
+    life = {p: (None, None, 0) for p in named}
+    life.update({p: (int(first[p]), int(last[p]), rows[p]) for p in first})
+    return life
 
 
 def conflicts(files, life):
@@ -56,12 +62,7 @@ def conflicts(files, life):
     signal with (as sender or destination) although their lifetimes do not overlap (a
     process that ends right after a send, a destination whose first event is the
     delivery). Pairs that overlap can never share a lane, so only rows whose members do
-    not all overlap are looked at. A destination with no row of its own (a broken trace)
-    is added to `life` without rows: it keeps a lane of its own."""
-    for f in files:
-        raw = pq.read_table(f, columns=["dests"]).column("dests").combine_chunks().flatten()
-        for p in np.unique(raw.to_numpy(zero_copy_only=False)):
-            life.setdefault(int(p), (None, None, 0))
+    not all overlap are looked at; a process without rows overlaps every one."""
     ids = np.array(sorted(life), dtype=np.int64)
     lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
     first = np.array([lo if life[p][0] is None else life[p][0] for p in ids])
@@ -120,16 +121,15 @@ def lanes(life, avoid=None):
     return out
 
 
-def rewrite(src, dst, assign):
+def rewrite(src, dst, ids, lane_of, offset):
+    """src's rows into dst with process ids[k] as lane lane_of[k], its seq moved up by
+    offset[k]."""
     t = pq.read_table(src)
     procs = t.column("process").to_numpy()
-    ids = np.array(sorted(assign), dtype=np.int64)
-    lane_of = np.array([assign[p][0] for p in ids], dtype=np.int32)
-    offset = np.array([assign[p][1] for p in ids], dtype=np.int64)
     at = np.searchsorted(ids, procs)
     seq = t.column("seq").to_numpy() + offset[at]
     dests = t.column("dests").combine_chunks()
-    flat = dests.flatten().to_numpy(zero_copy_only=False)   # every one has rows (conflicts)
+    flat = dests.flatten().to_numpy(zero_copy_only=False)   # all in ids (lifetimes)
     renamed = pa.ListArray.from_arrays(dests.offsets, pa.array(lane_of[np.searchsorted(ids, flat)]),
                                        mask=pc.is_null(dests))
     t = (t.set_column(t.schema.get_field_index("process"), "process", pa.array(lane_of[at]))
@@ -154,8 +154,11 @@ def main(argv=None):
     assign = lanes(life, conflicts(files, life))
     n_lanes = len({lane for lane, _ in assign.values()})
     print(f"{sum(1 for v in life.values() if v[2])} processes in {n_lanes} lanes; rewriting {len(files)} files", file=sys.stderr)
+    ids = np.array(sorted(assign), dtype=np.int64)
+    lane_of = np.array([assign[p][0] for p in ids], dtype=np.int32)
+    offset = np.array([assign[p][1] for p in ids], dtype=np.int64)
     for i, f in enumerate(files):
-        rewrite(f, os.path.join(a.out, os.path.basename(f)), assign)
+        rewrite(f, os.path.join(a.out, os.path.basename(f)), ids, lane_of, offset)
         if i % 200 == 199:
             print(f"  {i + 1}/{len(files)}", file=sys.stderr)
     print(f"{a.out}: {n_lanes} lanes", file=sys.stderr)

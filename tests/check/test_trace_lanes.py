@@ -64,7 +64,7 @@ def test_folding_keeps_every_violation(tmp_path_factory, first, second, mutation
 def test_disjoint_processes_share_a_lane_and_overlapping_ones_do_not():
     life = {0: (0, 100, 5), 1: (101, 200, 3), 2: (50, 150, 4), 3: (151, 300, 2)}
     assign = lanes.lanes(life)
-    assert assign[0] == assign[0] and assign[1] == (assign[0][0], 5)
+    assert assign[0][1] == 0 and assign[1] == (assign[0][0], 5)
     assert assign[2][0] != assign[0][0]
     assert assign[3] == (assign[2][0], 4)
 
