@@ -250,9 +250,9 @@ class Peer:
         collected, and the view raises ValueError once released (receive.py)."""
         if not copy:
             if timeout is None:
-                return receive.recv_many(self, 1, -1, False, None)[0]
+                return receive.recv_slice(self, -1, None)
             if type(timeout) in (int, float) and timeout >= 0:
-                return receive.recv_many(self, 1, args.timeout_ns(timeout), False, timeout)[0]
+                return receive.recv_slice(self, args.timeout_ns(timeout), timeout)
             return self.recv_many(1, timeout, copy=False)[0]  # raises the timeout's error
         bus = self._bus
         try:

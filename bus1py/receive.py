@@ -105,16 +105,40 @@ def recv_many(peer, max_messages, timeout_ns, copy, timeout) -> list:
         flags, held = 0, None
     else:
         flags, held = _NOCOPY, (bus._pool_view or pool_view(bus), bus)
-    slot, pid_ = peer._slot, peer._id
-    out = _recv_many(addr, slot, pid_, n, timeout_ns, flags, held)
+        bus._tls.slice_call = (addr, frame, held)  # recv_slice's state, as long as the frame's
+    out = _recv_many(addr, peer._slot, peer._id, n, timeout_ns, flags, held)
+    if type(out) is int:
+        out = _retry(peer, out, addr, frame, n, timeout_ns, flags, held, timeout)
+    if peer._ready is not None:
+        peer._ready.sync()
+    return out
+
+
+def recv_slice(peer, timeout_ns, timeout):
+    """Peer.recv(copy=False) once its timeout is checked: recv_many's call for one message,
+    without recv_many's general cases (they set up what this needs, on first use)."""
+    try:
+        addr, frame, held = peer._bus._tls.slice_call
+    except AttributeError:
+        return recv_many(peer, 1, timeout_ns, False, timeout)[0]
+    if not peer._attached:
+        peer._attach()
+    out = _recv_many(addr, peer._slot, peer._id, 1, timeout_ns, _NOCOPY, held)
+    if type(out) is int:
+        out = _retry(peer, out, addr, frame, 1, timeout_ns, _NOCOPY, held, timeout)
+    if peer._ready is not None:
+        peer._ready.sync()
+    return out[0]
+
+
+def _retry(peer, out, addr, frame, n, timeout_ns, flags, held, timeout) -> list:
+    """After a receive failed with -errno `out`: EINTR (the signal's Python handler has run)
+    waits out the time the helper left; anything else is raised."""
     while type(out) is int:
-        # EINTR: the signal's Python handler has run; wait out the time the helper left
         if out != _EINTR:
             raise args.recv_error(peer, out, timeout)
         ns = -1 if timeout_ns < 0 else frame.infos[0].left_ns
-        out = _recv_many(addr, slot, pid_, n, ns, flags, held)
+        out = _recv_many(addr, peer._slot, peer._id, n, ns, flags, held)
         if out == _EAGAIN and ns == 0:
             out = -errno.ETIMEDOUT
-    if peer._ready is not None:
-        peer._ready.sync()
     return out

@@ -173,6 +173,16 @@ def test_zero_copy_view_until_release(pair):
     q = b.query()
     assert (q.queued_messages, q.queued_bytes) == (0, 0)
     assert bus.info()["pool_used"] < used
+    # the second zero-copy recv takes the short path the first set up: same errors, same views
+    with pytest.raises(BlockingIOError):
+        b.recv(0, copy=False)
+    with pytest.raises(TimeoutError):
+        b.recv(0.01, copy=False)
+    a.send(h, b"again")
+    m = b.recv(1.0, copy=False)
+    assert bytes(m.payload) == b"again" and b.query().queued_messages == 1
+    m.release()
+    assert b.query().queued_messages == 0
 
 
 def test_zero_copy_quota_blocks_senders_until_release(make_bus):
