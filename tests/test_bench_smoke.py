@@ -67,6 +67,23 @@ def test_multicast_every_receiver_gets_every_message(cfg):
             assert _positive(res[(name, k)]["rate"]), (name, k)
 
 
+def test_drain_times_every_receive_call_at_every_size_and_judges_the_ready_cost(cfg, tmp_path):
+    out = cli.run_all(cfg, tmp_path, "tools/bench --tiny", sections=("drain",), strict=True)
+    drain = out["drain"]
+    assert set(drain) == {(api, s) for api in ("recv(copy=False)", "recv_many(copy=False)", "recv()")
+                          for s in cfg.sweep_sizes}
+    assert all(_positive(v) for v in drain.values())
+    assert "## 1c. Receive cost against payload size" in out["markdown"].read_text()
+    # the target is judged on the drained costs, both zero-copy calls within 2x
+    fake = {(c, s): 1000.0 for c in ("recv(copy=False)", "recv_many(copy=False)") for s in (64, 1 << 20)}
+    name = "receive CPU per message within 2x from 64 B to 1 MiB (zero-copy)"
+    judged = {n: ok for n, _, ok in prose.issue16_targets(None, None, None, None, fake)}
+    assert judged[name] is True
+    fake[("recv_many(copy=False)", 1 << 20)] = 2500.0
+    judged = {n: (v, ok) for n, v, ok in prose.issue16_targets(None, None, None, None, fake)}
+    assert judged[name][1] is False and "`recv_many(copy=False)` 2.50x" in judged[name][0]
+
+
 def test_queue_cost_memory_profile_and_report(cfg, tmp_path):
     out = cli.run_all(cfg, tmp_path, "tools/bench --tiny", sections=("queue", "memory", "profile"), strict=True)
     assert not out["errors"]
@@ -75,6 +92,10 @@ def test_queue_cost_memory_profile_and_report(cfg, tmp_path):
     assert all(r["raw_ns"] > 0 and r["api_ns"] > 0 for r in rows)
     assert 0 < out["memory"]["per_peer"] < 1 << 20
     assert all(v > 0 for v in out["profile"].values())
+    assert {"batch send: Peer.send_many to k=8, per message (API)",
+            "batch recv: Peer.recv_many, per message (API)"} <= set(out["profile"])
+    bound = prose.multicast_cpu_bound(out["profile"], [1, 8], batch=True)
+    assert bound[8] < bound[1]  # eight receives a message cost more than one
     md = out["markdown"].read_text()
     assert "nproc" in md and "Queue operation cost" in md and "load average" in md
     assert (tmp_path / "queue_cost.png").stat().st_size > 1000

@@ -9,13 +9,14 @@ from pathlib import Path
 
 from . import inproc, prose
 from .common import ROOT, SIZES, Config, finish_machine_info, fmt_rate, fmt_ratio, fmt_size, machine_info, raise_mq_rlimit
+from .drain import bench_drain
 from .perfprof import bench_futex, bench_perf
 from .plots import make_plots
 from .report import MAKE_CMD, write_markdown
 from .sections import bench_memory, bench_multicast, bench_sweep, bench_unicast, best, unicast_jobs
 from .rows import multicast_variants
 
-ALL = ("unicast", "sweep", "multicast", "queue", "memory", "profile")
+ALL = ("unicast", "sweep", "drain", "multicast", "queue", "memory", "profile")
 
 
 def render_tables(console, res):
@@ -85,6 +86,9 @@ def run_all(cfg, out: Path, cmd: str, console=None, sections=ALL, strict=False):
             t = progress.add_task("1b. payload sweep", total=jobs["sweep"] if res.get("unicast") else
                                   jobs["sweep"] + jobs["unicast"])
             res["sweep"] = guarded("1b (payload sweep)", bench_sweep, cfg, res.get("unicast"), progress, t)
+        if "drain" in sections:
+            t = progress.add_task("1c. receive cost, a ready queue drained", total=1)
+            res["drain"] = guarded("1c (receive cost)", bench_drain, cfg, progress, t)
         if "multicast" in sections:
             t = progress.add_task("2. multicast k receivers",
                                   total=len(cfg.mc_ks) * len(multicast_variants()) * cfg.mc_reps)
@@ -108,7 +112,7 @@ def run_all(cfg, out: Path, cmd: str, console=None, sections=ALL, strict=False):
             progress.advance(t)
     finish_machine_info(mi)
     res["targets16"] = prose.issue16_targets(res.get("unicast"), res.get("sweep"), res.get("multicast"),
-                                             res.get("profile"))
+                                             res.get("profile"), res.get("drain"))
     res["targets2"] = prose.issue2_targets(res.get("unicast"), res.get("multicast"), res.get("queue"),
                                            res.get("memory"))
     render_tables(console, res)

@@ -33,6 +33,7 @@ class Config:
     sweep_reps: int = 3
     sweep_bytes: int = 256 << 20  # payload bytes per sweep repetition (fewer messages as they grow)
     sweep_min_n: int = 200
+    drain_rounds: int = 15       # batches drained per receive call and size (section 1c)
     batch: int = 64              # messages per call in the batch rows
     mc_ks: tuple = (1, 2, 4, 8)
     mc_n: int = 30_000           # messages per receiver per repetition (multicast)
@@ -50,7 +51,7 @@ class Config:
         return cls(quick=True, reps=2, lat_reps=1, n_small=3_000, n_big=1_000, n_rtt=500,
                    sweep_reps=1, sweep_bytes=8 << 20, sweep_min_n=20,
                    mc_ks=(1, 2, 4, 8), mc_n=1_000, mc_reps=1, qc_ms=(10, 100, 1_000, 10_000),
-                   qc_pairs=1_000, qc_reps=2, prof_n=5_000, perf=False)
+                   qc_pairs=1_000, qc_reps=2, prof_n=5_000, perf=False, drain_rounds=5)
 
     @classmethod
     def tiny_config(cls):
@@ -59,7 +60,7 @@ class Config:
                    sweep_reps=1, sweep_bytes=1 << 20, sweep_min_n=10, batch=16,
                    sweep_sizes=(64, 65536, 1 << 20),
                    mc_ks=(1, 2), mc_n=200, mc_reps=1, qc_ms=(10, 100), qc_pairs=200, qc_reps=1,
-                   prof_n=500, perf=False)
+                   prof_n=500, perf=False, drain_rounds=2)
 
     def n_for(self, size):
         """One-way messages per repetition at `size`: the fixed counts at 64 B and 4 KiB, a

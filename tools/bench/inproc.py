@@ -294,8 +294,34 @@ def bench_profile(cfg, size=64):
                     for f in rk:
                         f()
                 rows[f"multicast send: Peer.send to k={k} (API)"] = alternate(mc_send, mc_drain)[0]
+            rows.update(_batch_costs(a, mc_handles, mc_peers, payload, cfg.batch, max(20, n // cfg.batch // 8)))
         finally:
             gc.enable()
+    return rows
+
+
+def _batch_costs(a, handles, peers, payload, batch, rounds):
+    """CPU ns per message of the batch calls in-process: `send_many` of `batch` messages to
+    k = 1 and 8 receivers (per message sent), `recv_many` of `batch` (per message
+    received); each the minimum over rounds of the mean, as `pair` takes it."""
+    cpu = time.thread_time_ns
+    chunk = [payload] * batch
+    rows, recv_ns = {}, []
+    for k in (1, 8):
+        hk, rk = handles[:k], [p.recv_many for p in peers[:k]]
+        sends = []
+        for _ in range(rounds):
+            t = cpu()
+            sent = a.send_many(hk, chunk)
+            sends.append((cpu() - t) / sent)
+            for f in rk:
+                got = 0
+                t = cpu()
+                while got < sent:
+                    got += len(f(batch, 0))
+                recv_ns.append((cpu() - t) / got)
+        rows[f"batch send: Peer.send_many to k={k}, per message (API)"] = min(sends)
+    rows["batch recv: Peer.recv_many, per message (API)"] = min(recv_ns)
     return rows
 
 

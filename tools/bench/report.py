@@ -186,6 +186,25 @@ def _sweep(add, sweep):
     add("")
 
 
+def _drain(add, drain):
+    from .drain import APIS, BATCH
+    sizes = sorted({s for _, s in drain})
+    add("## 1c. Receive cost against payload size, the message ready")
+    add("")
+    add(f"CPU ns per message of bus1py's receive calls when the message is already queued: one process fills "
+        f"the queue with {BATCH} messages, then the other (on another CPU when the run pins) takes them, timing "
+        "its thread CPU; a zero-copy message is released after it is taken. Median over rounds. A one-way run's "
+        "receiver CPU (section 1b) also counts its waiting for the sender's copy of a large payload; this does not.")
+    add("")
+    add("| call | " + " | ".join(fmt_size(s) for s in sizes) + " | 1 MiB / 64 B |")
+    add("|---|" + "---:|" * (len(sizes) + 1))
+    for api in APIS:
+        cells = [f"{drain[(api, s)]:,.0f}" if (api, s) in drain else "-" for s in sizes]
+        lo, hi = drain.get((api, sizes[0])), drain.get((api, sizes[-1]))
+        add(f"| `{api}` | " + " | ".join(cells) + (f" | {hi / lo:.2f}x |" if lo and hi else " | - |"))
+    add("")
+
+
 def write_markdown(path, cmd, mi, cfg, res, elapsed, errors=()):
     """Rewrite `path` from the run's results `res` (the dict run_all returns), keeping the
     `## Checker` section (another tool's) and everything after it as it is."""
@@ -218,6 +237,8 @@ def write_markdown(path, cmd, mi, cfg, res, elapsed, errors=()):
         _unicast(add, uni, cfg)
     if sweep:
         _sweep(add, sweep)
+    if res.get("drain"):
+        _drain(add, res["drain"])
     if mc:
         multicast_section(add, mc, res.get("profile"))
     inproc_sections(add, cfg, res)
