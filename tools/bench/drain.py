@@ -9,7 +9,9 @@ from a queue another CPU filled (its lines come from that CPU's cache, as in a p
 
 Invariants: both processes are forked children, pinned to different CPUs when the run
 pins; the receiver's quota holds a whole batch of the largest size, so the sender never
-waits; the figure of an (api, size) is the median over rounds of CPU ns per message.
+waits; the figure of an (api, size) is the median over rounds of CPU ns per message, and
+each round measures every (api, size) once, so the ratios between sizes come from the same
+stretches of time.
 """
 from __future__ import annotations
 
@@ -69,29 +71,28 @@ def bench_drain(cfg, progress=None, task=None):
         full_r, full_w = os.pipe()  # sender -> receiver: the batch is queued
         out_r, out_w = os.pipe()    # receiver -> bench: the figures
 
+        # each round takes every (call, size) once: a stretch of load hits all of them alike
         def sender():
             pin(0 if cfg.pin and NCPU > 1 else None)
-            for _, size in jobs:
-                payload = os.urandom(size)
-                for _ in range(rounds):
+            payloads = {s: os.urandom(s) for s in sizes}
+            for _ in range(rounds):
+                for _, size in jobs:
                     if os.read(go_r, 1) != b"g":
                         return
                     for _ in range(BATCH):
-                        tx.send(h, payload)
+                        tx.send(h, payloads[size])
                     os.write(full_w, b"f")
 
         def receiver():
             pin(1 if cfg.pin and NCPU > 1 else None)
-            res = []
-            for api, size in jobs:
-                per = []
-                for _ in range(rounds):
+            per = {job: [] for job in jobs}
+            for _ in range(rounds):
+                for job in jobs:
                     os.write(go_w, b"g")
                     os.read(full_r, 1)
-                    per.append(_drain(rx, api, BATCH) / BATCH)
-                res.append([api, size, statistics.median(per)])
+                    per[job].append(_drain(rx, job[0], BATCH) / BATCH)
             with os.fdopen(out_w, "w") as f:
-                json.dump(res, f)
+                json.dump([[api, size, statistics.median(v)] for (api, size), v in per.items()], f)
 
         pids = [_child(sender), _child(receiver)]
         for fd in (go_r, go_w, full_r, full_w, out_w):
