@@ -10,8 +10,9 @@ from a queue another CPU filled (its lines come from that CPU's cache, as in a p
 Invariants: both processes are forked children, pinned to different CPUs when the run
 pins; the receiver's quota holds a whole batch of the largest size, so the sender never
 waits; the figure of an (api, size) is the median over rounds of CPU ns per message, and
-each round measures every (api, size) once, so the ratios between sizes come from the same
-stretches of time.
+each round measures every (api, size) once, after a warm-up drain that is not counted and
+starting at a different one each round, so the ratios between sizes come from the same
+stretches of time and no size is always the first.
 """
 from __future__ import annotations
 
@@ -47,6 +48,13 @@ def _drain(peer, api, n):
     return time.thread_time_ns() - t
 
 
+def _order(jobs, r):
+    """Round r's order: a warm-up (the receiver was idle, its first drain is slower; its
+    figure is dropped), then every job, starting at a different one each round."""
+    k = r % len(jobs)
+    return [jobs[k - 1]] + jobs[k:] + jobs[:k]
+
+
 def _child(fn):
     pid = os.fork()
     if pid == 0:
@@ -75,8 +83,8 @@ def bench_drain(cfg, progress=None, task=None):
         def sender():
             pin(0 if cfg.pin and NCPU > 1 else None)
             payloads = {s: os.urandom(s) for s in sizes}
-            for _ in range(rounds):
-                for _, size in jobs:
+            for r in range(rounds):
+                for _, size in _order(jobs, r):
                     if os.read(go_r, 1) != b"g":
                         return
                     for _ in range(BATCH):
@@ -86,11 +94,13 @@ def bench_drain(cfg, progress=None, task=None):
         def receiver():
             pin(1 if cfg.pin and NCPU > 1 else None)
             per = {job: [] for job in jobs}
-            for _ in range(rounds):
-                for job in jobs:
+            for r in range(rounds):
+                for n, job in enumerate(_order(jobs, r)):
                     os.write(go_w, b"g")
                     os.read(full_r, 1)
-                    per[job].append(_drain(rx, job[0], BATCH) / BATCH)
+                    ns = _drain(rx, job[0], BATCH) / BATCH
+                    if n:
+                        per[job].append(ns)
             with os.fdopen(out_w, "w") as f:
                 json.dump([[api, size, statistics.median(v)] for (api, size), v in per.items()], f)
 
