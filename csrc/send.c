@@ -136,15 +136,25 @@ int64_t b1_frame_send(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t d
                    f->handles, n_handles, flags, &f->seq);
 }
 
-/* Unicasts without carried handles go B1_BATCH at a time through b1_tx_run_unicasts (one
- * lock hold per step for the batch); anything else is a loop of b1_frame_send. */
+/* Sends without carried handles go B1_BATCH at a time through b1_tx_run_batch (one lock
+ * hold per step and destination for the batch); with handles, each is b1_frame_send. */
 #define B1_BATCH 32
+
+/* Does tx name the same destination peers as first (a handle moved by another thread
+ * between their prepares does not)? */
+static int same_dests(const struct b1_tx *tx, const struct b1_tx *first) {
+    for (uint32_t i = 0; i < tx->n; i++)
+        if (tx->dests[i].peer_slot != first->dests[i].peer_slot ||
+            tx->dests[i].peer_id != first->dests[i].peer_id)
+            return 0;
+    return 1;
+}
 
 int b1_frame_send_iov(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t dest, uint32_t n,
                       const char *const *payloads, const uint32_t *lens, uint32_t count,
                       uint32_t n_handles, uint32_t flags) {
     void *base = f->base;
-    if (n > 1 || n_handles || HDR(base)->limits.inject) {
+    if (n_handles || HDR(base)->limits.inject) {
         for (uint32_t i = 0; i < count; i++) {
             int64_t r = b1_frame_send(f, slot, id, dest, n, payloads[i], lens[i], n_handles, flags);
             if (r < 0) return i ? (int)i : (int)r;
@@ -152,36 +162,49 @@ int b1_frame_send_iov(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t d
         return (int)count;
     }
     const uint64_t *dests = n ? f->dests : &dest;
+    uint32_t nd = n ? n : 1;
+    if (nd > HDR(base)->limits.max_dests) return -EINVAL;
     struct b1_tx tx[B1_BATCH];
-    struct b1_dest ds[B1_BATCH];
+    /* a unicast batch's copies on the stack, a multicast's on the heap */
+    struct b1_dest one[B1_BATCH], *ds = nd == 1 ? one : malloc(sizeof *ds * nd * B1_BATCH);
+    if (!ds) return -ENOMEM;
     uint32_t done = 0;
+    int ret = (int)count;
     while (done < count) {
         uint32_t k = count - done < B1_BATCH ? count - done : B1_BATCH, ready = 0;
         int r = 0;
         for (; ready < k; ready++) {
-            tx[ready] = (struct b1_tx){.dests = &ds[ready]};
-            r = b1_tx_prepare(base, &tx[ready], slot, id, dests, 1, payloads[done + ready],
+            tx[ready] = (struct b1_tx){.dests = &ds[ready * nd]};
+            r = b1_tx_prepare(base, &tx[ready], slot, id, dests, nd, payloads[done + ready],
                               lens[done + ready], NULL, 0, flags);
             if (r) break;
-            if (ds[ready].peer_slot != ds[0].peer_slot || ds[ready].peer_id != ds[0].peer_id) {
-                b1_tx_abort(base, &tx[ready]); /* another thread moved the handle: next batch */
+            if (!same_dests(&tx[ready], &tx[0])) {
+                b1_tx_abort(base, &tx[ready]); /* the next batch starts with it */
                 break;
             }
         }
         int err = 0;
         B1_NOTICES(nt);
-        uint32_t ran = b1_tx_run_unicasts(base, tx, ready, &err, &nt);
+        uint32_t ran = b1_tx_run_batch(base, tx, ready, &err, &nt);
         b1_notices_send(base, &nt);
         for (uint32_t i = 0; i < ran; i++) {
             int64_t ts = sent(base, &tx[i]);
-            if (ts < 0) return done + i ? (int)(done + i) : (int)ts;
+            if (ts < 0) {
+                ret = done + i ? (int)(done + i) : (int)ts;
+                goto out;
+            }
             f->seq = tx[i].seq;
         }
         done += ran;
         if (!err) err = r;
-        if (err) return done ? (int)done : err;
+        if (err) {
+            ret = done ? (int)done : err;
+            goto out;
+        }
     }
-    return (int)count;
+out:
+    if (ds != one) free(ds);
+    return ret;
 }
 
 int b1_frame_send_many(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t dest, uint32_t n,

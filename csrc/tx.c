@@ -12,8 +12,9 @@
  *            so a message caused by this one (even through a side channel) stamps higher;
  *   commit   per destination: move the block to the timestamp and wake readers.
  * Each step is one queue operation: one lock, held briefly, never two at once.
- * b1_tx_run_unicasts runs several unicasts to one destination with one hold per step for
- * all of them: a block of each is staged before any is stamped, and they stamp in order,
+ * b1_tx_run_batch runs several transactions to the same destinations with one hold per
+ * step and destination for all of them: a block of each is staged everywhere before any
+ * is stamped, they stamp in order, and every destination is synced before any commits,
  * so each is the transaction it would have been alone, with the same ordering.
  *
  * Invariants:
@@ -298,50 +299,56 @@ int b1_tx_run(void *base, struct b1_tx *tx, struct b1_notices *nt) {
     return 0;
 }
 
-/* Run `count` prepared unicast DATA transactions to one destination queue (the same peer
- * slot and id; no inject mode) in order, each with its own stamp: one hold of the
- * destination's lock stages a block of each, one of the sender's stamps them in order,
- * one of the destination's syncs and commits them.  Nothing else can be received from
- * that queue meanwhile (the first block holds its front), and each stamp is above its own
- * block and every earlier stamp, as count b1_tx_run calls in order would leave them.
- * Returns how many ran: a prefix, the rest aborted, with *err the first failure (0 when
- * all ran).  A destination gone before the stage (or before the commit) has its copies
- * dropped, the transactions still run, as b1_tx_run does. */
-uint32_t b1_tx_run_unicasts(void *base, struct b1_tx *tx, uint32_t count, int *err,
-                            struct b1_notices *nt) {
+/* Run `count` prepared DATA transactions to the same destinations (dests[i] of every one
+ * names the same peer slot and id; no inject mode) in order, each with its own stamp:
+ * one hold of each destination's lock stages a block of every transaction, one of the
+ * sender's stamps them in order, one of each destination's syncs it to the last stamp
+ * (a multicast's sync round: before anything is visible), one of each commits them.
+ * Nothing else can be received meanwhile from a queue holding one of these blocks, and
+ * each stamp is above its own blocks and every earlier stamp, as count b1_tx_run calls
+ * in order would leave them.  Returns how many ran: a prefix, the rest aborted, with
+ * *err the first failure (0 when all ran).  A destination gone before the stage (or the
+ * commit) has its copies dropped, the transactions still run, as b1_tx_run does. */
+uint32_t b1_tx_run_batch(void *base, struct b1_tx *tx, uint32_t count, int *err,
+                         struct b1_notices *nt) {
     *err = 0;
-    if (!count) return 0;
-    struct b1_dest *d0 = &tx[0].dests[0];
-    struct b1_peer *p = PEER(base, d0->peer_slot);
-    uint32_t staged = 0;
-    int woke = 0, r = b1_lock(p);
-    if (r) {
-        *err = r;
-        staged = 0;
-    } else if (p->id != d0->peer_id || p->state != B1_PEER_ACTIVE) {
-        b1_unlock(p);
-        for (uint32_t i = 0; i < count; i++) drop_dest(base, &tx[i], tx[i].dests, 0, nt);
-        staged = count;
-    } else {
-        for (; staged < count; staged++)
-            if ((*err = stage_locked(base, &tx[staged], p, tx[staged].dests, &woke))) break;
-        b1_unlock(p);
-        if (woke) b1_wake(p);
-        B1_KILL_POINT(B1_KILL_STAGE);
+    uint32_t n = count ? tx[0].n : 0;
+    /* stage: destination by destination, every transaction still in the batch; a refusal
+     * ends the batch before the transaction it refused */
+    for (uint32_t i = 0; i < n && count; i++) {
+        struct b1_dest *d0 = &tx[0].dests[i];
+        struct b1_peer *p = PEER(base, d0->peer_slot);
+        uint32_t staged = 0;
+        int woke = 0, r = b1_lock(p);
+        if (!r && (p->id != d0->peer_id || p->state != B1_PEER_ACTIVE)) {
+            b1_unlock(p);
+            for (uint32_t j = 0; j < count; j++) drop_dest(base, &tx[j], &tx[j].dests[i], i, nt);
+            continue;
+        }
+        if (!r) {
+            for (; staged < count; staged++)
+                if ((r = stage_locked(base, &tx[staged], p, &tx[staged].dests[i], &woke))) break;
+            b1_unlock(p);
+            if (woke) b1_wake(p);
+            B1_KILL_POINT(B1_KILL_STAGE);
+        }
+        if (r && !*err) *err = r;
+        for (uint32_t j = staged; j < count; j++) b1_tx_abort_nt(base, &tx[j], nt);
+        count = staged;
     }
     /* stamp the staged ones in order under the sender's lock */
     uint32_t ran = 0;
-    if (staged) {
+    if (count) {
         struct b1_peer *s = PEER(base, tx[0].sender_slot);
-        r = b1_lock(s);
+        int r = b1_lock(s);
         if (!r && (s->id != tx[0].sender_id || s->state != B1_PEER_ACTIVE)) {
             b1_unlock(s);
             r = -ESHUTDOWN;
         }
         if (r) {
-            *err = r;
+            if (!*err) *err = r;
         } else {
-            for (; ran < staged; ran++) {
+            for (; ran < count; ran++) {
                 struct b1_tx *t = &tx[ran];
                 s->clock = t->ts = next_stamp(s, t);
                 MSG(base, t->msg)->ts = t->ts;
@@ -350,34 +357,40 @@ uint32_t b1_tx_run_unicasts(void *base, struct b1_tx *tx, uint32_t count, int *e
             B1_KILL_POINT(B1_KILL_STAMP);
         }
     }
-    for (uint32_t i = ran; i < count; i++) b1_tx_abort_nt(base, &tx[i], nt);
-    /* sync and commit the stamped ones under the destination's lock */
-    uint32_t live = 0;
-    for (uint32_t i = 0; i < ran; i++) live += tx[i].dests[0].state == B1_DEST_STAGED;
-    if (live) {
-        woke = 0;
-        r = b1_lock(p);
-        if (r) { /* the destination's lock is unusable: commit one by one (each retries it) */
-            for (uint32_t i = 0; i < ran; i++) b1_tx_commit_nt(base, &tx[i], 0, nt);
-            return ran;
+    for (uint32_t j = ran; j < count; j++) b1_tx_abort_nt(base, &tx[j], nt);
+    if (!ran) return 0;
+    /* a multicast's sync round (a unicast syncs inside its commit); a copy's state is the
+     * same for every transaction of the batch at one destination */
+    for (uint32_t i = 0; i < n && n > 1; i++) {
+        struct b1_dest *d0 = &tx[0].dests[i];
+        if (d0->state != B1_DEST_STAGED) continue;
+        struct b1_peer *p = PEER(base, d0->peer_slot);
+        if (b1_lock(p) == 0) {
+            if (p->id == d0->peer_id) b1_sync_clock(p, tx[ran - 1].ts);
+            b1_unlock(p);
         }
-        int gone = p->id != d0->peer_id || p->state != B1_PEER_ACTIVE;
+        for (uint32_t j = 0; j < ran; j++) tx[j].dests[i].state = B1_DEST_SYNCED;
+        B1_KILL_POINT(B1_KILL_SYNC);
+    }
+    /* commit: each destination's blocks move up to their stamps */
+    for (uint32_t i = 0; i < n; i++) {
+        struct b1_dest *d0 = &tx[0].dests[i];
+        if (d0->state != B1_DEST_STAGED && d0->state != B1_DEST_SYNCED) continue;
+        struct b1_peer *p = PEER(base, d0->peer_slot);
+        if (b1_lock(p)) { /* the destination's lock is unusable: commit one by one (each retries it) */
+            for (uint32_t j = 0; j < ran; j++) b1_tx_commit_nt(base, &tx[j], i, nt);
+            continue;
+        }
+        int woke = 0, gone = p->id != d0->peer_id || p->state != B1_PEER_ACTIVE;
         /* last first: each block then moves up to its stamp in place (queue.c) */
-        for (uint32_t i = ran; i-- > 0;) {
-            struct b1_tx *t = &tx[i];
-            struct b1_dest *d = t->dests;
-            if (d->state != B1_DEST_STAGED) continue;
-            if (gone) {
-                woke |= unstage_locked(base, t, p, d);
-                continue;
-            }
-            woke |= commit_locked(base, t, p, d);
+        for (uint32_t j = ran; j-- > 0;) {
+            struct b1_dest *d = &tx[j].dests[i];
+            woke |= gone ? unstage_locked(base, &tx[j], p, d) : commit_locked(base, &tx[j], p, d);
         }
         b1_unlock(p);
         if (woke) b1_wake(p);
         if (gone)
-            for (uint32_t i = 0; i < ran; i++)
-                if (tx[i].dests[0].state == B1_DEST_STAGED) drop_dest(base, &tx[i], tx[i].dests, 0, nt);
+            for (uint32_t j = 0; j < ran; j++) drop_dest(base, &tx[j], &tx[j].dests[i], i, nt);
         B1_KILL_POINT(B1_KILL_COMMIT);
     }
     return ran;

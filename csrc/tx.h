@@ -19,9 +19,10 @@ int b1_tx_commit_nt(void *base, struct b1_tx *tx, uint32_t i, struct b1_notices 
 void b1_tx_abort_nt(void *base, struct b1_tx *tx, struct b1_notices *nt);
 /* stage, stamp, sync and commit a prepared transaction (aborted if it cannot stamp) */
 int b1_tx_run(void *base, struct b1_tx *tx, struct b1_notices *nt);
-/* run count prepared unicasts to one destination in order, one lock hold per step for
- * all: how many ran (a prefix, the rest aborted), *err the first failure */
-uint32_t b1_tx_run_unicasts(void *base, struct b1_tx *tx, uint32_t count, int *err,
-                            struct b1_notices *nt);
+/* run count prepared transactions to the same destinations in order, one lock hold per
+ * step and destination for all: how many ran (a prefix, the rest aborted), *err the
+ * first failure */
+uint32_t b1_tx_run_batch(void *base, struct b1_tx *tx, uint32_t count, int *err,
+                         struct b1_notices *nt);
 
 #endif

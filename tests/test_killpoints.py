@@ -133,6 +133,37 @@ def test_sender_killed_between_its_stages_leaks_nothing():
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("point, after, delivered", [("stage", 0, 0), ("stage", 1, 0), ("sync", 0, 5),
+                                                     ("commit", 0, 5), ("commit", 1, 5)])
+def test_multicast_batch_killed_between_its_destinations_is_all_or_nothing(point, after, delivered):
+    # send_many of 5 to 3 receivers stages all 5 at one receiver after another, stamps
+    # them, then syncs and commits receiver by receiver: dead before the stamp, no
+    # receiver gets any; dead after it, every receiver gets all 5, in order
+    with bus1py.Bus.create() as bus:
+        rs = [bus.peer() for _ in range(3)]
+        v = _fresh_victim(bus)
+        to = [r.transfer(r.create_node(), v) for r in rs]
+        payloads = [b"m%d" % i for i in range(5)]
+
+        def send():
+            v.send_many(to, payloads)
+        _die_at(point, after, send)
+        assert bus.gc()["peers_reaped"] == 1
+        for r in rs:
+            got = []
+            while True:
+                try:
+                    m = r.recv(timeout=0)
+                except BlockingIOError:
+                    break
+                if m.type == MessageType.DATA:
+                    got.append(m.payload)
+            assert got == payloads[:delivered], (point, after)
+            r.disconnect()
+        assert not any(_zero_use(bus).values())
+
+
+@pytest.mark.timeout(60)
 def test_destroyer_killed_before_its_stamp_destroys_through_the_reaper():
     with bus1py.Bus.create() as bus:
         s, v = bus.peer(), bus.peer()
