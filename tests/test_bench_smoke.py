@@ -121,14 +121,15 @@ def test_targets_judge_the_best_placement_of_each_peer():
     assert ok and val.startswith("3.0 us (pinned)")
 
 
-def test_report_keeps_checker_section(cfg, tmp_path):
+def test_report_keeps_the_simulator_and_checker_sections(cfg, tmp_path):
     md = tmp_path / "BENCHMARKS.md"
-    md.write_text("# old\n\nold numbers\n\n## Checker\n\nchecker numbers\n")
+    kept = "## Simulator: receive events\n\nsim numbers\n\n## Checker\n\nchecker numbers"
+    md.write_text("# old\n\nold numbers\n\n## 5. old section\n\nold profile\n\n" + kept + "\n")
     report.write_markdown(md, "cmd", machine_info(), cfg,
                           {"memory": {"segments": {256: 1, 1024: 769}, "per_peer": 1.0}}, 0.0)
     text = md.read_text()
-    assert "old numbers" not in text
-    assert text.rstrip().endswith("## Checker\n\nchecker numbers")
+    assert "old numbers" not in text and "old profile" not in text
+    assert text.rstrip().endswith(kept)
     assert "Memory per idle peer" in text
 
 

@@ -205,9 +205,13 @@ def _drain(add, drain):
     add("")
 
 
+KEPT = ("Simulator", "Checker")  # headings of the sections tools/bench does not write
+
+
 def write_markdown(path, cmd, mi, cfg, res, elapsed, errors=()):
     """Rewrite `path` from the run's results `res` (the dict run_all returns), keeping the
-    `## Checker` section (another tool's) and everything after it as it is."""
+    sections other tools own (KEPT: the simulator's and the checker's) and everything after
+    the first of them as it is."""
     from .report_more import inproc_sections, multicast_section
     uni, sweep, mc = res.get("unicast"), res.get("sweep"), res.get("multicast")
     L = []
@@ -244,7 +248,7 @@ def write_markdown(path, cmd, mi, cfg, res, elapsed, errors=()):
     inproc_sections(add, cfg, res)
     text = "\n".join(L) + "\n"
     old = path.read_text() if path.exists() else ""
-    mt = re.search(r"^## Checker\b", old, flags=re.M)
+    mt = re.search(r"^## (" + "|".join(KEPT) + r")\b", old, flags=re.M)
     if mt:
         text = text.rstrip("\n") + "\n\n" + old[mt.start():]
     path.write_text(text)
