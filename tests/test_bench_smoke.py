@@ -82,6 +82,11 @@ def test_drain_times_every_receive_call_at_every_size_and_judges_the_ready_cost(
     fake[("recv_many(copy=False)", 1 << 20)] = 2500.0
     judged = {n: (v, ok) for n, v, ok in prose.issue16_targets(None, None, None, None, fake)}
     assert judged[name][1] is False and "`recv_many(copy=False)` 2.50x" in judged[name][0]
+    # over the whole range, not only its ends: a dip in the middle counts
+    fake[("recv_many(copy=False)", 1 << 20)] = 1000.0
+    fake[("recv_many(copy=False)", 4096)] = 400.0
+    judged = {n: (v, ok) for n, v, ok in prose.issue16_targets(None, None, None, None, fake)}
+    assert judged[name][1] is False and "400 ns at 4 KiB to 1,000 ns" in judged[name][0]
 
 
 def test_queue_cost_memory_profile_and_report(cfg, tmp_path):
