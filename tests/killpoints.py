@@ -351,23 +351,15 @@ def check(point, killed, reports, vrows, failed, pending):
     if killed and pending and pending[0] in ("send", "send_many", "destroy", "release") \
             and point not in NO_TX:
         rule = "forward" if point in AFTER_STAMP else "back"
-    if rule and pending[0] == "send_many":
-        # the batch stages all everywhere, stamps all, then commits all: one rule for every message
-        for msg in pending[1]:
+    if rule and pending[0] in ("send", "send_many"):
+        # a batch stages all everywhere, stamps all, then commits all: one rule for every message
+        for msg in pending[1] if pending[0] == "send_many" else [pending[1]]:
             sent = next(r for r in rows if r["msg"] == msg and r["kind"] == "send")
             if rule == "forward":
                 assert sorted(got.get(msg, [])) == sent["dests"], (point, sent, got.get(msg))
             else:
                 assert msg not in got, (point, sent, got[msg])
                 rows.remove(sent)
-    if rule and pending[0] == "send":
-        msg = pending[1]
-        sent = next(r for r in rows if r["msg"] == msg and r["kind"] == "send")
-        if rule == "forward":
-            assert sorted(got.get(msg, [])) == sent["dests"], (point, sent, got.get(msg))
-        else:
-            assert msg not in got, (point, sent, got[msg])
-            rows.remove(sent)
     for r in rows:  # the victim is a destination only of what it recorded receiving
         if r["kind"] == "send" and VICTIM in r["dests"] and VICTIM not in got.get(r["msg"], []):
             r["dests"] = [d for d in r["dests"] if d != VICTIM]
