@@ -105,7 +105,6 @@ def recv_many(peer, max_messages, timeout_ns, copy, timeout) -> list:
         flags, held = 0, None
     else:
         flags, held = _NOCOPY, (bus._pool_view or pool_view(bus), bus)
-        bus._tls.slice_call = (addr, frame, held)  # recv_slice's state, as long as the frame's
     out = _recv_many(addr, peer._slot, peer._id, n, timeout_ns, flags, held)
     if type(out) is int:
         out = _retry(peer, out, addr, frame, n, timeout_ns, flags, held, timeout)
@@ -117,10 +116,14 @@ def recv_many(peer, max_messages, timeout_ns, copy, timeout) -> list:
 def recv_slice(peer, timeout_ns, timeout):
     """Peer.recv(copy=False) once its timeout is checked: recv_many's call for one message,
     without recv_many's general cases (they set up what this needs, on first use)."""
+    bus = peer._bus
     try:
-        addr, frame, held = peer._bus._tls.slice_call
+        addr, frame, held = bus._tls.slice_call
     except AttributeError:
-        return recv_many(peer, 1, timeout_ns, False, timeout)[0]
+        m = recv_many(peer, 1, timeout_ns, False, timeout)[0]
+        # what that call set up, kept as long as this thread's frame (a closed bus drops both)
+        bus._tls.slice_call = bus._tls.batch[:2] + ((bus._pool_view, bus),)
+        return m
     if not peer._attached:
         peer._attach()
     out = _recv_many(addr, peer._slot, peer._id, 1, timeout_ns, _NOCOPY, held)
