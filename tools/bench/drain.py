@@ -29,6 +29,13 @@ BATCH = 32
 APIS = ("recv(copy=False)", "recv_many(copy=False)", "recv()")
 
 
+def spread(drain, api):
+    """((ns, size) of the cheapest size, (ns, size) of the dearest) of `api`'s receives, or
+    None when it was not measured: the receive-cost target's "within 2x" is their ratio."""
+    got = [(ns, size) for (a, size), ns in drain.items() if a == api]
+    return (min(got), max(got)) if got else None
+
+
 def _drain(peer, api, n):
     """Receive n ready messages with `api`; the thread CPU ns it took."""
     t = time.thread_time_ns()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 
 from .common import NCPU, SIZES, fmt_rate, fmt_ratio, fmt_size
+from . import drain as drain_section
 from .sections import best
 
 PER_MESSAGE_PEERS = ("os.pipe", "posix_ipc MQ", "mp.Queue", "mp.Pipe", "socketpair", "faster_fifo")
@@ -78,11 +79,10 @@ def issue16_targets(uni, sweep, mc, prof, drain=None):
              if drain and (c, 64) in drain and (c, 1 << 20) in drain]
     if calls:
         # within 2x over the whole range: the most a size costs over the least
-        spread = {c: (min((v, s) for (k, s), v in drain.items() if k == c),
-                      max((v, s) for (k, s), v in drain.items() if k == c)) for c in calls}
-        xs = {c: hi[0] / lo[0] for c, (lo, hi) in spread.items()}
-        t.append((name, "; ".join(f"`{c}` {xs[c]:.2f}x ({lo[0]:,.0f} ns at {fmt_size(lo[1])} to {hi[0]:,.0f} ns "
-                                  f"at {fmt_size(hi[1])})" for c, (lo, hi) in spread.items())
+        ends = {c: drain_section.spread(drain, c) for c in calls}
+        xs = {c: most[0] / least[0] for c, (least, most) in ends.items()}
+        t.append((name, "; ".join(f"`{c}` {xs[c]:.2f}x ({least[0]:,.0f} ns at {fmt_size(least[1])} to "
+                                  f"{most[0]:,.0f} ns at {fmt_size(most[1])})" for c, (least, most) in ends.items())
                   + " with the message ready (section 1c)"
                   + (f"; a one-way run's receiver, its waiting for the sender's copy included: "
                      f"{lo[1]['rx_cpu_ns']:,.0f} -> {hi[1]['rx_cpu_ns']:,.0f} ns" if lo and hi else ""),

@@ -8,6 +8,7 @@ import bus1py
 
 from . import prose
 from .common import NCPU, SIZES, fmt_rate, fmt_ratio, fmt_size
+from .drain import APIS, BATCH, spread
 from .sections import best
 from .transports import MQ_DEPTH
 
@@ -187,7 +188,6 @@ def _sweep(add, sweep):
 
 
 def _drain(add, drain):
-    from .drain import APIS, BATCH
     sizes = sorted({s for _, s in drain})
     add("## 1c. Receive cost against payload size, the message ready")
     add("")
@@ -199,9 +199,9 @@ def _drain(add, drain):
     add("| call | " + " | ".join(fmt_size(s) for s in sizes) + " | most / least |")
     add("|---|" + "---:|" * (len(sizes) + 1))
     for api in APIS:
-        got = [drain[(api, s)] for s in sizes if (api, s) in drain]
+        ends = spread(drain, api)
         cells = [f"{drain[(api, s)]:,.0f}" if (api, s) in drain else "-" for s in sizes]
-        add(f"| `{api}` | " + " | ".join(cells) + (f" | {max(got) / min(got):.2f}x |" if got else " | - |"))
+        add(f"| `{api}` | " + " | ".join(cells) + (f" | {ends[1][0] / ends[0][0]:.2f}x |" if ends else " | - |"))
     add("")
 
 
