@@ -94,11 +94,14 @@ uint32_t b1_entry_alloc(void *base) {
     return e;
 }
 
+/* Free an entry its caller owns (layout.h), giving back its record reference first. */
 void b1_entry_free(void *base, uint32_t e) {
     struct b1_header *h = HDR(base);
+    struct b1_entry *en = ENTRY(base, e);
+    b1_entry_put_msg(base, en);
+    __atomic_store_n(&en->type, B1_ENTRY_FREE, __ATOMIC_RELEASE);
     atomic_fetch_sub_explicit(&shard(h)->entries, 1, memory_order_relaxed);
-    __atomic_store_n(&ENTRY(base, e)->msg, 0, __ATOMIC_RELEASE); /* free: see B1_ENTRY_RECEIVING */
-    b1_free_index(&h->free_entries, e, &ENTRY(base, e)->next_free);
+    b1_free_index(&h->free_entries, e, &en->next_free);
 }
 
 /* ---- the payload pool ---- */
@@ -111,11 +114,12 @@ static uint32_t size_class(uint64_t bytes) {
 
 static uint32_t pool_pop(void *base, uint32_t cls) {
     struct b1_header *h = HDR(base);
-    /* a pool record's free-list link lives in its first word (refs), units are 64 bytes */
+    /* a pool record's free-list link is its next_free word; units are 64 bytes */
     uint64_t bytes = B1_CLASS_BYTES(cls);
     if (bytes > h->limits.pool_size) return 0;
     /* a record of this class must end inside the pool */
-    return stack_pop(&h->pool_free[cls], (char *)base + h->off_pool, (size_t)1 << B1_POOL_MIN_SHIFT, 0,
+    return stack_pop(&h->pool_free[cls], (char *)base + h->off_pool, (size_t)1 << B1_POOL_MIN_SHIFT,
+                     offsetof(struct b1_msg, next_free),
                      ((h->limits.pool_size - bytes) >> B1_POOL_MIN_SHIFT) + 1);
 }
 
@@ -147,7 +151,9 @@ uint32_t b1_msg_alloc(void *base, uint64_t size_needed, uint32_t len, uint32_t r
     }
     if (!unit) return 0;
     struct b1_msg *m = MSG(base, unit);
-    atomic_store_explicit(&m->refs, refs, memory_order_relaxed);
+    /* owned before it is counted: a sweep never sees this record with refs and no owner */
+    atomic_store_explicit(&m->stager, b1_self(), memory_order_relaxed);
+    atomic_store_explicit(&m->refs, refs, memory_order_release);
     m->len = len;
     m->n_handles = 0;
     m->n_dests = 0;
@@ -159,16 +165,38 @@ uint32_t b1_msg_alloc(void *base, uint64_t size_needed, uint32_t len, uint32_t r
     return unit;
 }
 
-/* Drop one reference; the last one returns the record to its class. */
+/* Drop one reference; the last one returns the record to its class.  A put on a free
+ * record (refs 0) is refused (b1_bad): applying it would corrupt the free stack. */
 void b1_msg_put(void *base, uint32_t unit) {
+    struct b1_msg *m = MSG(base, unit);
+    uint32_t refs = atomic_load_explicit(&m->refs, memory_order_relaxed);
+    do {
+        if (refs == 0) {
+            b1_bad = 1;
+            return;
+        }
+    } while (!atomic_compare_exchange_weak_explicit(&m->refs, &refs, refs - 1, memory_order_acq_rel,
+                                                    memory_order_relaxed));
+    if (refs == 1) b1_msg_free(base, unit);
+}
+
+/* Return a record whose last reference the caller took (refs now 0) to its class. */
+void b1_msg_free(void *base, uint32_t unit) {
     struct b1_header *h = HDR(base);
     struct b1_msg *m = MSG(base, unit);
-    if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
     if (m->size_class >= B1_POOL_CLASSES) { /* scribbled: leak it rather than guess */
         b1_bad = 1;
         return;
     }
+    atomic_store_explicit(&m->stager, 0, memory_order_relaxed);
     atomic_fetch_sub_explicit(&shard(h)->pool, (int64_t)B1_CLASS_BYTES(m->size_class),
                               memory_order_relaxed);
-    stack_push(&h->pool_free[m->size_class], unit, &m->refs);
+    stack_push(&h->pool_free[m->size_class], unit, &m->next_free);
+}
+
+/* The entry's reference to its record, released by the one party whose exchange of msg
+ * to 0 saw it (layout.h): a kill before the put leaks the record, never frees it twice. */
+void b1_entry_put_msg(void *base, struct b1_entry *e) {
+    uint32_t unit = __atomic_exchange_n(&e->msg, 0, __ATOMIC_ACQ_REL);
+    if (unit) b1_msg_put(base, unit);
 }

@@ -14,13 +14,18 @@ uint32_t b1_entry_alloc(void *base);
 void b1_entry_free(void *base, uint32_t e);
 uint32_t b1_msg_alloc(void *base, uint64_t size, uint32_t len, uint32_t refs);
 void b1_msg_put(void *base, uint32_t unit);
+void b1_msg_free(void *base, uint32_t unit);
+void b1_entry_put_msg(void *base, struct b1_entry *e);
 int64_t b1_usage_entries(void *base);
 int64_t b1_usage_pool(void *base);
 
-/* mark an entry out of every queue as this process's, before the lock that took it goes */
+/* Mark an entry out of every queue as this process's, in the lock hold that unlinked it
+ * (layout.h): from here on only this process, or gc once it is dead, releases it. */
 static inline void b1_entry_claim(struct b1_entry *e) {
-    e->prio = (uint32_t)b1_pid();
-    e->type |= B1_ENTRY_RECEIVING;
+    b1_owner_t me = b1_self();
+    e->left = (uint32_t)me;
+    e->right = (uint32_t)(me >> 32);
+    __atomic_store_n(&e->type, e->type | B1_ENTRY_RECEIVING, __ATOMIC_RELEASE);
 }
 
 #endif

@@ -60,7 +60,7 @@ int b1_init(void *base, uint64_t size, const struct b1_limits *l) {
     h->off_entries = off[3];
     h->off_pool = off[4];
     h->creator_pid = b1_pid();
-    h->creator_start = 0;
+    h->creator_start = b1_proc_start(b1_pid());
     atomic_store(&h->next_peer_id, 1);
     /* index 0 of each table stands for "none" */
     atomic_store(&h->peers_bump, 1);
@@ -114,7 +114,7 @@ int b1_bus_info(void *base, struct b1_bus_info *out) {
     out->pool_used = (uint64_t)b1_usage_pool(base);
     out->pool_size = h->limits.pool_size;
     out->creator_pid = h->creator_pid;
-    out->creator_alive = b1_pid_alive(h->creator_pid, 0);
+    out->creator_alive = b1_pid_alive(h->creator_pid, h->creator_start);
     out->limits = h->limits;
     uint64_t offs[5] = {h->off_peers, h->off_nodes, h->off_handles, h->off_entries, h->off_pool};
     uint32_t sizes[4] = {sizeof(struct b1_peer), sizeof(struct b1_node), sizeof(struct b1_handle),

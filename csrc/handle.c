@@ -8,9 +8,9 @@
  *   - A handle id is (gen << 24) | index; gen is bumped whenever the slot is reused, so an
  *     id is never reused.  A peer holds at most one handle per node.
  *   - The process that drops a node's last holder owes the owner its NODE_RELEASE
- *     (release_pending, release_pid): it is handed up as a notice (handle.h), never sent
+ *     (release_pending, release_owner): it is handed up as a notice (handle.h), never sent
  *     from here.  A notice that cannot be kept (no memory) is left to b1_gc, which queues
- *     the NODE_RELEASE of a node whose release_pid is not a live process.
+ *     the NODE_RELEASE of a node whose release_owner is not a live process.
  *   - A node slot is freed only when it is destroyed, the owner has read its NODE_DESTROY
  *     (or is gone), the owner's handle is released and no holder is left.
  *
@@ -109,7 +109,7 @@ void b1_notices_push(void *base, struct b1_notices *nt, uint32_t node, uint32_t 
     if (nt->n == nt->cap) {
         struct b1_notice *v = malloc(2 * nt->cap * sizeof *v);
         if (!v) { /* b1_gc sends it: no live process owes it any more */
-            __atomic_store_n(&NODE(base, node)->release_pid, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&NODE(base, node)->release_owner, 0, __ATOMIC_RELAXED);
             return;
         }
         memcpy(v, nt->v, nt->n * sizeof *v);
@@ -138,7 +138,7 @@ int b1_handle_put_locked(void *base, uint32_t hi, uint32_t held, uint32_t pendin
         if (*link == hi) *link = hd->next_holder;
         if (!nd->holders && nd->state == B1_NODE_ALIVE && !nd->release_pending) {
             nd->release_pending = 1;
-            nd->release_pid = b1_pid();
+            nd->release_owner = b1_self();
             result = PUT_RELEASE;
         }
     }

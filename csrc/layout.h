@@ -31,7 +31,7 @@
 #define B1_MAGIC 0x7962317375627962ULL /* "bybus1by" */
 #define B1_POOL_MIN_SHIFT 6            /* pool units: 64 bytes */
 #define B1_POOL_CLASSES 22             /* payload room up to 2^27 = 128 MiB */
-/* A record of class c holds the 32-byte header (rounded up to one unit, so records stay
+/* A record of class c holds its header (struct b1_msg, rounded up to one unit, so records stay
  * unit-aligned) plus 2^(c+6) bytes: a payload of a power of two fits the class of its size
  * (4 KiB in a 4 KiB + 64 B record, not the next power of two). */
 #define B1_CLASS_BYTES(c) (((uint64_t)1 << ((c) + B1_POOL_MIN_SHIFT)) + ((uint64_t)1 << B1_POOL_MIN_SHIFT))
@@ -56,8 +56,9 @@ struct b1_header {
     uint64_t off_peers, off_nodes, off_handles, off_entries, off_pool;
 
     int32_t creator_pid;               /* the process that created the bus (admin listing) */
-    _Atomic int32_t orphan_reaper; /* pid of the process sweeping orphaned entries (reap.c) */
+    uint32_t pad0;
     uint64_t creator_start;
+    _Atomic uint64_t orphan_reaper;    /* owner token of the gc sweeping orphans (reap.c) */
     _Atomic uint64_t next_peer_id;     /* ids are unique and never reused */
     _Atomic uint32_t peers_bump;       /* next never-used slot of each table */
     _Atomic uint32_t nodes_bump;
@@ -115,6 +116,8 @@ struct b1_peer {
                               by lock): a destroyed node of a gone peer pins the slot */
     _Atomic uint32_t next_free; /* free-stack link while FREE */
     uint32_t pinned;       /* more holder processes than pids[] records: never reaped */
+    _Atomic uint64_t disconnector; /* owner token of the process running the disconnect
+                                      (DISCONNECTING): gc finishes it when that one died */
     uint32_t held;         /* zero-copy slices given out and not yet given back: a list of
                               entries (B1_TS_HELD, linked by left/right), freed at the
                               latest when the peer is flushed (guarded by lock) */
@@ -145,7 +148,9 @@ struct b1_node {
     uint32_t owner_handle_live;
     uint32_t owner_notified; /* the owner has read its NODE_DESTROY (or is gone) */
     _Atomic uint32_t next_free;
-    int32_t release_pid;     /* the process that set release_pending: it queues the notice */
+    uint32_t pad;
+    uint64_t release_owner;  /* owner token of the process that set release_pending: it
+                                queues the notice (node.c re-sends it if that one died) */
 };
 
 /* A handle: a peer's reference to a node.  Its id is (gen << 24) | index.
@@ -188,16 +193,32 @@ struct b1_entry {
     uint32_t node;
     uint32_t node_gen;
 };
-/* Out of every queue, an entry is still claimed by a process that may die: from its
- * allocation until its stage (ts 0, msg set: the record's stager), and once a receive took
- * it out of the queue (type marked B1_ENTRY_RECEIVING, prio the receiver's pid).  A free
- * entry has msg 0.  b1_gc frees the entries of dead claimants (reap.c). */
+/* Who owns an entry, and so who releases it:
+ *   - in a queue (or on a peer's held list as a slice): that peer, under its lock;
+ *   - prepared and not yet staged (ts 0, msg set), or unlinked from a gone queue before
+ *     its transaction's next step: the transaction, i.e. its record's stager;
+ *   - claimed (type marked B1_ENTRY_RECEIVING): the process whose owner token is
+ *     (right << 32) | left, set in the same lock hold that unlinked it;
+ *   - free: type B1_ENTRY_FREE and msg 0, on the free stack.
+ * The reference to the record is released by exchanging msg to 0 first: only the party
+ * whose exchange saw it puts the record, so a kill between the two stores leaks at most
+ * that reference (gc's pool sweep finds it), never puts it twice.  b1_gc frees the
+ * entries of dead owners (reap.c). */
 #define B1_ENTRY_RECEIVING 0x100u
+#define B1_ENTRY_FREE 0xffffu
+static inline uint64_t entry_owner(const struct b1_entry *e) {
+    return ((uint64_t)e->right << 32) | e->left;
+}
 /* one cache line per entry (the table is 64-aligned): a message moves two lines between
  * the sender's and the receiver's CPU, its entry and its record's head */
 _Static_assert(sizeof(struct b1_entry) == 64, "an entry fills one cache line");
 
-/* A message record in the pool, shared by all destinations (refcounted):
+/* A message record in the pool, shared by all destinations (refcounted).  refs is 0
+ * exactly while the record is free (its free-stack link is next_free, a word of its
+ * own): a put that finds 0 is refused (b1_bad, EBADMSG), never applied.  stager owns the
+ * record while its transaction runs (0 once every copy is committed or dropped); a
+ * record with refs, no owner alive and no entry naming it is a leak that gc's pool sweep
+ * gives back (reap.c).
  *   [b1_msg | payload, padded to 8 | b1_carried x n_handles | u64 x n_dests x n_handles]
  * the last array holds, per destination, the receiver's handle id for each carried node
  * (B1_HANDLE_INVALID when the node was already destroyed at the send). */
@@ -208,22 +229,20 @@ struct b1_msg {
     uint16_t size_class;
     uint16_t type;
     uint32_t n_dests;
-    int32_t stager_pid;   /* process running the transaction: reaping removes blocks of the dead */
+    _Atomic uint32_t next_free; /* free-stack link while free */
     uint64_t ts;          /* the commit timestamp once stamped: reaping completes the rest */
+    _Atomic uint64_t stager; /* owner token of the transaction's process: reaping removes
+                                the blocks of a dead one that had not stamped */
 };
+_Static_assert(sizeof(struct b1_msg) <= (1u << B1_POOL_MIN_SHIFT), "a record's header fits one unit");
 struct b1_carried {
     uint32_t node;
     uint32_t node_gen;
 };
 static inline char *msg_payload(struct b1_msg *m) { return (char *)(m + 1); }
-static inline struct b1_carried *msg_carried(struct b1_msg *m) {
-    return (struct b1_carried *)(msg_payload(m) + ((m->len + 7u) & ~7u));
-}
-static inline uint64_t *msg_handle_ids(struct b1_msg *m) {
-    return (uint64_t *)(msg_carried(m) + m->n_handles);
-}
 static inline uint64_t msg_record_size(uint32_t len, uint32_t n_dests, uint32_t n_handles) {
-    return sizeof(struct b1_msg) + ((len + 7u) & ~7u) + (uint64_t)n_handles * sizeof(struct b1_carried) +
+    return sizeof(struct b1_msg) + (((uint64_t)len + 7u) & ~(uint64_t)7u) +
+           (uint64_t)n_handles * sizeof(struct b1_carried) +
            (uint64_t)n_dests * n_handles * sizeof(uint64_t);
 }
 
@@ -289,20 +308,47 @@ static inline struct b1_msg *MSG(void *base, uint32_t unit) {
     return (struct b1_msg *)((char *)base + HDR(base)->off_pool + ((uint64_t)unit << B1_POOL_MIN_SHIFT));
 }
 
-/* Does record `unit` fit its size class inside the pool, and is `idx` one of its
- * destinations?  Sets b1_bad when not.  Checked before a record read from an entry is
- * used (its payload copied, its handle arrays indexed). */
-static inline int b1_msg_ok(void *base, uint32_t unit, uint32_t idx) {
+/* A record's shape, read from the segment once and checked (b1_msg_shape): every later
+ * use of a length, a count or an array offset reads this copy, never the record again,
+ * so a scribbler who changes the record after the check cannot move a copy or an index
+ * out of bounds. */
+struct b1_shape {
+    uint32_t len, n_handles, n_dests;
+};
+static inline struct b1_carried *shape_carried(struct b1_msg *m, const struct b1_shape *s) {
+    return (struct b1_carried *)(msg_payload(m) + (((uint64_t)s->len + 7u) & ~(uint64_t)7u));
+}
+/* the receivers' handle ids of destination j (j < s->n_dests) */
+static inline uint64_t *shape_ids(struct b1_msg *m, const struct b1_shape *s, uint32_t j) {
+    return (uint64_t *)(shape_carried(m, s) + s->n_handles) + (uint64_t)j * s->n_handles;
+}
+
+/* Does record `unit` fit its size class inside the pool, is it live (refs) and is `idx`
+ * one of its destinations?  Fills *out with the shape it checked; sets b1_bad when not.
+ * Checked before a record read from an entry is used (its payload copied, its handle
+ * arrays indexed). */
+static inline int b1_msg_shape(void *base, uint32_t unit, uint32_t idx, struct b1_shape *out) {
     struct b1_header *h = HDR(base);
     struct b1_msg *m = MSG(base, unit);
-    uint32_t cls = m->size_class;
+    struct b1_shape s = {__atomic_load_n(&m->len, __ATOMIC_RELAXED),
+                         __atomic_load_n(&m->n_handles, __ATOMIC_RELAXED),
+                         __atomic_load_n(&m->n_dests, __ATOMIC_RELAXED)};
+    uint32_t cls = __atomic_load_n(&m->size_class, __ATOMIC_RELAXED);
     int ok = unit && cls < B1_POOL_CLASSES &&
              ((uint64_t)unit << B1_POOL_MIN_SHIFT) + B1_CLASS_BYTES(cls) <= h->limits.pool_size &&
-             m->len <= h->limits.max_payload && m->n_handles <= h->limits.max_msg_handles &&
-             idx < m->n_dests &&
-             msg_record_size(m->len, m->n_dests, m->n_handles) <= B1_CLASS_BYTES(cls);
-    if (!ok) b1_bad = 1;
+             s.len <= h->limits.max_payload && s.n_handles <= h->limits.max_msg_handles &&
+             idx < s.n_dests && atomic_load_explicit(&m->refs, memory_order_relaxed) != 0 &&
+             msg_record_size(s.len, s.n_dests, s.n_handles) <= B1_CLASS_BYTES(cls);
+    if (!ok) {
+        b1_bad = 1;
+        s = (struct b1_shape){0, 0, 0};
+    }
+    if (out) *out = s;
     return ok;
+}
+
+static inline int b1_msg_ok(void *base, uint32_t unit, uint32_t idx) {
+    return b1_msg_shape(base, unit, idx, NULL);
 }
 
 #endif

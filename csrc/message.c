@@ -20,29 +20,34 @@
 
 /* ---- handles carried by messages ---- */
 
-/* Undo one destination's registrations: its message was dropped or aborted. */
-void b1_tx_unregister_handles(void *base, struct b1_msg *m, uint32_t j, struct b1_notices *nt) {
-    uint32_t nh = m->n_handles;
-    struct b1_carried *c = msg_carried(m);
-    uint64_t *ids = msg_handle_ids(m) + (uint64_t)j * nh;
-    for (uint32_t k = 0; k < nh; k++) {
-        if (ids[k] == B1_HANDLE_INVALID) continue;
-        struct b1_peer *owner = b1_lock_owner(base, c[k].node, c[k].node_gen);
+/* Undo one destination's registrations: its message was dropped or aborted.  Each id is
+ * exchanged for HANDLE_INVALID before its registration is undone: whoever's exchange saw
+ * it undoes it, so a kill in between leaks that registration, never undoes it twice. */
+void b1_tx_unregister_handles(void *base, struct b1_msg *m, const struct b1_shape *s, uint32_t j,
+                              struct b1_notices *nt) {
+    if (j >= s->n_dests) return;
+    struct b1_carried *c = shape_carried(m, s);
+    uint64_t *ids = shape_ids(m, s, j);
+    for (uint32_t k = 0; k < s->n_handles; k++) {
+        struct b1_carried ck = c[k];
+        uint64_t id = __atomic_exchange_n(&ids[k], B1_HANDLE_INVALID, __ATOMIC_ACQ_REL);
+        if (id == B1_HANDLE_INVALID) continue;
+        struct b1_peer *owner = b1_lock_owner(base, ck.node, ck.node_gen);
         if (!owner) continue;
         int put = 0;
-        uint32_t hi = b1_handle_index(base, ids[k]);
+        uint32_t hi = b1_handle_index(base, id);
         if (hi && HANDLE(base, hi)->pending) put = b1_handle_put_locked(base, hi, 0, 1);
         b1_unlock(owner);
-        ids[k] = B1_HANDLE_INVALID;
-        b1_put_done(base, put, c[k].node, c[k].node_gen, nt);
+        b1_put_done(base, put, ck.node, ck.node_gen, nt);
     }
 }
 
 int b1_tx_register_handles(void *base, struct b1_tx *tx, const uint64_t *handles, uint32_t nh,
                            struct b1_notices *nt) {
     struct b1_msg *m = MSG(base, tx->msg);
-    struct b1_carried *c = msg_carried(m);
-    uint64_t *ids = msg_handle_ids(m);
+    struct b1_shape s = {.len = m->len, .n_handles = nh, .n_dests = tx->n};
+    struct b1_carried *c = shape_carried(m, &s);
+    uint64_t *ids = shape_ids(m, &s, 0);
     for (uint64_t i = 0; i < (uint64_t)tx->n * nh; i++) ids[i] = B1_HANDLE_INVALID;
     for (uint32_t k = 0; k < nh; k++) {
         uint32_t hi = b1_handle_lookup(base, tx->sender_slot, tx->sender_id, handles[k]);
@@ -77,7 +82,7 @@ int b1_tx_register_handles(void *base, struct b1_tx *tx, const uint64_t *handles
             b1_unlock(owner);
         }
         if (r) {
-            for (uint32_t j = 0; j < tx->n; j++) b1_tx_unregister_handles(base, m, j, nt);
+            for (uint32_t j = 0; j < tx->n; j++) b1_tx_unregister_handles(base, m, &s, j, nt);
             return r;
         }
     }
@@ -94,32 +99,35 @@ static int destroyed_before(const struct b1_node *nd, const struct b1_entry *e) 
     return b1_key_less(&destruction, &message);
 }
 
-/* The receiver's ids for the handles an entry carries, deciding validity now. */
-void b1_resolve_handles(void *base, struct b1_entry *e, struct b1_msg *m, uint64_t *out,
-                        struct b1_notices *nt) {
-    uint32_t nh = m->n_handles;
-    struct b1_carried *c = msg_carried(m);
-    uint64_t *ids = msg_handle_ids(m) + (uint64_t)e->idx * nh;
-    for (uint32_t k = 0; k < nh; k++) {
+/* The receiver's ids for the handles a message carries to destination `key->idx`, deciding
+ * validity now; `key` is the entry's key as read under the receiver's lock.  Each id is
+ * exchanged for HANDLE_INVALID under its owner's lock before the handle changes: a kill in
+ * between leaks the registration, never applies it twice. */
+void b1_resolve_handles(void *base, const struct b1_entry *key, struct b1_msg *m,
+                        const struct b1_shape *s, uint64_t *out, struct b1_notices *nt) {
+    struct b1_carried *c = shape_carried(m, s);
+    uint64_t *ids = shape_ids(m, s, key->idx);
+    for (uint32_t k = 0; k < s->n_handles; k++) {
+        struct b1_carried ck = c[k];
         out[k] = B1_HANDLE_INVALID;
-        if (ids[k] == B1_HANDLE_INVALID) continue;
-        struct b1_peer *owner = b1_lock_owner(base, c[k].node, c[k].node_gen);
+        if (__atomic_load_n(&ids[k], __ATOMIC_ACQUIRE) == B1_HANDLE_INVALID) continue;
+        struct b1_peer *owner = b1_lock_owner(base, ck.node, ck.node_gen);
         if (!owner) continue;
-        struct b1_node *nd = NODE(base, c[k].node);
-        uint32_t hi = b1_handle_index(base, ids[k]);
+        struct b1_node *nd = NODE(base, ck.node);
+        uint64_t id = __atomic_exchange_n(&ids[k], B1_HANDLE_INVALID, __ATOMIC_ACQ_REL);
+        uint32_t hi = id == B1_HANDLE_INVALID ? 0 : b1_handle_index(base, id);
         int put = 0;
         if (hi && HANDLE(base, hi)->pending) {
-            if (destroyed_before(nd, e)) {
+            if (destroyed_before(nd, key)) {
                 put = b1_handle_put_locked(base, hi, 0, 1);
             } else {
                 HANDLE(base, hi)->pending--;
                 HANDLE(base, hi)->refs++;
-                out[k] = ids[k];
-                ids[k] = B1_HANDLE_INVALID; /* held now: nothing to undo for this copy */
+                out[k] = id;
             }
         }
         b1_unlock(owner);
-        b1_put_done(base, put, c[k].node, c[k].node_gen, nt);
+        b1_put_done(base, put, ck.node, ck.node_gen, nt);
     }
 }
 

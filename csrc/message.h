@@ -12,9 +12,10 @@
 
 int b1_tx_register_handles(void *base, struct b1_tx *tx, const uint64_t *handles, uint32_t nh,
                            struct b1_notices *nt);
-void b1_tx_unregister_handles(void *base, struct b1_msg *m, uint32_t dest_index, struct b1_notices *nt);
-void b1_resolve_handles(void *base, struct b1_entry *e, struct b1_msg *m, uint64_t *out,
-                        struct b1_notices *nt);
+void b1_tx_unregister_handles(void *base, struct b1_msg *m, const struct b1_shape *s,
+                              uint32_t dest_index, struct b1_notices *nt);
+void b1_resolve_handles(void *base, const struct b1_entry *key, struct b1_msg *m,
+                        const struct b1_shape *s, uint64_t *out, struct b1_notices *nt);
 int b1_data_dropped_locked(void *base, struct b1_entry *e);
 
 #endif

@@ -11,7 +11,7 @@
  *     holder registered before the stamp gets NODE_DESTROY, and every message that carries
  *     the node later is stamped above the destruction (its sender syncs to destroy_ts).
  *   - The process that drops a node's last holder owes the owner its NODE_RELEASE
- *     (release_pending, release_pid): a transaction of the owner to itself, sent here for
+ *     (release_pending, release_owner): a transaction of the owner to itself, sent here for
  *     every notice handed up by handle.c, message.c and tx.c; if the process dies owing
  *     it, b1_gc queues it instead.
  *
@@ -196,12 +196,12 @@ void b1_renotify_releases(void *base) {
     for (uint32_t n = 1; n < bump; n++) {
         struct b1_node *nd = NODE(base, n);
         uint32_t gen = nd->gen;
-        if (!nd->release_pending || nd->state != B1_NODE_ALIVE || b1_pid_alive(nd->release_pid, 0)) continue;
+        if (!nd->release_pending || nd->state != B1_NODE_ALIVE || b1_owner_alive(nd->release_owner)) continue;
         struct b1_peer *owner = b1_lock_owner(base, n, gen);
         if (!owner) continue;
         int owed = nd->release_pending && nd->state == B1_NODE_ALIVE && !nd->holders &&
-                   !b1_pid_alive(nd->release_pid, 0) && !release_queued_locked(base, owner, n, gen);
-        if (owed) nd->release_pid = b1_pid();
+                   !b1_owner_alive(nd->release_owner) && !release_queued_locked(base, owner, n, gen);
+        if (owed) nd->release_owner = b1_self();
         b1_unlock(owner);
         if (owed) b1_notify_release(base, n, gen);
     }

@@ -176,13 +176,15 @@ int b1_peer_detach(void *base, uint32_t slot, uint64_t id, int32_t pid) {
     return others;
 }
 
-/* Take every entry out of a disconnecting peer's queue. */
+/* Take every entry out of a disconnecting peer's queue, and its held slices, claiming
+ * each in this lock hold (layout.h); unlocks, then frees them. */
 static void flush_queue(void *base, struct b1_peer *p) {
+    uint32_t max = HDR(base)->limits.max_entries;
     uint32_t cap = p->n_entries, n = 0, steps = 0;
-    if (cap > HDR(base)->limits.max_entries) cap = HDR(base)->limits.max_entries;
+    if (cap > max) cap = max;
     uint32_t *taken = cap ? malloc(cap * sizeof *taken) : NULL;
     B1_NOTICES(nt);
-    while (p->root && b1_step(&steps, HDR(base)->limits.max_entries)) {
+    while (p->root && b1_step(&steps, max)) {
         uint32_t e = p->front;
         b1_queue_remove_locked(base, p, e);
         if (b1_bad || p->front == e) { /* a scribbled tree: give up on the rest (leaked, not misused) */
@@ -194,7 +196,7 @@ static void flush_queue(void *base, struct b1_peer *p) {
         /* a block stays owned by its transaction, which frees it, unless its stager died */
         struct b1_entry *en = ENTRY(base, e);
         if (!b1_msg_ok(base, en->msg, en->idx)) continue;
-        if ((en->ts & 1) && b1_pid_alive(MSG(base, en->msg)->stager_pid, 0)) continue;
+        if ((en->ts & 1) && b1_owner_alive(atomic_load(&MSG(base, en->msg)->stager))) continue;
         /* the owner reads nothing more: its destroyed node must not wait for it */
         if (en->type == B1_MSG_NODE_DESTROY) b1_destroy_delivered(base, p, en);
         if (taken && n < cap) {
@@ -204,24 +206,29 @@ static void flush_queue(void *base, struct b1_peer *p) {
     }
     p->n_messages = 0;
     p->n_bytes = 0;
-    uint32_t held = p->held; /* the slices its processes still hold go with it */
+    /* the slices its processes still hold go with it: claimed here, freed below */
+    uint32_t held = p->held, n_held = 0;
     p->held = 0;
-    b1_unlock(p);
-    b1_wake(p);
     steps = 0;
-    for (uint32_t i = held, next; i && b1_step(&steps, HDR(base)->limits.max_entries); i = next) {
+    for (uint32_t i = held, next; i && b1_step(&steps, max); i = next, n_held++) {
         struct b1_entry *e = ENTRY(base, i);
         next = e->right;
-        b1_entry_claim(e);
         e->ts = 0;
-        b1_msg_put(base, e->msg);
+        b1_entry_claim(e);
+        ENTRY(base, i)->prio = next; /* the chain, while the claim holds left and right */
+    }
+    b1_unlock(p);
+    b1_wake(p);
+    for (uint32_t i = held, k = 0; i && k < n_held; k++) {
+        uint32_t next = ENTRY(base, i)->prio;
         b1_entry_free(base, i);
+        i = next;
     }
     for (uint32_t i = 0; i < n; i++) {
         struct b1_entry *e = ENTRY(base, taken[i]);
-        struct b1_msg *m = MSG(base, e->msg);
-        if ((e->type & ~B1_ENTRY_RECEIVING) == B1_MSG_DATA) b1_tx_unregister_handles(base, m, e->idx, &nt);
-        b1_msg_put(base, e->msg);
+        struct b1_shape sh;
+        if ((e->type & ~B1_ENTRY_RECEIVING) == B1_MSG_DATA && b1_msg_shape(base, e->msg, e->idx, &sh))
+            b1_tx_unregister_handles(base, MSG(base, e->msg), &sh, e->idx, &nt);
         b1_entry_free(base, taken[i]);
     }
     b1_notices_send(base, &nt);

@@ -48,7 +48,7 @@ static void collect_dead(void *base, uint32_t t, struct dead_block *out, uint32_
     }
     while (t && *n < cap && b1_step(visits, HDR(base)->limits.max_entries)) {
         struct b1_entry *e = ENTRY(base, t);
-        if ((e->ts & 1) && b1_msg_ok(base, e->msg, e->idx) && !b1_pid_alive(MSG(base, e->msg)->stager_pid, 0))
+        if ((e->ts & 1) && b1_msg_ok(base, e->msg, e->idx) && !b1_owner_alive(atomic_load(&MSG(base, e->msg)->stager)))
             out[(*n)++] = (struct dead_block){t, e->ts, e->sender, e->seq, e->idx};
         collect_dead(base, e->left, out, cap, n, depth + 1, visits);
         t = e->right;
@@ -76,6 +76,11 @@ static int reap_queue(void *base, uint32_t slot, struct b1_gc_stats *stats) {
             continue;
         }
         struct b1_msg *m = MSG(base, e->msg);
+        struct b1_shape sh;
+        if (!b1_msg_shape(base, e->msg, e->idx, &sh)) {
+            b1_unlock(p);
+            continue;
+        }
         int woke = b1_queue_remove_locked(base, p, dead[i].e);
         if (m->ts) {
             /* the sender had stamped: finish its commit here, as it would have */
@@ -85,17 +90,18 @@ static int reap_queue(void *base, uint32_t slot, struct b1_gc_stats *stats) {
             b1_unlock(p);
             if (stats) stats->blocks_completed++;
         } else {
-            if (e->type == B1_MSG_DATA) {
+            uint32_t type = e->type;
+            if (type == B1_MSG_DATA) {
                 p->n_messages--;
-                p->n_bytes -= m->len;
+                p->n_bytes -= sh.len;
             }
+            b1_entry_claim(e); /* unlinked and claimed in one hold */
             b1_unlock(p);
-            if (e->type == B1_MSG_DATA) {
+            if (type == B1_MSG_DATA) {
                 B1_NOTICES(nt);
-                b1_tx_unregister_handles(base, m, e->idx, &nt);
+                b1_tx_unregister_handles(base, m, &sh, e->idx, &nt);
                 b1_notices_send(base, &nt);
             }
-            b1_msg_put(base, e->msg);
             b1_entry_free(base, dead[i].e);
             if (stats) stats->blocks_removed++;
         }
@@ -109,17 +115,19 @@ static int reap_queue(void *base, uint32_t slot, struct b1_gc_stats *stats) {
 int b1_queue_reap(void *base, uint32_t slot) { return reap_queue(base, slot, NULL); }
 
 /* One sweeper at a time (a claim must not race another sweeper's free and reuse of the
- * same entry); a dead sweeper's claim is taken over. */
+ * same entry); a dead sweeper's claim is taken over (its owner token, so a reused pid
+ * does not keep the claim). */
 static int orphan_lock(struct b1_header *h) {
-    int32_t cur = 0, me = b1_pid();
+    uint64_t cur = 0, me = b1_self();
     while (!atomic_compare_exchange_strong(&h->orphan_reaper, &cur, me))
-        if (cur == me || b1_pid_alive(cur, 0)) return 0;
+        if (cur == me || b1_owner_alive(cur)) return 0;
     return 1;
 }
 
-/* Free the entries out of every queue whose claimant died (layout.h, B1_ENTRY_RECEIVING):
- * a sender's copies not yet staged, a receiver's entry taken out but not yet read.  Each
- * gives back its record reference and, for data, its handle registrations. */
+/* Free the entries out of every queue whose owner died (layout.h): a sender's copies not
+ * yet staged (owned by its record's stager), a receiver's entry taken out but not yet
+ * freed (claimed).  Each gives back its record reference, if its owner had not, and for
+ * data its handle registrations (undone only once: message.c). */
 static uint32_t reap_orphans(void *base) {
     struct b1_header *h = HDR(base);
     /* injected modes stage no blocks: a staged entry would look unstaged */
@@ -129,18 +137,26 @@ static uint32_t reap_orphans(void *base) {
     if (bump > h->limits.max_entries + 1) bump = h->limits.max_entries + 1;
     for (uint32_t i = 1; i < bump; i++) {
         struct b1_entry *e = ENTRY(base, i);
-        uint32_t unit = __atomic_load_n(&e->msg, __ATOMIC_ACQUIRE), type = e->type;
-        if (!unit || (!(type & B1_ENTRY_RECEIVING) && e->ts != 0)) continue;
-        if (!b1_msg_ok(base, unit, e->idx)) continue;
-        struct b1_msg *m = MSG(base, unit);
-        int32_t pid = (type & B1_ENTRY_RECEIVING) ? (int32_t)e->prio : m->stager_pid;
-        if (b1_pid_alive(pid, 0) || __atomic_load_n(&e->msg, __ATOMIC_ACQUIRE) != unit) continue;
-        if ((type & ~B1_ENTRY_RECEIVING) == B1_MSG_DATA) {
+        uint32_t type = __atomic_load_n(&e->type, __ATOMIC_ACQUIRE);
+        if (type == B1_ENTRY_FREE) continue;
+        uint32_t unit = __atomic_load_n(&e->msg, __ATOMIC_ACQUIRE);
+        uint64_t owner;
+        if (type & B1_ENTRY_RECEIVING) {
+            owner = entry_owner(e);
+        } else if (unit && e->ts == 0 && b1_msg_ok(base, unit, e->idx)) {
+            owner = atomic_load(&MSG(base, unit)->stager);
+        } else {
+            continue; /* in a queue, on a held list, or being allocated */
+        }
+        if (b1_owner_alive(owner) || __atomic_load_n(&e->type, __ATOMIC_ACQUIRE) != type ||
+            __atomic_load_n(&e->msg, __ATOMIC_ACQUIRE) != unit)
+            continue;
+        struct b1_shape sh;
+        if (unit && (type & ~B1_ENTRY_RECEIVING) == B1_MSG_DATA && b1_msg_shape(base, unit, e->idx, &sh)) {
             B1_NOTICES(nt);
-            b1_tx_unregister_handles(base, m, e->idx, &nt);
+            b1_tx_unregister_handles(base, MSG(base, unit), &sh, e->idx, &nt);
             b1_notices_send(base, &nt);
         }
-        b1_msg_put(base, unit);
         b1_entry_free(base, i);
         freed++;
     }

@@ -44,11 +44,22 @@ struct recv_req {
 
 #define TAKE_ON_STACK 64
 
+/* What a receive took out of the queue, as validated under the lock: only this copy is
+ * used after the lock goes (a scribbler may change the record meanwhile). */
+struct taken {
+    struct b1_entry key; /* ts, sender, seq, idx as they were in the queue */
+    struct b1_shape shape;
+    uint32_t e, unit;
+    uint32_t type;
+    uint32_t delivered; /* 0: consumed, not delivered */
+    uint32_t held;      /* left as a slice on the peer's held list */
+};
+
 /* Dequeue up to q->max committed front entries under one hold of the lock, then copy them
  * out unlocked (a record is immutable while an entry references it).  Entries dropped at
  * the front (message.c, node.c) are consumed and not counted.  -EAGAIN when none is committed. */
 static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q) {
-    uint32_t stack[TAKE_ON_STACK], *taken = stack;
+    struct taken stack[TAKE_ON_STACK], *taken = stack;
     if (q->max > TAKE_ON_STACK && !(taken = malloc(q->max * sizeof *taken))) return -ENOMEM;
     int nocopy = q->flags & B1_RECV_NOCOPY;
     B1_NOTICES(nt);
@@ -71,13 +82,16 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
             uint32_t ei = p->front;
             if (!ei || (ENTRY(base, ei)->ts & 1)) break;
             struct b1_entry *e = ENTRY(base, ei);
-            struct b1_msg *m = MSG(base, e->msg);
-            if (b1_bad || e->type > B1_MSG_NODE_RELEASE || !b1_msg_ok(base, e->msg, e->idx)) {
+            struct taken *t = &taken[n];
+            *t = (struct taken){.key = {.ts = e->ts, .sender = e->sender, .seq = e->seq, .idx = e->idx},
+                                .e = ei, .unit = e->msg};
+            uint32_t type = e->type;
+            if (b1_bad || type > B1_MSG_NODE_RELEASE || !b1_msg_shape(base, t->unit, t->key.idx, &t->shape)) {
                 r = -EBADMSG; /* a scribbled queue: leave it as it is */
                 break;
             }
-            int copied = !nocopy || e->type != B1_MSG_DATA;
-            if ((copied && used + m->len > q->buflen) || nh + m->n_handles > max_nh) {
+            int copied = !nocopy || type != B1_MSG_DATA;
+            if ((copied && used + t->shape.len > q->buflen) || nh + t->shape.n_handles > max_nh) {
                 if (!n) r = -EMSGSIZE; /* only a buffer smaller than max_payload */
                 break;
             }
@@ -88,41 +102,44 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
                 break;
             }
             int deliver = 1;
-            if (e->type == B1_MSG_DATA) {
+            if (type == B1_MSG_DATA) {
                 deliver = !b1_data_dropped_locked(base, e);
                 if (!deliver || copied) { /* a slice keeps its quota until it is given back */
                     p->n_messages--;
-                    p->n_bytes -= m->len;
+                    p->n_bytes -= t->shape.len;
                 }
-            } else if (e->type == B1_MSG_NODE_DESTROY) {
+            } else if (type == B1_MSG_NODE_DESTROY) {
                 b1_destroy_delivered(base, p, e);
             } else {
                 deliver = b1_release_wanted_locked(base, p, e);
             }
-            taken[n++] = ei;
+            n++;
+            t->delivered = deliver;
             if (deliver) {
                 struct b1_msg_info *info = &q->infos[delivered++];
                 info->ts = e->ts;
                 info->sender = e->sender;
                 info->seq = e->seq;
                 info->destination = e->destination;
-                info->type = e->type;
+                info->type = type;
+                info->len = t->shape.len;
+                info->n_handles = t->shape.n_handles;
                 if (copied) {
-                    used += m->len;
+                    used += t->shape.len;
                     info->slice = 0;
                 } else { /* a slice: the entry moves to the held list, its token */
                     info->slice = ei;
+                    t->held = 1;
                     e->ts = B1_TS_HELD;
                     e->left = 0;
                     e->right = p->held;
                     if (p->held) ENTRY(base, p->held)->left = ei;
                     p->held = ei;
                 }
-                nh += m->n_handles;
-            } else {
-                e->ts = 1; /* consumed, not delivered (the entry is ours now) */
+                nh += t->shape.n_handles;
             }
-            if (e->ts != B1_TS_HELD) b1_entry_claim(e); /* a slice is its peer's */
+            t->type = type;
+            if (!t->held) b1_entry_claim(e); /* a slice is its peer's */
         }
         p->received += delivered;
         b1_unlock(p);
@@ -131,29 +148,23 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
         used = nh = 0;
         uint32_t k = 0;
         for (uint32_t i = 0; i < n; i++) {
-            struct b1_entry *e = ENTRY(base, taken[i]);
-            struct b1_msg *m = MSG(base, e->msg);
-            int keep = e->ts == B1_TS_HELD;
-            if (e->ts != 1) {
+            struct taken *t = &taken[i];
+            struct b1_msg *m = MSG(base, t->unit);
+            if (t->delivered) {
                 struct b1_msg_info *info = &q->infos[k++];
-                info->len = m->len;
-                info->n_handles = m->n_handles;
-                if (keep) {
+                if (t->held) {
                     info->offset = (uint64_t)(msg_payload(m) - (char *)base);
                 } else {
                     info->offset = used;
-                    memcpy(q->buf + used, msg_payload(m), m->len);
-                    used += m->len;
+                    memcpy(q->buf + used, msg_payload(m), t->shape.len);
+                    used += t->shape.len;
                 }
-                if (m->n_handles) b1_resolve_handles(base, e, m, q->handles + nh, &nt);
-                nh += m->n_handles;
-            } else if ((e->type & ~B1_ENTRY_RECEIVING) == B1_MSG_DATA && m->n_handles) {
-                b1_tx_unregister_handles(base, m, e->idx, &nt);
+                if (t->shape.n_handles) b1_resolve_handles(base, &t->key, m, &t->shape, q->handles + nh, &nt);
+                nh += t->shape.n_handles;
+            } else if (t->type == B1_MSG_DATA && t->shape.n_handles) {
+                b1_tx_unregister_handles(base, m, &t->shape, t->key.idx, &nt);
             }
-            if (!keep) {
-                b1_msg_put(base, e->msg);
-                b1_entry_free(base, taken[i]);
-            }
+            if (!t->held) b1_entry_free(base, t->e);
         }
         q->n_handles = nh;
         b1_notices_send(base, &nt);
@@ -263,7 +274,8 @@ int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice) {
     }
     /* on this peer's list: marked, and linked from its neighbour or the head */
     int linked = e->ts == B1_TS_HELD && (e->left ? ENTRY(base, e->left)->right == ei : p->held == ei);
-    if (!linked || b1_bad || !b1_msg_ok(base, e->msg, e->idx)) {
+    struct b1_shape sh;
+    if (!linked || b1_bad || !b1_msg_shape(base, e->msg, e->idx, &sh)) {
         b1_unlock(p);
         return -EINVAL;
     }
@@ -273,11 +285,10 @@ int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice) {
         p->held = e->right;
     if (e->right) ENTRY(base, e->right)->left = e->left;
     p->n_messages--;
-    p->n_bytes -= MSG(base, e->msg)->len;
-    b1_unlock(p);
-    b1_entry_claim(e);
+    p->n_bytes -= sh.len;
     e->ts = 0;
-    b1_msg_put(base, e->msg);
+    b1_entry_claim(e); /* unlinked and claimed in one hold: a kill after it leaks nothing */
+    b1_unlock(p);
     b1_entry_free(base, ei);
     return 0;
 }

@@ -64,12 +64,8 @@ int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,
         B1_NOTICES(nt);
         r = b1_tx_register_handles(base, tx, handles, n_handles, &nt);
         b1_notices_send(base, &nt);
-        if (r) {
+        if (r) { /* the registrations are undone; each entry puts its reference */
             for (uint32_t i = 0; i < n; i++) b1_entry_free(base, tx->dests[i].entry);
-            struct b1_msg *m = MSG(base, tx->msg);
-            m->n_handles = 0;
-            atomic_store(&m->refs, 1);
-            b1_msg_put(base, tx->msg);
             tx->msg = 0;
         }
     }

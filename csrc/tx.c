@@ -60,11 +60,11 @@ static int stages_block(void *base) {
 
 /* Give up one destination's copy: free its entry, its handle registrations, its reference. */
 static void drop_dest(void *base, struct b1_tx *tx, struct b1_dest *d, uint32_t i, struct b1_notices *nt) {
-    struct b1_msg *m = MSG(base, tx->msg);
-    if (tx->type == B1_MSG_DATA) b1_tx_unregister_handles(base, m, i, nt);
-    b1_entry_free(base, d->entry);
-    b1_msg_put(base, tx->msg);
+    struct b1_shape sh;
+    if (tx->type == B1_MSG_DATA && b1_msg_shape(base, tx->msg, i, &sh))
+        b1_tx_unregister_handles(base, MSG(base, tx->msg), &sh, i, nt);
     d->state = B1_DEST_DROPPED;
+    b1_entry_free(base, d->entry); /* with it, the copy's reference to the record */
 }
 
 /* Take a staged copy out of a queue that is still its own (the peer's lock is held).
@@ -92,14 +92,14 @@ int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *p
     m->n_handles = n_handles;
     m->n_dests = n;
     m->type = type;
-    m->stager_pid = b1_pid();
     if (len && payload) memcpy(msg_payload(m), payload, len); /* NULL: written in place (send.c) */
     for (uint32_t i = 0; i < n; i++) {
         uint32_t e = b1_entry_alloc(base);
         if (!e) {
+            /* each freed entry puts its reference; the record is still this call's alone,
+             * so the references of the copies never made go in one */
             while (i--) b1_entry_free(base, tx->dests[i].entry);
             atomic_store(&m->refs, 1);
-            m->n_handles = 0;
             b1_msg_put(base, tx->msg);
             tx->msg = 0;
             return -EXFULL;
