@@ -25,7 +25,8 @@ static inline void b1_entry_claim(struct b1_entry *e) {
     b1_owner_t me = b1_self();
     e->left = (uint32_t)me;
     e->right = (uint32_t)(me >> 32);
-    __atomic_store_n(&e->type, e->type | B1_ENTRY_RECEIVING, __ATOMIC_RELEASE);
+    e->queue = 0;
+    __atomic_store_n(&e->type, (uint16_t)(e->type | B1_ENTRY_RECEIVING), __ATOMIC_RELEASE);
 }
 
 #endif

@@ -28,6 +28,7 @@ static void layout_offsets(const struct b1_limits *l, uint64_t *off) {
 
 static int limits_valid(const struct b1_limits *l) {
     if (!l->max_peers || !l->max_nodes || !l->max_handles || !l->max_entries) return 0;
+    if (l->max_peers > B1_MAX_PEERS) return 0;
     if (l->max_handles >= B1_HANDLE_INDEX_MASK) return 0;
     if (!l->max_dests || l->max_dests > l->max_entries || l->max_dests > 65536) return 0;
     if (l->pool_size < 4096 || l->pool_size > ((uint64_t)1 << 38)) return 0;

@@ -79,7 +79,7 @@ struct b1_peer *b1_lock_owner(void *base, uint32_t n, uint32_t gen) {
     uint32_t slot = nd->owner_slot;
     if (!slot || slot > HDR(base)->limits.max_peers) return NULL;
     struct b1_peer *p = PEER(base, slot);
-    if (b1_lock(p)) return NULL;
+    if (b1_lock(base, p)) return NULL;
     if (nd->gen != gen || nd->owner_slot != slot || nd->state == B1_NODE_FREE) {
         b1_unlock(p);
         return NULL;

@@ -111,6 +111,8 @@ struct b1_peer {
     uint32_t quota_handles;
     uint32_t lock_initialised;
     uint32_t lock_recoveries;
+    uint32_t broken;       /* a takeover found damage it could not repair: every lock of
+                              the peer fails with EBADMSG from then on (queue.c) */
     uint64_t fifo_counter; /* B1_INJECT_FIFO only: arrival order (guarded by lock) */
     uint32_t n_nodes;      /* nodes owned by this slot's peers and not yet freed (guarded
                               by lock): a destroyed node of a gone peer pins the slot */
@@ -188,7 +190,10 @@ struct b1_entry {
     };
     uint32_t left, right;
     uint32_t msg;         /* message record, in pool units (64 bytes) from the pool start */
-    uint32_t type;
+    uint16_t type;        /* B1_MSG_*, | B1_ENTRY_RECEIVING when claimed; B1_ENTRY_FREE */
+    uint16_t queue;       /* the peer slot whose queue or held list links it, 0 when none:
+                             set before it is linked, cleared after it is unlinked, so a
+                             damaged tree is rebuilt from the table (queue.c) */
     uint64_t destination; /* the receiver's handle id for the node */
     uint32_t node;
     uint32_t node_gen;
@@ -247,6 +252,9 @@ static inline uint64_t msg_record_size(uint32_t len, uint32_t n_dests, uint32_t 
 }
 
 /* a spin-wait hint to the CPU (lock back-off, the receiver's poll of its front) */
+/* max_peers is below this: an entry names its queue's slot in 16 bits */
+#define B1_MAX_PEERS 65535u
+
 static inline void b1_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();

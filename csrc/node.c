@@ -260,7 +260,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
     struct b1_peer *p = PEER(base, slot);
     int r, first = 1;
     for (;;) {
-        if ((r = b1_lock(p))) break;
+        if ((r = b1_lock(base, p))) break;
         if (p->id != id || p->state != (disconnecting ? B1_PEER_DISCONNECTING : B1_PEER_ACTIVE)) {
             b1_unlock(p);
             r = -ESHUTDOWN;
@@ -334,7 +334,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
     }
     if (r && !first) {
         /* could not finish: the nodes stay alive */
-        if (b1_lock(p) == 0) {
+        if (b1_lock(base, p) == 0) {
             for (uint32_t i = 0; i < n; i++)
                 if (NODE(base, nodes[i])->state == B1_NODE_DESTROYING) NODE(base, nodes[i])->state = B1_NODE_ALIVE;
             b1_unlock(p);
@@ -367,7 +367,7 @@ int b1_destroy(void *base, uint32_t slot, uint64_t id, const uint64_t *handles, 
     if (!r && release) {
         for (uint32_t i = 0; i < n; i++) {
             uint32_t hi = b1_handle_lookup(base, slot, id, handles[i]);
-            if (!hi || b1_lock(p)) continue;
+            if (!hi || b1_lock(base, p)) continue;
             int put = 0;
             if (b1_handle_lookup(base, slot, id, handles[i]))
                 put = b1_handle_put_locked(base, hi, HANDLE(base, hi)->refs, 0);

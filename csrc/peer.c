@@ -114,7 +114,7 @@ int b1_peer_new(void *base, uint32_t quota_messages, uint32_t quota_handles,
         }
         if (!s) return -ENOSPC;
         struct b1_peer *p = PEER(base, s);
-        int r = b1_lock(p);
+        int r = b1_lock(base, p);
         if (r) return r; /* only a corrupted lock: the slot stays out of the free stack */
         reset_peer_locked(h, p, quota_messages, quota_handles, quota_bytes);
         *slot = s;
@@ -250,7 +250,7 @@ int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id) {
     if (bump > h->limits.max_nodes + 1) bump = h->limits.max_nodes + 1;
     uint32_t *nodes = malloc((bump + 1) * sizeof *nodes);
     if (!nodes) return -ENOMEM;
-    if (b1_lock(p) == 0) {
+    if (b1_lock(base, p) == 0) {
         for (uint32_t i = 1; i < bump; i++) {
             struct b1_node *nd = NODE(base, i);
             /* DESTROYING: a destroyer that died before its stamp left it so */
@@ -263,7 +263,7 @@ int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id) {
     if (n) b1_destroy_nodes(base, slot, id, nodes, n, 1, NULL);
     free(nodes);
 
-    r = b1_lock(p);
+    r = b1_lock(base, p);
     if (r) return r;
     /* seq_cst: a handle released from now on sees it and retries the reclaim (handle.c) */
     __atomic_store_n(&p->state, B1_PEER_DISCONNECTED, __ATOMIC_SEQ_CST);
@@ -306,7 +306,7 @@ int b1_peer_at(void *base, uint32_t slot, struct b1_peer_info *out) {
     if (slot >= atomic_load(&HDR(base)->peers_bump)) return -ENOENT;
     struct b1_peer *p = b1_peer_at_slot(base, slot);
     if (!p) return -EAGAIN; /* carved but still being initialised */
-    int r = b1_lock(p);
+    int r = b1_lock(base, p);
     if (r) return r;
     fill_info(p, out);
     b1_unlock(p);

@@ -35,12 +35,20 @@
 
 #define LOCK_SPINS 64 /* trylock attempts before sleeping in the kernel */
 
+static int repair_locked(void *base, struct b1_peer *p);
+
+static inline uint32_t slot_of(void *base, const struct b1_peer *p) {
+    return (uint32_t)(p - PEER(base, 0));
+}
+
 /* Every hold of a queue lock is one short queue operation (~100 ns), so a collision is
  * better waited out spinning than with glibc's robust mutex, which goes straight to
  * FUTEX_WAIT (and makes the unlocker pay a FUTEX_WAKE).  After LOCK_SPINS tries, sleep.
- * A holder that died mid-operation leaves the mutex EOWNERDEAD: take it over.  The
- * operations under it are short and update the tree last, so the state is usable. */
-int b1_lock(struct b1_peer *p) {
+ * A holder that died mid-operation leaves the mutex EOWNERDEAD and may have left the tree
+ * half relinked (a split moves nodes before the new one is linked): the taker verifies
+ * what the lock guards and rebuilds it from the entry table (repair_locked), or marks the
+ * peer broken; it never goes on with a damaged tree. */
+int b1_lock(void *base, struct b1_peer *p) {
     int r = pthread_mutex_trylock(&p->lock);
     for (int i = 0; r == EBUSY && i < LOCK_SPINS; i++) {
         for (int k = 0; k < 4 << (i < 4 ? i : 4); k++) b1_relax(); /* back off: 4..64 pauses */
@@ -50,7 +58,12 @@ int b1_lock(struct b1_peer *p) {
     if (r == EOWNERDEAD) {
         pthread_mutex_consistent(&p->lock);
         p->lock_recoveries++;
+        if (repair_locked(base, p)) p->broken = 1;
         r = 0;
+    }
+    if (!r && __builtin_expect(p->broken, 0)) {
+        pthread_mutex_unlock(&p->lock);
+        return -EBADMSG;
     }
     return r ? -r : 0;
 }
@@ -153,6 +166,7 @@ int b1_queue_insert_locked(void *base, struct b1_peer *p, uint32_t e) {
     struct b1_entry *n = ENTRY(base, e);
     n->prio = key_priority(n);
     n->left = n->right = 0;
+    n->queue = (uint16_t)slot_of(base, p); /* before any link: a repair finds it */
     uint32_t *slot = &p->root, steps = 0;
     while (*slot && ENTRY(base, *slot)->prio >= n->prio && b1_step(&steps, MAXE(base))) {
         struct b1_entry *t = ENTRY(base, *slot);
@@ -184,6 +198,7 @@ int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e) {
         *slot = n->right;
         p->front = n->right ? leftmost(base, n->right) : parent;
         if (e == p->back) p->back = 0; /* it was the only entry */
+        n->queue = 0;
         return b1_queue_publish_front(base, p);
     }
     uint32_t *slot = &p->root, steps = 0;
@@ -197,6 +212,7 @@ int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e) {
     }
     *slot = merge(base, n->left, n->right);
     if (e == p->back) p->back = rightmost(base, p->root);
+    n->queue = 0;
     return b1_queue_publish_front(base, p);
 }
 
@@ -288,16 +304,113 @@ static int check_subtree(void *base, uint32_t t, const struct b1_entry *lo,
     return r ? r : check_subtree(base, n->right, n, hi, count, depth + 1);
 }
 
+/* ---- verifying and repairing after a takeover ---- */
+
+/* The counters a queue's entries imply: data copies queued, staged or held as slices
+ * (n_messages, n_bytes). */
+struct queue_sums {
+    uint32_t slot;
+    uint32_t entries, messages, strangers; /* strangers: linked entries naming another queue */
+    uint64_t bytes;
+};
+
+static void add_entry(void *base, const struct b1_entry *e, struct queue_sums *s) {
+    struct b1_shape sh;
+    if ((e->type & 0xff) == B1_MSG_DATA && b1_msg_shape(base, e->msg, e->idx, &sh)) {
+        s->messages++;
+        s->bytes += sh.len;
+    }
+}
+
+static void sum_tree(void *base, uint32_t t, struct queue_sums *s, uint32_t depth) {
+    while (t && depth < 4096 && s->entries <= MAXE(base)) {
+        struct b1_entry *e = ENTRY(base, t);
+        s->entries++;
+        s->strangers += e->queue != s->slot;
+        add_entry(base, e, s);
+        sum_tree(base, e->left, s, depth + 1);
+        t = e->right;
+        depth++;
+    }
+}
+
+static int check_subtree(void *base, uint32_t t, const struct b1_entry *lo,
+                         const struct b1_entry *hi, uint32_t *count, uint32_t depth);
+
+/* Is everything the lock guards whole?  The tree (order, priorities, membership, count,
+ * front, back, front_ts), the held list, the clock's parity and the quota counters. */
+static int verify_locked(void *base, struct b1_peer *p) {
+    uint32_t count = 0, slot = slot_of(base, p);
+    int saved = b1_bad;
+    b1_bad = 0;
+    int bad = check_subtree(base, p->root, NULL, NULL, &count, 0) != 0 || count != p->n_entries ||
+              p->front != leftmost(base, p->root) || p->back != rightmost(base, p->root) ||
+              (p->clock & 1);
+    if (!bad) {
+        uint64_t fts = p->front ? ENTRY(base, p->front)->ts : 0;
+        bad = atomic_load(&p->front_ts) != fts;
+    }
+    struct queue_sums s = {.slot = slot};
+    if (!bad) sum_tree(base, p->root, &s, 0);
+    bad |= s.strangers != 0;
+    uint32_t steps = 0, prev = 0;
+    for (uint32_t i = p->held; i && !bad; i = ENTRY(base, i)->right) {
+        struct b1_entry *e = ENTRY(base, i);
+        if (!b1_step(&steps, MAXE(base)) || e->ts != B1_TS_HELD || e->left != prev || e->queue != slot) bad = 1;
+        add_entry(base, e, &s);
+        prev = i;
+    }
+    /* injected modes charge a copy at its stage but insert it only at its commit */
+    uint32_t inject = HDR(base)->limits.inject;
+    if (!bad && inject != B1_INJECT_NO_BLOCK && inject != B1_INJECT_FIFO)
+        bad = s.messages != p->n_messages || s.bytes != p->n_bytes;
+    bad |= b1_bad;
+    b1_bad = saved;
+    return bad;
+}
+
+/* Rebuild p's tree and held list from the entries that name p's slot (layout.h), and
+ * its counters from them.  0 when the result verifies. */
+static int repair_locked(void *base, struct b1_peer *p) {
+    if (!verify_locked(base, p)) return 0;
+    struct b1_header *h = HDR(base);
+    uint32_t slot = slot_of(base, p), bump = atomic_load(&h->entries_bump);
+    if (bump > h->limits.max_entries + 1) bump = h->limits.max_entries + 1;
+    p->root = p->front = p->back = 0;
+    p->n_entries = 0;
+    p->held = 0;
+    int saved = b1_bad;
+    for (uint32_t i = 1; i < bump; i++) {
+        struct b1_entry *e = ENTRY(base, i);
+        if (e->queue != slot || e->type == B1_ENTRY_FREE || (e->type & B1_ENTRY_RECEIVING) || !e->msg) continue;
+        if (e->ts == B1_TS_HELD) {
+            e->left = 0;
+            e->right = p->held;
+            if (p->held) ENTRY(base, p->held)->left = i;
+            p->held = i;
+        } else {
+            b1_queue_insert_locked(base, p, i);
+        }
+    }
+    struct queue_sums s = {.slot = slot};
+    sum_tree(base, p->root, &s, 0);
+    for (uint32_t i = p->held, steps = 0; i && b1_step(&steps, MAXE(base)); i = ENTRY(base, i)->right)
+        add_entry(base, ENTRY(base, i), &s);
+    p->n_messages = s.messages;
+    p->n_bytes = s.bytes;
+    if (p->clock & 1) p->clock++;
+    b1_queue_publish_front(base, p);
+    b1_bad = saved;
+    return verify_locked(base, p);
+}
+
 int b1_queue_check(void *base, uint32_t slot) {
     if (!slot || slot > HDR(base)->limits.max_peers) return -EINVAL;
     struct b1_peer *p = PEER(base, slot);
-    int r = b1_lock(p);
+    int r = b1_lock(base, p);
     if (r) return r;
-    uint32_t count = 0;
-    r = check_subtree(base, p->root, NULL, NULL, &count, 0);
-    if (!r && count != p->n_entries) r = -EUCLEAN;
-    if (!r && p->front != leftmost(base, p->root)) r = -EUCLEAN;
-    if (!r && p->back != rightmost(base, p->root)) r = -EUCLEAN;
+    uint32_t count = p->n_entries;
+    if (verify_locked(base, p)) r = -EUCLEAN;
     b1_unlock(p);
     return r ? r : (int)count;
 }
@@ -305,7 +418,7 @@ int b1_queue_check(void *base, uint32_t slot) {
 int b1_queue_depth(void *base, uint32_t slot) {
     if (!slot || slot > HDR(base)->limits.max_peers) return -EINVAL;
     struct b1_peer *p = PEER(base, slot);
-    int r = b1_lock(p);
+    int r = b1_lock(base, p);
     if (r) return r;
     /* depth of the front's path: what a dequeue walks */
     int depth = 0;

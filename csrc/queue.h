@@ -10,7 +10,7 @@
 #define BUS1PY_QUEUE_H
 #include "layout.h"
 
-int b1_lock(struct b1_peer *p);
+int b1_lock(void *base, struct b1_peer *p);
 void b1_unlock(struct b1_peer *p);
 /* insert, remove and rekey return 1 when the front changed (wake after unlocking) */
 int b1_queue_insert_locked(void *base, struct b1_peer *p, uint32_t e);

@@ -59,7 +59,7 @@ static void collect_dead(void *base, uint32_t t, struct dead_block *out, uint32_
 static int reap_queue(void *base, uint32_t slot, struct b1_gc_stats *stats) {
     struct b1_peer *p = b1_peer_at_slot(base, slot);
     if (!p) return 0;
-    if (b1_lock(p)) return 0;
+    if (b1_lock(base, p)) return 0;
     uint32_t cap = p->n_entries, n = 0, visits = 0;
     if (cap > HDR(base)->limits.max_entries) cap = HDR(base)->limits.max_entries;
     struct dead_block *dead = cap ? malloc(cap * sizeof *dead) : NULL;
@@ -67,7 +67,7 @@ static int reap_queue(void *base, uint32_t slot, struct b1_gc_stats *stats) {
     b1_unlock(p);
     int done = 0;
     for (uint32_t i = 0; i < n; i++) {
-        if (b1_lock(p)) break;
+        if (b1_lock(base, p)) break;
         struct b1_entry *e = ENTRY(base, dead[i].e);
         /* still the same block, still in this queue? (another reaper may have been first) */
         if (e->ts != dead[i].ts || e->sender != dead[i].sender || e->seq != dead[i].seq ||
@@ -175,7 +175,7 @@ int b1_gc(void *base, struct b1_gc_stats *out) {
     stats.blocks_removed += reap_orphans(base);
     for (uint32_t slot = 1; slot < bump; slot++) {
         struct b1_peer *p = b1_peer_at_slot(base, slot);
-        if (!p || b1_lock(p)) continue;
+        if (!p || b1_lock(base, p)) continue;
         int active = p->state == B1_PEER_ACTIVE, used = 0, alive = p->pinned;
         uint64_t id = p->id;
         for (int i = 0; i < B1_PEER_PIDS; i++)

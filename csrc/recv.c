@@ -131,6 +131,7 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
                     info->slice = ei;
                     t->held = 1;
                     e->ts = B1_TS_HELD;
+                    e->queue = (uint16_t)slot;
                     e->left = 0;
                     e->right = p->held;
                     if (p->held) ENTRY(base, p->held)->left = ei;
@@ -266,7 +267,7 @@ int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice) {
     struct b1_entry *e = ENTRY(base, ei);
     struct b1_peer *p = b1_peer_at_slot(base, slot);
     if (!p) return -EINVAL;
-    int r = b1_lock(p);
+    int r = b1_lock(base, p);
     if (r) return r;
     if (p->id != id || (p->state != B1_PEER_ACTIVE && p->state != B1_PEER_DISCONNECTING)) {
         b1_unlock(p);

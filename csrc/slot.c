@@ -36,7 +36,7 @@ int b1_peer_reclaim_locked(void *base, uint32_t slot, struct b1_peer *p) {
 int b1_peer_reclaim(void *base, uint32_t slot) {
     struct b1_peer *p = b1_peer_at_slot(base, slot);
     if (!p || __atomic_load_n(&p->state, __ATOMIC_SEQ_CST) != B1_PEER_DISCONNECTED) return 0;
-    if (b1_lock(p)) return 0;
+    if (b1_lock(base, p)) return 0;
     int r = b1_peer_reclaim_locked(base, slot, p);
     b1_unlock(p);
     return r;
@@ -59,7 +59,7 @@ struct b1_peer *b1_peer_at_slot(void *base, uint32_t slot) {
 int b1_lock_live(void *base, uint32_t slot, uint64_t id, struct b1_peer **out) {
     struct b1_peer *p = b1_peer_at_slot(base, slot);
     if (!p) return -EINVAL;
-    int r = b1_lock(p);
+    int r = b1_lock(base, p);
     if (r) return r;
     if (p->id != id) {
         b1_unlock(p);

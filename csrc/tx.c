@@ -109,6 +109,7 @@ int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *p
         /* claimed by this process from here on: the reaper frees it if the process dies */
         ENTRY(base, e)->ts = 0;
         ENTRY(base, e)->idx = i;
+        ENTRY(base, e)->queue = 0;
         ENTRY(base, e)->type = type;
         __atomic_store_n(&ENTRY(base, e)->msg, tx->msg, __ATOMIC_RELEASE);
     }
@@ -124,6 +125,7 @@ int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *p
         e->idx = i;
         e->msg = tx->msg;
         e->type = type;
+        e->queue = 0;
         e->destination = d->owner_handle;
         e->node = d->node;
         e->node_gen = d->node_gen;
@@ -175,7 +177,7 @@ int b1_tx_stage_nt(void *base, struct b1_tx *tx, uint32_t i, struct b1_notices *
     if (i >= tx->n || tx->dests[i].state != B1_DEST_PREPARED || tx->ts) return -EINVAL;
     struct b1_dest *d = &tx->dests[i];
     struct b1_peer *p = PEER(base, d->peer_slot);
-    int r = b1_lock(p);
+    int r = b1_lock(base, p);
     if (r) return r;
     if (p->id != d->peer_id || p->state != B1_PEER_ACTIVE) {
         b1_unlock(p);
@@ -200,7 +202,7 @@ int b1_tx_stamp_as(void *base, struct b1_tx *tx, int allow_disconnecting,
     for (uint32_t i = 0; i < tx->n; i++)
         if (tx->dests[i].state == B1_DEST_PREPARED) return -EINVAL;
     struct b1_peer *p = PEER(base, tx->sender_slot);
-    int r = b1_lock(p);
+    int r = b1_lock(base, p);
     if (r) return r;
     int ok = p->state == B1_PEER_ACTIVE || (allow_disconnecting && p->state == B1_PEER_DISCONNECTING);
     if (p->id != tx->sender_id || !ok) {
@@ -230,7 +232,7 @@ int b1_tx_sync(void *base, struct b1_tx *tx, uint32_t i) {
     if (d->state != B1_DEST_STAGED) return -EINVAL;
     if (HDR(base)->limits.inject != B1_INJECT_NO_SYNC) {
         struct b1_peer *p = PEER(base, d->peer_slot);
-        int r = b1_lock(p);
+        int r = b1_lock(base, p);
         if (r) return r;
         if (p->id == d->peer_id) b1_sync_clock(p, tx->ts);
         b1_unlock(p);
@@ -246,7 +248,7 @@ int b1_tx_commit_nt(void *base, struct b1_tx *tx, uint32_t i, struct b1_notices 
     if (d->state == B1_DEST_DROPPED) return 0;
     if (d->state != B1_DEST_STAGED && d->state != B1_DEST_SYNCED) return -EINVAL;
     struct b1_peer *p = PEER(base, d->peer_slot);
-    int r = b1_lock(p);
+    int r = b1_lock(base, p);
     if (r) return r;
     if (p->id != d->peer_id || p->state != B1_PEER_ACTIVE) {
         /* the peer left since staging: take the copy back out and drop it */
@@ -272,7 +274,7 @@ void b1_tx_abort_nt(void *base, struct b1_tx *tx, struct b1_notices *nt) {
         if (d->state == B1_DEST_STAGED || d->state == B1_DEST_SYNCED) {
             struct b1_peer *p = PEER(base, d->peer_slot);
             int woke = 0;
-            if (b1_lock(p) == 0) {
+            if (b1_lock(base, p) == 0) {
                 woke = unstage_locked(base, tx, p, d);
                 b1_unlock(p);
             }
@@ -319,7 +321,7 @@ uint32_t b1_tx_run_batch(void *base, struct b1_tx *tx, uint32_t count, int *err,
         struct b1_dest *d0 = &tx[0].dests[i];
         struct b1_peer *p = PEER(base, d0->peer_slot);
         uint32_t staged = 0;
-        int woke = 0, r = b1_lock(p);
+        int woke = 0, r = b1_lock(base, p);
         if (!r && (p->id != d0->peer_id || p->state != B1_PEER_ACTIVE)) {
             b1_unlock(p);
             for (uint32_t j = 0; j < count; j++) drop_dest(base, &tx[j], &tx[j].dests[i], i, nt);
@@ -340,7 +342,7 @@ uint32_t b1_tx_run_batch(void *base, struct b1_tx *tx, uint32_t count, int *err,
     uint32_t ran = 0;
     if (count) {
         struct b1_peer *s = PEER(base, tx[0].sender_slot);
-        int r = b1_lock(s);
+        int r = b1_lock(base, s);
         if (!r && (s->id != tx[0].sender_id || s->state != B1_PEER_ACTIVE)) {
             b1_unlock(s);
             r = -ESHUTDOWN;
@@ -365,7 +367,7 @@ uint32_t b1_tx_run_batch(void *base, struct b1_tx *tx, uint32_t count, int *err,
         struct b1_dest *d0 = &tx[0].dests[i];
         if (d0->state != B1_DEST_STAGED) continue;
         struct b1_peer *p = PEER(base, d0->peer_slot);
-        if (b1_lock(p) == 0) {
+        if (b1_lock(base, p) == 0) {
             if (p->id == d0->peer_id) b1_sync_clock(p, tx[ran - 1].ts);
             b1_unlock(p);
         }
@@ -377,7 +379,7 @@ uint32_t b1_tx_run_batch(void *base, struct b1_tx *tx, uint32_t count, int *err,
         struct b1_dest *d0 = &tx[0].dests[i];
         if (d0->state != B1_DEST_STAGED && d0->state != B1_DEST_SYNCED) continue;
         struct b1_peer *p = PEER(base, d0->peer_slot);
-        if (b1_lock(p)) { /* the destination's lock is unusable: commit one by one (each retries it) */
+        if (b1_lock(base, p)) { /* the destination's lock is unusable: commit one by one (each retries it) */
             for (uint32_t j = 0; j < ran; j++) b1_tx_commit_nt(base, &tx[j], i, nt);
             continue;
         }
