@@ -153,6 +153,8 @@ struct b1_node {
     uint32_t pad;
     uint64_t release_owner;  /* owner token of the process that set release_pending: it
                                 queues the notice (node.c re-sends it if that one died) */
+    uint64_t destroyer;      /* owner token of the process whose destruction marked it
+                                DESTROYING: gc rolls a dead one's unstamped one back */
 };
 
 /* A handle: a peer's reference to a node.  Its id is (gen << 24) | index.

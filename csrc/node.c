@@ -252,6 +252,32 @@ static int destroy_stamp_check(void *base, struct b1_tx *tx, void *arg) {
     return 0;
 }
 
+/* Roll back the destructions whose destroyer died before its stamp: their nodes were left
+ * DESTROYING (the stamp makes them DESTROYED under the same lock), their transactions'
+ * blocks are removed by reap.c, so the nodes are ALIVE again and may be destroyed anew.
+ * A departing owner's own disconnect takes such nodes as they are (peer.c).  Returns how
+ * many. */
+uint32_t b1_nodes_reap(void *base) {
+    struct b1_header *h = HDR(base);
+    uint32_t bump = atomic_load(&h->nodes_bump), done = 0;
+    if (bump > h->limits.max_nodes + 1) bump = h->limits.max_nodes + 1;
+    for (uint32_t i = 1; i < bump; i++) {
+        struct b1_node *nd = NODE(base, i);
+        if (__atomic_load_n(&nd->state, __ATOMIC_RELAXED) != B1_NODE_DESTROYING ||
+            b1_owner_alive(__atomic_load_n(&nd->destroyer, __ATOMIC_RELAXED)))
+            continue;
+        struct b1_peer *owner = b1_lock_owner(base, i, nd->gen);
+        if (!owner) continue;
+        if (nd->state == B1_NODE_DESTROYING && owner->state == B1_PEER_ACTIVE && !b1_owner_alive(nd->destroyer)) {
+            nd->state = B1_NODE_ALIVE;
+            nd->destroyer = 0;
+            done++;
+        }
+        b1_unlock(owner);
+    }
+    return done;
+}
+
 int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nodes, uint32_t n,
                      int disconnecting, uint64_t *stamp) {
     uint32_t *versions = malloc(n * sizeof *versions);
@@ -278,6 +304,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
         for (uint32_t i = 0; i < n && !r; i++) {
             struct b1_node *nd = NODE(base, nodes[i]);
             nd->state = B1_NODE_DESTROYING;
+            nd->destroyer = b1_self();
             versions[i] = nd->holders_version;
             count += !disconnecting;
             FOR_HOLDERS(base, nd, hi) count++;

@@ -21,5 +21,6 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
                      int disconnecting, uint64_t *stamp);
 void b1_drop_peer_handles(void *base, uint32_t slot, uint64_t id);
 void b1_renotify_releases(void *base);
+uint32_t b1_nodes_reap(void *base);
 
 #endif

@@ -69,6 +69,8 @@ static void reset_peer_locked(struct b1_header *h, struct b1_peer *p, uint32_t q
     p->fifo_counter = 0;
     p->pinned = 0;
     p->held = 0;
+    p->broken = 0;
+    atomic_store(&p->disconnector, 0);
     memset(p->pids, 0, sizeof p->pids);
     memset(p->pid_starts, 0, sizeof p->pid_starts);
     atomic_store(&p->tx_seq, 0);
@@ -125,14 +127,23 @@ int b1_peer_new(void *base, uint32_t quota_messages, uint32_t quota_handles,
     return -ENOSPC;
 }
 
-/* Reclaim every gone peer that can be.  Held references left by a transfer that raced
- * with the disconnect are dropped first (the disconnect's sweep may have missed them). */
+static void flush_queue(void *base, struct b1_peer *p);
+
+/* Reclaim every gone peer that can be, finishing what its disconnect left: a queue or
+ * held list still linked (a flush whose lock holder died: the takeover rebuilt it), and
+ * held references (a disconnector that died, or a transfer that raced with its sweep). */
 void b1_peer_reclaim_all(void *base) {
     uint32_t bump = atomic_load(&HDR(base)->peers_bump);
     for (uint32_t s = 1; s < bump; s++) {
         struct b1_peer *p = b1_peer_at_slot(base, s);
         if (!p || __atomic_load_n(&p->state, __ATOMIC_SEQ_CST) != B1_PEER_DISCONNECTED) continue;
         uint64_t id = __atomic_load_n(&p->id, __ATOMIC_SEQ_CST);
+        if ((p->root || p->held) && b1_lock(base, p) == 0) {
+            if (p->id == id && p->state == B1_PEER_DISCONNECTED)
+                flush_queue(base, p); /* unlocks */
+            else
+                b1_unlock(p);
+        }
         if (atomic_load(&p->n_handles)) b1_drop_peer_handles(base, s, id);
         b1_peer_reclaim(base, s);
     }
@@ -235,15 +246,57 @@ static void flush_queue(void *base, struct b1_peer *p) {
     free(taken);
 }
 
+/* Begin the disconnect of an ACTIVE peer, or take over one whose disconnector died
+ * (DISCONNECTING): the caller becomes the disconnector.  -ESHUTDOWN when the peer is gone
+ * or a live process is disconnecting it. */
+static int disconnect_claim(void *base, uint32_t slot, uint64_t id, struct b1_peer **out) {
+    struct b1_peer *p = b1_peer_at_slot(base, slot);
+    if (!p) return -EINVAL;
+    int r = b1_lock(base, p);
+    if (r) return r;
+    if (p->id != id) {
+        b1_unlock(p);
+        return b1_peer_gone(base, id);
+    }
+    if (p->state == B1_PEER_ACTIVE) {
+        /* nothing new is staged here from now on, and no new handle made for it (seq_cst:
+         * handle.c b1_handle_get_locked reads it after counting the handle) */
+        atomic_store(&p->disconnector, b1_self());
+        __atomic_store_n(&p->state, B1_PEER_DISCONNECTING, __ATOMIC_SEQ_CST);
+    } else if (p->state == B1_PEER_DISCONNECTING && !b1_owner_alive(atomic_load(&p->disconnector))) {
+        atomic_store(&p->disconnector, b1_self());
+    } else {
+        b1_unlock(p);
+        return -ESHUTDOWN;
+    }
+    b1_unlock(p);
+    *out = p;
+    return 0;
+}
+
+/* Resume every disconnect whose disconnector died (gc); returns how many were finished. */
+uint32_t b1_peer_resume_disconnects(void *base) {
+    uint32_t bump = atomic_load(&HDR(base)->peers_bump), done = 0;
+    for (uint32_t s = 1; s < bump; s++) {
+        struct b1_peer *p = b1_peer_at_slot(base, s);
+        if (!p || __atomic_load_n(&p->state, __ATOMIC_SEQ_CST) != B1_PEER_DISCONNECTING ||
+            b1_owner_alive(atomic_load(&p->disconnector)))
+            continue;
+        done += b1_peer_disconnect(base, s, __atomic_load_n(&p->id, __ATOMIC_SEQ_CST)) == 0;
+    }
+    return done;
+}
+
+/* Disconnecting, step by step, each step safe to run again after a kill: claim (ACTIVE ->
+ * DISCONNECTING, the disconnector recorded), destroy the peer's nodes (those still ALIVE
+ * or DESTROYING: a destruction already stamped is not redone), DISCONNECTED and the
+ * queue flushed in one lock hold, then its handles dropped and the slot reclaimed (both
+ * also done by gc for any DISCONNECTED peer: b1_peer_reclaim_all). */
 int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id) {
     struct b1_header *h = HDR(base);
-    struct b1_peer *p;
-    int r = b1_lock_live(base, slot, id, &p);
+    struct b1_peer *p = NULL;
+    int r = disconnect_claim(base, slot, id, &p);
     if (r) return r;
-    /* nothing new is staged here from now on, and no new handle made for it (seq_cst:
-     * handle.c b1_handle_get_locked reads it after counting the handle) */
-    __atomic_store_n(&p->state, B1_PEER_DISCONNECTING, __ATOMIC_SEQ_CST);
-    b1_unlock(p);
 
     /* destroy the peer's nodes, in one transaction */
     uint32_t bump = atomic_load(&h->nodes_bump), n = 0;

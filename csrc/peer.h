@@ -6,5 +6,6 @@
 #include "layout.h"
 
 void b1_peer_reclaim_all(void *base);
+uint32_t b1_peer_resume_disconnects(void *base);
 
 #endif

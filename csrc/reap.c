@@ -173,6 +173,8 @@ int b1_gc(void *base, struct b1_gc_stats *out) {
      * holders of the nodes it carried when the dead peers' nodes are destroyed below */
     for (uint32_t slot = 1; slot < bump; slot++) reap_queue(base, slot, &stats);
     stats.blocks_removed += reap_orphans(base);
+    b1_nodes_reap(base);
+    stats.peers_reaped += b1_peer_resume_disconnects(base);
     for (uint32_t slot = 1; slot < bump; slot++) {
         struct b1_peer *p = b1_peer_at_slot(base, slot);
         if (!p || b1_lock(base, p)) continue;
