@@ -14,6 +14,7 @@ SUBCOMMAND_MODULES = (
     "bus1py.stress.demo",
     "bus1py.stress.cli",
     "bus1py.admin",
+    "bus1py.fsck",
     "bus1py.check.cli",
     "bus1py.sim.cli",
 )

@@ -17,7 +17,7 @@
  *
  * Behind it, one file and one header per concept, each calling only those below it
  * (tests/test_csrc_layers.py checks): proc, kill < alloc < queue < slot < handle <
- * message < tx < node < peer < reap < bus, send, recv.  A layer that owes work to one
+ * message < tx < node < peer < reap < bus, send, recv, fsck.  A layer that owes work to one
  * above it returns the work (handle.h: NODE_RELEASE notices) instead of calling up.
  * Lock rule everywhere: one peer lock at a time; a *_locked function runs under one and
  * takes none (also checked there).
@@ -289,6 +289,11 @@ int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice);
 
 /* arm (or with B1_KILL_NONE disarm) this process's kill point; -EINVAL for an unknown one */
 int b1_kill_at(uint32_t point, uint32_t after);
+
+/* Check the whole segment against every invariant (csrc/fsck.c), on a quiet bus: the
+ * number of problems found (0: clean), each described in one line of `out` (NUL-ended,
+ * cut at outlen), or -errno. */
+int b1_fsck(void *base, char *out, uint32_t outlen);
 
 /* queue internals exposed for tests and benchmarks */
 int b1_queue_check(void *base, uint32_t slot);   /* verifies tree order and counts */

@@ -21,8 +21,9 @@
 /* ---- handles carried by messages ---- */
 
 /* Undo one destination's registrations: its message was dropped or aborted.  Each id is
- * exchanged for HANDLE_INVALID before its registration is undone: whoever's exchange saw
- * it undoes it, so a kill in between leaks that registration, never undoes it twice. */
+ * exchanged for HANDLE_INVALID, under its owner's lock, before its registration is undone:
+ * whoever's exchange saw it undoes it, so a kill in between leaks that registration (in a
+ * lock hold the next taker verifies), never undoes it twice. */
 void b1_tx_unregister_handles(void *base, struct b1_msg *m, const struct b1_shape *s, uint32_t j,
                               struct b1_notices *nt) {
     if (j >= s->n_dests) return;
@@ -30,12 +31,12 @@ void b1_tx_unregister_handles(void *base, struct b1_msg *m, const struct b1_shap
     uint64_t *ids = shape_ids(m, s, j);
     for (uint32_t k = 0; k < s->n_handles; k++) {
         struct b1_carried ck = c[k];
-        uint64_t id = __atomic_exchange_n(&ids[k], B1_HANDLE_INVALID, __ATOMIC_ACQ_REL);
-        if (id == B1_HANDLE_INVALID) continue;
+        if (__atomic_load_n(&ids[k], __ATOMIC_ACQUIRE) == B1_HANDLE_INVALID) continue;
         struct b1_peer *owner = b1_lock_owner(base, ck.node, ck.node_gen);
+        uint64_t id = __atomic_exchange_n(&ids[k], B1_HANDLE_INVALID, __ATOMIC_ACQ_REL);
         if (!owner) continue;
         int put = 0;
-        uint32_t hi = b1_handle_index(base, id);
+        uint32_t hi = id == B1_HANDLE_INVALID ? 0 : b1_handle_index(base, id);
         if (hi && HANDLE(base, hi)->pending) put = b1_handle_put_locked(base, hi, 0, 1);
         b1_unlock(owner);
         b1_put_done(base, put, ck.node, ck.node_gen, nt);

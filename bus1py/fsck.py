@@ -1,0 +1,49 @@
+"""`bus1py fsck NAME...`: check a bus's segment against every invariant of its layout.
+
+Runs `Bus.check()` (csrc/fsck.c) on each named bus and prints what is wrong in words.
+Exit status: 0 when every bus is clean, 1 when a problem was found, 2 when a bus cannot be
+opened.  With --gc, dead processes' work is reaped first (as `bus1py gc` does), so what is
+left is damage gc cannot repair.
+"""
+from __future__ import annotations
+
+import sys
+
+from .bus import Bus
+
+
+def fsck(name: str, gc: bool = False) -> list:
+    """The problems found on bus `name` (after a gc when asked)."""
+    bus = Bus.open(name)
+    try:
+        if gc:
+            bus.gc()
+        return bus.check()
+    finally:
+        bus.close()
+
+
+def cmd_fsck(args) -> int:
+    status = 0
+    for name in args.names:
+        try:
+            problems = fsck(name, gc=args.gc)
+        except (OSError, ValueError) as e:
+            print(f"bus1py fsck: {name}: {e}", file=sys.stderr)
+            status = max(status, 2)
+            continue
+        if problems:
+            print(f"{name}: {len(problems)} problem{'s' if len(problems) > 1 else ''}")
+            for line in problems:
+                print(f"  {line}")
+            status = max(status, 1)
+        else:
+            print(f"{name}: clean")
+    return status
+
+
+def register(sub):
+    p = sub.add_parser("fsck", help="check a bus's segment against every invariant; exit 1 if damaged")
+    p.add_argument("names", nargs="+", help="buses to check")
+    p.add_argument("--gc", action="store_true", help="reap dead processes' work first")
+    p.set_defaults(func=cmd_fsck)
