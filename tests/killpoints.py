@@ -18,7 +18,8 @@ Invariants checked, each an assertion of `run_trial`:
     it (from the victim's destroy or from the reaping of the victim's peer), and every
     node a survivor handed to the victim comes back as exactly one NODE_RELEASE.
   - No queue is stuck (each survivor receives the other's last message), and once every
-    peer is gone the bus holds zero peers, nodes, handles, entries and pool bytes.
+    peer is gone the bus holds zero peers, nodes, handles, entries and pool bytes, and
+    `Bus.check()` (fsck) finds every invariant of the segment whole.
 """
 from __future__ import annotations
 
@@ -423,5 +424,6 @@ def run_trial(point, seed, after, tmpdir, seconds=1.5):
         info = bus.info()
         use = {k: info[k] for k in ("peers", "nodes", "handles", "entries_in_use", "pool_used")}
         assert not any(use.values()), (point, seed, after, use, pending)
+        assert bus.check() == [], (point, seed, after, bus.check())
     return {"killed": killed, "op": pending and pending[0], "rule": rule, "gc": stats,
             "rows": sum(len(r["rows"]) for r in reps) + len(vrows)}

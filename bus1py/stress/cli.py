@@ -144,6 +144,7 @@ def run_and_report(cfg: StressConfig, console: Console, progress: bool = True, v
         "plans": {r["index"]: r["plan_sha256"] for r in rs}, "capabilities": res.capabilities,
         "peaks": res.samples, "churn": res.churn, "resources": res.resources,
         "final_use": res.final_use,
+        "final_problems": list(res.final_problems),
         "per_process": [{k: v for k, v in r.items() if k != "hold_ns"} for r in res.results],
     }
     if json_path:

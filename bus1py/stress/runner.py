@@ -47,6 +47,7 @@ class StressResult:
     samples: dict = field(default_factory=dict)  # psutil peaks: cpu/rss
     skipped: dict = field(default_factory=dict)  # action kind left out -> why
     final_use: dict | None = None  # bus.info() use counts once every process was gone
+    final_problems: list = ()      # what Bus.check() found then (fsck), in words
     resources: dict = field(default_factory=dict)  # resources.Sampler.finish: flatness verdicts
     churn: dict = field(default_factory=dict)      # churn.Churn.stats: spawned/exited/killed/reaped
 
@@ -78,6 +79,7 @@ class Run:
         self.churn = None
         self.sampler = None
         self.final_use = None
+        self.final_problems = []
         self.go = ctx.Event()
         self.result_dir = tempfile.mkdtemp(prefix="bus1py-stress-")
         self.procs = []
@@ -234,6 +236,10 @@ class Run:
                     pass
             self.bus.gc()
             self.final_use = {k: v for k, v in self.bus.info().items() if k in USE_KEYS}
+            # and every invariant of the segment whole (fsck): a broken one counts as use
+            self.final_problems = self.bus.check()
+            if self.final_problems:
+                self.final_use["fsck_problems"] = len(self.final_problems)
             self.bus.close()
             try:
                 self.bus.unlink()
@@ -332,8 +338,10 @@ def run_stress(cfg: StressConfig, monitor=None) -> StressResult:
     bad_exit = [p.name for p in run.procs if p.exitcode not in (0,)]
     if bad_exit and not failures:
         failures.append(f"processes exited badly: {bad_exit[:8]}")
+    failures += [f"fsck: {p}" for p in run.final_problems]
     return StressResult(config=cfg, ok=not failures, results=results, failures=failures,
                         wall=wall, bus_name=getattr(run, "bus_name", ""), capabilities=run.caps,
                         mix=run.mix, samples=getattr(monitor, "peaks", {}) if monitor else {},
-                        skipped=run.skipped, final_use=run.final_use, resources=resources,
+                        skipped=run.skipped, final_use=run.final_use,
+                        final_problems=run.final_problems, resources=resources,
                         churn=dict(run.churn.stats) if run.churn else {})
