@@ -204,10 +204,14 @@ static void flush_queue(void *base, struct b1_peer *p) {
             atomic_store(&p->front_ts, 0);
             break;
         }
-        /* a block stays owned by its transaction, which frees it, unless its stager died */
+        /* a block goes back to its transaction (ts 0: layout.h), which frees it at its
+         * next step -- or gc does, if the stager dies first -- unless its stager died */
         struct b1_entry *en = ENTRY(base, e);
         if (!b1_msg_ok(base, en->msg, en->idx)) continue;
-        if ((en->ts & 1) && b1_owner_alive(atomic_load(&MSG(base, en->msg)->stager))) continue;
+        if ((en->ts & 1) && b1_owner_alive(atomic_load(&MSG(base, en->msg)->stager))) {
+            en->ts = 0;
+            continue;
+        }
         /* the owner reads nothing more: its destroyed node must not wait for it */
         if (en->type == B1_MSG_NODE_DESTROY) b1_destroy_delivered(base, p, en);
         if (taken && n < cap) {

@@ -73,9 +73,14 @@ static int unstage_locked(void *base, struct b1_tx *tx, struct b1_peer *p, struc
     if (p->id != d->peer_id || p->state == B1_PEER_DISCONNECTED) return 0;
     int woke = 0;
     if (stages_block(base) || d->state == B1_DEST_COMMITTED) woke = b1_queue_remove_locked(base, p, d->entry);
+    /* out of the queue, the copy is its transaction's again (ts 0, layout.h): gc frees it
+     * if the sender dies before drop_dest does */
+    ENTRY(base, d->entry)->ts = 0;
     if (tx->type == B1_MSG_DATA) {
+        struct b1_shape sh;
+        b1_msg_shape(base, tx->msg, 0, &sh);
         p->n_messages--;
-        p->n_bytes -= MSG(base, tx->msg)->len;
+        p->n_bytes -= sh.len;
     }
     return woke;
 }
