@@ -12,9 +12,11 @@ Invariants:
 from __future__ import annotations
 
 import atexit
+import errno
 import mmap
 import os
 import secrets
+import stat
 import threading
 from dataclasses import asdict, dataclass, fields
 
@@ -27,6 +29,16 @@ lib.b1_process_init()  # the C helper's cached pid is reset in forked children
 _NO_CLEAR = ffi.new_allocator(should_clear_after_alloc=False)
 _SHM_DIR = "/dev/shm"
 _MAGIC = 0x7962317375627962  # csrc/layout.h B1_MAGIC
+
+
+# slots of the node, handle and entry tables at most (csrc/bus.c B1_MAX_SLOTS): a handle
+# id keeps 24 bits of index; peers at most (csrc/layout.h B1_MAX_PEERS): an entry names
+# its queue's peer slot in 16 bits
+MAX_SLOTS = (1 << 24) - 2
+MAX_PEERS = (1 << 16) - 1
+# the width of each field of struct b1_limits (csrc/bus1.h)
+_LIMIT_BITS = {name: 8 * ffi.sizeof(ffi.typeof("struct b1_limits").fields[i][1].type)
+               for i, (name, _) in enumerate(ffi.typeof("struct b1_limits").fields)}
 
 
 @dataclass(frozen=True)
@@ -49,22 +61,30 @@ class Limits:
     inject_pause_ns: int = 0
 
     def check(self) -> None:
-        """Raise ValueError naming the first limit that cannot work (the rules of
-        csrc/bus.c limits_valid)."""
-        for name in ("max_peers", "max_nodes", "max_handles", "max_entries", "max_dests"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"bus limit {name} must be at least 1")
-        if self.max_handles >= (1 << 24) - 1:
-            raise ValueError(f"bus limit max_handles={self.max_handles} must be below {(1 << 24) - 1}")
-        if self.max_dests > min(self.max_entries, 65536):
-            raise ValueError(f"bus limit max_dests={self.max_dests} must be at most "
-                             f"max_entries={self.max_entries} and 65536")
+        """Raise ValueError naming the first limit that cannot work and its bound (the rules
+        of csrc/bus.c limits_valid, plus the width of each field of struct b1_limits)."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"bus limit {f.name} must be a non-negative int, not {value!r}")
+        for name, most in (("max_peers", MAX_PEERS), ("max_nodes", MAX_SLOTS), ("max_handles", MAX_SLOTS),
+                           ("max_entries", MAX_SLOTS)):
+            if not 1 <= getattr(self, name) <= most:
+                raise ValueError(f"bus limit {name}={getattr(self, name)} must be from 1 to {most}")
+        if not 1 <= self.max_dests <= min(self.max_entries, 65536):
+            raise ValueError(f"bus limit max_dests={self.max_dests} must be from 1 to "
+                             f"max_entries={self.max_entries} and at most 65536")
+        if self.max_msg_handles > 65536:
+            raise ValueError(f"bus limit max_msg_handles={self.max_msg_handles} must be at most 65536")
         if not 4096 <= self.pool_size <= 1 << 38:
             raise ValueError(f"bus limit pool_size={self.pool_size} must be from 4096 to 2**38 bytes")
         if self.max_payload + 32 > 1 << 27:
             raise ValueError(f"bus limit max_payload={self.max_payload} must be at most {(1 << 27) - 32}")
         if self.inject > lib.B1_INJECT_FIFO:
             raise ValueError(f"bus limit inject={self.inject} is not a known fault kind")
+        for name, width in _LIMIT_BITS.items():  # the rest: what their fields hold
+            if getattr(self, name) >= 1 << width:
+                raise ValueError(f"bus limit {name}={getattr(self, name)} must be below 2**{width}")
 
     def to_c(self):
         c = ffi.new("struct b1_limits *")
@@ -104,6 +124,60 @@ def _shm_name(name: str) -> str:
     return name
 
 
+def _check_open_mode(mode) -> None:
+    if not isinstance(mode, int) or isinstance(mode, bool) or not 0 <= mode <= 0o777:
+        raise ValueError(f"bus mode must be permission bits from 0o000 to 0o777, not {mode!r}")
+
+
+def _open_segment(shm_name: str) -> int:
+    """An fd of the segment `shm_name`, opened read-write.
+
+    On Linux the segment is the file /dev/shm/NAME (what glibc's shm_open opens), so it is
+    opened there directly with O_NOFOLLOW and O_NONBLOCK: a symbolic link is refused
+    rather than followed, and a FIFO or other special file cannot block the open (its
+    type is refused after, on the fd).  posix_ipc takes no such flags.  Elsewhere
+    shm_open is the only way in, and the caller's fstat checks are what stands."""
+    if os.path.isdir(_SHM_DIR):
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            return os.open(_SHM_DIR + shm_name, flags)
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, f"no bus named {shm_name!r}") from None
+        except PermissionError as e:
+            raise PermissionError(e.errno, f"cannot open bus {shm_name!r}: {e.strerror}") from None
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise OSError(errno.ELOOP, f"{shm_name!r} is a symbolic link, not a bus segment") from None
+            raise OSError(e.errno, f"cannot open bus {shm_name!r}: {e.strerror}") from None
+    try:
+        shm = posix_ipc.SharedMemory(shm_name)
+    except posix_ipc.ExistentialError:
+        raise FileNotFoundError(errno.ENOENT, f"no bus named {shm_name!r}") from None
+    except posix_ipc.PermissionsError as e:
+        raise PermissionError(errno.EACCES, f"cannot open bus {shm_name!r}: {e}") from None
+    try:
+        return os.dup(shm.fd)
+    finally:
+        shm.close_fd()
+
+
+def _check_segment(shm_name: str, st: os.stat_result, mode: int, trust_other_owner: bool) -> None:
+    """Refuse a segment that is not a regular file, belongs to another user (unless
+    trusted) or is open to more than `mode` allows; see Bus.open."""
+    if not stat.S_ISREG(st.st_mode):
+        raise bus_error(errno.EBADMSG, f"{shm_name!r} is not a regular file")
+    if st.st_uid != os.geteuid() and not trust_other_owner:
+        raise PermissionError(errno.EPERM, f"bus {shm_name!r} is owned by uid {st.st_uid}, not by this "
+                                           f"user (uid {os.geteuid()}); refused unless opened with "
+                                           f"trust_other_owner=True")
+    bits = stat.S_IMODE(st.st_mode)
+    if bits & ~mode:
+        raise PermissionError(errno.EPERM, f"bus {shm_name!r} has mode {bits:#05o}, wider than "
+                                           f"{mode:#05o}; refused unless opened with mode={bits:#05o}")
+    if st.st_size == 0:
+        raise bus_error(errno.EBADMSG, f"{shm_name!r} is empty")
+
+
 class Bus:
     """A mapping of one bus in this process."""
 
@@ -118,6 +192,7 @@ class Bus:
         self._created = created
         self._tls = threading.local()
         self._pool_view = None  # zero-copy payloads are slices of it (receive.py)
+        self._open_args = {}  # what Bus.open checked: unpickled peers open the bus with them
         info = ffi.new("struct b1_bus_info *")
         lib.b1_bus_info(self._base, info)
         self.limits = Limits(**{f.name: getattr(info.limits, f.name) for f in fields(Limits)})
@@ -131,8 +206,11 @@ class Bus:
 
         Keyword arguments are the fields of `Limits`.  `inject` selects a deliberately
         broken ordering path (see INJECT_KINDS) for proving the checker; never use it
-        otherwise.  Raises FileExistsError if the name is taken.
+        otherwise.  `mode` is the segment's permission bits (less the umask); other
+        processes open a bus of a wider mode than 0o600 with the same `mode` (Bus.open).
+        Raises FileExistsError if the name is taken.
         """
+        _check_open_mode(mode)
         unknown = set(limits) - {f.name for f in fields(Limits)}
         if unknown:
             raise TypeError(f"unknown bus limit(s): {', '.join(sorted(unknown))}; "
@@ -142,8 +220,8 @@ class Bus:
                 raise ValueError(f"unknown inject kind {inject!r}; known: {', '.join(INJECT_KINDS)}")
             inject = INJECT_KINDS[inject]
         lim = Limits(**limits, inject=inject)
-        c_limits = lim.to_c()
         lim.check()
+        c_limits = lim.to_c()
         size = lib.b1_segment_size(c_limits)
         if size == 0:  # csrc/bus.c limits_valid and Limits.check disagree: a bug
             raise ValueError(f"inconsistent bus limits: {asdict(lim)}")
@@ -163,6 +241,7 @@ class Bus:
             posix_ipc.unlink_shared_memory(shm_name)
             raise bus_error(r, "initialising the segment")
         bus.limits = lim
+        bus._open_args = {"mode": mode, "trust_other_owner": False}
         if not persistent:
             cls._created[shm_name] = os.getpid()
         with cls._lock:
@@ -170,37 +249,52 @@ class Bus:
         return bus
 
     @classmethod
-    def open(cls, name: str) -> "Bus":
-        """Map an existing bus; FileNotFoundError if there is none of that name."""
+    def open(cls, name: str, *, mode: int = 0o600, trust_other_owner: bool = False) -> "Bus":
+        """Map an existing bus; FileNotFoundError if there is none of that name.
+
+        The segment must be a regular file owned by this user (the effective uid) whose
+        permission bits are within `mode`: pass the `mode` the bus was created with when it
+        is wider than the default 0o600.  Anything else raises PermissionError and maps
+        nothing: another user who created the name first (a squatter) could read every
+        message and scribble over the queues.  `trust_other_owner=True` accepts a segment
+        of another owner, for buses shared between users on purpose (docs/RELIABILITY.md,
+        "Trust model").
+        """
         shm_name = _shm_name(name)
+        _check_open_mode(mode)
+        fd = _open_segment(shm_name)
         try:
-            shm = posix_ipc.SharedMemory(shm_name)
-        except posix_ipc.ExistentialError:
-            raise FileNotFoundError(2, f"no bus named {shm_name!r}") from None
-        except posix_ipc.PermissionsError as e:
-            raise PermissionError(13, f"cannot open bus {shm_name!r}: {e}") from None
-        try:
-            if shm.size == 0:
-                raise bus_error(74, f"{shm_name!r} is empty")  # EBADMSG
-            mm = mmap.mmap(shm.fd, shm.size)
+            # every check reads the fd that is mapped, never the path: a name swapped after
+            # the open changes nothing here
+            st = os.fstat(fd)
+            _check_segment(shm_name, st, mode, trust_other_owner)
+            mm = mmap.mmap(fd, st.st_size)
         finally:
-            shm.close_fd()
+            os.close(fd)
         probe = ffi.from_buffer(mm)
         r = lib.b1_attach(probe, len(mm))
         ffi.release(probe)
         if r:
+            recorded = int.from_bytes(mm[16:24], "little")  # struct b1_header.segment_size
             mm.close()
+            if r == -errno.EBADMSG and recorded > st.st_size:
+                raise bus_error(r, f"{shm_name!r} is truncated: {st.st_size} bytes, its header "
+                                   f"records {recorded}")
             raise bus_error(r, f"{shm_name!r}")
-        return cls(shm_name, mm, created=False)
+        bus = cls(shm_name, mm, created=False)
+        bus._open_args = {"mode": mode, "trust_other_owner": trust_other_owner}
+        return bus
 
     @classmethod
-    def attach(cls, name: str) -> "Bus":
-        """This process's mapping of the bus, opened on first use (what unpickling uses)."""
+    def attach(cls, name: str, *, mode: int = 0o600, trust_other_owner: bool = False) -> "Bus":
+        """This process's mapping of the bus, opened on first use (what unpickling uses,
+        with the checks the pickling process's mapping was opened with; see `open`)."""
         shm_name = _shm_name(name)
         with cls._lock:
             bus = cls._attached.get(shm_name)
             if bus is None or bus._base is None:
-                bus = cls._attached[shm_name] = cls.open(shm_name)
+                bus = cls._attached[shm_name] = cls.open(shm_name, mode=mode,
+                                                         trust_other_owner=trust_other_owner)
             return bus
 
     # ---- peers ----
@@ -354,18 +448,37 @@ class Bus:
 
     @staticmethod
     def list_names() -> list:
-        """Names of the bus1py buses in /dev/shm that this user can read."""
+        """Names of the bus1py buses in /dev/shm that belong to this user.
+
+        Each entry is opened with O_NOFOLLOW and O_NONBLOCK and judged by fstat of that fd:
+        a symbolic link, a FIFO (whose read-only open would otherwise block until a writer
+        came) or any other special file, and a file of another owner are skipped, never
+        followed, waited on or read."""
         names = []
         try:
             entries = os.listdir(_SHM_DIR)
         except FileNotFoundError:
             return names
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         for entry in sorted(entries):
+            path = os.path.join(_SHM_DIR, entry)
             try:
-                with open(os.path.join(_SHM_DIR, entry), "rb") as f:
-                    head = f.read(8)
+                # a first look that opens nothing: a FIFO is not even opened (an open would
+                # pair with a writer waiting on it); the fd's fstat below is what decides
+                if not stat.S_ISREG(os.lstat(path).st_mode):
+                    continue
+                fd = os.open(path, flags)
             except OSError:
                 continue
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                    continue
+                head = os.pread(fd, 8, 0)
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
             if len(head) == 8 and int.from_bytes(head, "little") == _MAGIC:
                 names.append("/" + entry)
         return names

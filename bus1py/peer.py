@@ -89,7 +89,7 @@ class Peer:
         return self._bus
 
     def __reduce__(self):
-        return (_restore, (self._bus.name, self._slot, self._id))
+        return (_restore, (self._bus.name, self._slot, self._id, self._bus._open_args))
 
     def __eq__(self, other):
         return isinstance(other, Peer) and (self._bus.name, self._id) == (other._bus.name, other._id)
@@ -413,8 +413,8 @@ def send(peer: Peer, destinations, payload, handles=(), **flags) -> tuple:
     return peer.send(destinations, payload, handles, **flags)
 
 
-def _restore(bus_name: str, slot: int, peer_id: int) -> Peer:
-    peer = Peer(Bus.attach(bus_name), slot, peer_id)
+def _restore(bus_name: str, slot: int, peer_id: int, open_args=None) -> Peer:
+    peer = Peer(Bus.attach(bus_name, **(open_args or {})), slot, peer_id)
     try:
         peer._attach()
     except OSError:

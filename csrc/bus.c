@@ -8,29 +8,42 @@
  *   - A segment is attached only if its header is the layout of its limits, so the bounds
  *     checks of layout.h, which read the limits and offsets there, keep every access
  *     inside the mapping.
+ *   - Every limit is bounded (limits_valid) and every size is computed in 64 bits, so no
+ *     layout wraps: a table count + 1 fits 32 bits (the walks compare `i <= max` and
+ *     `steps > max + 1`), a peer slot fits the 16 bits an entry names its queue in
+ *     (B1_MAX_PEERS), and the tables end before the pool, which ends at the segment size.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <string.h>
 #include "alloc.h"
 
+/* slots of the node, handle and entry tables at most: a handle id keeps 24 bits of index
+ * (B1_HANDLE_INDEX_MASK is reserved), and the other two share the bound */
+#define B1_MAX_SLOTS ((uint32_t)B1_HANDLE_INDEX_MASK - 1)
+_Static_assert(B1_MAX_SLOTS == (1u << 24) - 2 && B1_MAX_PEERS == 65535u,
+               "Limits.check (bus1py/bus.py) states these bounds");
+
 static uint64_t align64(uint64_t x) { return (x + 63) & ~(uint64_t)63; }
 
 static void layout_offsets(const struct b1_limits *l, uint64_t *off) {
     uint64_t o = align64(sizeof(struct b1_header));
-    off[0] = o; o = align64(o + (uint64_t)(l->max_peers + 1) * sizeof(struct b1_peer));
-    off[1] = o; o = align64(o + (uint64_t)(l->max_nodes + 1) * sizeof(struct b1_node));
-    off[2] = o; o = align64(o + (uint64_t)(l->max_handles + 1) * sizeof(struct b1_handle));
-    off[3] = o; o = align64(o + (uint64_t)(l->max_entries + 1) * sizeof(struct b1_entry));
+    off[0] = o; o = align64(o + ((uint64_t)l->max_peers + 1) * sizeof(struct b1_peer));
+    off[1] = o; o = align64(o + ((uint64_t)l->max_nodes + 1) * sizeof(struct b1_node));
+    off[2] = o; o = align64(o + ((uint64_t)l->max_handles + 1) * sizeof(struct b1_handle));
+    off[3] = o; o = align64(o + ((uint64_t)l->max_entries + 1) * sizeof(struct b1_entry));
     off[4] = (o + 4095) & ~(uint64_t)4095;
     off[5] = off[4] + l->pool_size;
 }
 
+/* the rules Limits.check (bus1py/bus.py) states in words; keep the two the same */
 static int limits_valid(const struct b1_limits *l) {
     if (!l->max_peers || !l->max_nodes || !l->max_handles || !l->max_entries) return 0;
     if (l->max_peers > B1_MAX_PEERS) return 0;
-    if (l->max_handles >= B1_HANDLE_INDEX_MASK) return 0;
+    if (l->max_nodes > B1_MAX_SLOTS || l->max_handles > B1_MAX_SLOTS || l->max_entries > B1_MAX_SLOTS)
+        return 0;
     if (!l->max_dests || l->max_dests > l->max_entries || l->max_dests > 65536) return 0;
+    if (l->max_msg_handles > 65536) return 0;
     if (l->pool_size < 4096 || l->pool_size > ((uint64_t)1 << 38)) return 0;
     if ((uint64_t)l->max_payload + sizeof(struct b1_msg) > B1_CLASS_BYTES(B1_POOL_CLASSES - 1))
         return 0;
