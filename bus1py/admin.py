@@ -5,6 +5,10 @@ Invariants:
     Bus.gc), so they are safe while the bus is in use.
   - `gc` removes a bus only when no process that could use it is left: its creator is
     gone and no peer has a live process.
+  - They see only this user's regular files (Bus.list_names) and open them only through
+    Bus.open: a symbolic link, a FIFO or another user's segment in /dev/shm is skipped,
+    or refused when named, never followed, waited on or removed (docs/RELIABILITY.md,
+    "Trust model").
 """
 from __future__ import annotations
 
