@@ -213,7 +213,7 @@ LIMIT_WIDTH = {f: ffi.sizeof(t.type) for f, t in ffi.typeof("struct b1_limits").
 TABLES = ("max_peers", "max_nodes", "max_handles", "max_entries")
 
 EXTREMES = [
-    ("max_peers", (1 << 32) - 1, "16777214"), ("max_peers", 1 << 24, "16777214"),
+    ("max_peers", (1 << 32) - 1, "65535"), ("max_peers", 1 << 16, "65535"),
     ("max_nodes", (1 << 32) - 1, "16777214"), ("max_entries", (1 << 32) - 1, "16777214"),
     ("max_handles", 1 << 24, "16777214"), ("max_msg_handles", (1 << 32) - 1, "65536"),
     ("max_dests", 65537, "65536"), ("max_payload", (1 << 32) - 1, str((1 << 27) - 32)),
@@ -238,13 +238,13 @@ def test_the_largest_table_limits_are_sized_in_64_bits(make_bus):
     64 bits (checked without mapping it, through the C helper's own computation)."""
     small = make_bus(max_peers=2)
     raw = _raw_info(small)
-    top = (1 << 24) - 2
-    lim = bus1py.Limits(max_peers=top, max_nodes=top, max_handles=top, max_entries=top,
-                        max_msg_handles=65536, pool_size=1 << 38)
+    top = dict(max_peers=(1 << 16) - 1, max_nodes=(1 << 24) - 2, max_handles=(1 << 24) - 2,
+               max_entries=(1 << 24) - 2)
+    lim = bus1py.Limits(**top, max_msg_handles=65536, pool_size=1 << 38)
     lim.check()
-    offs = _layout(_read(small.name.lstrip("/"), HEADER_SIZE_AT, 4), dict.fromkeys(TABLES, top),
-                   list(raw.slot_sizes), wrap32=False)
-    assert offs[4] > (1 << 32)
+    offs = _layout(_read(small.name.lstrip("/"), HEADER_SIZE_AT, 4), top, list(raw.slot_sizes),
+                   wrap32=False)
+    assert offs[4] + lim.pool_size > 1 << 32  # past what 32 bits hold
     assert lib.b1_segment_size(lim.to_c()) == offs[4] + lim.pool_size
 
 
@@ -288,7 +288,7 @@ HOSTILE = {
     # only the bound on the limit refuses it
     "peers wrap to an empty table": ({"max_peers": (1 << 32) - 1}, "layout32"),
     "entries wrap to an empty table": ({"max_entries": (1 << 32) - 1}, "layout32"),
-    "peers past the bound": ({"max_peers": 1 << 24}, "layout"),
+    "peers past the bound": ({"max_peers": 1 << 16}, "layout"),
     "msg handles past the bound": ({"max_msg_handles": (1 << 32) - 1}, None),
     "dests past the entries": ({"max_dests": 17}, None),
     "overlapping tables": ({}, lambda offs: [offs[0]] * 4 + [offs[4]]),
