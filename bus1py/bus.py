@@ -124,9 +124,11 @@ def _shm_name(name: str) -> str:
     return name
 
 
-def _check_open_mode(mode) -> None:
+def _check_open_args(mode, trust_other_owner=False) -> None:
     if not isinstance(mode, int) or isinstance(mode, bool) or not 0 <= mode <= 0o777:
         raise ValueError(f"bus mode must be permission bits from 0o000 to 0o777, not {mode!r}")
+    if not isinstance(trust_other_owner, bool):
+        raise TypeError(f"trust_other_owner must be True or False, not {trust_other_owner!r}")
 
 
 def _open_segment(shm_name: str) -> int:
@@ -210,7 +212,7 @@ class Bus:
         processes open a bus of a wider mode than 0o600 with the same `mode` (Bus.open).
         Raises FileExistsError if the name is taken.
         """
-        _check_open_mode(mode)
+        _check_open_args(mode)
         unknown = set(limits) - {f.name for f in fields(Limits)}
         if unknown:
             raise TypeError(f"unknown bus limit(s): {', '.join(sorted(unknown))}; "
@@ -261,14 +263,18 @@ class Bus:
         "Trust model").
         """
         shm_name = _shm_name(name)
-        _check_open_mode(mode)
+        _check_open_args(mode, trust_other_owner)
         fd = _open_segment(shm_name)
         try:
             # every check reads the fd that is mapped, never the path: a name swapped after
             # the open changes nothing here
             st = os.fstat(fd)
             _check_segment(shm_name, st, mode, trust_other_owner)
-            mm = mmap.mmap(fd, st.st_size)
+            try:
+                mm = mmap.mmap(fd, st.st_size)
+            except (OSError, OverflowError) as e:
+                raise OSError(getattr(e, "errno", None) or errno.ENOMEM,
+                              f"cannot map bus {shm_name!r} of {st.st_size} bytes: {e}") from None
         finally:
             os.close(fd)
         probe = ffi.from_buffer(mm)

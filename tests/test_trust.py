@@ -99,6 +99,8 @@ def test_a_mode_wider_than_asked_is_refused(shm_name):
                 bus1py.Bus.open(name, mode=bad)
         with pytest.raises(ValueError, match="mode"):
             bus1py.Bus.create(shm_name("badmode"), mode=0o7777)
+        with pytest.raises(TypeError, match="trust_other_owner"):
+            bus1py.Bus.open(name, trust_other_owner="yes")
 
 
 def _send_from_child(peer, node, conn):
