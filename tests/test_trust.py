@@ -345,18 +345,41 @@ def test_a_truncated_segment_is_refused_at_open(shm_name):
         assert str(size // 2) in str(info.value) and str(size) in str(info.value)
 
 
+# a process that maps the bus, uses a peer of it, says "mapped", and after a line on its
+# stdin uses the peer again (every OSError's errno printed): `damage` comes in between
 VICTIM = textwrap.dedent("""
     import sys, bus1py
     bus = bus1py.Bus.open(sys.argv[1])
     a = bus.peer()
     n = a.create_node()
-    a.send([n], b"before the cut")
+    a.send([n], b"before the damage")
     a.recv(timeout=5)
     print("mapped", flush=True)
     sys.stdin.readline()
-    a.send([n], b"after the cut")
+    for call in (a.query, lambda: a.send([n], b"after the damage"), lambda: a.recv(timeout=0)):
+        try:
+            call()
+        except OSError as e:
+            print(e.errno, flush=True)
     print("survived", flush=True)
 """)
+
+
+def victim_after(name, damage) -> tuple:
+    """(the victim's exit status, its output after "mapped") when `damage()` hits the bus
+    while the victim has it mapped."""
+    p = subprocess.Popen([sys.executable, "-c", VICTIM, name], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "mapped"
+        damage()
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        return p.wait(30), p.stdout.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(5)
 
 
 @pytest.mark.timeout(60)
@@ -366,37 +389,11 @@ def test_a_segment_truncated_under_a_live_process_is_sigbus_there(shm_name):
     its file); nothing in user space can tell it apart from a bad pointer."""
     name = shm_name("cutlive")
     with bus1py.Bus.create(name, max_peers=4, pool_size=1 << 16):
-        p = subprocess.Popen([sys.executable, "-c", VICTIM, name], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-        try:
-            assert p.stdout.readline().strip() == "mapped"
-            os.truncate(SHM + name, 4096)  # the header only
-            p.stdin.write("go\n")
-            p.stdin.flush()
-            assert p.wait(30) == -signal.SIGBUS
-            assert "survived" not in p.stdout.read()
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait(5)
+        status, out = victim_after(name, lambda: os.truncate(SHM + name, 4096))  # the header only
+        assert status == -signal.SIGBUS and "survived" not in out, (status, out)
 
 
 # ---------------------------------------------------------------- the header after attach
-
-
-AFTER_ATTACH = textwrap.dedent("""
-    import sys, bus1py
-    bus = bus1py.Bus.open(sys.argv[1])
-    a = bus.peer()
-    n = a.create_node()
-    print("mapped", flush=True)
-    sys.stdin.readline()
-    for call in (a.query, lambda: a.send([n], b"after"), lambda: a.recv(timeout=0)):
-        try:
-            call()
-        except OSError as e:
-            print(e.errno, flush=True)
-""")
 
 
 @pytest.mark.xfail(strict=True, reason="the header's limits and offsets are checked at attach "
@@ -405,15 +402,6 @@ AFTER_ATTACH = textwrap.dedent("""
 def test_a_header_rewritten_after_attach_does_not_crash_the_others(shm_name):
     name = shm_name("rehead")
     with bus1py.Bus.create(name, max_peers=4, pool_size=1 << 16):
-        p = subprocess.Popen([sys.executable, "-c", AFTER_ATTACH, name], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-        try:
-            assert p.stdout.readline().strip() == "mapped"
-            _poke(name, OFFSETS_AT, 1 << 40, 8)  # off_peers, far past the mapping
-            p.stdin.write("go\n")
-            p.stdin.flush()
-            assert p.wait(30) == 0, f"the victim died of signal {-p.returncode}"
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait(5)
+        # off_peers, far past the mapping
+        status, out = victim_after(name, lambda: _poke(name, OFFSETS_AT, 1 << 40, 8))
+        assert status == 0 and "survived" in out, f"the victim died of signal {-status}"
