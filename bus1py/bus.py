@@ -37,8 +37,7 @@ _MAGIC = 0x7962317375627962  # csrc/layout.h B1_MAGIC
 MAX_SLOTS = (1 << 24) - 2
 MAX_PEERS = (1 << 16) - 1
 # the width of each field of struct b1_limits (csrc/bus1.h)
-_LIMIT_BITS = {name: 8 * ffi.sizeof(ffi.typeof("struct b1_limits").fields[i][1].type)
-               for i, (name, _) in enumerate(ffi.typeof("struct b1_limits").fields)}
+_LIMIT_BITS = {name: 8 * ffi.sizeof(field.type) for name, field in ffi.typeof("struct b1_limits").fields}
 
 
 @dataclass(frozen=True)
