@@ -112,6 +112,9 @@ CALLS = {
     "tx commit": lambda w, x: _tx_step(w, "commit", x),
     "open": lambda w, x: bus1py.Bus.open(x),
     "attach": lambda w, x: bus1py.Bus.attach(x),
+    "open mode": lambda w, x: bus1py.Bus.open(w.bus.name, mode=x).close(),
+    "open trust_other_owner": lambda w, x: bus1py.Bus.open(w.bus.name, trust_other_owner=x).close(),
+    "create mode": lambda w, x: bus1py.Bus.create(mode=x, max_peers=1).__exit__(None, None, None),
 }
 
 
