@@ -105,6 +105,19 @@ def test_a_mode_wider_than_asked_is_refused(shm_name):
             bus1py.Bus.open(name, trust_other_owner="yes")
 
 
+@pytest.mark.timeout(120)
+def test_admin_commands_take_this_users_bus_of_any_mode(shm_name):
+    name = shm_name("adminmode")
+    with bus1py.Bus.create(name, persistent=True) as bus:
+        bus.peer()
+        os.chmod(SHM + name, 0o666)
+        ls = run_cli("ls", name)
+        assert ls.returncode == 0 and name in ls.stdout, ls.stdout
+        gc = run_cli("gc", name)
+        assert gc.returncode == 0 and name in gc.stdout, gc.stdout
+        assert os.path.exists(SHM + name), "gc removed a bus whose creator is alive"
+
+
 def _send_from_child(peer, node, conn):
     try:
         peer.send([node], b"from a spawned child")
