@@ -7,7 +7,8 @@ Invariants checked:
     opt-ins (mode=, trust_other_owner=True) open it, and unpickled peers open their bus
     with the checks their bus was opened with.
   - `bus1py ls`, `gc` and `rm` never follow a symbolic link nor wait on a FIFO named like
-    a bus: they finish at once and leave both alone.
+    a bus: they finish at once and leave both alone; they take this user's buses of any
+    mode.
   - Every limit is bounded: extremes are refused at create with a ValueError naming the
     limit and its bound, and a header claiming such limits, or tables that overlap or run
     past the segment, is refused at attach with EBADMSG.
