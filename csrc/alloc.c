@@ -87,7 +87,7 @@ int64_t b1_usage_pool(void *base) {
 
 uint32_t b1_entry_alloc(void *base) {
     struct b1_header *h = HDR(base);
-    uint32_t e = b1_alloc_index(base, &h->free_entries, &h->entries_bump, h->limits.max_entries + 1,
+    uint32_t e = b1_alloc_index(base, &h->free_entries, &h->entries_bump, LIM(base).max_entries + 1,
                                 offsetof(struct b1_entry, next_free), sizeof(struct b1_entry),
                                 (char *)ENTRY(base, 0));
     if (e) atomic_fetch_add_explicit(&shard(h)->entries, 1, memory_order_relaxed);
@@ -116,11 +116,11 @@ static uint32_t pool_pop(void *base, uint32_t cls) {
     struct b1_header *h = HDR(base);
     /* a pool record's free-list link is its next_free word; units are 64 bytes */
     uint64_t bytes = B1_CLASS_BYTES(cls);
-    if (bytes > h->limits.pool_size) return 0;
+    if (bytes > LIM(base).pool_size) return 0;
     /* a record of this class must end inside the pool */
-    return stack_pop(&h->pool_free[cls], (char *)base + h->off_pool, (size_t)1 << B1_POOL_MIN_SHIFT,
+    return stack_pop(&h->pool_free[cls], (char *)base + VIEW(base)->off_pool, (size_t)1 << B1_POOL_MIN_SHIFT,
                      offsetof(struct b1_msg, next_free),
-                     ((h->limits.pool_size - bytes) >> B1_POOL_MIN_SHIFT) + 1);
+                     ((LIM(base).pool_size - bytes) >> B1_POOL_MIN_SHIFT) + 1);
 }
 
 /* A record of the smallest class that fits; larger classes serve when the pool is carved
@@ -137,7 +137,7 @@ uint32_t b1_msg_alloc(void *base, uint64_t size_needed, uint32_t len, uint32_t r
         for (;;) {
             /* unit 0 is never handed out: it stands for "none" */
             uint64_t start = cur ? cur : ((uint64_t)1 << B1_POOL_MIN_SHIFT);
-            if (start + size > h->limits.pool_size) break;
+            if (start + size > LIM(base).pool_size) break;
             if (atomic_compare_exchange_weak_explicit(&h->pool_bump, &cur, start + size,
                                                       memory_order_relaxed, memory_order_relaxed)) {
                 unit = (uint32_t)(start >> B1_POOL_MIN_SHIFT);

@@ -71,7 +71,7 @@ static uint32_t walk_stack(struct report *r, const char *what, b1_stack *s, char
 static void check_tables(void *base, struct report *r, uint8_t *seen) {
     struct b1_header *h = HDR(base);
     uint32_t lim;
-    lim = h->limits.max_entries + 1;
+    lim = LIM(base).max_entries + 1;
     memset(seen, 0, lim);
     uint32_t bump = atomic_load(&h->entries_bump), free_n;
     free_n = walk_stack(r, "entry", &h->free_entries, (char *)ENTRY(base, 0), sizeof(struct b1_entry),
@@ -91,7 +91,7 @@ static void check_tables(void *base, struct report *r, uint8_t *seen) {
         say(r, "entries in use: %lld found, the usage counters say %lld", (long long)used,
             (long long)b1_usage_entries(base));
 
-    lim = h->limits.max_nodes + 1;
+    lim = LIM(base).max_nodes + 1;
     memset(seen, 0, lim);
     walk_stack(r, "node", &h->free_nodes, (char *)NODE(base, 0), sizeof(struct b1_node),
                offsetof(struct b1_node, next_free), lim, seen);
@@ -100,12 +100,12 @@ static void check_tables(void *base, struct report *r, uint8_t *seen) {
         if (seen[i] != (NODE(base, i)->state == B1_NODE_FREE))
             say(r, "node %u: state %u but %s the free list", i, NODE(base, i)->state, seen[i] ? "on" : "not on");
 
-    lim = h->limits.max_handles + 1;
+    lim = LIM(base).max_handles + 1;
     memset(seen, 0, lim);
     walk_stack(r, "handle", &h->free_handles, (char *)HANDLE(base, 0), sizeof(struct b1_handle),
                offsetof(struct b1_handle, next_free), lim, seen);
 
-    lim = h->limits.max_peers + 1;
+    lim = LIM(base).max_peers + 1;
     memset(seen, 0, lim);
     walk_stack(r, "peer", &h->free_peers, (char *)PEER(base, 0), sizeof(struct b1_peer),
                offsetof(struct b1_peer, next_free), lim, seen);
@@ -119,9 +119,9 @@ static void check_tables(void *base, struct report *r, uint8_t *seen) {
  * on their class's stack, live ones with refs equal to the entries naming them. */
 static void check_pool(void *base, struct report *r, uint32_t *refs_found, uint8_t *on_stack) {
     struct b1_header *h = HDR(base);
-    uint64_t units = h->limits.pool_size >> B1_POOL_MIN_SHIFT;
+    uint64_t units = LIM(base).pool_size >> B1_POOL_MIN_SHIFT;
     memset(on_stack, 0, units);
-    char *pool = (char *)base + h->off_pool;
+    char *pool = (char *)base + VIEW(base)->off_pool;
     for (uint32_t c = 0; c < B1_POOL_CLASSES; c++) {
         uint32_t steps = 0, i = (uint32_t)atomic_load(&h->pool_free[c].head);
         while (i) {
@@ -175,7 +175,7 @@ static void check_pool(void *base, struct report *r, uint32_t *refs_found, uint8
 static void check_entries(void *base, struct report *r, uint32_t *refs_found, uint32_t *pending_found) {
     struct b1_header *h = HDR(base);
     uint32_t bump = atomic_load(&h->entries_bump);
-    if (bump > h->limits.max_entries + 1) bump = h->limits.max_entries + 1;
+    if (bump > LIM(base).max_entries + 1) bump = LIM(base).max_entries + 1;
     for (uint32_t i = 1; i < bump; i++) {
         struct b1_entry *e = ENTRY(base, i);
         if (e->type == B1_ENTRY_FREE) continue;
@@ -195,7 +195,7 @@ static void check_entries(void *base, struct report *r, uint32_t *refs_found, ui
         for (uint32_t k = 0; k < sh.n_handles; k++) {
             if (ids[k] == B1_HANDLE_INVALID) continue;
             uint32_t hi = (uint32_t)(ids[k] & B1_HANDLE_INDEX_MASK);
-            if (hi == 0 || hi > h->limits.max_handles || (ids[k] >> B1_HANDLE_INDEX_BITS) != HANDLE(base, hi)->gen)
+            if (hi == 0 || hi > LIM(base).max_handles || (ids[k] >> B1_HANDLE_INDEX_BITS) != HANDLE(base, hi)->gen)
                 say(r, "entry %u: carries handle id %llu, which names no handle", i, (unsigned long long)ids[k]);
             else
                 pending_found[hi]++;
@@ -206,7 +206,7 @@ static void check_entries(void *base, struct report *r, uint32_t *refs_found, ui
 static void check_handles(void *base, struct report *r, const uint32_t *pending_found, const uint8_t *free_handle) {
     struct b1_header *h = HDR(base);
     uint32_t bump = atomic_load(&h->handles_bump);
-    if (bump > h->limits.max_handles + 1) bump = h->limits.max_handles + 1;
+    if (bump > LIM(base).max_handles + 1) bump = LIM(base).max_handles + 1;
     for (uint32_t i = 1; i < bump; i++) {
         struct b1_handle *hd = HANDLE(base, i);
         if (free_handle[i]) continue;
@@ -215,13 +215,13 @@ static void check_handles(void *base, struct report *r, const uint32_t *pending_
         if (!hd->refs && !hd->pending) say(r, "handle %u: neither held nor in flight, yet not free (leaked)", i);
     }
     uint32_t nodes = atomic_load(&h->nodes_bump);
-    if (nodes > h->limits.max_nodes + 1) nodes = h->limits.max_nodes + 1;
+    if (nodes > LIM(base).max_nodes + 1) nodes = LIM(base).max_nodes + 1;
     for (uint32_t n = 1; n < nodes; n++) {
         struct b1_node *nd = NODE(base, n);
         if (nd->state == B1_NODE_FREE) continue;
         uint32_t steps = 0;
         for (uint32_t hi = nd->holders; hi; hi = HANDLE(base, hi)->next_holder) {
-            if (!b1_step(&steps, h->limits.max_handles) || hi > h->limits.max_handles) {
+            if (!b1_step(&steps, LIM(base).max_handles) || hi > LIM(base).max_handles) {
                 say(r, "node %u: its holder list has a cycle or an index out of range", n);
                 break;
             }
@@ -236,7 +236,7 @@ static void check_handles(void *base, struct report *r, const uint32_t *pending_
 static void check_peers(void *base, struct report *r) {
     struct b1_header *h = HDR(base);
     uint32_t bump = atomic_load(&h->peers_bump);
-    if (bump > h->limits.max_peers + 1) bump = h->limits.max_peers + 1;
+    if (bump > LIM(base).max_peers + 1) bump = LIM(base).max_peers + 1;
     for (uint32_t s = 1; s < bump; s++) {
         struct b1_peer *p = PEER(base, s);
         if (!__atomic_load_n(&p->lock_initialised, __ATOMIC_ACQUIRE) || p->state == B1_PEER_FREE) continue;
@@ -267,21 +267,21 @@ int b1_fsck(void *base, char *out, uint32_t outlen) {
     struct b1_header *h = HDR(base);
     struct report r = {out, outlen, 0, 0};
     if (out && outlen) out[0] = 0;
-    uint64_t units = h->limits.pool_size >> B1_POOL_MIN_SHIFT;
-    uint32_t biggest = h->limits.max_entries;
-    if (h->limits.max_nodes > biggest) biggest = h->limits.max_nodes;
-    if (h->limits.max_handles > biggest) biggest = h->limits.max_handles;
-    if (h->limits.max_peers > biggest) biggest = h->limits.max_peers;
+    uint64_t units = LIM(base).pool_size >> B1_POOL_MIN_SHIFT;
+    uint32_t biggest = LIM(base).max_entries;
+    if (LIM(base).max_nodes > biggest) biggest = LIM(base).max_nodes;
+    if (LIM(base).max_handles > biggest) biggest = LIM(base).max_handles;
+    if (LIM(base).max_peers > biggest) biggest = LIM(base).max_peers;
     uint8_t *seen = calloc((size_t)biggest + 2, 1), *on_stack = calloc(units + 1, 1),
-            *free_handle = calloc((size_t)h->limits.max_handles + 2, 1);
+            *free_handle = calloc((size_t)LIM(base).max_handles + 2, 1);
     uint32_t *refs_found = calloc(units + 1, sizeof *refs_found),
-             *pending_found = calloc((size_t)h->limits.max_handles + 2, sizeof *pending_found);
+             *pending_found = calloc((size_t)LIM(base).max_handles + 2, sizeof *pending_found);
     int ret = -ENOMEM;
     if (seen && on_stack && free_handle && refs_found && pending_found) {
         check_tables(base, &r, seen);
         walk_stack(&(struct report){0}, "handle", &h->free_handles, (char *)HANDLE(base, 0),
                    sizeof(struct b1_handle), offsetof(struct b1_handle, next_free),
-                   h->limits.max_handles + 1, free_handle);
+                   LIM(base).max_handles + 1, free_handle);
         check_entries(base, &r, refs_found, pending_found);
         check_pool(base, &r, refs_found, on_stack);
         check_handles(base, &r, pending_found, free_handle);

@@ -33,7 +33,7 @@
 
 uint32_t b1_handle_alloc(void *base) {
     struct b1_header *h = HDR(base);
-    uint32_t i = b1_alloc_index(base, &h->free_handles, &h->handles_bump, h->limits.max_handles + 1,
+    uint32_t i = b1_alloc_index(base, &h->free_handles, &h->handles_bump, LIM(base).max_handles + 1,
                                 offsetof(struct b1_handle, next_free), sizeof(struct b1_handle),
                                 (char *)HANDLE(base, 0));
     if (i) {
@@ -60,7 +60,7 @@ uint64_t b1_handle_id(void *base, uint32_t i) {
 
 uint32_t b1_handle_index(void *base, uint64_t id) {
     uint32_t i = (uint32_t)(id & B1_HANDLE_INDEX_MASK);
-    if (i == 0 || i > HDR(base)->limits.max_handles) return 0;
+    if (i == 0 || i > LIM(base).max_handles) return 0;
     return (id >> B1_HANDLE_INDEX_BITS) == HANDLE(base, i)->gen ? i : 0;
 }
 
@@ -77,7 +77,7 @@ uint32_t b1_handle_lookup(void *base, uint32_t slot, uint64_t peer_id, uint64_t 
 struct b1_peer *b1_lock_owner(void *base, uint32_t n, uint32_t gen) {
     struct b1_node *nd = NODE(base, n);
     uint32_t slot = nd->owner_slot;
-    if (!slot || slot > HDR(base)->limits.max_peers) return NULL;
+    if (!slot || slot > LIM(base).max_peers) return NULL;
     struct b1_peer *p = PEER(base, slot);
     if (b1_lock(base, p)) return NULL;
     if (nd->gen != gen || nd->owner_slot != slot || nd->state == B1_NODE_FREE) {
@@ -133,7 +133,7 @@ int b1_handle_put_locked(void *base, uint32_t hi, uint32_t held, uint32_t pendin
     } else {
         uint32_t *link = &nd->holders;
         uint32_t steps = 0;
-        while (*link && *link != hi && b1_step(&steps, HDR(base)->limits.max_handles))
+        while (*link && *link != hi && b1_step(&steps, LIM(base).max_handles))
             link = &HANDLE(base, *link)->next_holder;
         if (*link == hi) *link = hd->next_holder;
         if (!nd->holders && nd->state == B1_NODE_ALIVE && !nd->release_pending) {

@@ -44,6 +44,9 @@ enum { B1_NODE_FREE = 0, B1_NODE_ALIVE = 1, B1_NODE_DESTROYING = 2, B1_NODE_DEST
 #define B1_PEER_PIDS 8
 enum { B1_DEST_PREPARED, B1_DEST_STAGED, B1_DEST_SYNCED, B1_DEST_COMMITTED, B1_DEST_DROPPED };
 
+/* max_peers is at most this: an entry names its queue's slot in 16 bits */
+#define B1_MAX_PEERS 65535u
+
 /* A lock-free stack of free slots: head = (tag << 32) | index. */
 typedef struct { _Atomic uint64_t head; } b1_stack;
 
@@ -254,9 +257,6 @@ static inline uint64_t msg_record_size(uint32_t len, uint32_t n_dests, uint32_t 
 }
 
 /* a spin-wait hint to the CPU (lock back-off, the receiver's poll of its front) */
-/* max_peers is below this: an entry names its queue's slot in 16 bits */
-#define B1_MAX_PEERS 65535u
-
 static inline void b1_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -294,28 +294,51 @@ static inline int b1_step(uint32_t *steps, uint32_t max) {
 }
 
 static inline struct b1_header *HDR(void *base) { return (struct b1_header *)base; }
+
+/* This process's validated copy of the layout (view.c): the tables' offsets and the
+ * limits, fixed at attach.  Accessors and bounds read only this, never the header again. */
+struct b1_view {
+    void *base;
+    uint64_t off_peers, off_nodes, off_handles, off_entries, off_pool;
+    struct b1_limits limits;
+};
+extern __thread const struct b1_view *b1_last_view;
+const struct b1_view *b1_view_find(void *base);
+/* validate the header of a mapping of `size` bytes and make its view this process's (the
+ * newest for base): 0, -EBADMSG or -EPROTO (b1_attach, b1_init) */
+int b1_view_register(void *base, uint64_t size);
+static inline const struct b1_view *VIEW(void *base) {
+    const struct b1_view *v = b1_last_view;
+    if (__builtin_expect(v != NULL && v->base == base, 1)) return v;
+    return b1_view_find(base);
+}
+#define LIM(base) (VIEW(base)->limits)
+
 static inline struct b1_peer *PEER(void *base, uint32_t i) {
-    return (struct b1_peer *)((char *)base + HDR(base)->off_peers) + b1_in_range(i, HDR(base)->limits.max_peers);
+    const struct b1_view *v = VIEW(base);
+    return (struct b1_peer *)((char *)base + v->off_peers) + b1_in_range(i, v->limits.max_peers);
 }
 static inline struct b1_node *NODE(void *base, uint32_t i) {
-    return (struct b1_node *)((char *)base + HDR(base)->off_nodes) + b1_in_range(i, HDR(base)->limits.max_nodes);
+    const struct b1_view *v = VIEW(base);
+    return (struct b1_node *)((char *)base + v->off_nodes) + b1_in_range(i, v->limits.max_nodes);
 }
 static inline struct b1_handle *HANDLE(void *base, uint32_t i) {
-    return (struct b1_handle *)((char *)base + HDR(base)->off_handles) +
-           b1_in_range(i, HDR(base)->limits.max_handles);
+    const struct b1_view *v = VIEW(base);
+    return (struct b1_handle *)((char *)base + v->off_handles) + b1_in_range(i, v->limits.max_handles);
 }
 static inline struct b1_entry *ENTRY(void *base, uint32_t i) {
-    return (struct b1_entry *)((char *)base + HDR(base)->off_entries) +
-           b1_in_range(i, HDR(base)->limits.max_entries);
+    const struct b1_view *v = VIEW(base);
+    return (struct b1_entry *)((char *)base + v->off_entries) + b1_in_range(i, v->limits.max_entries);
 }
-/* a record's header lies inside the pool; b1_msg_ok checks the rest of it */
+/* a record's header lies inside the pool; b1_msg_shape checks the rest of it */
 static inline struct b1_msg *MSG(void *base, uint32_t unit) {
-    uint64_t last = (HDR(base)->limits.pool_size - sizeof(struct b1_msg)) >> B1_POOL_MIN_SHIFT;
+    const struct b1_view *v = VIEW(base);
+    uint64_t last = (v->limits.pool_size - sizeof(struct b1_msg)) >> B1_POOL_MIN_SHIFT;
     if (__builtin_expect(unit > last, 0)) {
         b1_bad = 1;
         unit = 0;
     }
-    return (struct b1_msg *)((char *)base + HDR(base)->off_pool + ((uint64_t)unit << B1_POOL_MIN_SHIFT));
+    return (struct b1_msg *)((char *)base + v->off_pool + ((uint64_t)unit << B1_POOL_MIN_SHIFT));
 }
 
 /* A record's shape, read from the segment once and checked (b1_msg_shape): every later
@@ -338,15 +361,15 @@ static inline uint64_t *shape_ids(struct b1_msg *m, const struct b1_shape *s, ui
  * Checked before a record read from an entry is used (its payload copied, its handle
  * arrays indexed). */
 static inline int b1_msg_shape(void *base, uint32_t unit, uint32_t idx, struct b1_shape *out) {
-    struct b1_header *h = HDR(base);
+    const struct b1_limits *l = &LIM(base);
     struct b1_msg *m = MSG(base, unit);
     struct b1_shape s = {__atomic_load_n(&m->len, __ATOMIC_RELAXED),
                          __atomic_load_n(&m->n_handles, __ATOMIC_RELAXED),
                          __atomic_load_n(&m->n_dests, __ATOMIC_RELAXED)};
     uint32_t cls = __atomic_load_n(&m->size_class, __ATOMIC_RELAXED);
     int ok = unit && cls < B1_POOL_CLASSES &&
-             ((uint64_t)unit << B1_POOL_MIN_SHIFT) + B1_CLASS_BYTES(cls) <= h->limits.pool_size &&
-             s.len <= h->limits.max_payload && s.n_handles <= h->limits.max_msg_handles &&
+             ((uint64_t)unit << B1_POOL_MIN_SHIFT) + B1_CLASS_BYTES(cls) <= l->pool_size &&
+             s.len <= l->max_payload && s.n_handles <= l->max_msg_handles &&
              idx < s.n_dests && atomic_load_explicit(&m->refs, memory_order_relaxed) != 0 &&
              msg_record_size(s.len, s.n_dests, s.n_handles) <= B1_CLASS_BYTES(cls);
     if (!ok) {

@@ -34,7 +34,7 @@
 
 int b1_node_create(void *base, uint32_t slot, uint64_t id, uint64_t *out) {
     struct b1_header *h = HDR(base);
-    uint32_t n = b1_alloc_index(base, &h->free_nodes, &h->nodes_bump, h->limits.max_nodes + 1,
+    uint32_t n = b1_alloc_index(base, &h->free_nodes, &h->nodes_bump, LIM(base).max_nodes + 1,
                                 offsetof(struct b1_node, next_free), sizeof(struct b1_node),
                                 (char *)NODE(base, 0));
     if (!n) return -ENOSPC;
@@ -177,7 +177,7 @@ int b1_release_wanted_locked(void *base, struct b1_peer *p, struct b1_entry *e) 
 
 /* Is a NODE_RELEASE for node n (generation gen) in p's queue (p's lock held)? */
 static int release_queued_locked(void *base, struct b1_peer *p, uint32_t n, uint32_t gen) {
-    uint32_t max = HDR(base)->limits.max_entries, stack[64], top = 0, steps = 0;
+    uint32_t max = LIM(base).max_entries, stack[64], top = 0, steps = 0;
     if (p->root) stack[top++] = p->root;
     while (top && b1_step(&steps, max)) {
         struct b1_entry *e = ENTRY(base, stack[--top]);
@@ -192,7 +192,7 @@ static int release_queued_locked(void *base, struct b1_peer *p, uint32_t n, uint
  * its notice was stamped (an unstamped one was removed by the reaper).  For b1_gc. */
 void b1_renotify_releases(void *base) {
     uint32_t bump = atomic_load(&HDR(base)->nodes_bump);
-    if (bump > HDR(base)->limits.max_nodes + 1) bump = HDR(base)->limits.max_nodes + 1;
+    if (bump > LIM(base).max_nodes + 1) bump = LIM(base).max_nodes + 1;
     for (uint32_t n = 1; n < bump; n++) {
         struct b1_node *nd = NODE(base, n);
         uint32_t gen = nd->gen;
@@ -260,7 +260,7 @@ static int destroy_stamp_check(void *base, struct b1_tx *tx, void *arg) {
 uint32_t b1_nodes_reap(void *base) {
     struct b1_header *h = HDR(base);
     uint32_t bump = atomic_load(&h->nodes_bump), done = 0;
-    if (bump > h->limits.max_nodes + 1) bump = h->limits.max_nodes + 1;
+    if (bump > LIM(base).max_nodes + 1) bump = LIM(base).max_nodes + 1;
     for (uint32_t i = 1; i < bump; i++) {
         struct b1_node *nd = NODE(base, i);
         if (__atomic_load_n(&nd->state, __ATOMIC_RELAXED) != B1_NODE_DESTROYING ||
@@ -374,7 +374,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
 
 int b1_destroy(void *base, uint32_t slot, uint64_t id, const uint64_t *handles, uint32_t n,
                int release, uint64_t *stamp) {
-    if (n == 0 || n > HDR(base)->limits.max_dests) return -EINVAL;
+    if (n == 0 || n > LIM(base).max_dests) return -EINVAL;
     int r = b1_check_live(base, slot, id);
     if (r) return r;
     struct b1_peer *p = PEER(base, slot);

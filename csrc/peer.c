@@ -57,7 +57,7 @@ static int init_peer_lock(struct b1_peer *p) {
 /* The slot's peer afresh: everything but the lock (see the invariants), the futex word and
  * its waiters (stale sleepers may be registered), and the counts of what still names the
  * slot (zero: it was reclaimed).  The lock is held. */
-static void reset_peer_locked(struct b1_header *h, struct b1_peer *p, uint32_t quota_messages,
+static void reset_peer_locked(void *base, struct b1_peer *p, uint32_t quota_messages,
                               uint32_t quota_handles, uint64_t quota_bytes) {
     p->root = p->front = p->back = 0;
     p->clock = 0;
@@ -75,11 +75,11 @@ static void reset_peer_locked(struct b1_header *h, struct b1_peer *p, uint32_t q
     memset(p->pid_starts, 0, sizeof p->pid_starts);
     atomic_store(&p->tx_seq, 0);
     atomic_store(&p->sent, 0);
-    p->quota_messages = quota_messages ? quota_messages : h->limits.quota_messages;
-    p->quota_handles = quota_handles ? quota_handles : h->limits.quota_handles;
-    p->quota_bytes = quota_bytes ? quota_bytes : h->limits.quota_bytes;
+    p->quota_messages = quota_messages ? quota_messages : LIM(base).quota_messages;
+    p->quota_handles = quota_handles ? quota_handles : LIM(base).quota_handles;
+    p->quota_bytes = quota_bytes ? quota_bytes : LIM(base).quota_bytes;
     /* a stale caller compares the id first, the state after: the new id goes first */
-    __atomic_store_n(&p->id, atomic_fetch_add(&h->next_peer_id, 1), __ATOMIC_SEQ_CST);
+    __atomic_store_n(&p->id, atomic_fetch_add(&HDR(base)->next_peer_id, 1), __ATOMIC_SEQ_CST);
     __atomic_store_n(&p->state, B1_PEER_ACTIVE, __ATOMIC_SEQ_CST);
 }
 
@@ -88,7 +88,7 @@ static uint32_t carve_peer(void *base) {
     struct b1_header *h = HDR(base);
     uint32_t cur = atomic_load(&h->peers_bump);
     do {
-        if (cur > h->limits.max_peers) return 0;
+        if (cur > LIM(base).max_peers) return 0;
     } while (!atomic_compare_exchange_weak(&h->peers_bump, &cur, cur + 1));
     struct b1_peer *p = PEER(base, cur);
     if (init_peer_lock(p)) return 0; /* cannot happen for a process-shared robust mutex */
@@ -98,13 +98,12 @@ static uint32_t carve_peer(void *base) {
 
 static uint32_t pop_free_peer(void *base) {
     struct b1_header *h = HDR(base);
-    return b1_alloc_index(base, &h->free_peers, NULL, h->limits.max_peers + 1,
+    return b1_alloc_index(base, &h->free_peers, NULL, LIM(base).max_peers + 1,
                           offsetof(struct b1_peer, next_free), sizeof(struct b1_peer), (char *)PEER(base, 0));
 }
 
 int b1_peer_new(void *base, uint32_t quota_messages, uint32_t quota_handles,
                 uint64_t quota_bytes, uint32_t *slot, uint64_t *id) {
-    struct b1_header *h = HDR(base);
     for (int round = 0; round < 2; round++) {
         uint32_t s = pop_free_peer(base);
         if (!s) s = carve_peer(base);
@@ -118,7 +117,7 @@ int b1_peer_new(void *base, uint32_t quota_messages, uint32_t quota_handles,
         struct b1_peer *p = PEER(base, s);
         int r = b1_lock(base, p);
         if (r) return r; /* only a corrupted lock: the slot stays out of the free stack */
-        reset_peer_locked(h, p, quota_messages, quota_handles, quota_bytes);
+        reset_peer_locked(base, p, quota_messages, quota_handles, quota_bytes);
         *slot = s;
         *id = p->id;
         b1_unlock(p);
@@ -190,7 +189,7 @@ int b1_peer_detach(void *base, uint32_t slot, uint64_t id, int32_t pid) {
 /* Take every entry out of a disconnecting peer's queue, and its held slices, claiming
  * each in this lock hold (layout.h); unlocks, then frees them. */
 static void flush_queue(void *base, struct b1_peer *p) {
-    uint32_t max = HDR(base)->limits.max_entries;
+    uint32_t max = LIM(base).max_entries;
     uint32_t cap = p->n_entries, n = 0, steps = 0;
     if (cap > max) cap = max;
     uint32_t *taken = cap ? malloc(cap * sizeof *taken) : NULL;
@@ -304,7 +303,7 @@ int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id) {
 
     /* destroy the peer's nodes, in one transaction */
     uint32_t bump = atomic_load(&h->nodes_bump), n = 0;
-    if (bump > h->limits.max_nodes + 1) bump = h->limits.max_nodes + 1;
+    if (bump > LIM(base).max_nodes + 1) bump = LIM(base).max_nodes + 1;
     uint32_t *nodes = malloc((bump + 1) * sizeof *nodes);
     if (!nodes) return -ENOMEM;
     if (b1_lock(base, p) == 0) {

@@ -88,7 +88,7 @@ int b1_key_less(const struct b1_entry *a, const struct b1_entry *b) {
  * which breaks timestamp ties by entry address (wrongly: each queue's copy has its own). */
 static inline int key_less(void *base, const struct b1_entry *a, const struct b1_entry *b) {
     if (a->ts != b->ts) return a->ts < b->ts;
-    if (HDR(base)->limits.inject == B1_INJECT_ADDRESS_TIEBREAK) return a < b;
+    if (LIM(base).inject == B1_INJECT_ADDRESS_TIEBREAK) return a < b;
     return identity_less(a, b);
 }
 
@@ -102,7 +102,7 @@ static inline uint32_t key_priority(const struct b1_entry *e) {
 }
 
 /* Split t into keys below e (into *l) and above e (into *r). */
-#define MAXE(base) (HDR(base)->limits.max_entries)
+#define MAXE(base) (LIM(base).max_entries)
 
 static void split(void *base, uint32_t t, const struct b1_entry *e, uint32_t *l, uint32_t *r) {
     uint32_t steps = 0;
@@ -361,7 +361,7 @@ static int verify_locked(void *base, struct b1_peer *p) {
         prev = i;
     }
     /* injected modes charge a copy at its stage but insert it only at its commit */
-    uint32_t inject = HDR(base)->limits.inject;
+    uint32_t inject = LIM(base).inject;
     if (!bad && inject != B1_INJECT_NO_BLOCK && inject != B1_INJECT_FIFO)
         bad = s.messages != p->n_messages || s.bytes != p->n_bytes;
     bad |= b1_bad;
@@ -375,7 +375,7 @@ static int repair_locked(void *base, struct b1_peer *p) {
     if (!verify_locked(base, p)) return 0;
     struct b1_header *h = HDR(base);
     uint32_t slot = slot_of(base, p), bump = atomic_load(&h->entries_bump);
-    if (bump > h->limits.max_entries + 1) bump = h->limits.max_entries + 1;
+    if (bump > LIM(base).max_entries + 1) bump = LIM(base).max_entries + 1;
     p->root = p->front = p->back = 0;
     p->n_entries = 0;
     p->held = 0;
@@ -405,7 +405,7 @@ static int repair_locked(void *base, struct b1_peer *p) {
 }
 
 int b1_queue_check(void *base, uint32_t slot) {
-    if (!slot || slot > HDR(base)->limits.max_peers) return -EINVAL;
+    if (!slot || slot > LIM(base).max_peers) return -EINVAL;
     struct b1_peer *p = PEER(base, slot);
     int r = b1_lock(base, p);
     if (r) return r;
@@ -416,7 +416,7 @@ int b1_queue_check(void *base, uint32_t slot) {
 }
 
 int b1_queue_depth(void *base, uint32_t slot) {
-    if (!slot || slot > HDR(base)->limits.max_peers) return -EINVAL;
+    if (!slot || slot > LIM(base).max_peers) return -EINVAL;
     struct b1_peer *p = PEER(base, slot);
     int r = b1_lock(base, p);
     if (r) return r;

@@ -46,7 +46,7 @@ static void collect_dead(void *base, uint32_t t, struct dead_block *out, uint32_
         b1_bad = 1;
         return;
     }
-    while (t && *n < cap && b1_step(visits, HDR(base)->limits.max_entries)) {
+    while (t && *n < cap && b1_step(visits, LIM(base).max_entries)) {
         struct b1_entry *e = ENTRY(base, t);
         if ((e->ts & 1) && b1_msg_ok(base, e->msg, e->idx) && !b1_owner_alive(atomic_load(&MSG(base, e->msg)->stager)))
             out[(*n)++] = (struct dead_block){t, e->ts, e->sender, e->seq, e->idx};
@@ -61,7 +61,7 @@ static int reap_queue(void *base, uint32_t slot, struct b1_gc_stats *stats) {
     if (!p) return 0;
     if (b1_lock(base, p)) return 0;
     uint32_t cap = p->n_entries, n = 0, visits = 0;
-    if (cap > HDR(base)->limits.max_entries) cap = HDR(base)->limits.max_entries;
+    if (cap > LIM(base).max_entries) cap = LIM(base).max_entries;
     struct dead_block *dead = cap ? malloc(cap * sizeof *dead) : NULL;
     if (dead) collect_dead(base, p->root, dead, cap, &n, 0, &visits);
     b1_unlock(p);
@@ -133,8 +133,8 @@ static int orphan_lock(struct b1_header *h) {
 static uint32_t reap_leaked_records(void *base) {
     struct b1_header *h = HDR(base);
     uint32_t bump = atomic_load(&h->entries_bump);
-    if (bump > h->limits.max_entries + 1) bump = h->limits.max_entries + 1;
-    uint64_t units = h->limits.pool_size >> B1_POOL_MIN_SHIFT, end = atomic_load(&h->pool_bump);
+    if (bump > LIM(base).max_entries + 1) bump = LIM(base).max_entries + 1;
+    uint64_t units = LIM(base).pool_size >> B1_POOL_MIN_SHIFT, end = atomic_load(&h->pool_bump);
     uint8_t *named = calloc(units + 1, 1);
     if (!named) return 0;
     uint32_t freed = 0;
@@ -171,10 +171,10 @@ out:
 static uint32_t reap_orphans(void *base) {
     struct b1_header *h = HDR(base);
     /* injected modes stage no blocks: a staged entry would look unstaged */
-    if (h->limits.inject || !orphan_lock(h)) return 0;
+    if (LIM(base).inject || !orphan_lock(h)) return 0;
     int saved_bad = b1_bad; /* live entries change under the sweep: a torn read is no damage */
     uint32_t bump = atomic_load(&h->entries_bump), freed = 0;
-    if (bump > h->limits.max_entries + 1) bump = h->limits.max_entries + 1;
+    if (bump > LIM(base).max_entries + 1) bump = LIM(base).max_entries + 1;
     for (uint32_t i = 1; i < bump; i++) {
         struct b1_entry *e = ENTRY(base, i);
         uint32_t type = __atomic_load_n(&e->type, __ATOMIC_ACQUIRE);

@@ -63,7 +63,7 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
     if (q->max > TAKE_ON_STACK && !(taken = malloc(q->max * sizeof *taken))) return -ENOMEM;
     int nocopy = q->flags & B1_RECV_NOCOPY;
     B1_NOTICES(nt);
-    uint32_t max_entries = HDR(base)->limits.max_entries, max_nh = HDR(base)->limits.max_msg_handles;
+    uint32_t max_entries = LIM(base).max_entries, max_nh = LIM(base).max_msg_handles;
     int r;
     /* each round takes at least one entry out for good: more rounds than entries is a cycle */
     for (uint32_t rounds = 0;;) {
@@ -199,7 +199,7 @@ static inline int front_ready(struct b1_peer *p) {
 /* recv_some, waiting while nothing is committed at the front: > 0 taken, or -errno */
 static int recv_wait(void *base, uint32_t slot, uint64_t id, struct recv_req *q, int64_t timeout_ns) {
     uint64_t deadline = timeout_ns > 0 ? b1_now_ns() + (uint64_t)timeout_ns : 0;
-    uint32_t spin_ns = HDR(base)->limits.spin_ns;
+    uint32_t spin_ns = LIM(base).spin_ns;
     struct b1_peer *p = PEER(base, slot);
     for (;;) {
         int r = recv_some(base, slot, id, q);
@@ -261,8 +261,7 @@ int b1_recv_wait(void *base, uint32_t slot, uint64_t id, struct b1_msg_info *inf
  * message still counted against the peer's quota.  A peer flushed since (disconnected)
  * freed its slices itself: giving one back then does nothing. */
 int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice) {
-    struct b1_header *h = HDR(base);
-    if (!slice || slice > h->limits.max_entries) return -EINVAL;
+    if (!slice || slice > LIM(base).max_entries) return -EINVAL;
     uint32_t ei = (uint32_t)slice;
     struct b1_entry *e = ENTRY(base, ei);
     struct b1_peer *p = b1_peer_at_slot(base, slot);

@@ -26,11 +26,10 @@
 int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,
                   const uint64_t *dests, uint32_t n, const char *payload, uint32_t len,
                   const uint64_t *handles, uint32_t n_handles, uint32_t flags) {
-    struct b1_header *h = HDR(base);
     tx->msg = 0;
-    if (n == 0 || n > h->limits.max_dests) return -EINVAL;
-    if (len > h->limits.max_payload || n_handles > h->limits.max_msg_handles) return -EMSGSIZE;
-    if (slot == 0 || slot > h->limits.max_peers) return -EINVAL;
+    if (n == 0 || n > LIM(base).max_dests) return -EINVAL;
+    if (len > LIM(base).max_payload || n_handles > LIM(base).max_msg_handles) return -EMSGSIZE;
+    if (slot == 0 || slot > LIM(base).max_peers) return -EINVAL;
     struct b1_peer *sender = PEER(base, slot);
     if (__atomic_load_n(&sender->id, __ATOMIC_ACQUIRE) != id) return b1_peer_gone(base, id);
     if (__atomic_load_n(&sender->state, __ATOMIC_ACQUIRE) != B1_PEER_ACTIVE) return -ESHUTDOWN;
@@ -107,7 +106,7 @@ static int64_t sent(void *base, struct b1_tx *tx) {
 int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, uint32_t n,
                 const char *payload, uint32_t len, const uint64_t *handles,
                 uint32_t n_handles, uint32_t flags, uint64_t *seq) {
-    if (n == 0 || n > HDR(base)->limits.max_dests) return -EINVAL;
+    if (n == 0 || n > LIM(base).max_dests) return -EINVAL;
     /* small multicasts on the stack, large ones on the heap (threads have small stacks) */
     struct b1_dest small[16], *ds = n <= 16 ? small : malloc(n * sizeof *ds);
     if (!ds) return -ENOMEM;
@@ -150,7 +149,7 @@ int b1_frame_send_iov(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t d
                       const char *const *payloads, const uint32_t *lens, uint32_t count,
                       uint32_t n_handles, uint32_t flags) {
     void *base = f->base;
-    if (n_handles || HDR(base)->limits.inject) {
+    if (n_handles || LIM(base).inject) {
         for (uint32_t i = 0; i < count; i++) {
             int64_t r = b1_frame_send(f, slot, id, dest, n, payloads[i], lens[i], n_handles, flags);
             if (r < 0) return i ? (int)i : (int)r;
@@ -159,7 +158,7 @@ int b1_frame_send_iov(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t d
     }
     const uint64_t *dests = n ? f->dests : &dest;
     uint32_t nd = n ? n : 1;
-    if (nd > HDR(base)->limits.max_dests) return -EINVAL;
+    if (nd > LIM(base).max_dests) return -EINVAL;
     struct b1_tx tx[B1_BATCH];
     /* a unicast batch's copies on the stack, a multicast's on the heap */
     struct b1_dest one[B1_BATCH], *ds = nd == 1 ? one : malloc(sizeof *ds * nd * B1_BATCH);

@@ -49,8 +49,7 @@ int b1_peer_gone(void *base, uint64_t id) {
 }
 
 struct b1_peer *b1_peer_at_slot(void *base, uint32_t slot) {
-    struct b1_header *h = HDR(base);
-    if (slot == 0 || slot > h->limits.max_peers) return NULL;
+    if (slot == 0 || slot > LIM(base).max_peers) return NULL;
     struct b1_peer *p = PEER(base, slot);
     return __atomic_load_n(&p->lock_initialised, __ATOMIC_ACQUIRE) ? p : NULL;
 }

@@ -46,7 +46,7 @@
 #include "tx.h"
 
 static void inject_pause(void *base) {
-    uint32_t ns = HDR(base)->limits.inject_pause_ns;
+    uint32_t ns = LIM(base).inject_pause_ns;
     if (ns) {
         struct timespec ts = {0, (long)ns};
         nanosleep(&ts, NULL);
@@ -54,7 +54,7 @@ static void inject_pause(void *base) {
 }
 
 static int stages_block(void *base) {
-    uint32_t inject = HDR(base)->limits.inject;
+    uint32_t inject = LIM(base).inject;
     return inject != B1_INJECT_NO_BLOCK && inject != B1_INJECT_FIFO;
 }
 
@@ -164,7 +164,7 @@ static int stage_locked(void *base, struct b1_tx *tx, struct b1_peer *p, struct 
 /* Under p's lock, p active: sync p's clock to the stamp (unicast: the sync round) and move
  * d's block to it.  Returns whether the front changed. */
 static int commit_locked(void *base, struct b1_tx *tx, struct b1_peer *p, struct b1_dest *d) {
-    uint32_t inject = HDR(base)->limits.inject;
+    uint32_t inject = LIM(base).inject;
     if (inject != B1_INJECT_NO_SYNC) b1_sync_clock(p, tx->ts);
     uint64_t ts = inject == B1_INJECT_FIFO ? 2 * ++p->fifo_counter : tx->ts;
     d->state = B1_DEST_COMMITTED;
@@ -195,7 +195,7 @@ int b1_tx_stage_nt(void *base, struct b1_tx *tx, uint32_t i, struct b1_notices *
     if (r) return r;
     if (woke) b1_wake(p);
     B1_KILL_POINT(B1_KILL_STAGE);
-    if (HDR(base)->limits.inject) inject_pause(base);
+    if (LIM(base).inject) inject_pause(base);
     return 0;
 }
 
@@ -235,7 +235,7 @@ int b1_tx_sync(void *base, struct b1_tx *tx, uint32_t i) {
     struct b1_dest *d = &tx->dests[i];
     if (d->state == B1_DEST_DROPPED) return 0;
     if (d->state != B1_DEST_STAGED) return -EINVAL;
-    if (HDR(base)->limits.inject != B1_INJECT_NO_SYNC) {
+    if (LIM(base).inject != B1_INJECT_NO_SYNC) {
         struct b1_peer *p = PEER(base, d->peer_slot);
         int r = b1_lock(base, p);
         if (r) return r;
@@ -267,7 +267,7 @@ int b1_tx_commit_nt(void *base, struct b1_tx *tx, uint32_t i, struct b1_notices 
     b1_unlock(p);
     if (woke) b1_wake(p);
     B1_KILL_POINT(B1_KILL_COMMIT);
-    if (HDR(base)->limits.inject) inject_pause(base);
+    if (LIM(base).inject) inject_pause(base);
     return 0;
 }
 

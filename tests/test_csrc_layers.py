@@ -16,6 +16,7 @@ CSRC = Path(__file__).resolve().parent.parent / "csrc"
 # lowest first; a file may use only files of the layers before its own
 LAYERS = [
     ["proc", "kill"],        # the process: pid, clock, liveness; test-only kill points
+    ["view"],                # this process's validated copy of a bus's layout
     ["alloc"],               # lock-free slots, entries and pool records
     ["queue"],               # one peer's queue and its lock
     ["slot"],                # a peer slot named by (slot, id)
