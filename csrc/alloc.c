@@ -160,9 +160,26 @@ uint32_t b1_msg_alloc(void *base, uint64_t size_needed, uint32_t len, uint32_t r
     m->type = 0;
     m->ts = 0;
     m->size_class = got;
+    atomic_store_explicit(&m->carved, B1_MSG_CARVED ^ unit, memory_order_release);
     atomic_fetch_add_explicit(&shard(h)->pool, (int64_t)B1_CLASS_BYTES(got),
                               memory_order_relaxed);
     return unit;
+}
+
+int b1_pool_record_at(void *base, uint64_t off, uint64_t end) {
+    uint32_t unit = (uint32_t)(off >> B1_POOL_MIN_SHIFT);
+    struct b1_msg *m = MSG(base, unit);
+    if (atomic_load_explicit(&m->carved, memory_order_acquire) != (B1_MSG_CARVED ^ unit)) return 0;
+    return m->size_class < B1_POOL_CLASSES && off + B1_CLASS_BYTES(m->size_class) <= end;
+}
+
+/* The next unit whose header names itself as carved (the word is the unit's own, so a
+ * payload matches it only by a 2^-32 chance or on purpose -- a writer who can do that can
+ * scribble anything anyway); `end` when none. */
+uint64_t b1_pool_next_record(void *base, uint64_t off, uint64_t end) {
+    for (off += (uint64_t)1 << B1_POOL_MIN_SHIFT; off < end; off += (uint64_t)1 << B1_POOL_MIN_SHIFT)
+        if (b1_pool_record_at(base, off, end)) return off;
+    return end;
 }
 
 /* Drop one reference; the last one returns the record to its class.  A put on a free

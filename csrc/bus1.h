@@ -189,6 +189,10 @@ int b1_peer_ready(void *base, uint32_t slot, uint64_t id);
 int b1_peer_watch(void *base, uint32_t slot, uint64_t id, int last, int64_t timeout_ns);
 uint32_t b1_peer_wake_seq(void *base, uint32_t slot);  /* trivial: benchmarks time a bare call */
 int b1_gc(void *base, struct b1_gc_stats *out);
+/* b1_gc, then every free list and usage counter rebuilt from the objects' states, for a
+ * caller that holds the bus alone (rebuild.c): what kills between two stores leaked is
+ * given back.  -EBUSY when a connected peer still names another live process. */
+int b1_gc_sole(void *base, struct b1_gc_stats *out);
 
 int b1_node_create(void *base, uint32_t slot, uint64_t id, uint64_t *handle);
 int b1_handle_transfer(void *base, uint32_t slot, uint64_t id, uint64_t handle,

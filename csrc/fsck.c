@@ -146,9 +146,12 @@ static void check_pool(void *base, struct report *r, uint32_t *refs_found, uint8
     while (off < end) {
         uint32_t unit = (uint32_t)(off >> B1_POOL_MIN_SHIFT);
         struct b1_msg *m = MSG(base, unit);
-        if (m->size_class >= B1_POOL_CLASSES || off + B1_CLASS_BYTES(m->size_class) > end) {
-            say(r, "record %u: size class %u does not fit the carved pool", unit, m->size_class);
-            break;
+        if (!b1_pool_record_at(base, off, end)) {
+            uint64_t next = b1_pool_next_record(base, off, end);
+            say(r, "record %u: cut short while it was carved (%llu bytes lost until gc on a bus held alone)",
+                unit, (unsigned long long)(next - off));
+            off = next;
+            continue;
         }
         uint32_t refs = atomic_load(&m->refs);
         if (refs) {

@@ -225,10 +225,10 @@ _Static_assert(sizeof(struct b1_entry) == 64, "an entry fills one cache line");
 
 /* A message record in the pool, shared by all destinations (refcounted).  refs is 0
  * exactly while the record is free (its free-stack link is next_free, a word of its
- * own): a put that finds 0 is refused (b1_bad, EBADMSG), never applied.  stager owns the
- * record while its transaction runs (0 once every copy is committed or dropped); a
- * record with refs, no owner alive and no entry naming it is a leak that gc's pool sweep
- * gives back (reap.c).
+ * own): a put that finds 0 is refused (b1_bad, EBADMSG), never applied.  stager is the
+ * process whose transaction made it; a record with more references than entries naming
+ * it lost one to a holder killed between its exchange and its put, and gc on a bus held
+ * alone gives it back (rebuild.c).
  *   [b1_msg | payload, padded to 8 | b1_carried x n_handles | u64 x n_dests x n_handles]
  * the last array holds, per destination, the receiver's handle id for each carried node
  * (B1_HANDLE_INVALID when the node was already destroyed at the send). */
@@ -243,7 +243,12 @@ struct b1_msg {
     uint64_t ts;          /* the commit timestamp once stamped: reaping completes the rest */
     _Atomic uint64_t stager; /* owner token of the transaction's process: reaping removes
                                 the blocks of a dead one that had not stamped */
+    _Atomic uint32_t carved; /* B1_MSG_CARVED ^ unit once its header is written: a walk of
+                                the pool (fsck, rebuild.c) stops at a record cut short
+                                while it was carved, instead of misreading what follows */
+    uint32_t pad;
 };
+#define B1_MSG_CARVED 0x62316d73u
 _Static_assert(sizeof(struct b1_msg) <= (1u << B1_POOL_MIN_SHIFT), "a record's header fits one unit");
 struct b1_carried {
     uint32_t node;

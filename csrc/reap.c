@@ -124,46 +124,6 @@ static int orphan_lock(struct b1_header *h) {
     return 1;
 }
 
-/* Give back the records whose last holder died with the reference in hand (layout.h: it
- * exchanged its entry's msg to 0 and was killed before the put): refs > 0, no entry names
- * them, and their transaction's process is gone.  Only while no live process could hold
- * such a reference itself -- none owns a claimed entry whose msg it already exchanged --
- * so nothing is freed under a put about to happen.  Runs under the sweeper's claim.
- * Returns how many. */
-static uint32_t reap_leaked_records(void *base) {
-    struct b1_header *h = HDR(base);
-    uint32_t bump = atomic_load(&h->entries_bump);
-    if (bump > LIM(base).max_entries + 1) bump = LIM(base).max_entries + 1;
-    uint64_t units = LIM(base).pool_size >> B1_POOL_MIN_SHIFT, end = atomic_load(&h->pool_bump);
-    uint8_t *named = calloc(units + 1, 1);
-    if (!named) return 0;
-    uint32_t freed = 0;
-    for (uint32_t i = 1; i < bump; i++) {
-        struct b1_entry *e = ENTRY(base, i);
-        uint32_t type = __atomic_load_n(&e->type, __ATOMIC_ACQUIRE);
-        uint32_t unit = __atomic_load_n(&e->msg, __ATOMIC_ACQUIRE);
-        if (type == B1_ENTRY_FREE) continue;
-        if (!unit && (type & B1_ENTRY_RECEIVING) && b1_owner_alive(entry_owner(e))) goto out;
-        if (unit && unit <= units) named[unit] = 1;
-    }
-    for (uint64_t off = (uint64_t)1 << B1_POOL_MIN_SHIFT; off < end;) {
-        uint32_t unit = (uint32_t)(off >> B1_POOL_MIN_SHIFT);
-        struct b1_msg *m = MSG(base, unit);
-        uint32_t cls = m->size_class, refs = atomic_load(&m->refs);
-        if (cls >= B1_POOL_CLASSES) break; /* a record being carved, or damage: stop here */
-        off += B1_CLASS_BYTES(cls);
-        if (!refs || named[unit] || b1_owner_alive(atomic_load(&m->stager))) continue;
-        /* the one step that makes this sweep the record's last holder */
-        if (atomic_compare_exchange_strong(&m->refs, &refs, 0)) {
-            b1_msg_free(base, unit);
-            freed++;
-        }
-    }
-out:
-    free(named);
-    return freed;
-}
-
 /* Free the entries out of every queue whose owner died (layout.h): a sender's copies not
  * yet staged (owned by its record's stager), a receiver's entry taken out but not yet
  * freed (claimed).  Each gives back its record reference, if its owner had not, and for
@@ -200,7 +160,6 @@ static uint32_t reap_orphans(void *base) {
         b1_entry_free(base, i);
         freed++;
     }
-    freed += reap_leaked_records(base);
     b1_bad = saved_bad;
     atomic_store(&h->orphan_reaper, 0);
     return freed;

@@ -420,7 +420,7 @@ def run_trial(point, seed, after, tmpdir, seconds=1.5):
                 reps.append(json.load(f))
         vrows, failed, pending = _victim_log(log_path)
         rule = check(point, killed, reps, vrows, failed, pending)
-        bus.gc()
+        bus.gc(sole=True)  # every process of the trial has exited
         info = bus.info()
         use = {k: info[k] for k in ("peers", "nodes", "handles", "entries_in_use", "pool_used")}
         assert not any(use.values()), (point, seed, after, use, pending)

@@ -285,3 +285,52 @@ def test_fsck_names_a_double_free_and_exits_1(make_bus):
     run = subprocess.run([sys.executable, "-m", "bus1py.cli", "fsck", bus.name],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 1 and "listed twice" in run.stdout, run.stdout + run.stderr
+
+
+@pytest.mark.timeout(60)
+def test_gc_of_a_bus_held_alone_gives_back_a_reference_leaked_in_hand(make_bus):
+    bus = make_bus(**LIMITS)
+    a, b = bus.peer(), bus.peer()
+    h = b.transfer(b.create_node(), a)
+    a.send([h], b"kept")
+    seg = Segment(bus)
+    try:
+        unit = seg.u32(seg.entry(seg.u32(seg.peer(b, PEER_FRONT)), ENTRY_MSG))
+        # a holder killed between its exchange of the reference and its put: one too many
+        seg.u32(seg.record(unit, MSG_REFS), 2)
+    finally:
+        seg.close()
+    assert any("leaked references" in p for p in bus.check()), bus.check()
+    bus.gc(sole=True)
+    assert bus.check() == []
+    assert b.recv(timeout=1).payload == b"kept"
+    a.disconnect()
+    b.disconnect()
+    bus.gc(sole=True)
+    assert not any(_usage(bus).values()), _usage(bus)
+
+
+@pytest.mark.timeout(60)
+def test_gc_as_the_sole_user_is_refused_while_another_process_holds_a_peer(make_bus):
+    bus = make_bus(**LIMITS)
+    a = bus.peer()
+    ready_r, ready_w = os.pipe()
+    done_r, done_w = os.pipe()
+
+    def holder():
+        a.create_node()  # the child is now one of the peer's processes
+        os.write(ready_w, b"1")
+        os.read(done_r, 1)
+
+    p = FORK.Process(target=holder)
+    p.start()
+    try:
+        assert os.read(ready_r, 1) == b"1"
+        with pytest.raises(OSError) as e:
+            bus.gc(sole=True)
+        assert e.value.errno == errno.EBUSY
+    finally:
+        os.write(done_w, b"1")
+        p.join(timeout=30)
+        for fd in (ready_r, ready_w, done_r, done_w):
+            os.close(fd)

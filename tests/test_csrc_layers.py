@@ -26,7 +26,7 @@ LAYERS = [
     ["node"],                # nodes, destruction, sending the notices
     ["peer"],                # a peer's life, disconnection
     ["reap"],                # recovery from dead processes
-    ["bus", "send", "recv", "fsck"],  # the calls Python makes
+    ["bus", "send", "recv", "fsck", "rebuild"],  # the calls Python makes
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 BASE = -1  # layout.h, bus1.h, guard.h: declarations every layer may use

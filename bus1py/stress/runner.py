@@ -234,7 +234,7 @@ class Run:
                     p.disconnect()
                 except OSError:
                     pass
-            self.bus.gc()
+            self.bus.gc(sole=True)  # every process of the run is gone
             self.final_use = {k: v for k, v in self.bus.info().items() if k in USE_KEYS}
             # and every invariant of the segment whole (fsck): a broken one counts as use
             self.final_problems = self.bus.check()
