@@ -17,7 +17,7 @@
 #include <string.h>
 #include "alloc.h"
 
-__thread int b1_bad; /* see layout.h: an out-of-range index met during this call */
+__thread int b1_bad __attribute__((tls_model("initial-exec"))); /* see layout.h: an out-of-range index met during this call */
 
 #define TAG(h) ((h) >> 32)
 #define IDX(h) ((uint32_t)(h))
@@ -112,7 +112,7 @@ static uint32_t size_class(uint64_t bytes) {
     return c;
 }
 
-static uint32_t pool_pop(void *base, uint32_t cls) {
+static inline __attribute__((always_inline)) uint32_t pool_pop(void *base, uint32_t cls) {
     struct b1_header *h = HDR(base);
     /* a pool record's free-list link is its next_free word; units are 64 bytes */
     uint64_t bytes = B1_CLASS_BYTES(cls);
@@ -182,6 +182,22 @@ uint64_t b1_pool_next_record(void *base, uint64_t off, uint64_t end) {
     return end;
 }
 
+/* Return a record whose last reference the caller took (refs now 0) to its class. */
+static inline __attribute__((always_inline)) void msg_free(void *base, uint32_t unit) {
+    struct b1_header *h = HDR(base);
+    struct b1_msg *m = MSG(base, unit);
+    if (m->size_class >= B1_POOL_CLASSES) { /* scribbled: leak it rather than guess */
+        b1_bad = 1;
+        return;
+    }
+    atomic_store_explicit(&m->stager, 0, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&shard(h)->pool, (int64_t)B1_CLASS_BYTES(m->size_class),
+                              memory_order_relaxed);
+    stack_push(&h->pool_free[m->size_class], unit, &m->next_free);
+}
+
+void b1_msg_free(void *base, uint32_t unit) { msg_free(base, unit); }
+
 /* Drop one reference; the last one returns the record to its class.  A put on a free
  * record (refs 0) is refused (b1_bad): applying it would corrupt the free stack. */
 void b1_msg_put(void *base, uint32_t unit) {
@@ -194,21 +210,7 @@ void b1_msg_put(void *base, uint32_t unit) {
         }
     } while (!atomic_compare_exchange_weak_explicit(&m->refs, &refs, refs - 1, memory_order_acq_rel,
                                                     memory_order_relaxed));
-    if (refs == 1) b1_msg_free(base, unit);
-}
-
-/* Return a record whose last reference the caller took (refs now 0) to its class. */
-void b1_msg_free(void *base, uint32_t unit) {
-    struct b1_header *h = HDR(base);
-    struct b1_msg *m = MSG(base, unit);
-    if (m->size_class >= B1_POOL_CLASSES) { /* scribbled: leak it rather than guess */
-        b1_bad = 1;
-        return;
-    }
-    atomic_store_explicit(&m->stager, 0, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&shard(h)->pool, (int64_t)B1_CLASS_BYTES(m->size_class),
-                              memory_order_relaxed);
-    stack_push(&h->pool_free[m->size_class], unit, &m->next_free);
+    if (refs == 1) msg_free(base, unit);
 }
 
 /* The entry's reference to its record, released by the one party whose exchange of msg

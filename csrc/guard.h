@@ -12,7 +12,7 @@
 #define BUS1PY_GUARD_H
 #include <errno.h>
 
-extern __thread int b1_bad;
+extern __thread int b1_bad __attribute__((tls_model("initial-exec")));
 
 #define B1_GUARD(call) ({                                   \
     b1_bad = 0;                                              \

@@ -279,7 +279,7 @@ static inline void b1_relax(void) {
  * links in the segment (trees, lists) are bounded by the table's size the same way, so a
  * cycle cannot hang a call either.  What this cannot catch is a scribbled mutex word: a
  * lock that looks held by someone else is waited for, like a live holder's. */
-extern __thread int b1_bad;
+extern __thread int b1_bad __attribute__((tls_model("initial-exec")));
 
 static inline uint32_t b1_in_range(uint32_t i, uint32_t max) {
     if (__builtin_expect(i > max, 0)) {
@@ -307,14 +307,16 @@ struct b1_view {
     uint64_t off_peers, off_nodes, off_handles, off_entries, off_pool;
     struct b1_limits limits;
 };
-extern __thread const struct b1_view *b1_last_view;
+/* the view last found, shared by the process's threads (views never change or go away,
+ * so a stale one only misses the base compare); hidden: one PC-relative load */
+extern const struct b1_view *b1_last_view __attribute__((visibility("hidden")));
 const struct b1_view *b1_view_find(void *base);
 /* validate the header of a mapping of `size` bytes and make its view this process's (the
  * newest for base): 0, -EBADMSG or -EPROTO (b1_attach, b1_init) */
 int b1_view_register(void *base, uint64_t size);
 static inline const struct b1_view *VIEW(void *base) {
-    const struct b1_view *v = b1_last_view;
-    if (__builtin_expect(v != NULL && v->base == base, 1)) return v;
+    const struct b1_view *v = __atomic_load_n(&b1_last_view, __ATOMIC_ACQUIRE);
+    if (__builtin_expect(v->base == base, 1)) return v; /* never NULL: view.c */
     return b1_view_find(base);
 }
 #define LIM(base) (VIEW(base)->limits)
@@ -331,10 +333,10 @@ static inline struct b1_handle *HANDLE(void *base, uint32_t i) {
     const struct b1_view *v = VIEW(base);
     return (struct b1_handle *)((char *)base + v->off_handles) + b1_in_range(i, v->limits.max_handles);
 }
-static inline struct b1_entry *ENTRY(void *base, uint32_t i) {
-    const struct b1_view *v = VIEW(base);
+static inline struct b1_entry *ENTRY_V(const struct b1_view *v, void *base, uint32_t i) {
     return (struct b1_entry *)((char *)base + v->off_entries) + b1_in_range(i, v->limits.max_entries);
 }
+static inline struct b1_entry *ENTRY(void *base, uint32_t i) { return ENTRY_V(VIEW(base), base, i); }
 /* a record's header lies inside the pool; b1_msg_shape checks the rest of it */
 static inline struct b1_msg *MSG(void *base, uint32_t unit) {
     const struct b1_view *v = VIEW(base);
@@ -365,19 +367,21 @@ static inline uint64_t *shape_ids(struct b1_msg *m, const struct b1_shape *s, ui
  * one of its destinations?  Fills *out with the shape it checked; sets b1_bad when not.
  * Checked before a record read from an entry is used (its payload copied, its handle
  * arrays indexed). */
-static inline int b1_msg_shape(void *base, uint32_t unit, uint32_t idx, struct b1_shape *out) {
-    const struct b1_limits *l = &LIM(base);
-    struct b1_msg *m = MSG(base, unit);
+static inline __attribute__((always_inline)) int b1_msg_shape(void *base, uint32_t unit, uint32_t idx, struct b1_shape *out) {
+    const struct b1_view *v = VIEW(base);
+    uint64_t at = (uint64_t)unit << B1_POOL_MIN_SHIFT;
+    /* the whole header inside the pool, else unit 0 (never a record) and b1_bad */
+    if (__builtin_expect(!unit || at + sizeof(struct b1_msg) > v->limits.pool_size, 0)) at = 0;
+    struct b1_msg *m = (struct b1_msg *)((char *)base + v->off_pool + at);
     struct b1_shape s = {__atomic_load_n(&m->len, __ATOMIC_RELAXED),
                          __atomic_load_n(&m->n_handles, __ATOMIC_RELAXED),
                          __atomic_load_n(&m->n_dests, __ATOMIC_RELAXED)};
     uint32_t cls = __atomic_load_n(&m->size_class, __ATOMIC_RELAXED);
-    int ok = unit && cls < B1_POOL_CLASSES &&
-             ((uint64_t)unit << B1_POOL_MIN_SHIFT) + B1_CLASS_BYTES(cls) <= l->pool_size &&
-             s.len <= l->max_payload && s.n_handles <= l->max_msg_handles &&
+    int ok = at && cls < B1_POOL_CLASSES && at + B1_CLASS_BYTES(cls) <= v->limits.pool_size &&
+             s.len <= v->limits.max_payload && s.n_handles <= v->limits.max_msg_handles &&
              idx < s.n_dests && atomic_load_explicit(&m->refs, memory_order_relaxed) != 0 &&
              msg_record_size(s.len, s.n_dests, s.n_handles) <= B1_CLASS_BYTES(cls);
-    if (!ok) {
+    if (__builtin_expect(!ok, 0)) {
         b1_bad = 1;
         s = (struct b1_shape){0, 0, 0};
     }

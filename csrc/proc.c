@@ -24,11 +24,11 @@
 #include "bus1.h"
 
 static int32_t cached_pid;
-static b1_owner_t cached_self;
+b1_owner_t b1_cached_self;
 
 static void reset_pid(void) {
     cached_pid = 0;
-    cached_self = 0;
+    b1_cached_self = 0;
 }
 
 void b1_process_init(void) {
@@ -87,15 +87,15 @@ static b1_owner_t token(int32_t pid, uint64_t start) {
     return ((uint64_t)(uint32_t)start << 32) | (uint32_t)pid;
 }
 
-b1_owner_t b1_self(void) {
-    if (!cached_self) {
+b1_owner_t b1_self_slow(void) {
+    if (!b1_cached_self) {
         uint64_t start = b1_proc_start(b1_pid());
         /* unreadable now (out of descriptors): a token without a start, not cached, so
          * the next call tries again; liveness of such a token rests on the pid alone */
         if (!start) return token(b1_pid(), 0);
-        cached_self = token(b1_pid(), start);
+        b1_cached_self = token(b1_pid(), start);
     }
-    return cached_self;
+    return b1_cached_self;
 }
 
 b1_owner_t b1_owner_of(int32_t pid) {

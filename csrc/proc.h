@@ -19,7 +19,12 @@ uint64_t b1_now_ns(void);
 /* start time (clock ticks after boot) of a process; 0 when it cannot be read */
 uint64_t b1_proc_start(int32_t pid);
 /* the calling process's token (cached; a fork child makes its own) */
-b1_owner_t b1_self(void);
+extern b1_owner_t b1_cached_self __attribute__((visibility("hidden")));
+b1_owner_t b1_self_slow(void);
+static inline b1_owner_t b1_self(void) {
+    b1_owner_t me = b1_cached_self;
+    return __builtin_expect(me != 0, 1) ? me : b1_self_slow();
+}
 /* the token of process pid as it is now; 0 when pid is not a live process */
 b1_owner_t b1_owner_of(int32_t pid);
 /* Is the owner alive?  0 only when the kernel says its process is gone: no such pid

@@ -105,9 +105,10 @@ static inline uint32_t key_priority(const struct b1_entry *e) {
 #define MAXE(base) (LIM(base).max_entries)
 
 static void split(void *base, uint32_t t, const struct b1_entry *e, uint32_t *l, uint32_t *r) {
+    const struct b1_view *v = VIEW(base);
     uint32_t steps = 0;
-    while (t && b1_step(&steps, MAXE(base))) {
-        struct b1_entry *n = ENTRY(base, t);
+    while (t && b1_step(&steps, v->limits.max_entries)) {
+        struct b1_entry *n = ENTRY_V(v, base, t);
         if (key_less(base, n, e)) {
             *l = t;
             l = &n->right;
@@ -124,9 +125,10 @@ static void split(void *base, uint32_t t, const struct b1_entry *e, uint32_t *l,
 
 /* Join two trees where every key of a is below every key of b. */
 static uint32_t merge(void *base, uint32_t a, uint32_t b) {
+    const struct b1_view *v = VIEW(base);
     uint32_t root = 0, *slot = &root, steps = 0;
-    while (a && b && b1_step(&steps, MAXE(base))) {
-        struct b1_entry *x = ENTRY(base, a), *y = ENTRY(base, b);
+    while (a && b && b1_step(&steps, v->limits.max_entries)) {
+        struct b1_entry *x = ENTRY_V(v, base, a), *y = ENTRY_V(v, base, b);
         if (x->prio > y->prio) {
             *slot = a;
             slot = &x->right;
@@ -142,58 +144,64 @@ static uint32_t merge(void *base, uint32_t a, uint32_t b) {
 }
 
 static uint32_t leftmost(void *base, uint32_t t) {
+    const struct b1_view *v = VIEW(base);
     uint32_t steps = 0;
     if (!t) return 0;
-    while (ENTRY(base, t)->left && b1_step(&steps, MAXE(base))) t = ENTRY(base, t)->left;
+    while (ENTRY_V(v, base, t)->left && b1_step(&steps, v->limits.max_entries)) t = ENTRY_V(v, base, t)->left;
     return t;
 }
 
 static uint32_t rightmost(void *base, uint32_t t) {
+    const struct b1_view *v = VIEW(base);
     uint32_t steps = 0;
     if (!t) return 0;
-    while (ENTRY(base, t)->right && b1_step(&steps, MAXE(base))) t = ENTRY(base, t)->right;
+    while (ENTRY_V(v, base, t)->right && b1_step(&steps, v->limits.max_entries)) t = ENTRY_V(v, base, t)->right;
     return t;
 }
 
 int b1_queue_publish_front(void *base, struct b1_peer *p) {
-    uint64_t ts = p->front ? ENTRY(base, p->front)->ts : 0;
+    const struct b1_view *v = VIEW(base);
+    uint64_t ts = p->front ? ENTRY_V(v, base, p->front)->ts : 0;
     if (atomic_load_explicit(&p->front_ts, memory_order_relaxed) == ts) return 0;
     atomic_store_explicit(&p->front_ts, ts, memory_order_seq_cst);
     return 1;
 }
 
 int b1_queue_insert_locked(void *base, struct b1_peer *p, uint32_t e) {
-    struct b1_entry *n = ENTRY(base, e);
+    const struct b1_view *v = VIEW(base);
+    struct b1_entry *n = ENTRY_V(v, base, e);
     n->prio = key_priority(n);
     n->left = n->right = 0;
-    n->queue = (uint16_t)slot_of(base, p); /* before any link: a repair finds it */
+    /* before any link: a repair finds it */
+    n->queue = (uint16_t)(p - (struct b1_peer *)((char *)base + v->off_peers));
     uint32_t *slot = &p->root, steps = 0;
-    while (*slot && ENTRY(base, *slot)->prio >= n->prio && b1_step(&steps, MAXE(base))) {
-        struct b1_entry *t = ENTRY(base, *slot);
+    while (*slot && ENTRY_V(v, base, *slot)->prio >= n->prio && b1_step(&steps, v->limits.max_entries)) {
+        struct b1_entry *t = ENTRY_V(v, base, *slot);
         slot = key_less(base, n, t) ? &t->left : &t->right;
     }
     split(base, *slot, n, &n->left, &n->right);
     *slot = e;
     p->n_entries++;
-    if (!p->front || key_less(base, n, ENTRY(base, p->front))) p->front = e;
-    if (!p->back || key_less(base, ENTRY(base, p->back), n)) p->back = e;
+    if (!p->front || key_less(base, n, ENTRY_V(v, base, p->front))) p->front = e;
+    if (!p->back || key_less(base, ENTRY_V(v, base, p->back), n)) p->back = e;
     return b1_queue_publish_front(base, p);
 }
 
 int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e) {
-    struct b1_entry *n = ENTRY(base, e);
+    const struct b1_view *v = VIEW(base);
+    struct b1_entry *n = ENTRY_V(v, base, e);
     p->n_entries--;
     if (e == p->front) {
         /* the dequeue: the front has no left child, so it sits at the end of the left
          * spine; its right subtree takes its place and holds the next front, if any */
         uint32_t *slot = &p->root, parent = 0, steps = 0;
         while (*slot != e) {
-            if (!*slot || !b1_step(&steps, MAXE(base))) { /* not in the tree: scribbled */
+            if (!*slot || !b1_step(&steps, v->limits.max_entries)) { /* not in the tree: scribbled */
                 b1_bad = 1;
                 return 0;
             }
             parent = *slot;
-            slot = &ENTRY(base, parent)->left;
+            slot = &ENTRY_V(v, base, parent)->left;
         }
         *slot = n->right;
         p->front = n->right ? leftmost(base, n->right) : parent;
@@ -203,11 +211,11 @@ int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e) {
     }
     uint32_t *slot = &p->root, steps = 0;
     while (*slot != e) {
-        if (!*slot || !b1_step(&steps, MAXE(base))) {
+        if (!*slot || !b1_step(&steps, v->limits.max_entries)) {
             b1_bad = 1;
             return 0;
         }
-        struct b1_entry *t = ENTRY(base, *slot);
+        struct b1_entry *t = ENTRY_V(v, base, *slot);
         slot = key_less(base, n, t) ? &t->left : &t->right;
     }
     *slot = merge(base, n->left, n->right);
@@ -219,11 +227,12 @@ int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e) {
 /* The entry after e in key order (e linked in p's tree), or 0 for the back: the leftmost
  * of its right subtree, else the last ancestor it lies to the left of. */
 static uint32_t successor(void *base, struct b1_peer *p, uint32_t e) {
-    struct b1_entry *n = ENTRY(base, e);
+    const struct b1_view *v = VIEW(base);
+    struct b1_entry *n = ENTRY_V(v, base, e);
     if (n->right) return leftmost(base, n->right);
     uint32_t t = p->root, after = 0, steps = 0;
-    while (t && t != e && b1_step(&steps, MAXE(base))) {
-        struct b1_entry *x = ENTRY(base, t);
+    while (t && t != e && b1_step(&steps, v->limits.max_entries)) {
+        struct b1_entry *x = ENTRY_V(v, base, t);
         if (key_less(base, n, x)) {
             after = t;
             t = x->left;
@@ -239,25 +248,27 @@ static uint32_t successor(void *base, struct b1_peer *p, uint32_t e) {
  * everything before it is below its old key); any other moves.  Committing a batch's
  * blocks last first keeps each in place.  Returns whether the front changed. */
 int b1_queue_rekey_locked(void *base, struct b1_peer *p, uint32_t e, uint64_t ts) {
-    struct b1_entry *n = ENTRY(base, e);
+    const struct b1_view *v = VIEW(base);
+    struct b1_entry *n = ENTRY_V(v, base, e);
     uint32_t next = e == p->back ? 0 : successor(base, p, e);
     uint64_t old = n->ts;
     n->ts = ts;
-    if (!next || key_less(base, n, ENTRY(base, next)))
+    if (!next || key_less(base, n, ENTRY_V(v, base, next)))
         return b1_queue_publish_front(base, p);
     n->ts = old;
     int woke = b1_queue_remove_locked(base, p, e);
-    ENTRY(base, e)->ts = ts;
+    ENTRY_V(v, base, e)->ts = ts;
     return b1_queue_insert_locked(base, p, e) | woke;
 }
 
 /* Is entry e linked in p's tree (searched by its key)? */
 int b1_queue_contains_locked(void *base, struct b1_peer *p, uint32_t e) {
-    struct b1_entry *n = ENTRY(base, e);
+    const struct b1_view *v = VIEW(base);
+    struct b1_entry *n = ENTRY_V(v, base, e);
     uint32_t steps = 0;
-    for (uint32_t t = p->root; t && b1_step(&steps, MAXE(base));) {
+    for (uint32_t t = p->root; t && b1_step(&steps, v->limits.max_entries);) {
         if (t == e) return 1;
-        struct b1_entry *x = ENTRY(base, t);
+        struct b1_entry *x = ENTRY_V(v, base, t);
         t = key_less(base, n, x) ? x->left : x->right;
     }
     return 0;

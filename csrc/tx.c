@@ -111,12 +111,13 @@ int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *p
         }
         tx->dests[i].entry = e;
         tx->dests[i].state = B1_DEST_PREPARED;
-        /* claimed by this process from here on: the reaper frees it if the process dies */
-        ENTRY(base, e)->ts = 0;
-        ENTRY(base, e)->idx = i;
-        ENTRY(base, e)->queue = 0;
-        ENTRY(base, e)->type = type;
-        __atomic_store_n(&ENTRY(base, e)->msg, tx->msg, __ATOMIC_RELEASE);
+        /* the transaction's from here on (layout.h): the reaper frees it if the process dies */
+        struct b1_entry *en = ENTRY(base, e);
+        en->ts = 0;
+        en->idx = i;
+        en->queue = 0;
+        en->type = type;
+        __atomic_store_n(&en->msg, tx->msg, __ATOMIC_RELEASE);
     }
     struct b1_peer *sender = PEER(base, tx->sender_slot);
     tx->seq = atomic_fetch_add(&sender->tx_seq, 1);
@@ -124,13 +125,8 @@ int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *p
     for (uint32_t i = 0; i < n; i++) {
         struct b1_dest *d = &tx->dests[i];
         struct b1_entry *e = ENTRY(base, d->entry);
-        e->ts = 0;
         e->sender = tx->sender_id;
         e->seq = tx->seq;
-        e->idx = i;
-        e->msg = tx->msg;
-        e->type = type;
-        e->queue = 0;
         e->destination = d->owner_handle;
         e->node = d->node;
         e->node_gen = d->node_gen;
@@ -141,7 +137,7 @@ int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *p
 /* Under p's lock, p active: charge d's copy to p's quota, sync p's clock to the running
  * maximum and insert d's block at clock + 1.  -EDQUOT changes nothing.  *woke: whether
  * the front changed. */
-static int stage_locked(void *base, struct b1_tx *tx, struct b1_peer *p, struct b1_dest *d,
+static inline __attribute__((always_inline)) int stage_locked(void *base, struct b1_tx *tx, struct b1_peer *p, struct b1_dest *d,
                         int *woke) {
     if (tx->type == B1_MSG_DATA) {
         uint32_t len = MSG(base, tx->msg)->len;
@@ -163,7 +159,7 @@ static int stage_locked(void *base, struct b1_tx *tx, struct b1_peer *p, struct 
 
 /* Under p's lock, p active: sync p's clock to the stamp (unicast: the sync round) and move
  * d's block to it.  Returns whether the front changed. */
-static int commit_locked(void *base, struct b1_tx *tx, struct b1_peer *p, struct b1_dest *d) {
+static inline __attribute__((always_inline)) int commit_locked(void *base, struct b1_tx *tx, struct b1_peer *p, struct b1_dest *d) {
     uint32_t inject = LIM(base).inject;
     if (inject != B1_INJECT_NO_SYNC) b1_sync_clock(p, tx->ts);
     uint64_t ts = inject == B1_INJECT_FIFO ? 2 * ++p->fifo_counter : tx->ts;

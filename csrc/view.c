@@ -26,7 +26,9 @@
 _Static_assert(B1_MAX_SLOTS == (1u << 24) - 2 && B1_MAX_PEERS == 65535u,
                "Limits.check (bus1py/bus.py) states these bounds");
 
-__thread const struct b1_view *b1_last_view;
+/* what an unknown, unvalidated base reads: every index is out of range */
+static const struct b1_view no_view;
+const struct b1_view *b1_last_view = &no_view; /* its base (NULL) matches no mapping */
 
 struct view_node {
     struct b1_view v;
@@ -34,8 +36,6 @@ struct view_node {
 };
 static struct view_node *views; /* newest first */
 static pthread_mutex_t views_lock = PTHREAD_MUTEX_INITIALIZER;
-/* what an unknown, unvalidated base reads: every index is out of range */
-static const struct b1_view no_view;
 
 static uint64_t align64(uint64_t x) { return (x + 63) & ~(uint64_t)63; }
 
@@ -95,7 +95,7 @@ int b1_view_register(void *base, uint64_t size) {
     n->next = views;
     __atomic_store_n(&views, n, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&views_lock);
-    b1_last_view = &n->v;
+    __atomic_store_n(&b1_last_view, &n->v, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -104,7 +104,7 @@ int b1_view_register(void *base, uint64_t size) {
 const struct b1_view *b1_view_find(void *base) {
     for (struct view_node *n = __atomic_load_n(&views, __ATOMIC_ACQUIRE); n; n = n->next)
         if (n->v.base == base) {
-            b1_last_view = &n->v;
+            __atomic_store_n(&b1_last_view, &n->v, __ATOMIC_RELEASE);
             return &n->v;
         }
     b1_bad = 1;
