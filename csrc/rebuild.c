@@ -15,7 +15,10 @@
  *   - an entry is free iff its type is B1_ENTRY_FREE (msg 0); a record iff refs is 0;
  *     a node iff FREE; a handle iff neither held nor in flight; a peer slot iff FREE --
  *     and exactly the free ones are on their stacks (records on their class's);
- *   - a live record's refs is the number of entries naming it;
+ *   - a live record's refs is the number of entries naming it, and a handle's pending
+ *     the number of carried ids naming it in those entries' rows (a registration
+ *     exchanged away by a process killed before it undid it is undone here, with the
+ *     NODE_RELEASE it owes);
  *   - the usage counters are the sums of what is in use.
  *
  * Lock rules: none -- nobody else runs on the bus.
@@ -25,6 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "alloc.h"
+#include "message.h"
+#include "node.h"
+#include "queue.h"
 #include "reap.h"
 
 #define HEAD(tag, idx) (((uint64_t)(tag) << 32) | (uint64_t)(idx))
@@ -70,9 +76,50 @@ static int others_alive(void *base) {
     return 0;
 }
 
+/* Each handle's pending count set to the carried ids naming it: the excess of a
+ * registration leaked in hand is undone as the holder would have (handle.c), so an unheld
+ * handle is freed and the owner notified. */
+static int recount_pending(void *base) {
+    const struct b1_limits *l = &LIM(base);
+    uint32_t entries = bounded(&HDR(base)->entries_bump, l->max_entries);
+    uint32_t handles = bounded(&HDR(base)->handles_bump, l->max_handles);
+    uint32_t *found = calloc((size_t)handles + 1, sizeof *found);
+    if (!found) return -ENOMEM;
+    for (uint32_t i = 1; i < entries; i++) {
+        struct b1_entry *e = ENTRY(base, i);
+        struct b1_shape sh;
+        if (e->type == B1_ENTRY_FREE || !e->msg || (e->type & 0xff) != B1_MSG_DATA) continue;
+        int saved = b1_bad;
+        if (!b1_msg_shape(base, e->msg, e->idx, &sh)) {
+            b1_bad = saved;
+            continue;
+        }
+        uint64_t *ids = shape_ids(MSG(base, e->msg), &sh, e->idx);
+        for (uint32_t k = 0; k < sh.n_handles; k++) {
+            uint32_t hi = ids[k] == B1_HANDLE_INVALID ? 0 : b1_handle_index(base, ids[k]);
+            if (hi && hi < handles) found[hi]++;
+        }
+    }
+    B1_NOTICES(nt);
+    for (uint32_t hi = 1; hi < handles; hi++) {
+        struct b1_handle *hd = HANDLE(base, hi);
+        if (hd->pending <= found[hi]) continue;
+        uint32_t n = hd->node, gen = hd->node_gen;
+        struct b1_peer *owner = b1_lock_owner(base, n, gen);
+        if (!owner) continue;
+        int put = hd->pending > found[hi] ? b1_handle_put_locked(base, hi, 0, hd->pending - found[hi]) : 0;
+        b1_unlock(owner);
+        b1_put_done(base, put, n, gen, &nt);
+    }
+    b1_notices_send(base, &nt);
+    free(found);
+    return 0;
+}
+
 int b1_gc_sole(void *base, struct b1_gc_stats *out) {
     if (others_alive(base)) return -EBUSY;
     b1_gc(base, out);
+    if (recount_pending(base)) return -ENOMEM;
     struct b1_header *h = HDR(base);
     const struct b1_limits *l = &LIM(base);
     uint32_t entries = bounded(&h->entries_bump, l->max_entries);

@@ -32,6 +32,7 @@ LIMITS = dict(max_peers=8, max_nodes=64, max_handles=256, max_entries=1024, max_
 # struct b1_msg
 PEER_ID, PEER_ROOT, PEER_FRONT, PEER_PIDS = 40, 52, 56, None
 ENTRY_MSG = 40
+HANDLE_PENDING = 28
 MSG_REFS, MSG_LEN, MSG_NEXT_FREE, MSG_STAGER = 0, 4, 20, 32
 
 
@@ -66,6 +67,9 @@ class Segment:
 
     def entry(self, index, field):
         return self.offs[3] + index * self.sizes[3] + field
+
+    def handle(self, handle_id, field):
+        return self.offs[2] + (handle_id & 0xFFFFFF) * self.sizes[2] + field
 
     def record(self, unit, field):
         return self.offs[4] + unit * 64 + field
@@ -334,3 +338,23 @@ def test_gc_as_the_sole_user_is_refused_while_another_process_holds_a_peer(make_
         p.join(timeout=30)
         for fd in (ready_r, ready_w, done_r, done_w):
             os.close(fd)
+
+
+@pytest.mark.timeout(60)
+def test_gc_of_a_bus_held_alone_undoes_a_registration_leaked_in_hand(make_bus):
+    bus = make_bus(**LIMITS)
+    a, b = bus.peer(), bus.peer()
+    node = a.create_node()
+    hb = a.transfer(node, b)
+    seg = Segment(bus)
+    try:
+        # a receiver killed after it exchanged a carried id away, before it undid it
+        seg.u32(seg.handle(hb, HANDLE_PENDING), 1)
+    finally:
+        seg.close()
+    assert any("pending 1 but 0" in p for p in bus.check()), bus.check()
+    bus.gc(sole=True)
+    assert bus.check() == []
+    b.release(hb)  # the last holder goes: the owner hears of it, as it would have
+    m = a.recv(timeout=1)
+    assert m.type == MessageType.NODE_RELEASE and m.destination == node
