@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml setup.py bus1py/_build.py bus1py/check/_build_walk.py \
           $(wildcard csrc/*.c csrc/*.h csrc/check/*.c csrc/check/*.h csrc/sim/*.c csrc/sim/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) -m pip install -q -e '.[all]'
 	touch $@
 
 run: $(STAMP)

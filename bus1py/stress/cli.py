@@ -12,26 +12,25 @@ from __future__ import annotations
 import json
 import sys
 
-from rich.console import Console
-
 from .. import INJECT_KINDS
 from ..causal import PROTOCOLS
+from ..cli_checks import above, at_least, output_file, trace_dir
 from .transports import TRANSPORTS
 from .runner import StressConfig, run_stress
 from .workload import ACTION_KINDS, PayloadSizes, parse_mix
 
 
 def add_workload_options(p):
-    p.add_argument("--processes", "-n", type=int, default=16, help="OS processes, one peer each (default 16)")
+    p.add_argument("--processes", "-n", type=at_least(1), default=16, help="OS processes, one peer each (default 16)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--duration", type=float, help="seconds of workload (default 10 unless --messages)")
-    g.add_argument("--messages", type=int, help="message-sending actions per process")
+    g.add_argument("--duration", type=above(0), help="seconds of workload (default 10 unless --messages)")
+    g.add_argument("--messages", type=at_least(0), help="message-sending actions per process")
     p.add_argument("--seed", type=int, default=0, help="fixes every process's action sequence")
-    p.add_argument("--rate", type=float,
+    p.add_argument("--rate", type=above(0),
                    help="actions per second per process (default: as fast as possible; pacing "
                         "measures latency without saturating the CPUs)")
-    p.add_argument("--fanout", type=int, default=4, help="most destinations of a multicast (default 4)")
-    p.add_argument("--reach", type=int, default=8,
+    p.add_argument("--fanout", type=at_least(1), default=4, help="most destinations of a multicast (default 4)")
+    p.add_argument("--reach", type=at_least(1), default=8,
                    help="how many other processes each can send and signal to (a ring window; default 8)")
     p.add_argument("--payload", default="lognormal:64:4096", metavar="DIST",
                    help="payload sizes: fixed:N, uniform:LO:HI or lognormal:MEDIAN:MAX (default lognormal:64:4096)")
@@ -40,10 +39,10 @@ def add_workload_options(p):
                         f"kinds the bus cannot do yet are skipped)")
     p.add_argument("--inject", choices=sorted(INJECT_KINDS),
                    help="run on a deliberately broken ordering path (to prove the checker)")
-    p.add_argument("--inject-pause-ns", type=int, default=200_000,
+    p.add_argument("--inject-pause-ns", type=at_least(0), default=200_000,
                    help="pause between destinations in injected modes (widens the race window)")
-    p.add_argument("--spin-ns", type=int, default=2000, help="receiver spin before sleeping (default 2000)")
-    p.add_argument("--max-peers", type=int, help="bus peer slots (default processes + 8)")
+    p.add_argument("--spin-ns", type=at_least(0), default=2000, help="receiver spin before sleeping (default 2000)")
+    p.add_argument("--max-peers", type=at_least(1), help="bus peer slots (default processes + 8)")
     p.add_argument("--transport", choices=TRANSPORTS, default="bus",
                    help="what carries the messages (default bus); other than the bus, the "
                         "workload is unicast, multicast (repeated sends) and signals")
@@ -71,23 +70,27 @@ def config_from_args(a) -> StressConfig:
                             ("--churn-kill", a.churn_kill)) if v is not None]
     if given and not a.churn:
         raise ValueError(f"{', '.join(given)} only with --churn")
+    sizes = PayloadSizes.parse(a.payload)
+    if min(sizes.a, sizes.b) < 0:
+        raise ValueError(f"--payload {a.payload}: sizes must be >= 0")
     return StressConfig(
         processes=a.processes, duration=a.duration, messages=a.messages, seed=a.seed, rate=a.rate,
         trace_dir=None if getattr(a, "no_trace", False) else a.trace, inject=a.inject,
         inject_pause_ns=a.inject_pause_ns, fanout=a.fanout, reach=a.reach,
-        sizes=PayloadSizes.parse(a.payload), mix=parse_mix(a.mix), spin_ns=a.spin_ns,
+        sizes=sizes, mix=parse_mix(a.mix), spin_ns=a.spin_ns,
         max_peers=a.max_peers, transport=a.transport, protocol=a.protocol,
         chaos_delay=a.chaos_delay, churn=a.churn, churn_slots=a.churn_slots,
         churn_life=2000 if a.churn_life is None else a.churn_life,
         churn_kill=0.5 if a.churn_kill is None else a.churn_kill, sample_every=a.sample_every)
 
 
-def run_and_report(cfg: StressConfig, console: Console, progress: bool = True, verify: bool = False,
+def run_and_report(cfg: StressConfig, console, progress: bool = True, verify: bool = False,
                    json_path: str | None = None):
-    """Run, print the summary; returns (StressResult, summary dict)."""
+    """Run, print the summary (to `console`, a rich Console); returns (StressResult, summary
+    dict). With progress, a live view on a terminal, else timestamped lines on stderr."""
     from .display import LiveMonitor, errors_by_errno, summary_table
 
-    monitor = LiveMonitor(console, enabled=progress and console.is_terminal)
+    monitor = LiveMonitor(console, enabled=progress)
     res = run_stress(cfg, monitor=monitor)
     lat = None
     problems = []
@@ -147,28 +150,42 @@ def run_and_report(cfg: StressConfig, console: Console, progress: bool = True, v
         "final_problems": list(res.final_problems),
         "per_process": [{k: v for k, v in r.items() if k != "hold_ns"} for r in res.results],
     }
-    if json_path:
+    if json_path == "-":
+        json.dump(summary, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif json_path:
         with open(json_path, "w") as f:
             json.dump(summary, f, indent=1)
     return res, summary
 
 
+def _refuse(message) -> int:
+    print(f"bus1py stress: {message}", file=sys.stderr)
+    return 2
+
+
 def main(a) -> int:
-    console = Console()
+    from ..term import console as make_console
+    # with --json -, stdout carries the JSON alone
+    console = make_console(stderr=a.json == "-")
     if not a.no_trace and not a.trace:
-        console.print("[red]give --trace DIR, or --no-trace to measure raw speed[/red]")
-        return 2
+        return _refuse("give --trace DIR, or --no-trace to measure raw speed")
     try:
         cfg = config_from_args(a)
     except ValueError as e:
-        console.print(f"[red]{e}[/red]")
-        return 2
+        return _refuse(e)
+    if cfg.trace_dir:
+        import pandas  # noqa: F401  (the trace writer's; missing -> the [check] extra)
+        import pyarrow.parquet  # noqa: F401
+    problem = output_file("--json", a.json) or (
+        cfg.trace_dir and trace_dir("--trace", cfg.trace_dir, a.force))
+    if problem:
+        return _refuse(problem)
     try:
         res, summary = run_and_report(cfg, console, progress=not a.quiet, verify=a.verify,
                                       json_path=a.json)
     except ValueError as e:  # what the transport cannot do with these options
-        console.print(f"[red]{e}[/red]")
-        return 2
+        return _refuse(e)
     if res.ok and cfg.trace_dir:
         console.print(f"check the order: bus1py check {cfg.trace_dir} --report report.html")
     return 0 if summary["ok"] else 1
@@ -182,10 +199,13 @@ def register(sub):
     add_workload_options(p)
     t = p.add_mutually_exclusive_group()
     t.add_argument("--trace", metavar="DIR", help="write the Parquet trace here (an empty or new directory)")
+    p.add_argument("--force", action="store_true",
+                   help="write the trace into a non-empty directory (its *.parquet files are removed)")
     t.add_argument("--no-trace", action="store_true", help="no trace: measure raw speed")
     p.add_argument("--verify", action="store_true",
                    help="after the run, self-check the trace is well-formed (seq, ids, exactly-once)")
-    p.add_argument("--json", metavar="FILE", help="also write the summary as JSON")
+    p.add_argument("--json", metavar="FILE",
+                   help="also write the summary as JSON ('-': to stdout, the rest to stderr)")
     p.add_argument("--quiet", "-q", action="store_true", help="no live progress")
     p.set_defaults(func=main)
 

@@ -30,12 +30,15 @@ def _mib(n):
 
 
 class LiveMonitor:
-    """Callable monitor for runner.run_stress: refreshes a rich Live view."""
+    """Callable monitor for runner.run_stress: refreshes a rich Live view on a terminal,
+    else (when enabled) writes timestamped progress lines to stderr."""
 
     def __init__(self, console, top: int = 5, enabled: bool = True):
+        from ..term import PhaseLines
         self.console = console
         self.top = top
-        self.enabled = enabled
+        self.enabled = enabled and console.is_terminal
+        self.lines = PhaseLines("bus1py stress") if enabled and not console.is_terminal else None
         self.live = None
         self.last = None  # (time, sent, delivered)
         self.rate = (0.0, 0.0)
@@ -62,7 +65,10 @@ class LiveMonitor:
         elif self.live:
             self.live.update(self.render(run, phase))
         else:
-            self.render(run, phase)  # still track rates and peaks
+            view = self.render(run, phase)  # still track rates and peaks
+            if self.lines:
+                head, line1 = view.renderables[:2]
+                self.lines(phase, f"{head.plain.removeprefix('bus1py stress ')}; {line1.plain}")
 
     def sample_psutil(self, run, now):
         if now - self.last_ps < 0.9:

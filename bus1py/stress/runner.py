@@ -12,7 +12,9 @@ Invariants:
     up, so startup of 256 processes does not eat into the measured duration.
   - The run always ends with no child left and the bus unlinked: on success, on a child
     failure (the rest are told to abort, then killed after a grace period), on the
-    watchdog, and on KeyboardInterrupt.  Before unlinking, once every process is gone and
+    watchdog, and on KeyboardInterrupt.  Children ignore SIGINT (a Ctrl-C reaches the
+    whole process group): the parent alone takes it, and aborts them through the control
+    array, so they leave as on any abort.  Before unlinking, once every process is gone and
     the parent has disconnected the peers it holds, the bus's use is read (`final_use`):
     all zero unless something leaked.
 """
@@ -22,8 +24,10 @@ import json
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -53,6 +57,18 @@ class StressResult:
 
 
 USE_KEYS = ("peers", "nodes", "handles", "entries_in_use", "pool_used")
+
+
+@contextmanager
+def children_ignore_sigint():
+    """Processes forked inside this block never see SIGINT: it is blocked while they are
+    forked, and a child keeps the mask it was forked with. The parent's SIGINT that arrives
+    meanwhile stays pending and is taken when the block ends, never lost."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 class Run:
@@ -166,10 +182,11 @@ class Run:
         target = child_main
         if self.transport is not None:
             from .ipc_worker import child_main as target
-        for spec in self.specs:
-            p = self.ctx.Process(target=target, args=(spec,), name=f"bus1py-stress-{spec.index}")
-            p.start()
-            self.procs.append(p)
+        with children_ignore_sigint():
+            for spec in self.specs:
+                p = self.ctx.Process(target=target, args=(spec,), name=f"bus1py-stress-{spec.index}")
+                p.start()
+                self.procs.append(p)
         keep = {w for _, w in self.pipes} if self.churn else set()  # for mortals to come
         for fd in self.pipe_fds:  # the children hold what they need
             if fd not in keep:
@@ -279,7 +296,8 @@ def run_stress(cfg: StressConfig, monitor=None) -> StressResult:
         else:
             run.release()
             if run.churn:
-                run.churn.start()
+                with children_ignore_sigint():
+                    run.churn.start()
             if cfg.sample_every or (cfg.churn and cfg.trace_dir):
                 from .resources import Sampler
                 run.sampler = Sampler(run, cfg.sample_every or 1.0)
@@ -291,7 +309,8 @@ def run_stress(cfg: StressConfig, monitor=None) -> StressResult:
                 if run.sampler:
                     run.sampler.tick()
                 if run.churn:
-                    run.churn.tick()
+                    with children_ignore_sigint():  # it forks the mortals
+                        run.churn.tick()
                     if run.churn.failures:
                         failures += run.churn.failures
                         run.abort()
