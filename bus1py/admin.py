@@ -14,12 +14,12 @@ Invariants:
 from __future__ import annotations
 
 import errno
+import json
 import re
+import sys
 
 import posix_ipc
 import psutil
-from rich.console import Console
-from rich.table import Table
 
 from .bus import Bus
 
@@ -43,8 +43,39 @@ def _procs(pids) -> str:
     return ", ".join(out) or "-"
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def holders(info: dict, peers: list) -> list:
+    """The live processes that can use a bus: its creator and the holders of its
+    connected peers."""
+    pids = [info["creator_pid"]] if info["creator_alive"] else []
+    pids += [pid for p in peers if p["state"] == "connected" for pid in p["pids"]]
+    return sorted({pid for pid in pids if _alive(pid)})
+
+
+def _read(name):
+    bus = Bus.open(name, mode=ADMIN_MODE)
+    try:
+        return bus.info(), bus.peers()
+    finally:
+        bus.close()
+
+
+def _error(args, message):
+    print(f"bus1py {args.command}: {message}", file=sys.stderr)
+
+
 def cmd_ls(args, console=None) -> int:
-    console = console or Console()
+    if args.json:
+        return _ls_json(args)
+    from .term import console as make_console
+    from rich.table import Table
+    console = console or make_console()
     names = args.names or Bus.list_names()
     if not names:
         console.print("no bus1py buses")
@@ -52,15 +83,11 @@ def cmd_ls(args, console=None) -> int:
     status = 0
     for name in names:
         try:
-            bus = Bus.open(name, mode=ADMIN_MODE)
+            info, peers = _read(name)
         except OSError as e:
-            console.print(f"[red]{name}: {e}[/red]")
+            _error(args, f"{name}: {e}")
             status = 1
             continue
-        try:
-            info, peers = bus.info(), bus.peers()
-        finally:
-            bus.close()
         title = (f"{name}  segment {_fmt_bytes(info['segment_size'])}, pool "
                  f"{_fmt_bytes(info['pool_used'])} / {_fmt_bytes(info['pool_size'])} used, "
                  f"creator {_procs([info['creator_pid']])}")
@@ -80,21 +107,50 @@ def cmd_ls(args, console=None) -> int:
     return status
 
 
+def _ls_json(args) -> int:
+    """`ls --json`: one JSON document on stdout, a list of buses, each with its info and
+    peers, or the error that kept it from being read."""
+    out, status = [], 0
+    for name in args.names or Bus.list_names():
+        try:
+            info, peers = _read(name)
+        except OSError as e:
+            out.append({"name": name, "error": str(e)})
+            status = 1
+            continue
+        if not args.all:
+            peers = [p for p in peers if p["state"] not in ("disconnected", "free")]
+        out.append({"name": name, **info, "peers": peers})
+    json.dump(out, sys.stdout, indent=1, default=str)
+    sys.stdout.write("\n")
+    return status
+
+
 def cmd_rm(args, console=None) -> int:
-    console = console or Console()
+    from .term import console as make_console
+    console = console or make_console()
     status = 0
     ours = set(Bus.list_names())  # bus1py segments of any layout version
     for name in args.names:
         shm_name = "/" + name.lstrip("/")
         if shm_name not in ours:
-            console.print(f"[red]{name}: no bus1py bus of that name[/red]")
+            _error(args, f"{name}: no bus1py bus of that name")
+            status = 1
+            continue
+        try:
+            live = holders(*_read(name))
+        except OSError:
+            live = []  # a layout this version cannot read: nothing to ask it
+        if live and not args.force:
+            _error(args, f"{name}: in use by {_procs(live)}; not removed "
+                         f"(--force removes it all the same)")
             status = 1
             continue
         try:
             posix_ipc.unlink_shared_memory(shm_name)
             console.print(f"removed {shm_name}")
         except posix_ipc.Error as e:
-            console.print(f"[red]{name}: {e}[/red]")
+            _error(args, f"{name}: {e}")
             status = 1
     return status
 
@@ -116,12 +172,7 @@ def collect(name: str) -> dict:
         return {"peers_reaped": 0, "blocks_completed": 0, "blocks_removed": 0, "removed": True}
     try:
         stats = bus.gc()
-        info = bus.info()
-        live = info["creator_alive"] or any(
-            p["state"] == "connected" and any(psutil.pid_exists(pid) and
-                                              psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-                                              for pid in p["pids"])
-            for p in bus.peers())
+        live = bool(holders(bus.info(), bus.peers()))
     finally:
         bus.close()
     if not live:
@@ -130,7 +181,9 @@ def collect(name: str) -> dict:
 
 
 def cmd_gc(args, console=None) -> int:
-    console = console or Console()
+    from .term import console as make_console
+    from rich.table import Table
+    console = console or make_console()
     table = Table(title="bus1py gc")
     for col in ("bus", "peers reaped", "blocks completed", "blocks removed", "bus removed"):
         table.add_column(col)
@@ -139,12 +192,13 @@ def cmd_gc(args, console=None) -> int:
         try:
             s = collect(name)
         except OSError as e:
-            console.print(f"[red]{name}: {e}[/red]")
+            _error(args, f"{name}: {e}")
             status = 1
             continue
         table.add_row(name, str(s["peers_reaped"]), str(s["blocks_completed"]),
                       str(s["blocks_removed"]), "yes" if s["removed"] else "no")
-    console.print(table)
+    if table.row_count:
+        console.print(table)
     return status
 
 
@@ -152,9 +206,12 @@ def register(sub):
     p = sub.add_parser("ls", help="list buses, peers, owning processes, queue depths and quota use")
     p.add_argument("names", nargs="*", help="buses to show (default: every bus in /dev/shm)")
     p.add_argument("--all", action="store_true", help="also show disconnected peers")
+    p.add_argument("--json", action="store_true", help="print the buses as JSON")
     p.set_defaults(func=cmd_ls)
     p = sub.add_parser("rm", help="remove buses by name (processes that mapped them keep them)")
     p.add_argument("names", nargs="+")
+    p.add_argument("--force", action="store_true",
+                   help="remove a bus even while live processes use it")
     p.set_defaults(func=cmd_rm)
     p = sub.add_parser("gc", help="reap peers of dead processes; remove buses nobody can use")
     p.add_argument("names", nargs="*", help="buses to collect (default: every bus)")

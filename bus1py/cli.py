@@ -5,7 +5,8 @@ Each subcommand lives beside the code it drives and registers itself here throug
 
 Invariants:
   - Every failure ends as one line on stderr and an exit code, never a traceback:
-    0 ok, 1 the command found a problem, 2 bad input or a missing extra, 130 Ctrl-C.
+    0 ok, 1 the command found a problem, 2 bad input or a missing extra, 130 Ctrl-C,
+    141 stdout closed by its reader.
   - A subcommand whose module cannot be imported for want of an optional package is
     still listed; running it names the `pip install 'bus1py[EXTRA]'` that provides it.
 """
@@ -126,6 +127,10 @@ def main(argv=None) -> int:
         # the interrupt cut short, such as py4j's) ends the command the same way
         if interrupt.seen:
             return 130
+        if isinstance(e, BrokenPipeError):   # the reader left (`| head`): stop, quietly
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 141
         if isinstance(e, ModuleNotFoundError) and missing_extra(e):
             print(f"bus1py {args.command}: {install_hint(missing_extra(e))} "
                   f"(no module {e.name!r})", file=sys.stderr)

@@ -362,7 +362,12 @@ def test_admin_ls_gc_rm():
         if os.path.exists("/dev/shm" + name):
             os.unlink("/dev/shm" + name)
     with bus1py.Bus.create(persistent=True) as bus:
+        # this process created it and lives: rm refuses, naming it, unless --force
         rm = subprocess.run(BUS1PY + ["rm", bus.name], capture_output=True, text=True, timeout=60)
+        assert rm.returncode == 1 and str(os.getpid()) in rm.stderr
+        assert os.path.exists("/dev/shm" + bus.name)
+        rm = subprocess.run(BUS1PY + ["rm", "--force", bus.name], capture_output=True, text=True,
+                            timeout=60)
         assert rm.returncode == 0 and not os.path.exists("/dev/shm" + bus.name)
     bad = subprocess.run(BUS1PY + ["rm", "no-such-bus"], capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 1 and "no-such-bus" in bad.stdout
+    assert bad.returncode == 1 and "no-such-bus" in bad.stderr

@@ -1,17 +1,45 @@
-# Invariants: `bus1py check` exits 0 when every property holds, 1 when any is violated, 2 when
-# the trace cannot be read or is malformed (or the arguments are wrong); it prints one line
-# per property to stdout and nothing from Spark (log4j is set to ERROR by spark.py). A
+# Invariants: `bus1py check` exits 0 when every judged property holds (--properties, default
+# all), 1 when one is violated, 2 when the trace cannot be read or is malformed, the
+# arguments are wrong, or Spark cannot start; it prints one line per property (to stderr
+# with --json -, so that stdout is the JSON alone) and nothing from Spark (log4j is set to
+# ERROR by spark.py). Every option and output path is checked before any work starts. A
 # trace that fits on the driver (local.fits, local_check.check_local) is checked there and
 # no JVM is started, unless --spark, --master or --shiviz asks for Spark; both engines give
-# the same summary. The progress display (Spark only) is a daemon thread that only *reads*
-# the SparkContext status tracker; it never affects the result and is off when stderr is
-# not a terminal.
+# the same summary. The progress display is a daemon thread that only *reads* the
+# SparkContext status tracker; it never affects the result: a bar on a terminal, else
+# timestamped phase lines (term.PhaseLines).
 from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import sys
 import threading
+import time
+
+from ..cli_checks import at_least, output_file
+from .summary import PROPERTIES
+
+# a JVM heap size: digits and an optional unit, as -Xmx and spark.driver.memory take it
+_MEMORY = re.compile(r"^[1-9][0-9]*[kmgt]?$", re.IGNORECASE)
+
+
+def _memory(text):
+    import argparse
+    if not _MEMORY.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a heap size such as 512m or 4g")
+    return text
+
+
+def _properties(text):
+    import argparse
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in PROPERTIES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown property {', '.join(unknown) or text!r}; "
+                                         f"choose from {','.join(PROPERTIES)}")
+    return tuple(n for n in PROPERTIES if n in names)
 
 
 def register(subparsers):
@@ -34,24 +62,31 @@ def register(subparsers):
                    help="also export the trace as a ShiViz log with vector clocks")
     p.add_argument("--exact", action="store_true",
                    help="skip the stamp witness and always run the exact formulations")
-    p.add_argument("--examples", type=int, default=3,
+    p.add_argument("--properties", type=_properties, default=PROPERTIES, metavar="P,...",
+                   help="the properties the system under test promises: the verdict and exit "
+                        "code judge these, the others are reported as information (default "
+                        f"all: {','.join(PROPERTIES)})")
+    p.add_argument("--examples", type=at_least(0), default=3,
                    help="counterexamples kept per property (default 3)")
-    p.add_argument("--partitions", type=int, default=None,
+    p.add_argument("--partitions", type=at_least(1), default=None,
                    help="spark.sql.shuffle.partitions (default: ~8 MB of Parquet each, "
                         "at least 2 per core)")
-    p.add_argument("--driver-memory", default=None,
+    p.add_argument("--driver-memory", type=_memory, default=None,
                    help="driver heap for local masters (default: a quarter of the machine's memory)")
     p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
-                   help="show Spark stage progress (auto: when stderr is a terminal)")
+                   help="show progress on stderr: a bar on a terminal, else timestamped "
+                        "lines (auto: unless --json -)")
     p.set_defaults(func=run)
 
 
 class StageProgress:
-    """Polls the SparkContext status tracker from a thread and draws a rich progress bar."""
+    """Polls the SparkContext status tracker (when there is a session) from a thread and
+    shows the phase: a rich bar on a terminal, else timestamped lines (`mode` "bar",
+    "lines" or None for nothing)."""
 
-    def __init__(self, spark, enabled):
+    def __init__(self, spark, mode):
         self.spark = spark
-        self.enabled = enabled
+        self.mode = mode
         self.phase = "starting"
         self._stop = threading.Event()
         self._thread = None
@@ -60,7 +95,7 @@ class StageProgress:
         self.phase = name
 
     def __enter__(self):
-        if self.enabled:
+        if self.mode:
             self._thread = threading.Thread(target=self._loop, daemon=True)
             self._thread.start()
         return self
@@ -70,62 +105,110 @@ class StageProgress:
         if self._thread:
             self._thread.join(timeout=2)
 
+    def _tasks(self):
+        """(done, total, stage ids) of the active Spark stages; zeros without a session."""
+        total = done = 0
+        stages = []
+        if self.spark is None:
+            return done, total, stages
+        tracker = self.spark.sparkContext.statusTracker()
+        try:
+            for sid in tracker.getActiveStageIds():
+                info = tracker.getStageInfo(sid)
+                if info is None:
+                    continue
+                total += info.numTasks
+                done += info.numCompletedTasks
+                stages.append(str(sid))
+        except Exception:
+            pass  # the context is shutting down
+        return done, total, stages
+
     def _loop(self):
+        if self.mode == "lines":
+            from ..term import PhaseLines
+            lines, t0 = PhaseLines("bus1py check"), time.monotonic()
+            while True:
+                done, total, stages = self._tasks()
+                tasks = f", stage {','.join(stages)}: {done}/{total} tasks" if stages else ""
+                lines(self.phase, f"{time.monotonic() - t0:.0f} s{tasks}")
+                if self._stop.wait(0.5):
+                    return
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-        tracker = self.spark.sparkContext.statusTracker()
         with Progress(TextColumn("{task.description}"), BarColumn(),
                       TextColumn("{task.completed}/{task.total} tasks"), TimeElapsedColumn(),
                       console=Console(stderr=True), transient=True) as prog:
             task = prog.add_task(self.phase, total=1)
             while not self._stop.wait(0.25):
-                total = done = 0
-                stages = []
-                try:
-                    for sid in tracker.getActiveStageIds():
-                        info = tracker.getStageInfo(sid)
-                        if info is None:
-                            continue
-                        total += info.numTasks
-                        done += info.numCompletedTasks
-                        stages.append(str(sid))
-                except Exception:
-                    continue  # the context is shutting down
+                done, total, stages = self._tasks()
                 desc = self.phase + (f" [stage {','.join(stages)}]" if stages else "")
                 prog.update(task, description=desc, total=max(total, 1),
                             completed=done if total else 0)
 
 
-def _print_summary(summary, out=None):
+def _progress_mode(args):
+    if args.progress == "never" or (args.progress == "auto" and args.json == "-"):
+        return None
+    return "bar" if sys.stderr.isatty() else "lines"
+
+
+def _human_out(args):
+    """Where the verdict goes: stdout, unless stdout carries the JSON."""
+    return sys.stderr if args.json == "-" else sys.stdout
+
+
+def _print_summary(summary, out):
     from .explain import summary_lines
-    print("\n".join(summary_lines(summary)), file=out or sys.stdout)
+    print("\n".join(summary_lines(summary)), file=out)
+
+
+def _refuse(message) -> int:
+    print(f"bus1py check: {message}", file=sys.stderr)
+    return 2
+
+
+def _master_unreachable(master) -> str | None:
+    """Why a spark://HOST:PORT master cannot be reached, in a few seconds, before any JVM
+    starts (the JVM itself retries for a minute); None for a reachable or other master."""
+    m = re.match(r"^spark://([^:/]+):(\d+)$", master or "")
+    if not m:
+        return None
+    try:
+        socket.create_connection((m.group(1), int(m.group(2))), timeout=3).close()
+    except OSError as e:
+        return f"cannot reach the Spark master {master}: {e.strerror or e}"
+    return None
 
 
 def run(args) -> int:
-    import time
     t0 = time.perf_counter()
+    problem = (output_file("--json", args.json) or output_file("--report", args.report)
+               or output_file("--shiviz", args.shiviz) or _master_unreachable(args.master))
+    if problem:
+        return _refuse(problem)
     from .load import TraceError, parquet_files, read_footers
     try:
         parquet_files(args.trace)
     except TraceError as e:
-        print(f"bus1py check: error: {e}", file=sys.stderr)
-        return 2
+        return _refuse(f"error: {e}")
     try:
         trace = read_footers(args.trace)   # footers only: before deciding on a JVM
     except TraceError as e:
-        print(f"bus1py check: malformed trace: {e}", file=sys.stderr)
-        return 2
+        return _refuse(f"malformed trace: {e}")
+    mode = _progress_mode(args)
     if not (args.spark or args.master or args.shiviz) and _fits_on_driver(trace, args.exact):
         from .local_check import check_local
         try:
-            done = check_local(trace, exact=args.exact, max_examples=args.examples,
-                               overview=bool(args.report))
+            with StageProgress(None, mode) as prog:
+                prog.set_phase(f"checking {trace.rows:,} rows on the driver")
+                done = check_local(trace, exact=args.exact, max_examples=args.examples,
+                                   overview=bool(args.report))
         except TraceError as e:
-            print(f"bus1py check: malformed trace: {e}", file=sys.stderr)
-            return 2
+            return _refuse(f"malformed trace: {e}")
         if done is not None:       # else too many processes, or a causality cycle
             return _finish(args, done[0])
-    return _with_spark(args, trace, t0)
+    return _with_spark(args, trace, t0, mode)
 
 
 def _fits_on_driver(trace, exact) -> bool:
@@ -133,41 +216,48 @@ def _fits_on_driver(trace, exact) -> bool:
     return local.fits(trace, exact)
 
 
-def _with_spark(args, trace, t0) -> int:
-    import time
-    from .load import TraceError
-    from .spark import QUICK_START_BYTES, EarlySession, plan_for_trace
-    # The JVM boots in a thread while this one imports the checker.
+def _start_spark(args, trace):
+    """The session, or the one line saying why Spark did not start."""
+    from .spark import QUICK_START_BYTES, EarlySession, jvm_log_path
     quick = sum(os.path.getsize(f) for f in trace.files) < QUICK_START_BYTES
     early = EarlySession(args.master, driver_memory=args.driver_memory, quick_start=quick)
+    try:
+        return early.result(), None
+    except ModuleNotFoundError:
+        raise                      # a missing extra: the command line names it
+    except Exception as e:
+        # the JVM's own words went to its log, not to this terminal: say where they are
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        return None, (f"Spark did not start ({first}); the JVM's output is in "
+                      f"{jvm_log_path()}")
+
+
+def _with_spark(args, trace, t0, mode) -> int:
+    from .load import TraceError
+    from .spark import plan_for_trace
+    if mode:
+        print(f"bus1py check: {trace.rows:,} rows in {len(trace.files)} files; with Spark "
+              f"({args.master or 'local'})", file=sys.stderr)
+    spark, problem = _start_spark(args, trace)
+    if problem:
+        return _refuse(problem)
     from .checker import check_trace
     from .load import open_rows
     from .report import write_shiviz
-    try:
-        spark = early.result()
-    except Exception:
-        # the JVM's own words went to its log, not to this terminal: say where they are
-        from .spark import jvm_log_path
-        print(f"bus1py check: Spark did not start; the JVM's output is in {jvm_log_path()}",
-              file=sys.stderr)
-        raise
     session_ready = time.perf_counter() - t0
     plan_for_trace(spark, trace, args.partitions)
-    enabled = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
-    with StageProgress(spark, enabled) as prog:
+    with StageProgress(spark, mode) as prog:
         prog.set_phase("reading and validating the trace")
         try:
             trace = open_rows(spark, trace)
         except TraceError as e:
-            print(f"bus1py check: malformed trace: {e}", file=sys.stderr)
-            return 2
+            return _refuse(f"malformed trace: {e}")
         try:
             summary, checker = check_trace(spark, trace, exact=args.exact,
                                            max_examples=args.examples,
                                            on_phase=prog.set_phase)
         except TraceError as e:   # the seq and id rules are checked in the main pass
-            print(f"bus1py check: malformed trace: {e}", file=sys.stderr)
-            return 2
+            return _refuse(f"malformed trace: {e}")
         if args.report:
             prog.set_phase("summarising the run for the report")
             from .overview import overview
@@ -184,8 +274,11 @@ def _with_spark(args, trace, t0) -> int:
 
 
 def _finish(args, summary) -> int:
-    """Print the verdict, write the JSON and the report; the exit code."""
-    _print_summary(summary)
+    """Judge the promised properties, print the verdict, write the JSON and the report;
+    the exit code."""
+    from .summary import judge
+    judge(summary, args.properties)
+    _print_summary(summary, _human_out(args))
     if args.json:
         text = json.dumps(summary, indent=2)
         if args.json == "-":

@@ -96,7 +96,7 @@ def summary_lines(summary, examples=1) -> list[str]:
     """What the CLI prints: one line per property, its first examples in words, a verdict."""
     out = []
     for prop, p in summary["properties"].items():
-        mark = "ok  " if p["ok"] else "FAIL"
+        mark = "ok  " if p["ok"] else "FAIL" if p.get("judged", True) else "info"
         method = f" ({p['method']})" if p.get("method") else ""
         out.append(f"{mark} {prop:<13} {p['violations']:>8} violation(s){method}")
         for ex in p["examples"][:examples]:
@@ -108,6 +108,8 @@ def summary_lines(summary, examples=1) -> list[str]:
                     out.append(f"          {name(s['before'])} before {name(s['after'])} "
                                f"at p{s['process']} because:")
                     out += [f"            {line}" for line in s["steps"]]
+    unjudged = [n for n, p in summary["properties"].items() if not p.get("judged", True)]
     out.append(f"{'OK' if summary['ok'] else 'VIOLATED'}: {summary['events']} events, "
-               f"{summary['processes']} processes, {summary['seconds']} s")
+               f"{summary['processes']} processes, {summary['seconds']} s"
+               + (f" (not promised, not judged: {', '.join(unjudged)})" if unjudged else ""))
     return out

@@ -238,9 +238,10 @@ def render_html(summary) -> str:
     props = summary.get("properties", {})
     for name in PROPERTIES:
         p = props.get(name, {})
-        good = p.get("ok")
+        good, judged = p.get("ok"), p.get("judged", True)
+        verdict = "holds" if good else "VIOLATED" if judged else "violated (not promised)"
         parts.append(f"<tr><td><a href='#{name}'>{name}</a></td>"
-                     f"<td class='{'ok' if good else 'bad'}'>{'holds' if good else 'VIOLATED'}"
+                     f"<td class='{'ok' if good or not judged else 'bad'}'>{verdict}"
                      f"</td><td>{_esc(p.get('violations'))}</td>"
                      f"<td>{_esc(p.get('method', 'direct'))}</td></tr>")
     parts.append("</table>")

@@ -26,3 +26,14 @@ def build(path, events, processes, screen, witness, props, rounds, seconds, timi
                             "properties": ordered, "rounds": rounds,
                             "seconds": round(seconds, 3),
                             "timings": {k: round(v, 3) for k, v in timings.items()}})
+
+
+def judge(summary, promised=PROPERTIES):
+    """Judge only the properties the system under test promises: each property gets
+    `judged`, and the verdict `ok` is whether every judged one holds; the others stay
+    in the summary as information. Changes `summary` in place."""
+    for name, p in summary["properties"].items():
+        p["judged"] = name in promised
+    summary["judged"] = [n for n in PROPERTIES if n in promised]
+    summary["ok"] = all(p["ok"] for p in summary["properties"].values() if p["judged"])
+    return summary
