@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import signal
 import sys
@@ -27,7 +28,16 @@ SUBCOMMAND_MODULES = {
     "bus1py.admin": ("ls", "rm", "gc"),
     "bus1py.fsck": ("fsck",),
     "bus1py.check.cli": ("check",),
-    "bus1py.sim.cli": ("sim",),
+    "bus1py.sim.cli": ("simulate",),
+}
+
+# what each command imports whatever its options: probed before it runs, so that a missing
+# extra is named before any work starts (an option's own needs, such as stress --trace's
+# pyarrow, are checked by the command)
+NEEDS = {
+    "demo": ("rich", "numpy", "pyarrow", "pandas"), "stress": ("rich", "numpy"),
+    "ls": ("rich",), "rm": ("rich",), "gc": ("rich",),
+    "check": ("numpy", "pyarrow", "pandas"), "simulate": ("rich", "numpy"),
 }
 
 # top-level package -> the extra of pyproject.toml that installs it
@@ -42,6 +52,17 @@ EXTRA_OF = {
 def missing_extra(e: ModuleNotFoundError) -> str | None:
     """The extra that installs the module `e` names, or None if it is not an optional one."""
     return EXTRA_OF.get((e.name or "").split(".")[0])
+
+
+def _missing_need(command) -> str | None:
+    """The first package `command` needs that cannot be imported."""
+    for name in NEEDS.get(command, ()):
+        try:
+            if importlib.util.find_spec(name) is None:
+                return name
+        except (ImportError, ValueError):
+            return name
+    return None
 
 
 def install_hint(extra: str) -> str:
@@ -117,6 +138,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
+        return 2
+    missing = _missing_need(args.command)
+    if missing:
+        print(f"bus1py {args.command}: {install_hint(EXTRA_OF[missing])} "
+              f"(no module {missing!r})", file=sys.stderr)
         return 2
     interrupt = _Interrupt(args.command)
     previous = signal.signal(signal.SIGINT, interrupt)
