@@ -287,6 +287,7 @@ def run_stress(cfg: StressConfig, monitor=None) -> StressResult:
     timeout = cfg.timeout or default_timeout(cfg)
     t0 = time.monotonic()
     wall = 0.0
+    interrupted = False
     try:
         run.setup()
         run.start()
@@ -344,11 +345,13 @@ def run_stress(cfg: StressConfig, monitor=None) -> StressResult:
                 monitor(run, "done")
     except BaseException:
         run.abort()
-        shutil.rmtree(run.result_dir, ignore_errors=True)
+        interrupted = True
         raise
     finally:
         run.reap(grace=5.0 if not failures else 3.0)
         run.close()
+        if interrupted:   # only now: aborted children still write their results there
+            shutil.rmtree(run.result_dir, ignore_errors=True)
     resources = run.sampler.finish(run.final_use) if run.sampler else {}
     results = run.results()
     for r in results:

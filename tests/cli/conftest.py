@@ -28,7 +28,7 @@ def one_line_error(cp, code=2, *words):
     return lines[0]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def small_trace(tmp_path_factory):
     """A small correct trace (a 3-process stress run), written once per test module."""
     path = str(tmp_path_factory.mktemp("trace") / "t")

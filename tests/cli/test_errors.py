@@ -1,0 +1,91 @@
+"""Bad input, as a user gives it: one line on stderr naming what was wrong, exit 2, nothing
+done (no trace written, no report half made, no JVM started)."""
+import os
+import socket
+import time
+
+import pytest
+
+from tests.cli.conftest import bus1py, one_line_error
+
+pytestmark = pytest.mark.timeout(120)
+
+STRESS = ("stress", "-n", "2", "--messages", "20", "-q")
+
+
+def test_stress_trace_in_unwritable_place():
+    one_line_error(bus1py(*STRESS, "--trace", "/proc/nope"), 2, "--trace /proc/nope")
+
+
+def test_stress_trace_naming_a_file(tmp_path):
+    f = tmp_path / "f"
+    f.write_text("x")
+    one_line_error(bus1py(*STRESS, "--trace", str(f)), 2, "not a directory")
+    assert f.read_text() == "x"
+
+
+def test_stress_trace_non_empty_dir_needs_force(tmp_path):
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "notes.txt").write_text("mine")
+    (d / "old.parquet").write_bytes(b"PAR1")
+    one_line_error(bus1py(*STRESS, "--trace", str(d)), 2, "not empty", "--force")
+    assert sorted(os.listdir(d)) == ["notes.txt", "old.parquet"]
+    cp = bus1py(*STRESS, "--trace", str(d), "--force")
+    assert cp.returncode == 0, cp.stderr
+    files = os.listdir(d)
+    assert "notes.txt" in files and "old.parquet" not in files
+    assert any(f.endswith(".parquet") for f in files)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--payload", "fixed:-5"], "--payload fixed:-5"),
+    (["--fanout", "0"], "--fanout"),
+    (["--processes", "0"], "--processes"),
+    (["--rate", "-1"], "--rate"),
+    (["--duration", "0"], "--duration"),
+])
+def test_stress_numbers_bounded(tmp_path, args, words):
+    cp = bus1py(*STRESS[:1], *args, "--trace", str(tmp_path / "t"))
+    one_line_error(cp, 2, words)
+    assert not (tmp_path / "t").exists()
+
+
+def test_stress_json_to_missing_dir_refused_before_the_run(tmp_path):
+    cp = bus1py(*STRESS, "--trace", str(tmp_path / "t"), "--json", "/nonexistent/dir/s.json")
+    one_line_error(cp, 2, "--json", "/nonexistent/dir")
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize("option", ["--report", "--json", "--shiviz"])
+def test_check_output_paths_checked_first(small_trace, option):
+    t = time.monotonic()
+    cp = bus1py("check", small_trace, option, "/nonexistent/dir/out")
+    one_line_error(cp, 2, option, "/nonexistent/dir")
+    assert time.monotonic() - t < 20
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--examples", "-3"], "--examples"),
+    (["--partitions", "-1"], "--partitions"),
+    (["--driver-memory", "lots"], "--driver-memory"),
+    (["--properties", "fifo,bogus"], "bogus"),
+])
+def test_check_options_bounded(small_trace, args, words):
+    one_line_error(bus1py("check", small_trace, *args), 2, words)
+
+
+def test_check_unreachable_master_says_so_at_once(small_trace):
+    with socket.socket() as s:   # a port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t = time.monotonic()
+    cp = bus1py("check", small_trace, "--master", f"spark://127.0.0.1:{port}")
+    one_line_error(cp, 2, f"spark://127.0.0.1:{port}")
+    assert time.monotonic() - t < 15
+
+
+def test_gc_of_no_such_bus_prints_only_the_error():
+    cp = bus1py("gc", "nosuchbus-cli-test")
+    one_line_error(cp, 1, "nosuchbus-cli-test")
+    assert cp.stdout == ""

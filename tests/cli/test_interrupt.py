@@ -1,0 +1,71 @@
+"""Ctrl-C, as a terminal sends it (SIGINT to the whole process group): every command stops
+with exit 130, one line, no traceback from it or its workers, nothing left running or in
+/dev/shm."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from tests.cli.conftest import RUN
+
+
+def interrupt_after(args, seconds, until=None):
+    """Start `bus1py ARGS` in a process group of its own, send the group SIGINT after
+    `seconds` (or once a line containing `until` is on stderr), return (rc, stderr, pid)."""
+    p = subprocess.Popen([sys.executable, RUN, "--", *args], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    seen = []
+    if until:
+        for line in p.stderr:
+            seen.append(line)
+            if until in line:
+                break
+    time.sleep(seconds)
+    assert p.poll() is None, "the command ended before the interrupt"
+    os.killpg(p.pid, signal.SIGINT)
+    rest = p.communicate(timeout=120)[1]
+    return p.returncode, "".join(seen) + rest, p.pid
+
+
+def assert_quiet_and_clean(rc, err, pid):
+    assert rc == 130, err
+    assert "Traceback" not in err and "ERROR" not in err, err
+    assert err.strip().splitlines()[-1].endswith("interrupted"), err
+    deadline = time.monotonic() + 30       # a JVM takes a moment to leave
+    while time.monotonic() < deadline:
+        left = [q for q in psutil.process_iter(["pid"]) if _group(q) == pid]
+        if not left:
+            break
+        time.sleep(0.5)
+    assert not left, [q.cmdline() for q in left]
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"bus1py-{pid}-")]
+
+
+def _group(q):
+    try:
+        return os.getpgid(q.pid)
+    except OSError:
+        return None
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_during_stress(tmp_path):
+    assert_quiet_and_clean(*interrupt_after(
+        ["stress", "-n", "4", "--duration", "60", "--trace", str(tmp_path / "t")],
+        2, until="run:"))
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_during_demo(tmp_path):
+    assert_quiet_and_clean(*interrupt_after(
+        ["demo", "-n", "4", "--duration", "60", "--out", str(tmp_path / "d")], 2, until="run:"))
+
+
+@pytest.mark.timeout(240)
+def test_ctrl_c_during_a_spark_check(small_trace):
+    assert_quiet_and_clean(*interrupt_after(["check", "--spark", small_trace], 1,
+                                            until="reading and validating"))
