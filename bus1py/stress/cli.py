@@ -187,8 +187,26 @@ def main(a) -> int:
     except ValueError as e:  # what the transport cannot do with these options
         return _refuse(e)
     if res.ok and cfg.trace_dir:
-        console.print(f"check the order: bus1py check {cfg.trace_dir} --report report.html")
+        judge = promised(cfg)
+        props = "" if judge is None else f" --properties {','.join(judge)}"
+        console.print(f"check what this run promises: bus1py check {cfg.trace_dir}{props} "
+                      f"--report report.html")
     return 0 if summary["ok"] else 1
+
+
+def promised(cfg: StressConfig):
+    """The properties (bus1py check --properties) a run's transport and protocol promise;
+    None for all of them (the bus)."""
+    if cfg.transport == "bus" and not cfg.protocol:
+        return None
+    if cfg.protocol is None:   # a channel per pair: FIFO, unless delayed at random
+        return ("exactly_once",) if cfg.chaos_delay else ("exactly_once", "fifo")
+    from ..causal import protocol_class
+    if cfg.protocol == "bus1":      # one order of every multicast at every receiver
+        return ("exactly_once", "fifo", "causal", "consistent")
+    if protocol_class(cfg.protocol).causal:
+        return ("exactly_once", "fifo", "causal")
+    return ("exactly_once", "fifo")
 
 
 def register(sub):

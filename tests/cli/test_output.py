@@ -60,6 +60,9 @@ def test_properties_judge_only_what_is_promised(tmp_path):
     cp = run_cli("stress", "-n", "8", "--messages", "300", "--seed", "2", "-q", "--trace",
                  trace, "--transport", "pipe")
     assert cp.returncode == 0, cp.stderr
+    # the run says which properties its transport promises
+    (line,) = [x for x in cp.stdout.splitlines() if x.startswith("check what this run promises")]
+    assert "--properties exactly_once,fifo " in line, line
     full = run_cli("check", trace, "--json", "-")
     assert full.returncode == 1, full.stderr
     assert not json.loads(full.stdout)["properties"]["causal"]["ok"]
