@@ -16,7 +16,20 @@ table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:
 th{background:#f4f4f4}.ok{color:#17692b;font-weight:bold}.bad{color:#b00020;font-weight:bold}
 .ex{border:1px solid #ddd;border-radius:6px;padding:.6em 1em;margin:1em 0}
 code{background:#f6f6f6;padding:1px 3px}svg{background:#fcfcfc;border:1px solid #eee}
+.fig{max-width:100%;overflow-x:auto}.legend span{margin-right:1.5em}
+.legend i{display:inline-block;width:2em;height:3px;vertical-align:middle;margin-right:.4em}
 """
+
+# what the colours of the space-time diagrams mean
+_LEGEND = ("<p class='legend'><span><i style='background:#555'></i>a message or signal, "
+           "from its send to its delivery</span><span><i style='background:#c00'></i>"
+           "a delivery of the counterexample's messages</span><span><i "
+           "style='background:#1565c0;height:5px'></i>the happened-before chain</span></p>")
+
+
+def _figure(svg: str) -> str:
+    """A diagram that scrolls inside its own box, never the page."""
+    return f"<div class='fig'>{svg}</div>" if svg else ""
 
 
 def _esc(x) -> str:
@@ -163,23 +176,36 @@ def _steps_html(ex):
             + "".join(f"<li>{_esc(line)}</li>" for line in lines) + "</ol>")
 
 
+CHAR_PX = 7   # the most an 11px system-ui character takes: margins sized by it never clip
+
+
 def _bars_svg(items, unit):
-    """A horizontal bar chart of (label, count) pairs."""
+    """A horizontal bar chart of (label, count) pairs, its margins as wide as its longest
+    label and value."""
     if not items:
         return ""
     top = max(n for _, n in items) or 1
     w, h = 420, 18
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{150 + w + 80}" '
+    left = CHAR_PX * max(len(label) for label, _ in items) + 10
+    right = CHAR_PX * max(len(f"{n:,} {unit}") for _, n in items) + 10
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + w + right}" '
            f'height="{len(items) * h + 10}" font-size="11">']
     for i, (label, n) in enumerate(items):
-        y = 5 + i * h
-        out.append(f'<text x="145" y="{y + 12}" text-anchor="end">{_esc(label)}</text>'
-                   f'<rect x="150" y="{y + 2}" width="{max(1, round(w * n / top))}" '
-                   f'height="{h - 5}" fill="#5c85c4"/>'
-                   f'<text x="{155 + round(w * n / top)}" y="{y + 12}">{_esc(n)} {unit}'
-                   f'</text>')
+        y, bar = 5 + i * h, max(1, round(w * n / top))
+        out.append(f'<text x="{left - 5}" y="{y + 12}" text-anchor="end">{_esc(label)}</text>'
+                   f'<rect x="{left}" y="{y + 2}" width="{bar}" height="{h - 5}" '
+                   f'fill="#5c85c4"/><text x="{left + bar + 5}" y="{y + 12}">{n:,} '
+                   f'{_esc(unit)}</text>')
     out.append("</svg>")
-    return "".join(out)
+    return _figure("".join(out))
+
+
+def _duration(us: float) -> str:
+    """Microseconds in the unit that reads best, three significant digits."""
+    for scale, unit in ((1e6, "s"), (1e3, "ms")):
+        if us >= scale:
+            return f"{us / scale:.3g} {unit}"
+    return f"{us:.3g} µs"
 
 
 def _latency_label(b):
@@ -187,26 +213,48 @@ def _latency_label(b):
     if b < 0:
         return "negative"
     if b == 0:
-        return "< 1 us"
-    lo, hi = 1 << (b - 1), 1 << b
-    fmt = (lambda v: f"{v} us" if v < 1000 else f"{v / 1000:g} ms")  # noqa: E731
-    return f"{fmt(lo)} - {fmt(hi)}"
+        return "< 1 µs"
+    return f"{_duration(1 << (b - 1))} – {_duration(1 << b)}"
+
+
+def _stress_rows(st):
+    """The stress tool's summary as (what, value) rows in units a reader takes in."""
+    mib = lambda n: f"{n / 2**20:,.1f} MiB"  # noqa: E731
+    fmt = {"ok": lambda v: "yes" if v else "no", "wall": lambda v: f"{v:,.2f} s",
+           "chaos_delay": lambda v: f"{v * 1e3:g} ms",
+           "peaks.rss_total": mib, "peaks.rss_max": mib,
+           "peaks.cpu_total_pct": lambda v: f"{v:,.0f} %",
+           "peaks.send_rate": lambda v: f"{v:,.0f} /s",
+           "peaks.deliver_rate": lambda v: f"{v:,.0f} /s"}
+    rows = [(k, v) for k, v in st.items() if not isinstance(v, dict) and v is not None]
+    for group in ("latency_us", "peaks", "errors"):
+        rows += [(f"{group}.{k}", v) for k, v in (st.get(group) or {}).items()]
+    if "errors" in st and not st["errors"]:
+        rows.append(("errors", "none"))
+    out = []
+    for k, v in rows:
+        if k in fmt:
+            v = fmt[k](v)
+        elif k.startswith("latency_us.") and isinstance(v, (int, float)):
+            k, v = "latency " + k.split(".", 1)[1], _duration(v)
+        elif isinstance(v, bool):
+            v = "yes" if v else "no"
+        elif isinstance(v, int):
+            v = f"{v:,}"
+        elif isinstance(v, float):
+            v = f"{v:,.3g}"
+        out.append((k.replace("_", " ").replace(".", ": "), v))
+    return out
 
 
 def _overview_html(ov):
     parts = ["<h2 id='run'>the run</h2>"]
     st = ov.get("stress")
     if st:
-        rows = [(k, v) for k, v in st.items() if not isinstance(v, dict)]
-        for group in ("latency_us", "peaks", "errors"):
-            rows += [(f"{group}.{k}", v) for k, v in (st.get(group) or {}).items()]
-        if "errors" in st and not st["errors"]:
-            rows.append(("errors", "none"))
-        parts.append("<p>the stress tool's summary:</p><table><tr><th>field</th>"
+        parts.append("<p>the stress tool's summary:</p><table><tr><th>what</th>"
                      "<th>value</th></tr>" + "".join(
-                         f"<tr><td>{_esc(k)}</td><td>"
-                         f"{_esc(round(v, 3) if isinstance(v, float) else v)}</td></tr>"
-                         for k, v in rows) + "</table>")
+                         f"<tr><td>{_esc(k)}</td><td style='text-align:right'>{_esc(v)}"
+                         f"</td></tr>" for k, v in _stress_rows(st)) + "</table>")
     counts = ov.get("events_per_process", {})
     parts.append("<p>events per process:</p>"
                  + _bars_svg([(f"process {p}", n) for p, n in counts.items()], "events"))
@@ -218,7 +266,8 @@ def _overview_html(ov):
                                  "deliveries"))
     if ov.get("window"):
         parts.append("<p>the first events of a few processes (messages whose other end is "
-                     "outside this window have no arrow):</p>" + spacetime_svg(ov["window"]))
+                     "outside this window have no arrow):</p>"
+                     + _figure(spacetime_svg(ov["window"])))
     return "\n".join(parts)
 
 
@@ -259,11 +308,12 @@ def render_html(summary) -> str:
                              + " → ".join(_esc(m) for m in names + names[:1])
                              + "</code></p>")
             parts.append(_steps_html(ex))
-            parts.append(spacetime_svg(ex.get("events", []), ex.get("highlight"),
-                                       _example_paths(ex)))
+            parts.append(_LEGEND + _figure(spacetime_svg(
+                ex.get("events", []), ex.get("highlight"), _example_paths(ex))))
             parts.append("<table><tr><th>process</th><th>seq</th><th>kind</th>"
                          "<th>message</th><th>msg id</th></tr>")
-            for e in ex.get("events", []):
+            # one row per event, however often the example names it
+            for e in {(e["process"], e["seq"]): e for e in ex.get("events", [])}.values():
                 parts.append(f"<tr><td>{_esc(e['process'])}</td><td>{_esc(e['seq'])}</td>"
                              f"<td>{_esc(e['kind'])}</td><td>{_esc(e.get('message', ''))}</td>"
                              f"<td>{_esc(e['msg'])}</td></tr>")

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from rich.console import Console
+from ..term import console as make_console
 from rich.table import Table
 
 from .runner import StressConfig, run_stress
@@ -45,7 +45,7 @@ def run_compare(processes=16, messages=300, seed=1, out=None, console=None,
                 transports=COMPARE_TRANSPORTS, timeout=900, in_process=False) -> tuple[int, list]:
     """Run, check, print the table; returns (exit status, rows).  in_process: check in
     this process (the tests, which already have a Spark session) instead of a child."""
-    console = console or Console()
+    console = console or make_console()
     out = out or tempfile.mkdtemp(prefix="bus1py-compare-")
     os.makedirs(out, exist_ok=True)
     console.rule(f"bus1py demo --compare: {processes} processes x {messages} messages, seed {seed}, "

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from rich.console import Console
+from ..term import console as make_console
 
 from .runner import StressConfig
 from .workload import DEFAULT_MIX, PayloadSizes
@@ -52,7 +52,7 @@ DEMO_RATE = 150.0
 def run_demo(processes=16, duration=20.0, seed=None, out=None, console=None, rate=DEMO_RATE) -> int:
     from .cli import run_and_report
 
-    console = console or Console()
+    console = console or make_console()
     seed = int(time.time()) % 100_000 if seed is None else seed
     out = out or tempfile.mkdtemp(prefix="bus1py-demo-")
     os.makedirs(out, exist_ok=True)

@@ -1,0 +1,77 @@
+"""The HTML report as a person sees it: rendered by headless Chromium (Debian's `chromium`),
+measured from the DOM. The page never scrolls sideways (a wide diagram scrolls inside its
+own box), no text box of a diagram overlaps another or sticks out of its diagram."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from tests.cli.conftest import bus1py
+
+MEASURE = """<script>
+const out = {page_overflow: document.documentElement.scrollWidth
+                            - document.documentElement.clientWidth,
+             clipped: [], overlaps: [], figures: document.querySelectorAll('svg').length};
+for (const svg of document.querySelectorAll('svg')) {
+  const s = svg.getBoundingClientRect();
+  const boxes = [...svg.querySelectorAll('text')]
+    .map(t => [t.textContent, t.getBoundingClientRect()]).filter(([, b]) => b.width > 0);
+  for (const [text, b] of boxes)
+    if (b.left < s.left - 0.5 || b.right > s.right + 0.5 || b.top < s.top - 0.5
+        || b.bottom > s.bottom + 0.5) out.clipped.push(text);
+  for (let i = 0; i < boxes.length; i++)
+    for (let j = i + 1; j < boxes.length; j++) {
+      const [ta, a] = boxes[i], [tb, b] = boxes[j];
+      const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+      const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+      if (w > 1 && h > 1) out.overlaps.push([ta, tb]);
+    }
+}
+const pre = document.createElement('pre');
+pre.id = 'measured';
+pre.textContent = JSON.stringify(out);
+document.body.appendChild(pre);
+</script>"""
+
+
+def chromium():
+    exe = shutil.which("chromium")
+    if exe is None and not os.environ.get("CI"):
+        pytest.skip("no chromium (.ci/run installs Debian's)")
+    assert exe, "chromium is not installed"
+    return exe
+
+
+def measure(html_path, tmp_path, width=1280):
+    page = tmp_path / "measured.html"
+    page.write_text(open(html_path).read().replace("</body>", MEASURE + "</body>"))
+    cp = subprocess.run(
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+         f"--window-size={width},900", "--virtual-time-budget=3000", "--dump-dom",
+         page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    start = cp.stdout.index('<pre id="measured">') + len('<pre id="measured">')
+    return json.loads(cp.stdout[start:cp.stdout.index("</pre>", start)]
+                      .replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
+
+
+@pytest.mark.timeout(300)
+def test_report_of_a_run_with_violations_reads_cleanly(tmp_path):
+    # pipes: causal and consistent violations, so every kind of diagram is drawn; the stress
+    # summary beside the trace puts the run's table in the report
+    trace = str(tmp_path / "t")
+    cp = bus1py("stress", "-n", "8", "--messages", "300", "--seed", "2", "-q", "--trace", trace,
+                "--transport", "pipe", "--json", str(tmp_path / "stress.json"))
+    assert cp.returncode == 0, cp.stderr
+    report = str(tmp_path / "r.html")
+    cp = bus1py("check", trace, "--report", report, "--progress", "never")
+    assert cp.returncode == 1, cp.stderr
+    m = measure(report, tmp_path)
+    assert m["figures"] >= 3, m
+    assert m["page_overflow"] <= 0, m
+    assert m["clipped"] == [], m["clipped"]
+    assert m["overlaps"] == [], m["overlaps"][:20]
