@@ -24,9 +24,10 @@ import sys
 import tempfile
 import time
 
-from ..term import console as make_console
 from rich.table import Table
 
+from ..term import console as make_console
+from .cli import promised
 from .runner import StressConfig, run_stress
 
 COMPARE_TRANSPORTS = ("bus", "pipe", "mp-queue")
@@ -63,7 +64,8 @@ def run_compare(processes=16, messages=300, seed=1, out=None, console=None,
         rate = messages_per_s(res.results)
         console.print(f"{t}: {sum(r['sent'] for r in res.results):,} messages, {rate:,.0f} messages/s")
         rows.append({"transport": t, "messages_per_s": rate, "trace": cfg.trace_dir,
-                     "report": os.path.join(d, "report.html"), "json": os.path.join(d, "check.json")})
+                     "report": os.path.join(d, "report.html"), "json": os.path.join(d, "check.json"),
+                     "promised": promised(cfg)})
     t0 = time.monotonic()
     if in_process:
         codes = [check_one(r["trace"], r["report"], r["json"]) for r in rows]
@@ -88,6 +90,10 @@ def run_compare(processes=16, messages=300, seed=1, out=None, console=None,
     console.print(compare_table(rows))
     for r in rows:
         console.print(f"HTML report ({r['transport']}): {r['report']}")
+    console.print("each judged on what it promises:")
+    for r in rows:
+        props = f" --properties {','.join(r['promised'])}" if r["promised"] else ""
+        console.print(f"  bus1py check {r['trace']}{props}")
     with open(os.path.join(out, "compare.json"), "w") as f:
         json.dump(rows, f, indent=1)
     # the demo worked if everything ran and was judged; the bus must pass, the others may not
