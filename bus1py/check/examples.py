@@ -101,7 +101,10 @@ def cycle_example(edges, size, origin):
         db = event(p, d2, "deliver", b, origin=origin.get(b))
         steps.append({"process": int(p), "before": da, "after": db})
         evs += [da, db]
-    return {"cycle": cyc, "size": int(size), "edges": steps, "events": evs, "highlight": cyc}
+    # the senders too, so that a diagram shows where each message of the cycle came from
+    sends = [event(*origin[m], "send", m) for m in cyc if m in origin]
+    return {"cycle": cyc, "size": int(size), "edges": steps, "events": sends + evs,
+            "highlight": cyc}
 
 
 def unwind_path(parent, end, goal):
