@@ -199,6 +199,8 @@ def run(args) -> int:
     mode = _progress_mode(args)
     if not (args.spark or args.master or args.shiviz) and _fits_on_driver(trace, args.exact):
         from .local_check import check_local
+        if mode and trace.rows >= LONG_ROWS:
+            _announce(trace, "on the driver", jvm=False)
         try:
             with StageProgress(None, mode) as prog:
                 prog.set_phase(f"checking {trace.rows:,} rows on the driver")
@@ -209,6 +211,22 @@ def run(args) -> int:
         if done is not None:       # else too many processes, or a causality cycle
             return _finish(args, done[0])
     return _with_spark(args, trace, t0, mode)
+
+
+# A check's speed, measured from a loaded 2-core machine to a quiet cluster (rows/s), and
+# the start of a JVM: the range an announcement gives before a long check.
+ROWS_PER_S = (20_000, 300_000)
+JVM_START_S = 10
+LONG_ROWS = 1_000_000
+
+
+def _announce(trace, engine, jvm):
+    """Before the work: its size, the engine and, for a long check, how long it may take
+    (a short one is all fixed costs, which the machine's load decides)."""
+    slow, fast = (trace.rows / r + (JVM_START_S if jvm else 0) for r in ROWS_PER_S)
+    expect = f"; expect {fast:,.0f}-{slow:,.0f} s" if trace.rows >= LONG_ROWS else ""
+    print(f"bus1py check: {trace.rows:,} rows in {len(trace.files)} files, {engine}{expect}",
+          file=sys.stderr)
 
 
 def _fits_on_driver(trace, exact) -> bool:
@@ -236,8 +254,7 @@ def _with_spark(args, trace, t0, mode) -> int:
     from .load import TraceError
     from .spark import plan_for_trace
     if mode:
-        print(f"bus1py check: {trace.rows:,} rows in {len(trace.files)} files; with Spark "
-              f"({args.master or 'local'})", file=sys.stderr)
+        _announce(trace, f"with Spark ({args.master or 'local[*]'})", jvm=True)
     spark, problem = _start_spark(args, trace)
     if problem:
         return _refuse(problem)
