@@ -221,6 +221,6 @@ def test_clean_run_report_shows_the_run(spark, tmp_path):
     assert "per_process" not in ov["stress"]
     assert ov["window"] and all(e["seq"] < 8 for e in ov["window"])
     html = (tmp_path / "r.html").read_text()
-    assert "the stress tool" in html and "latency_us.p99" in html
+    assert "the stress tool" in html and "<td>latency p99</td><td style='text-align:right'>80 µs" in html
     assert "events per process" in html and "delivery latency" in html
     assert html.count("<svg") >= 3 and "<script" not in html
