@@ -13,29 +13,27 @@ import glob
 import os
 
 
-def at_least(lo, kind=int):
-    """An argparse type: a `kind` number >= lo."""
+def _bounded(kind, ok, bound):
     def parse(text):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if value < lo:
-            raise argparse.ArgumentTypeError(f"must be >= {lo}, not {text}")
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {bound}, not {text}")
         return value
     parse.__name__ = kind.__name__   # argparse names the type in its messages
     return parse
 
 
+def at_least(lo, kind=int):
+    """An argparse type: a `kind` number >= lo."""
+    return _bounded(kind, lambda v: v >= lo, f">= {lo}")
+
+
 def above(lo, kind=float):
     """An argparse type: a `kind` number > lo."""
-    def parse(text):
-        value = at_least(lo, kind)(text)
-        if value == lo:
-            raise argparse.ArgumentTypeError(f"must be > {lo}, not {text}")
-        return value
-    parse.__name__ = kind.__name__
-    return parse
+    return _bounded(kind, lambda v: v > lo, f"> {lo}")
 
 
 def output_file(option: str, path: str | None) -> str | None:
@@ -55,16 +53,18 @@ def output_file(option: str, path: str | None) -> str | None:
     return None
 
 
-def trace_dir(option: str, path: str, force: bool = False) -> str | None:
+def trace_dir(option: str, path: str, force: bool | None = None) -> str | None:
     """Make `path` ready for a new trace: a new or empty directory, or with `force` one
-    whose earlier trace (*.parquet) is removed. Returns why it cannot be, or None."""
+    whose earlier trace (*.parquet) is removed (None: the command has no --force). Returns
+    why it cannot be, or None."""
     if os.path.exists(path) and not os.path.isdir(path):
         return f"{option} {path}: exists and is not a directory"
     if os.path.isdir(path):
         entries = os.listdir(path)
         if entries and not force:
             return (f"{option} {path}: directory is not empty ({len(entries)} entries); "
-                    f"give an empty or new one, or --force to write over its trace")
+                    f"give an empty or new one"
+                    + (", or --force to write over its trace" if force is False else ""))
         if not os.access(path, os.W_OK | os.X_OK):
             return f"{option} {path}: not writable"
         for f in glob.glob(os.path.join(path, "*.parquet")):

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 
+from ..cli_checks import above, at_least, trace_dir
 from ..term import console as make_console
 
 from .runner import StressConfig
@@ -88,16 +89,16 @@ def run_demo(processes=16, duration=20.0, seed=None, out=None, console=None, rat
 
 def register(sub):
     p = sub.add_parser("demo", help="a 16-process stress run of ~20 s, then the checker on its trace")
-    p.add_argument("--processes", "-n", type=int, default=16)
-    p.add_argument("--duration", type=float, default=20.0)
+    p.add_argument("--processes", "-n", type=at_least(1), default=16)
+    p.add_argument("--duration", type=above(0), default=20.0)
     p.add_argument("--seed", type=int, help="default: from the clock (printed)")
-    p.add_argument("--rate", type=float, default=DEMO_RATE,
+    p.add_argument("--rate", type=at_least(0, float), default=DEMO_RATE,
                    help=f"actions per second per process (default {DEMO_RATE:g}; 0: as fast as possible)")
     p.add_argument("--out", metavar="DIR", help="where the trace and report go (default: a new temp dir)")
     p.add_argument("--compare", action="store_true",
                    help="the same short workload over the bus, pipe and mp-queue, all checked: "
                         "one table of messages/s and verdicts (--processes, --messages, --seed)")
-    p.add_argument("--messages", type=int, default=300,
+    p.add_argument("--messages", type=at_least(1), default=300,
                    help="with --compare: messages per process (default 300)")
     p.set_defaults(func=_main)
 
@@ -109,4 +110,8 @@ def _main(a) -> int:
             print("bus1py demo --compare: needs --processes >= 2 and --messages >= 1", file=sys.stderr)
             return 2
         return run_compare(a.processes, a.messages, 1 if a.seed is None else a.seed, a.out)[0]
+    problem = a.out and trace_dir("--out", os.path.join(a.out, "trace"))
+    if problem:
+        print(f"bus1py demo: {problem}", file=sys.stderr)
+        return 2
     return run_demo(a.processes, a.duration, a.seed, a.out, rate=a.rate)

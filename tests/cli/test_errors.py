@@ -89,3 +89,11 @@ def test_gc_of_no_such_bus_prints_only_the_error():
     cp = bus1py("gc", "nosuchbus-cli-test")
     one_line_error(cp, 1, "nosuchbus-cli-test")
     assert cp.stdout == ""
+
+
+def test_demo_out_with_an_earlier_trace_refused(tmp_path):
+    (tmp_path / "trace").mkdir()
+    (tmp_path / "trace" / "old.parquet").write_bytes(b"PAR1")
+    one_line_error(bus1py("demo", "--out", str(tmp_path)), 2, "not empty")
+    assert os.listdir(tmp_path / "trace") == ["old.parquet"]
+    one_line_error(bus1py("demo", "--duration", "-1"), 2, "--duration", "> 0")
