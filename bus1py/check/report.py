@@ -140,6 +140,7 @@ def spacetime_svg(events, highlight=(), paths=()) -> str:
         else:
             color, w, mid = "#555", 1, "ah"
         dash = ' stroke-dasharray="4,3"' if e["kind"] == "signal_recv" else ""
+        x2, y2 = _short_of(x1, y1, x2, y2, 9 if k in on_path else 6)
         out.append(f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="{color}" '
                    f'stroke-width="{w}"{dash} marker-end="url(#{mid})"/>')
     for e in evs:
@@ -152,12 +153,27 @@ def spacetime_svg(events, highlight=(), paths=()) -> str:
                        f'stroke-width="2"/>')
         out.append(f'<circle cx="{cx}" cy="{cy}" r="5" fill="{fill}">'
                    f'<title>{_esc(json.dumps(e))}</title></circle>'
-                   f'<text x="{cx}" y="{cy - 11}" text-anchor="middle" fill="{fill}">'
+                   f'<text x="{cx}" y="{cy - 11}" text-anchor="middle" fill="{fill}"{_HALO}>'
                    f'{_esc(_label(e))}</text>'
-                   f'<text x="{cx}" y="{cy + 17}" text-anchor="middle" fill="#777">'
+                   f'<text x="{cx}" y="{cy + 17}" text-anchor="middle" fill="#777"{_HALO}>'
                    f'p{_esc(e["process"])}:{_esc(e["seq"])}</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+# labels are drawn after the arrows, on a halo of the background: an arrow that passes
+# under a label never hides it
+_HALO = ' stroke="#fcfcfc" stroke-width="3" paint-order="stroke"'
+
+
+def _short_of(x1, y1, x2, y2, gap):
+    """The end of a line from (x1, y1) towards (x2, y2) that stops `gap` short of it, so
+    that its arrowhead touches the event's dot instead of covering it."""
+    dx, dy = x2 - x1, y2 - y1
+    n = (dx * dx + dy * dy) ** 0.5
+    if n <= gap:
+        return x2, y2
+    return round(x2 - dx * gap / n, 1), round(y2 - dy * gap / n, 1)
 
 
 def _example_paths(ex):
