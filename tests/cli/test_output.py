@@ -73,3 +73,12 @@ def test_properties_judge_only_what_is_promised(tmp_path):
     assert summary["ok"] and summary["judged"] == ["exactly_once", "fifo"]
     assert summary["properties"]["causal"]["violations"] > 0
     assert re.search(r"^info causal ", promised.stderr, re.M), promised.stderr
+
+
+@pytest.mark.timeout(300)
+def test_demo_in_a_log_shows_the_checker_working(tmp_path):
+    cp = run_cli("demo", "-n", "3", "--duration", "3", "--seed", "1", "--out", str(tmp_path))
+    assert cp.returncode == 0, cp.stderr
+    assert re.search(r"^\d\d:\d\d:\d\dZ bus1py stress: run: ", cp.stderr, re.M), cp.stderr
+    assert re.search(r"^\d\d:\d\d:\d\dZ bus1py check: checking ", cp.stderr, re.M), cp.stderr
+    assert "no violations" in cp.stdout
