@@ -177,7 +177,10 @@ class Sampler:
                        va="bottom", ha="right")
         b.set_xlabel("seconds since the start")
         b.legend(loc="upper left", fontsize=8)
-        fig.suptitle(os.path.basename(os.path.normpath(self.run.cfg.trace_dir)))
+        cfg = self.run.cfg
+        fig.suptitle(f"bus1py stress: memory and segment use over the run ({cfg.processes} "
+                     f"processes" + (f", {cfg.churn_slots} of them mortal" if cfg.churn else "")
+                     + f", seed {cfg.seed})")
         fig.tight_layout()
         path = os.path.join(self.run.cfg.trace_dir, "resources.png")
         fig.savefig(path, dpi=90)
