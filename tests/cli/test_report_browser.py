@@ -68,8 +68,14 @@ def test_report_of_a_run_with_violations_reads_cleanly(tmp_path):
                 "--transport", "pipe", "--json", str(tmp_path / "stress.json"))
     assert cp.returncode == 0, cp.stderr
     report = str(tmp_path / "r.html")
-    cp = bus1py("check", trace, "--report", report, "--progress", "never")
+    cp = bus1py("check", trace, "--report", report, "--json", str(tmp_path / "s.json"),
+                "--progress", "never")
     assert cp.returncode == 1, cp.stderr
+    # a consistency counterexample names the senders of its messages, so they are drawn
+    for ex in json.loads((tmp_path / "s.json").read_text())["properties"]["consistent"][
+            "examples"]:
+        sent = {e["msg"] for e in ex["events"] if e["kind"] == "send"}
+        assert set(ex["cycle"]) <= sent, ex
     m = measure(report, tmp_path)
     assert m["figures"] >= 3, m
     assert m["page_overflow"] <= 0, m
