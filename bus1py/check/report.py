@@ -37,8 +37,8 @@ def _esc(x) -> str:
 
 
 _RECV = {"deliver": "send", "signal_recv": "signal_send"}
-COLUMN_DX, ROW_DY, LEFT, TOP = 120, 56, 90, 30
-LABEL_CHARS = 17      # at 11px, 17 characters fit in a column of COLUMN_DX
+COLUMN_DX, ROW_DY, LEFT, TOP = 120, 56, 90, 30   # COLUMN_DX: the narrowest column
+CHAR_PX = 7   # the most an 11px system-ui character takes: widths sized by it never clip
 
 
 def _origin_key(e):
@@ -85,7 +85,7 @@ def _label(e):
         text = f"{e['kind'].replace('_', ' ')} {e['msg']}"
     else:
         text = f"{e['kind']} {e.get('message') or e['msg']}"
-    return text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1] + "…"
+    return text
 
 
 def spacetime_svg(events, highlight=(), paths=()) -> str:
@@ -105,10 +105,11 @@ def spacetime_svg(events, highlight=(), paths=()) -> str:
                   for p in paths for a, b in zip(p, p[1:])}
     procs = sorted({e["process"] for e in evs})
     row = {p: i for i, p in enumerate(procs)}
-    width = LEFT + len(col) * COLUMN_DX + 40
+    # every column as wide as the longest label: labels are whole and never meet
+    dx = max(COLUMN_DX, CHAR_PX * max(len(_label(e)) for e in evs) + 10)
+    width = LEFT + len(col) * dx + 40
     height = TOP + len(procs) * ROW_DY
-    pos = {k: (LEFT + col[k] * COLUMN_DX + COLUMN_DX // 2, TOP + row[k[0]] * ROW_DY)
-           for k in col}
+    pos = {k: (LEFT + col[k] * dx + dx // 2, TOP + row[k[0]] * ROW_DY) for k in col}
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'font-size="11">', "<defs>"]
     for mid, color in (("ah", "#555"), ("ahr", "#c00"), ("ahb", "#1565c0")):
@@ -190,9 +191,6 @@ def _steps_html(ex):
         return ""
     return ("<p>the chain, edge by edge (blue in the diagram):</p><ol>"
             + "".join(f"<li>{_esc(line)}</li>" for line in lines) + "</ol>")
-
-
-CHAR_PX = 7   # the most an 11px system-ui character takes: margins sized by it never clip
 
 
 def _bars_svg(items, unit):
