@@ -2,10 +2,13 @@
 done (no trace written, no report half made, no JVM started)."""
 import os
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
 
+from bus1py import Bus
 from tests.cli.conftest import bus1py, one_line_error
 
 pytestmark = pytest.mark.timeout(120)
@@ -97,3 +100,22 @@ def test_demo_out_with_an_earlier_trace_refused(tmp_path):
     one_line_error(bus1py("demo", "--out", str(tmp_path)), 2, "not empty")
     assert os.listdir(tmp_path / "trace") == ["old.parquet"]
     one_line_error(bus1py("demo", "--duration", "-1"), 2, "--duration", "> 0")
+
+
+def test_rm_of_a_bus_with_a_live_peer_names_its_holder(shm_name):
+    name = shm_name("rm")
+    made = subprocess.run([sys.executable, "-c", "import bus1py; print(bus1py.Bus.create("
+                           f"{name!r}, persistent=True).name)"],
+                          capture_output=True, text=True, timeout=30)
+    assert made.returncode == 0, made.stderr     # its creator is gone now
+    bus = Bus.open(name)
+    try:
+        bus.peer().query()                       # this process holds a connected peer
+        one_line_error(bus1py("rm", name), 1, "in use by", str(os.getpid()), "--force")
+        assert os.path.exists("/dev/shm/" + name.lstrip("/"))
+        cp = bus1py("rm", "--force", name)
+        assert cp.returncode == 0 and not os.path.exists("/dev/shm/" + name.lstrip("/"))
+    finally:
+        bus.close()
+        if os.path.exists("/dev/shm/" + name.lstrip("/")):
+            os.unlink("/dev/shm/" + name.lstrip("/"))
