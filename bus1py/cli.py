@@ -18,6 +18,7 @@ import importlib.util
 import os
 import signal
 import sys
+import threading
 
 from . import __version__
 
@@ -145,7 +146,9 @@ def main(argv=None) -> int:
               f"(no module {missing!r})", file=sys.stderr)
         return 2
     interrupt = _Interrupt(args.command)
-    previous = signal.signal(signal.SIGINT, interrupt)
+    # only the main thread may set handlers (main() called from another thread keeps its own)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, interrupt) if main_thread else None
     try:
         return int(args.func(args) or 0)
     except BaseException as e:
@@ -163,7 +166,7 @@ def main(argv=None) -> int:
             return 2
         raise
     finally:
-        if not interrupt.seen:
+        if main_thread and not interrupt.seen:
             signal.signal(signal.SIGINT, previous)
 
 
