@@ -81,3 +81,20 @@ def test_report_of_a_run_with_violations_reads_cleanly(tmp_path):
     assert m["page_overflow"] <= 0, m
     assert m["clipped"] == [], m["clipped"]
     assert m["overlaps"] == [], m["overlaps"][:20]
+
+
+def test_report_tables_and_bins_read_as_written():
+    from bus1py.check.report import _latency_label, render_html
+    # latency bins: powers of two microseconds, each end in the unit that reads
+    assert [_latency_label(b) for b in (0, 1, 11, 20)] == [
+        "< 1 µs", "1 µs – 2 µs", "1.02 ms – 2.05 ms", "524 ms – 1.05 s"]
+    # an example that names an event twice (on its path and as a delivery) lists it once
+    send = {"process": 0, "seq": 1, "kind": "send", "msg": 7, "message": "p0:1"}
+    deliver = {"process": 1, "seq": 2, "kind": "deliver", "msg": 7, "message": "p0:1"}
+    props = {p: {"ok": True, "violations": 0, "examples": []} for p in
+             ("exactly_once", "fifo", "consistent", "node_rules")}
+    props["causal"] = {"ok": False, "violations": 1, "examples": [
+        {"why": "w", "events": [send, deliver, send], "highlight": [7]}]}
+    html = render_html({"ok": False, "trace": "t", "events": 2, "processes": 2,
+                        "seconds": 0.1, "witness": "-", "properties": props})
+    assert html.count("<tr><td>0</td><td>1</td><td>send</td>") == 1
