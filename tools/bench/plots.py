@@ -15,26 +15,31 @@ def _plt():
 
 
 def unicast_plot(out, rows):
+    """One horizontal bar per row and placement, the sizes side by side: labels read level
+    and every row has its place, with no gaps."""
     plt = _plt()
     keys = list(dict.fromkeys((n, p) for n, p, _ in rows))
-    labels = [f"{n} ({p[0]})" for n, p in keys]
-    fig, axes = plt.subplots(1, 2, figsize=(15, 5.5))
-    w = 0.38
+    labels = [f"{n} ({p})" for n, p in keys]
+    fig, axes = plt.subplots(1, 2, figsize=(15, 0.32 * len(keys) * len(SIZES) + 1.8), sharey=True)
+    h = 0.8 / len(SIZES)
     for j, size in enumerate(SIZES):
-        xs = [i + (j - 0.5) * w for i in range(len(keys))]
-        axes[0].bar(xs, [rows.get((n, p, size), {}).get("rate", 0) for n, p in keys], w, label=fmt_size(size))
+        ys = [i + (j - (len(SIZES) - 1) / 2) * h for i in range(len(keys))]
+        colour = f"C{j}"
+        axes[0].barh(ys, [rows.get((n, p, size), {}).get("rate", 0) for n, p in keys], h, color=colour,
+                     label=fmt_size(size))
         med = [rows.get((n, p, size), {}).get("rtt_med", 0) for n, p in keys]
         p99 = [rows.get((n, p, size), {}).get("rtt_p99", float("nan")) for n, p in keys]
-        axes[1].bar(xs, med, w, label=f"{fmt_size(size)} median")
-        axes[1].scatter(xs, p99, marker="_", s=120, color="k", zorder=3, label="p99" if j == 0 else None)
-    axes[0].set_title("one-way throughput (msg/s, median); (p) pinned, (u) unpinned")
-    axes[1].set_title("round trip (us): bars median, ticks p99 (per-message rows)")
+        axes[1].barh(ys, med, h, color=colour, label=f"{fmt_size(size)} median")
+        axes[1].scatter(p99, ys, marker="|", s=120, color="k", zorder=3, label="p99" if j == 0 else None)
+    axes[0].set_title("bus1py and its peers: one-way throughput (msg/s, median)")
+    axes[1].set_title("round trip (µs): bars median, ticks p99 (per-message rows)")
+    axes[0].set_yticks(range(len(keys)))
+    axes[0].set_yticklabels(labels, fontsize=8)
+    axes[0].invert_yaxis()
     for ax in axes:
-        ax.set_yscale("log")
-        ax.set_xticks(range(len(keys)))
-        ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=8)
-        ax.legend(fontsize=8)
-        ax.grid(axis="y", alpha=0.3)
+        ax.set_xscale("log")
+        ax.legend(fontsize=8, loc="lower right")
+        ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     p = out / "unicast.png"
     fig.savefig(p, dpi=100)
@@ -47,17 +52,21 @@ def sweep_plot(out, sweep):
     plt = _plt()
     rows, sizes = sweep["rows"], sweep["sizes"]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5))
+    colours = _plt().get_cmap("tab20").colors
+    markers = "o^sDvP*Xh<>p"
     for i, name in enumerate(dict.fromkeys(k[0] for k in rows)):
         pts = [(s, best(rows, s, name=name)) for s in sizes]
         pts = [(s, b[1]["rate"]) for s, b in pts if b]
         if not pts:
             continue
-        style = dict(marker="o", lw=2.2 if name.startswith("bus1py") else 1.2,
-                     ls="-" if i < 10 else "--", label=name)
+        # every series its own colour and marker: bus1py's rows thick and solid
+        style = dict(marker=markers[i % len(markers)], color=colours[i % len(colours)],
+                     lw=2.2 if name.startswith("bus1py") else 1.2,
+                     ls="-" if name.startswith("bus1py") else "--", label=name)
         a1.plot([s for s, _ in pts], [r for _, r in pts], **style)
         a2.plot([s for s, _ in pts], [r * s / 1e6 for s, r in pts], **style)
-    a1.set_title("one-way msg/s (median, better placement)")
-    a2.set_title("one-way MB/s of payload")
+    a1.set_title("payload sweep: one-way msg/s (median, better placement)")
+    a2.set_title("payload sweep: one-way MB/s of payload")
     for ax in (a1, a2):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
