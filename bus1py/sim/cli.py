@@ -70,6 +70,20 @@ def _nonneg_int(text):
     return v
 
 
+def _vary(text):
+    from .engine import CLOCKS
+    from .sweep import FACTORS
+    name, eq, levels = text.partition("=")
+    if not eq or name not in FACTORS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected FACTOR=LEVELS with FACTOR one of {', '.join(FACTORS)}")
+    if name == "clock":
+        return name, _list(str, "--vary clock", lambda v: None if v in CLOCKS else
+                           f"clock must be one of {', '.join(CLOCKS)}, got {v!r}")(levels)
+    return name, _list(float, f"--vary {name}", lambda v: None if v > 0 else
+                       f"must be positive, got {v}")(levels)
+
+
 def register(subparsers):
     p = subparsers.add_parser(
         "simulate", help="run the causal-order protocols in a discrete-event simulator "
@@ -99,6 +113,12 @@ def register(subparsers):
                    default=[0.05], metavar="LIST",
                    help="mean network delay in seconds, exponential (default 0.05); several "
                         "values add the net_delay.png figure")
+    p.add_argument("--vary", type=_vary, action="append", default=[], metavar="FACTOR=LEVELS",
+                   help="a sensitivity study: the same cells again with one factor changed, "
+                        "one factor at a time (repeatable): net_delay=0.01,0.2 or clock=system "
+                        "(one send clock for the whole system instead of one per process); "
+                        "JPCY's sender-indexed encoding and literal S4/S5 order are computed "
+                        "from every jpcy run and need no flag")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", metavar="CSV", default=os.path.join("bus1py-sim", "results.csv"),
                    help="CSV of one row per run (default bus1py-sim/results.csv)")
@@ -117,7 +137,9 @@ def register(subparsers):
 def run(a) -> int:
     from rich.console import Console
 
-    from .report import aggregate, markdown, print_tables, write_plots
+    from .report import (aggregate, baseline, markdown, markdown_crossovers, markdown_per_copy,
+                         print_tables, write_plots)
+    from .sensitivity import table
     from .sweep import plan, run_sweep
 
     err = Console(stderr=True)
@@ -125,7 +147,7 @@ def run(a) -> int:
     modes = ["unicast", "multicast"] if a.mode == "both" else [a.mode]
     try:
         specs = plan(a.protocols, a.n, modes, runs, a.scale, a.seed, 1.0 / a.rate,
-                     a.net_delay, a.warmup, a.measure)
+                     a.net_delay, a.warmup, a.measure, a.vary)
     except ValueError as e:
         err.print(f"bus1py simulate: {e}")
         return 2
@@ -140,11 +162,15 @@ def run(a) -> int:
         rows = run_sweep(specs, spark, a.out, a.resume, a.trace, on_done=prog.update)
     agg = aggregate(rows)
     out = Console()
-    print_tables(agg, out)
+    print_tables(baseline(agg), out)
     plots = write_plots(agg, a.plots or os.path.dirname(os.path.abspath(a.out)))
     md = os.path.splitext(a.out)[0] + ".md"
     with open(md, "w") as f:
-        f.write(markdown(agg))
+        f.write(markdown(baseline(agg)) + "\n" + markdown_per_copy(baseline(agg)) + "\n"
+                + markdown_crossovers(agg))
+        if any(x["protocol"] == "jpcy" for x in agg):
+            f.write("\n**Sensitivity**: which of seed 001's conclusions hold at each level\n\n"
+                    + table(agg))
     out.print(f"CSV: {a.out}; tables as Markdown: {md}")
     out.print("plots: " + ", ".join(plots))
     lost = [r for r in rows if int(r["undelivered"])]

@@ -26,7 +26,8 @@ NAMES: tuple = fast.NAMES if lib is not None and hasattr(lib, "sim_run") else ()
 FNV_OFFSET = 0xcbf29ce484222325
 #: the fields of engine._Tally and struct sim_tally
 TALLY = ("sends", "copies", "data_wires", "control_wires", "control", "data_control",
-         "header", "dependents", "data_dependents")
+         "header", "dependents", "data_dependents", "copy_dests", "ci_tuples", "ci_empty",
+         "ci_max")
 
 
 @dataclass
@@ -47,7 +48,7 @@ def run(spec, digest: bool = False) -> Counters:
     sp = ffi.new("struct sim_run_spec *", {
         "protocol": keep[0], "n": spec.n, "multicast": spec.mode == "multicast",
         "warmup": spec.warmup, "measure": spec.measure,
-        "send_rate": 1.0 / spec.send_mean, "net_rate": 1.0 / spec.net_delay,
+        "send_rate": 1.0 / spec.process_send_mean, "net_rate": 1.0 / spec.net_delay,
         "seed": keep[1], "nseed": len(words), "digest": digest})
     res = ffi.new("struct sim_run_result *")
     try:

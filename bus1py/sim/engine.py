@@ -13,9 +13,19 @@ default, half the mean inter-send time). Memoryless delays are the harshest non-
 protocols are designed for; `bus1py simulate --net-delay 0.01,0.05,0.2` shows how the results
 move with the mean.
 
-Phases: warm-up until every process has had `warmup` messages delivered to its application,
-then measurement until every process has had `measure` more. A protocol whose multicast is
-"sequential" (the buffer protocol) is handed a multicast as k one-copy sends, which is all it
+Send clock (`clock`): "process" gives every process its own Poisson clock of mean
+`send_mean` (the reading used by default: the paper's "time interval between two send events"
+per process); "system" reads it as one clock for the whole system, a send every `send_mean`
+from a uniformly drawn process. A superposition of n Poisson processes of mean n*send_mean is
+a Poisson process of mean send_mean whose every event comes from a uniform process, so
+"system" runs each process at mean n*send_mean: the same distribution, the same loop.
+
+Phases: warm-up until the last process has had `warmup` messages delivered to its
+application; measurement from that moment until the last process has had `warmup + measure`
+delivered (the paper: "every process received 10000 messages to go to stable state and 50000
+messages for gathering results"; a process ahead of the slowest one is counted from where it
+stands when the window opens, and the window closes when the last process reaches the
+total). A protocol whose multicast is "sequential" (the buffer protocol) is handed a multicast as k one-copy sends, which is all it
 implements; its figures still count one message. Counters cover the wires emitted
 during measurement; per-message figures are per data copy transmitted times the copies a message
 has (in steady state: the window's cost over its sends). After
@@ -43,10 +53,12 @@ from dataclasses import asdict, dataclass
 
 from .. import causal, schema
 from . import cloop
+from .ciwire import ci_stats
 
 _MID = struct.Struct("<Q")
 _NO_STAMP = dict.fromkeys(schema.STAMPS)
 MODES = ("unicast", "multicast")
+CLOCKS = ("process", "system")
 
 
 @dataclass(frozen=True)
@@ -60,6 +72,12 @@ class RunSpec:
     measure: int = 50_000
     send_mean: float = 0.1
     net_delay: float = 0.05
+    clock: str = "process"
+
+    @property
+    def process_send_mean(self) -> float:
+        """The mean interval between two sends of one process (see `clock`)."""
+        return self.send_mean * self.n if self.clock == "system" else self.send_mean
 
     def check(self) -> None:
         causal.protocol_class(self.protocol)
@@ -69,6 +87,8 @@ class RunSpec:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.warmup < 0 or self.measure < 1:
             raise ValueError("warmup must be >= 0 and measure >= 1")
+        if self.clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {self.clock!r}")
         if not self.send_mean > 0 or not self.net_delay > 0:
             raise ValueError("send_mean and net_delay must be positive")
 
@@ -99,13 +119,14 @@ def run(spec: RunSpec, trace: list | None = None, *, fast: bool = True) -> dict:
     n = spec.n
     rng = random.Random(spec.seed)
     expo, rand, sample = rng.expovariate, rng.random, rng.sample
-    send_rate, net_rate = 1.0 / spec.send_mean, 1.0 / spec.net_delay
+    send_rate, net_rate = 1.0 / spec.process_send_mean, 1.0 / spec.net_delay
     procs = [causal.create(spec.protocol, i, n) for i in range(n)]
     others = [[q for q in range(n) if q != p] for p in range(n)]
     multicast = spec.mode == "multicast"
     # a protocol without one-event multicast is given k sends of one copy each (and the
     # trace records k send events); the figures still count one message
     sequential = procs[0].multicast == "sequential"
+    jpcy = spec.protocol == "jpcy"
 
     heap: list = []
     push, pop = heapq.heappush, heapq.heappop
@@ -147,6 +168,14 @@ def run(spec: RunSpec, trace: list | None = None, *, fast: bool = True) -> dict:
                     tally.data_dependents += cost.dependents
                 else:
                     tally.control_wires += 1
+            if jpcy:
+                for _dest, data in step.wires:
+                    nd, nci, empty, largest = ci_stats(data)
+                    tally.copy_dests += nd
+                    tally.ci_tuples += nci
+                    tally.ci_empty += empty
+                    if largest > tally.ci_max:
+                        tally.ci_max = largest
 
     # The machines are driven through `_send` and `_receive`, the unchecked entry points:
     # every argument here is valid by construction, and the checks would cost a fifth of a
@@ -241,6 +270,7 @@ def _figures(spec, t, delays, held_max, undelivered, receives, seconds) -> dict:
         "bytes_per_copy": t.data_control / max(t.data_wires, 1),
         # the copies the window accepted that it also transmitted (< 1: a growing backlog)
         "posted_fraction": t.data_wires / max(t.copies, 1),
+        **_ci_figures(spec, t),
         "delay_mean": float(d.mean()),
         "delay_p50": float(np.percentile(d, 50)),
         "delay_p99": float(np.percentile(d, 99)),
@@ -248,6 +278,9 @@ def _figures(spec, t, delays, held_max, undelivered, receives, seconds) -> dict:
         "undelivered": undelivered,
         # raw counters of the measurement window, to recompute any other definition
         "data_wires": t.data_wires,
+        "copy_dests": t.copy_dests,
+        "ci_tuples": t.ci_tuples,
+        "ci_empty": t.ci_empty,
         "control_wires": t.control_wires,
         "control_bytes": t.control,
         "header_bytes": t.header,
@@ -255,4 +288,27 @@ def _figures(spec, t, delays, held_max, undelivered, receives, seconds) -> dict:
         "receive_events": receives,
         "seconds": seconds,
         "receive_events_per_s": receives / seconds if seconds > 0 else 0.0,
+    }
+
+
+def _ci_figures(spec, t) -> dict:
+    """JPCY's CI on the wire (bus1py.sim.ciwire), and its bytes and dependents per copy under
+    the two readings the paper leaves open; None for the other protocols. `ci_max` is the most
+    tuples one CI component (one sender) held on any wire of the window, against the paper's
+    bound of n - 1."""
+    if spec.protocol != "jpcy":
+        return dict.fromkeys(("ci_max", "ci_per_copy", "ci_empty_fraction",
+                              "bytes_per_copy_indexed", "bytes_per_copy_literal",
+                              "dependents_per_copy_literal"))
+    w = max(t.data_wires, 1)
+    return {
+        "ci_max": t.ci_max,
+        "ci_per_copy": t.ci_tuples / w,
+        "ci_empty_fraction": t.ci_empty / max(t.ci_tuples, 1),
+        # sender-indexed CI vector: each tuple loses its u16 sender id (the vector's index
+        # names it; the component lengths are framing, like every section length)
+        "bytes_per_copy_indexed": (t.data_control - 2 * t.ci_tuples) / w,
+        # literal S4 before S5: every copy also carries (tau_m, m.D): 6 + 2|m.D| bytes
+        "bytes_per_copy_literal": (t.data_control + 6 * t.data_wires + 2 * t.copy_dests) / w,
+        "dependents_per_copy_literal": (t.data_dependents + t.data_wires) / w,
     }

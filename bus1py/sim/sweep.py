@@ -1,4 +1,5 @@
-"""The study as a Spark job: one task per protocol x n x mode x run (x network delay).
+"""The study as a Spark job: one task per protocol x n x mode x run (x network delay), and
+for a sensitivity study the same cells again with one factor changed at a time (`vary`).
 
 Each task is one `engine.run` on an executor; the driver only plans, collects rows and writes
 the CSV. Tasks are submitted as one single-task Spark job each, from a pool of as many driver
@@ -10,8 +11,9 @@ arrives (so a long study survives an interruption and `--resume` skips what is d
 progress bar counts real tasks.
 
 Invariants:
-  - A task's seed depends on (base seed, n, mode, run, delay) but not on the protocol, so
-    every protocol starts from the same random numbers for the same cell of the study.
+  - A task's seed depends on (base seed, n, mode, run, delay) but not on the protocol or the
+    send clock, so every protocol, and both readings of the clock, start from the same random
+    numbers for the same cell of the study.
   - The CSV holds exactly one row per finished spec; rows already in it for the same spec are
     reused, never recomputed, when resuming.
 """
@@ -28,33 +30,62 @@ from .engine import RunSpec, run
 #: (warm-up, measured) deliveries per process
 SCALES = {"paper": (10_000, 50_000), "quick": (10, 80)}
 #: the spec fields that identify a row in the CSV
-KEY = ("protocol", "n", "mode", "run", "seed", "warmup", "measure", "send_mean", "net_delay")
+KEY = ("protocol", "n", "mode", "run", "seed", "warmup", "measure", "send_mean", "net_delay",
+       "clock")
+#: a column's value in rows written before the column existed
+_KEY_DEFAULT = {"clock": "process"}
+#: the factors a sensitivity study varies one at a time, and how their levels parse
+FACTORS = {"net_delay": float, "clock": str}
 #: relative per-delivery cost of each protocol's bookkeeping, for the order of submission only
 _WEIGHT = {"rst": 4.0, "ses": 3.0, "bus1": 3.0, "prs": 3.0, "bss": 2.0, "ks": 2.0,
            "jpcy": 2.0, "buffer": 1.5, "fifo": 1.0}
 
 
 def plan(protocols, ns, modes, runs, scale="quick", seed=1, send_mean=0.1,
-         net_delays=(0.05,), warmup=None, measure=None) -> list[RunSpec]:
+         net_delays=(0.05,), warmup=None, measure=None, vary=()) -> list[RunSpec]:
+    """Every protocol x n x mode x run x network delay (the baseline, clock "process"); then,
+    for each (factor, levels) in `vary`, the baseline cells of the first network delay again
+    with that factor at each level that differs from the baseline's (one factor at a time)."""
     w, m = SCALES[scale]
     w = w if warmup is None else warmup
     m = m if measure is None else measure
-    specs = []
-    for delay in net_delays:
+
+    def cells(delay, clock):
+        out = []
         for n in ns:
             for mode in modes:
                 for r in range(runs):
                     cell = f"{seed}/{n}/{mode}/{r}/{delay}".encode()
                     s = zlib.crc32(cell)
                     for proto in protocols:
-                        specs.append(RunSpec(proto, n, mode, r, s, w, m, send_mean, delay))
+                        out.append(RunSpec(proto, n, mode, r, s, w, m, send_mean, delay, clock))
+        return out
+
+    specs = [s for delay in net_delays for s in cells(delay, "process")]
+    base = {"net_delay": net_delays[0], "clock": "process"}
+    seen = {(delay, "process") for delay in net_delays}
+    for factor, levels in vary:
+        if factor not in FACTORS:
+            raise ValueError(f"cannot vary {factor!r}; choose from {', '.join(FACTORS)}")
+        for level in levels:
+            at = dict(base, **{factor: FACTORS[factor](level)})
+            if (at["net_delay"], at["clock"]) not in seen:
+                seen.add((at["net_delay"], at["clock"]))
+                specs += cells(at["net_delay"], at["clock"])
     for s in specs:
         s.check()
     return specs
 
 
 def _key(row) -> tuple:
-    return tuple(str(row[k]) for k in KEY)
+    return tuple(str(_value(row, k)) for k in KEY)
+
+
+def _value(row, k):
+    """row[k], or the column's default where the row predates it (absent, or an empty cell
+    of a CSV rewritten with the column)."""
+    v = row.get(k)
+    return _KEY_DEFAULT.get(k) if v is None or v == "" else v
 
 
 def _order(spec: RunSpec) -> tuple:
@@ -121,6 +152,8 @@ def _task(spec: RunSpec, trace_dir: str | None):
     result = run(spec, trace=rows)
     if trace_dir:
         name = f"{spec.protocol}-n{spec.n}-{spec.mode}-r{spec.run}-d{spec.net_delay:g}"
+        if spec.clock != "process":
+            name += f"-{spec.clock}"
         path = os.path.join(trace_dir, name)
         schema.write_rows(rows, path, files=max(1, spec.n // 8))
         result["trace"] = path

@@ -60,6 +60,8 @@ struct loop {
     uint16_t *dests;
     uint8_t *mark;
     int sequential;         /* a multicast is k one-copy sends */
+    int jpcy;               /* tally jpcy's CI figures (ci_stats) */
+    uint32_t *ci_count;     /* ci_stats' tuples per sender: n words, zero between calls */
     int measuring, sending;
 };
 
@@ -154,6 +156,26 @@ static void hash_step(struct loop *L, const struct sim_step *s, long held)
     hash32(L, (uint32_t)((uint64_t)held >> 32));
 }
 
+/* bus1py/sim/ciwire.py's ci_stats over a jpcy data wire (its framing was checked by the
+ * machine that built it), added to the tally; counts is n zeroed words, left zeroed */
+static void ci_stats(struct sim_tally *t, const uint8_t *w, uint32_t *counts)
+{
+    uint32_t nd = sim_get16(w + 6), nci = sim_get16(w + 8), most = 0;
+    const uint8_t *dlens = w + 12 + 2 * nd, *senders = dlens + 2 * nci;
+    t->copy_dests += nd;
+    t->ci_tuples += nci;
+    for (uint32_t i = 0; i < nci; i++) {
+        t->ci_empty += sim_get16(dlens + 2 * i) == 0;
+        uint32_t c = ++counts[sim_get16(senders + 2 * i)];
+        if (c > most)
+            most = c;
+    }
+    for (uint32_t i = 0; i < nci; i++)
+        counts[sim_get16(senders + 2 * i)] = 0;
+    if (most > t->ci_max)
+        t->ci_max = most;
+}
+
 /* engine.py's account(): each wire into the network with its own delay, its cost tallied
  * while measuring. Takes the wires' bytes (also on failure); refuses a wire to a process
  * that does not exist (engine.py would fail on it too). */
@@ -180,6 +202,8 @@ static int account(struct loop *L, double now, uint32_t where)
             } else {
                 t->control_wires++;
             }
+            if (L->jpcy)
+                ci_stats(t, w->bytes, L->ci_count);
         }
     }
     if (i == s->nwires)
@@ -349,17 +373,20 @@ int sim_run(const struct sim_run_spec *sp, struct sim_run_result *res)
     }
     size_t n = (size_t)sp->n;
     struct loop L = {.spec = sp, .res = res, .next_mid = 1,
-                     .sequential = sim_multicast_kind(sp->protocol) == SIM_SEQUENTIAL};
+                     .sequential = sim_multicast_kind(sp->protocol) == SIM_SEQUENTIAL,
+                     .jpcy = strcmp(sp->protocol, "jpcy") == 0};
     res->digest = 0xcbf29ce484222325ULL;
     pyr_seed(&L.rng, sp->seed, sp->nseed);
     sim_step_init(&L.step);
     L.procs = calloc(n, sizeof *L.procs);
     L.delivered = calloc(n, sizeof *L.delivered);
     L.scratch = malloc(n * sizeof *L.scratch);
+    L.ci_count = calloc(n, sizeof *L.ci_count);
     L.picked = malloc(n * sizeof *L.picked);
     L.dests = malloc(n * sizeof *L.dests);
     L.mark = calloc(n, 1);
-    int rc = L.procs && L.delivered && L.scratch && L.picked && L.dests && L.mark ? 0 : -1;
+    int rc = L.procs && L.delivered && L.scratch && L.picked && L.dests && L.mark &&
+             L.ci_count ? 0 : -1;
     for (size_t p = 0; rc == 0 && p < n; p++)
         if (!(L.procs[p] = sim_machine_new(sp->protocol, (int)p, sp->n)))
             rc = -1;
@@ -379,6 +406,7 @@ int sim_run(const struct sim_run_spec *sp, struct sim_run_result *res)
     free(L.left);
     free(L.delivered);
     free(L.scratch);
+    free(L.ci_count);
     free(L.picked);
     free(L.dests);
     free(L.mark);

@@ -31,10 +31,11 @@ struct sim_run_spec {
     int digest;                 /* 1: hash every machine step into res->digest */
 };
 
-/* engine.py's _Tally: the costs of the wires emitted while measuring */
+/* engine.py's _Tally: the costs of the wires emitted while measuring; the last four are
+ * jpcy's CI figures (bus1py/sim/ciwire.py), zero for every other protocol */
 struct sim_tally {
     uint64_t sends, copies, data_wires, control_wires, control, data_control, header,
-        dependents, data_dependents;
+        dependents, data_dependents, copy_dests, ci_tuples, ci_empty, ci_max;
 };
 
 struct sim_run_result {
