@@ -99,8 +99,8 @@ def dependent_size(v):
             size = {p: _get(v, p, mode, n) / _get(v, p, mode, n, "dependents_per_copy")
                     for p in PAPER}
             ok &= size["jpcy"] > size["prs"] > size["rst"]
-            if n == max(_ns(v, mode)) and mode == "unicast" or shown is None:
-                shown = size
+            if shown is None or (mode == "unicast" and n == max(_ns(v, mode))):
+                shown = size            # the figure shown: unicast at the largest n
     return shown and (bool(ok), "B/dependent at the largest n, unicast: " + ", ".join(
         f"{p} {shown[p]:.2f}" for p in ("jpcy", "prs", "rst")))
 
