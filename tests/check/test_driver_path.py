@@ -18,6 +18,7 @@ from bus1py.check.local import LOCAL_MAX_ROWS
 from bus1py.check.local_check import check_local
 from bus1py.check.reference import reference_check
 from bus1py.check.simulate import MUTATIONS, mutate, offset_rows, simulate
+from bus1py.check.summary import judge
 from bus1py.cli import main
 from bus1py.schema import write_rows as write_trace
 from drawn import gather, make_trace as _make, params
@@ -160,6 +161,7 @@ def test_check_on_a_standalone_cluster(spark_cluster, tmp_path):
         assert ("one_task" in on_cluster["timings"]) == bool(extra), on_cluster["timings"]
         summary, _ = check_local(read_footers(str(tmp_path / "t")), max_examples=3,
                                  exact=bool(extra))
+        judge(summary)  # as the command judges it (every property promised by default)
         for s in (on_cluster, summary):
             s.pop("seconds")
             s.pop("timings")
