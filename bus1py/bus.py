@@ -19,11 +19,15 @@ import secrets
 import stat
 import threading
 from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING
 
 import posix_ipc
 
 from ._b1 import ffi, lib
 from .errors import bus_error
+
+if TYPE_CHECKING:  # peer.py imports this module: the name only, for the annotation
+    from .peer import Peer
 
 lib.b1_process_init()  # the C helper's cached pid is reset in forked children
 _NO_CLEAR = ffi.new_allocator(should_clear_after_alloc=False)
@@ -304,7 +308,7 @@ class Bus:
 
     # ---- peers ----
 
-    def peer(self, *, quota_messages: int = 0, quota_handles: int = 0, quota_bytes: int = 0):
+    def peer(self, *, quota_messages: int = 0, quota_handles: int = 0, quota_bytes: int = 0) -> "Peer":
         """A new peer; quotas default to the bus's."""
         from .peer import Peer
 
