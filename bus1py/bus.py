@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import posix_ipc
 
-from ._b1 import ffi, lib
+from ._lib import ffi, lib
 from .errors import bus_error
 
 if TYPE_CHECKING:  # peer.py imports this module: the name only, for the annotation

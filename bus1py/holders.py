@@ -13,7 +13,7 @@ import atexit
 import os
 import weakref
 
-from ._b1 import lib
+from ._lib import lib
 
 peers: "weakref.WeakSet" = weakref.WeakSet()  # every Peer object of this process
 held: dict = {}  # (bus name, slot, id) -> Peer this process recorded itself as holding

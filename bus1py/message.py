@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
-from ._b1 import lib
+from ._lib import lib
 
 HANDLE_INVALID: int = lib.B1_HANDLE_INVALID
 """Stands in `Message.handles` for a handle whose node was destroyed before the message."""

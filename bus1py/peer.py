@@ -22,7 +22,7 @@ from array import array
 from dataclasses import dataclass
 
 from . import _messages, args, holders, receive
-from ._b1 import ffi, lib
+from ._lib import ffi, lib
 from .bus import Bus
 from .errors import bus_error
 from .message import Message

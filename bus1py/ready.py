@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 
-from ._b1 import ffi, lib
+from ._lib import ffi, lib
 
 
 class ReadyPipe:

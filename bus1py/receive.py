@@ -21,7 +21,7 @@ from __future__ import annotations
 import errno
 
 from . import _messages, args
-from ._b1 import ffi, lib
+from ._lib import ffi, lib
 from .message import MESSAGE_TYPES, Message
 
 _EINTR = -errno.EINTR

@@ -29,7 +29,7 @@ import errno
 import os
 
 from . import args
-from ._b1 import ffi, lib
+from ._lib import ffi, lib
 from .errors import bus_error
 
 _OPEN, _SENT, _ABORTED = "open", "committed", "aborted"

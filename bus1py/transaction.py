@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import errno
 
-from ._b1 import ffi, lib
+from ._lib import ffi, lib
 from .errors import bus_error
 from .args import as_bytes
 from .peer import Peer

@@ -36,7 +36,7 @@ from collections import Counter
 import bus1py
 from bus1py import HANDLE_INVALID, MessageType
 from bus1py import holders
-from bus1py._b1 import lib
+from bus1py._lib import lib
 from bus1py.check.reference import reference_check
 
 FORK = mp.get_context("fork")

@@ -1,0 +1,247 @@
+"""Crash exploration: a workload SIGKILLed at every basic block of the C helper it runs.
+
+Run under the instrumented build bus1py._b1x (bus1py/_build_explore.py), which counts the
+basic blocks the bus core enters once armed.  For one workload (tests/explore_workloads.py):
+
+  1. a counting trial runs it unarmed to the end: N blocks, and its checks must pass;
+  2. for each chosen k in 1..N a trial kills the victim at the k-th block.
+
+A trial, in a process of its own (so a hang or a crash of the checks is a finding, not the
+end of the run): a fresh bus; the workload's setup (survivor peers held by the trial, the
+victim's peers let go); a forked victim, armed, running the workload and logging each
+operation before and after it to a pipe; then, once it is dead, in the trial:
+  - `bus.gc()`, and the segment's invariants (Bus.check() where it exists, else every
+    queue's b1_queue_check);
+  - every survivor drains its queue: each payload byte-identical to what was sent, a
+    message whose send returned received exactly once by each destination, one in flight
+    at the kill by all of them or by none, one whose send failed or was aborted by none,
+    and the workload's own rules (notices owed exactly once, receives not duplicated);
+  - no queue is stuck: a probe sent to each survivor is received;
+  - every peer leaves, and the bus holds zero peers, nodes, handles, entries, pool bytes.
+Each finding is a line of words; a trial's findings go back to the explorer with the
+address of the killing block, resolved to function and line by addr2line.
+
+`python tests/explore.py [--all | --points N] [WORKLOAD ...]` (with BUS1PY_LIB set to the
+instrumented module; tests/test_explore.py does both) prints one JSON line per workload.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+import bus1py
+from bus1py._lib import ffi, lib
+
+import explore_rules as rules
+from explore_workloads import WORKLOADS
+
+TRIAL_SECONDS = 20
+USAGE = ("peers", "nodes", "handles", "entries_in_use", "pool_used")
+assert hasattr(lib, "b1x_arm"), "tests/explore.py runs under BUS1PY_LIB=<bus1py._b1x> (test_explore.py)"
+
+
+def structure(bus) -> list:
+    """The segment's invariants: Bus.check()'s problems, or each queue's own check."""
+    if hasattr(bus, "check"):
+        return [f"check: {p}" for p in bus.check()]
+    out, info = [], ffi.new("struct b1_peer_info *")
+    slot = 1
+    while lib.b1_peer_at(bus.base(), slot, info) != -2:  # -ENOENT: past the last slot
+        r = lib.b1_queue_check(bus.base(), slot)
+        if r < 0:
+            out.append(f"queue of slot {slot}: b1_queue_check -> {os.strerror(-r)}")
+        slot += 1
+    return out
+
+
+def usage(bus) -> dict:
+    info = bus.info()
+    return {k: info[k] for k in USAGE}
+
+
+def _victim(work, w, k, report, log_fd):
+    log = rules.Log(log_fd)
+    try:
+        work.prepare(w)
+        lib.b1x_arm(k, report)
+        work.run(w, log)
+        log(count=lib.b1x_disarm())
+    except BaseException as e:  # an error of the workload itself: a finding
+        lib.b1x_disarm()
+        log(error=f"{type(e).__name__}: {e}")
+    os._exit(0)
+
+
+def trial(work, k, name) -> dict:
+    """One trial (module docstring); returns what the explorer records of it."""
+    found, result = [], {"k": k}
+
+    def step(what, fn, *a):
+        try:
+            return fn(*a)
+        except Exception as e:
+            found.append(f"{what} raised {type(e).__name__}: {e}")
+            return None
+
+    page = mmap.mmap(-1, 16)
+    report = ffi.from_buffer("uint64_t[]", page)
+    with bus1py.Bus.create(name, **rules.LIMITS) as bus:
+        w = work.setup(bus)
+        r_fd, w_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r_fd)
+            _victim(work, w, k, report, w_fd)
+        os.close(w_fd)
+        _, status = os.waitpid(pid, 0)
+        with os.fdopen(r_fd) as f:
+            events = [json.loads(line) for line in f]
+        killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+        if not killed and status != 0:
+            found.append(f"victim ended with status {status:#x}")
+        if killed:
+            result["pc"] = report[0]
+            result["offset"] = lib.b1x_offset(report[0])
+        result["count"] = next((e["count"] for e in events if "count" in e), None)
+        found += [f"victim: {e['error']}" for e in events if "error" in e]
+        op = rules.in_flight(events)
+        result["op"] = op and op.get("op")
+        step("gc after the kill", bus.gc)
+        found += step("check after the kill", structure, bus) or []
+        found += step("the workload's checks", work.check, bus, w, events) or []
+        found += step("leaving", rules.leave, bus, w) or []
+        step("gc after leaving", bus.gc)
+        found += step("check after leaving", structure, bus) or []
+        use = step("usage", usage, bus)
+        if use and any(use.values()):
+            found.append(f"usage after every peer left and gc: {use}")
+    result["found"] = found
+    return result
+
+
+def run_trial(work, k) -> dict:
+    """`trial` in a forked process, killed (with its victim) when it hangs."""
+    name = f"bus1py-{os.getpid()}-x{k}"
+    r_fd, w_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.setpgid(0, 0)
+        os.close(r_fd)
+        try:
+            out = trial(work, k, name)
+        except BaseException as e:
+            out = {"k": k, "found": [f"trial failed: {type(e).__name__}: {e}",
+                                     traceback.format_exc(limit=-3)]}
+        os.write(w_fd, json.dumps(out).encode())
+        os._exit(0)
+    os.close(w_fd)
+    chunks, deadline = [], time.monotonic() + TRIAL_SECONDS
+    while True:
+        ready, _, _ = select.select([r_fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        data = os.read(r_fd, 1 << 16)
+        if not data:
+            break
+        chunks.append(data)
+    os.close(r_fd)
+    hung = time.monotonic() >= deadline
+    if hung:
+        os.killpg(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    try:
+        os.unlink(f"/dev/shm/{name}")  # a trial that died in the middle leaves its bus
+    except FileNotFoundError:
+        pass
+    if chunks:
+        try:
+            return json.loads(b"".join(chunks))
+        except ValueError:
+            pass
+    what = f"trial hung for {TRIAL_SECONDS} s (killed)" if hung else f"trial died with status {status:#x}"
+    return {"k": k, "found": [what]}
+
+
+def choose(n, points) -> list:
+    """k in 1..n: all of them, or `points` of them at a fixed stride, the last included."""
+    if points is None or points >= n:
+        return list(range(1, n + 1))
+    stride = -(-n // points)
+    return sorted(set(range(1, n + 1, stride)) | {n})
+
+
+def locate(path, offsets) -> dict:
+    """offset in the module -> 'function file:line' (the innermost frame first)."""
+    offsets = sorted({o for o in offsets if o})
+    if not offsets:
+        return {}
+    out = subprocess.run(["addr2line", "-f", "-i", "-s", "-a", "-e", path, *(hex(o - 1) for o in offsets)],
+                         capture_output=True, text=True).stdout.splitlines()
+    where, cur = {}, None
+    it = iter(out)
+    for line in it:
+        if line.startswith("0x"):
+            cur = int(line, 16) + 1
+            where[cur] = []
+        else:
+            where[cur].append(f"{line} {next(it, '?')}")
+    return {o: " < ".join(frames) for o, frames in where.items()}
+
+
+def explore(name, points=None, emit=print) -> dict:
+    """Every chosen crash point of one workload; returns (and emits) its summary."""
+    work = WORKLOADS[name]
+    t0 = time.monotonic()
+    base = [run_trial(work, 0) for _ in range(2)]  # k = 0: counts only, never kills
+    n = base[0].get("count") or 0
+    failures = [{"k": 0, "found": b["found"]} for b in base[:1] if b["found"]]
+    if base[1].get("count") != n:
+        failures.append({"k": 0, "found": [f"the count is not deterministic: {n} then {base[1].get('count')}"]})
+    ks = choose(n, points)
+    for k in ks:
+        r = run_trial(work, k)
+        if r["found"]:
+            failures.append(r)
+    where = locate(os.environ["BUS1PY_LIB"], [f.get("offset") for f in failures])
+    for f in failures:
+        f["where"] = where.get(f.get("offset"), "?")
+    out = {"workload": name, "blocks": n, "explored": len(ks), "failures": failures,
+           "seconds": round(time.monotonic() - t0, 1)}
+    emit(json.dumps(out), flush=True)
+    return out
+
+
+def describe(summary) -> str:
+    """A summary in words: one line per failing trial."""
+    lines = [f"{summary['workload']}: {summary['explored']} of {summary['blocks']} crash points, "
+             f"{len(summary['failures'])} failing, {summary['seconds']} s"]
+    for f in summary["failures"]:
+        lines.append(f"  k={f['k']} in {f.get('op') or '-'} at {f.get('where', '?')}:")
+        lines += [f"      {p}" for p in f["found"]]
+    return "\n".join(lines)
+
+
+def main(argv) -> int:
+    points = None
+    if argv and argv[0] == "--points":
+        points, argv = int(argv[1]), argv[2:]
+    elif argv and argv[0] == "--all":
+        argv = argv[1:]
+    bad = 0
+    for name in argv or list(WORKLOADS):
+        s = explore(name, points, emit=lambda *_a, **_k: None)
+        print(json.dumps(s), flush=True)
+        print(describe(s), file=sys.stderr, flush=True)
+        bad += len(s["failures"])
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,273 @@
+"""The crash explorer's workloads (tests/explore.py): what the victim does, armed, and what
+must hold after it died anywhere in it (beyond the rules every trial checks,
+tests/explore_rules.py).
+
+A workload is `setup(bus) -> w` (in the trial, before the fork), `prepare(w)` (in the
+victim, before it is armed: it becomes a holder of its peer, so that the reaper knows the
+peer is its), `run(w, log)` (the victim, armed) and `check(bus, w, events) -> findings`.
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+from bus1py._lib import lib
+
+import killpoints as kp
+
+from explore_rules import (check_receives, check_sends, drain, frame, let_go, payload, ident,
+                           sends, SIZE)
+
+
+def vsend(w, log, ids, to, carry=()):
+    """The victim sends message ids[0] to the survivors named in `to`."""
+    log(op="send", ids=ids, to=to)
+    try:
+        w["v"].send([w["to"][n] for n in to], payload(ids[0]), handles=carry)
+    except OSError as e:
+        log(failed=ids, errno=e.errno)
+        return
+    log(done=ids)
+
+
+def step(log, what, fn, **extra):
+    log(op=what, **extra)
+    r = fn()
+    log(done=what)
+    return r
+
+
+class Workload:
+    shared = False  # the victim's peer is held by the trial too (receiving workloads)
+
+    def setup(self, bus):
+        w = frame(bus, self.shared)
+        self.more(bus, w)
+        if not self.shared:
+            let_go(w)
+        return w
+
+    def more(self, bus, w):
+        pass
+
+    def prepare(self, w):
+        w["v"]._attach()
+
+    def check(self, bus, w, events):
+        found = drain(w, "s1") + drain(w, "s2")
+        found += check_sends(w, *sends(events))
+        for name in ("s1", "s2"):  # a handle carried by the victim: its node dies with it
+            w["destroyed"] += [(name, h) for t, _, i, hs in w["drained"][name] if i for h in hs]
+        return found
+
+
+class Send(Workload):
+    def run(self, w, log):
+        for i in (1, 2, 3):
+            vsend(w, log, [i], ["s1"])
+
+
+class Multicast(Workload):
+    def more(self, bus, w):
+        w["vn"] = w["v"].create_node()
+
+    def run(self, w, log):
+        vsend(w, log, [1], ["s1", "s2"], carry=[w["vn"]])
+        vsend(w, log, [2], ["s1", "s2"])
+
+
+class Batch(Workload):
+    def run(self, w, log):
+        for ids, to in (([1, 2, 3, 4], ["s1", "s2"]), ([5, 6, 7], ["s1"])):
+            log(op="send", ids=ids, to=to)
+            try:
+                n = w["v"].send_many([w["to"][x] for x in to], [payload(i) for i in ids])
+            except OSError as e:
+                n = 0
+                log(errno=e.errno)
+            log(done=ids[:n], failed=ids[n:])
+
+
+class Reserve(Workload):
+    """Zero-copy sends: the payload written in place, then committed or (abort) given back."""
+
+    def __init__(self, abort):
+        self.abort = abort
+
+    def run(self, w, log):
+        for i, to in ((1, ["s1"]), (2, ["s1", "s2"]), (3, ["s1"])):
+            log(op="send", ids=[i], to=to)
+            r = w["v"].reserve([w["to"][x] for x in to], SIZE)
+            r.payload[:] = payload(i)
+            if self.abort and i != 2:
+                r.abort()
+                log(failed=[i])
+            else:
+                r.commit()
+                log(done=[i])
+
+
+class Receive(Workload):
+    """The survivor s1 queued messages 1..n at v (the second carrying a handle); the
+    victim receives them, `how` it says."""
+    shared = True
+
+    def __init__(self, how, n):
+        self.how, self.n = how, n
+
+    def more(self, bus, w):
+        to_v = w["probe"]["v"][1]
+        for i in range(1, self.n + 1):
+            w["s1"].send(to_v, payload(i), handles=[w["n1"]] if i == 2 else ())
+
+    def got(self, log, m):
+        i = ident(m.payload)
+        log(**({"got": i} if i is not None else {"bad": bytes(m.payload[:16]).hex()}))
+
+    def run(self, w, log):
+        v = w["v"]
+        if self.how == "recv":
+            for _ in range(3):
+                step(log, "recv", lambda: self.got(log, v.recv(timeout=0)))
+        elif self.how == "recv_many":
+            for _ in range(2):
+                step(log, "recv", lambda: [self.got(log, m) for m in v.recv_many(3, timeout=0)], max=3)
+        else:  # zero-copy: each payload a view into the pool until released
+            for _ in range(2):
+                m = step(log, "recv", lambda: v.recv(timeout=0, copy=False))
+                self.got(log, m)
+                step(log, "release", m.release)
+            ms = step(log, "recv", lambda: v.recv_many(2, timeout=0, copy=False), max=2)
+            for m in ms:
+                self.got(log, m)
+            step(log, "release", lambda: [m.release() for m in ms])
+
+    def check(self, bus, w, events):
+        found = drain(w, "v") + drain(w, "s1") + drain(w, "s2")
+        return found + check_receives(w, events, self.n)
+
+
+class Transfer(Workload):
+    def more(self, bus, w):
+        w["vn"] = [w["v"].create_node() for _ in range(2)]
+
+    def run(self, w, log):
+        v = w["v"]
+        for node, name in zip(w["vn"], ("s1", "s2")):
+            log(op="transfer", to=name)
+            log(done="transfer", at=name, handle=v.transfer(node, w[name]))
+        step(log, "transfer", lambda: v.transfer(w["to"]["s1"], w["s2"]))  # s1's node, to s2
+
+    def check(self, bus, w, events):
+        w["destroyed"] += [(e["at"], e["handle"]) for e in events if "handle" in e]
+        return drain(w, "s1") + drain(w, "s2")
+
+
+class Release(Workload):
+    def more(self, bus, w):
+        s1, v = w["s1"], w["v"]
+        m = [s1.create_node() for _ in range(2)]
+        w["h"] = [s1.transfer(m[0], v), s1.transfer(m[1], v)]
+        s1.transfer(m[1], v)  # two references to drop
+        w["owned"]["s1"] += m
+
+    def run(self, w, log):
+        for h in (w["h"][0], w["h"][1], w["h"][1], w["to"]["s1"]):
+            step(log, "release", lambda: w["v"].release(h))
+
+    def check(self, bus, w, events):
+        return drain(w, "s1") + drain(w, "s2")
+
+
+class Destroy(Workload):
+    def more(self, bus, w):
+        v, s1, s2 = w["v"], w["s1"], w["s2"]
+        w["vn"] = [v.create_node() for _ in range(3)]
+        w["destroyed"] += [("s1", v.transfer(n, s1)) for n in w["vn"]]
+        w["destroyed"].append(("s2", v.transfer(w["vn"][0], s2)))
+
+    def run(self, w, log):
+        d = w["vn"]
+        step(log, "destroy", lambda: w["v"].destroy(d[0]))
+        step(log, "destroy", lambda: w["v"].destroy(d[1], d[2], release=True))
+
+    def check(self, bus, w, events):
+        return drain(w, "s1") + drain(w, "s2")
+
+
+class Disconnect(Workload):
+    """The victim holds a node s1 has a handle to, handles to s1's and s2's nodes, two
+    messages queued (one carrying a handle), one of them received as a held slice."""
+
+    def more(self, bus, w):
+        v, s1 = w["v"], w["s1"]
+        hd = v.transfer(v.create_node(), s1)
+        w["destroyed"].append(("s1", hd))
+        m1 = s1.create_node()
+        w["owned"]["s1"].append(m1)
+        s1.send(hd, payload(1))
+        s1.send(hd, payload(2), handles=[m1])
+
+    def run(self, w, log):
+        w["held"] = step(log, "recv", lambda: w["v"].recv(timeout=0, copy=False))
+        step(log, "disconnect", w["v"].disconnect)
+
+    def check(self, bus, w, events):
+        return drain(w, "s1") + drain(w, "s2")
+
+
+class Gc(Workload):
+    """Dead work for the victim's gc to reap: a sender dead after staging one of two
+    copies (rolled back), one dead after its stamp (rolled forward), a receiver dead with
+    an entry taken out of its queue; each held a node s1 has a handle to."""
+    shared = True  # the victim runs only gc: its peer is the trial's
+
+    def more(self, bus, w):
+        s1, s2 = w["s1"], w["s2"]
+        z = [bus.peer() for _ in range(3)]
+        held = [p.transfer(p.create_node(), s1) for p in z]  # s1's handles to their nodes
+        w["destroyed"] += [("s1", h) for h in held]
+        to = [[s1.transfer(w["n1"], p), s2.transfer(w["n2"], p)] for p in z[:2]]
+        for i in (10, 11):
+            s1.send(held[2], payload(i))
+        for p in z:
+            kp.let_go(bus, p)
+        self.die(z[0], lib.B1_KILL_STAGE, lambda: z[0].send(to[0], payload(2)),
+                 first=lambda: z[0].send(to[0], payload(1)))
+        self.die(z[1], lib.B1_KILL_SYNC, lambda: z[1].send(to[1], payload(3)))
+        self.die(z[2], lib.B1_KILL_RECV, lambda: z[2].recv(timeout=0))
+
+    @staticmethod
+    def die(peer, point, action, first=None):
+        """In a child holding `peer`: `first`, then `action` killed at the named point's
+        first pass."""
+        pid = os.fork()
+        if pid == 0:
+            peer._attach()
+            if first:
+                first()
+            lib.b1_kill_at(point, 0)
+            action()
+            os._exit(3)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+
+    def prepare(self, w):
+        pass
+
+    def run(self, w, log):
+        step(log, "gc", w["bus"].gc)
+
+    def check(self, bus, w, events):
+        found = drain(w, "v") + drain(w, "s1") + drain(w, "s2")
+        both = ["s1", "s2"]
+        return found + check_sends(w, {1: both, 2: both, 3: both}, {1, 3}, {2})
+
+
+WORKLOADS = {
+    "send": Send(), "multicast": Multicast(), "batch": Batch(),
+    "recv": Receive("recv", 4), "recv_many": Receive("recv_many", 6), "zero_copy": Receive("slice", 5),
+    "reserve_commit": Reserve(abort=False), "reserve_abort": Reserve(abort=True),
+    "transfer": Transfer(), "release": Release(), "destroy": Destroy(), "disconnect": Disconnect(),
+    "gc": Gc(),
+}
