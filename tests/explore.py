@@ -26,9 +26,11 @@ instrumented module; tests/test_explore.py does both) prints one JSON line per w
 """
 from __future__ import annotations
 
+import ast
 import json
 import mmap
 import os
+import re
 import select
 import signal
 import subprocess
@@ -90,7 +92,7 @@ def trial(work, k, name) -> dict:
             found.append(f"{what} raised {type(e).__name__}: {e}")
             return None
 
-    page = mmap.mmap(-1, 16)
+    page = mmap.mmap(-1, 8 * lib.B1X_REPORT_WORDS)
     report = ffi.from_buffer("uint64_t[]", page)
     with bus1py.Bus.create(name, **rules.LIMITS) as bus:
         w = work.setup(bus)
@@ -106,9 +108,9 @@ def trial(work, k, name) -> dict:
         killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
         if not killed and status != 0:
             found.append(f"victim ended with status {status:#x}")
-        if killed:
-            result["pc"] = report[0]
-            result["offset"] = lib.b1x_offset(report[0])
+        if killed and report[0] == k:
+            stack = [lib.b1x_offset(report[2 + i]) for i in range(min(report[1], lib.B1X_FRAMES))]
+            result["stack"] = stack[:stack.index(0)] if 0 in stack else stack
         result["count"] = next((e["count"] for e in events if "count" in e), None)
         found += [f"victim: {e['error']}" for e in events if "error" in e]
         op = rules.in_flight(events)
@@ -178,7 +180,7 @@ def choose(n, points) -> list:
 
 
 def locate(path, offsets) -> dict:
-    """offset in the module -> 'function file:line' (the innermost frame first)."""
+    """offset in the module -> 'function file:line' (inlined frames: the innermost first)."""
     offsets = sorted({o for o in offsets if o})
     if not offsets:
         return {}
@@ -191,8 +193,20 @@ def locate(path, offsets) -> dict:
             cur = int(line, 16) + 1
             where[cur] = []
         else:
-            where[cur].append(f"{line} {next(it, '?')}")
+            where[cur].append(f"{line} {next(it, '?').split(' (')[0]}")
     return {o: " < ".join(frames) for o, frames in where.items()}
+
+
+def backtrace(stack, where) -> str:
+    """The kill's C stack in words, from the killing block out to the cffi entry point."""
+    frames = []
+    for o in stack:
+        w = where.get(o, "?")
+        if w.startswith(("_cffi_f_", "_cffi_d_")):
+            frames.append("(" + w.split()[0][len("_cffi_f_"):] + ")")  # the entry point
+            break
+        frames.append(w)
+    return " < ".join(frames) or "?"
 
 
 def explore(name, points=None, emit=print) -> dict:
@@ -209,9 +223,9 @@ def explore(name, points=None, emit=print) -> dict:
         r = run_trial(work, k)
         if r["found"]:
             failures.append(r)
-    where = locate(os.environ["BUS1PY_LIB"], [f.get("offset") for f in failures])
+    where = locate(os.environ["BUS1PY_LIB"], [o for f in failures for o in f.get("stack", ())])
     for f in failures:
-        f["where"] = where.get(f.get("offset"), "?")
+        f["where"] = backtrace(f.get("stack", ()), where)
     out = {"workload": name, "blocks": n, "explored": len(ks), "failures": failures,
            "seconds": round(time.monotonic() - t0, 1)}
     emit(json.dumps(out), flush=True)
@@ -228,7 +242,45 @@ def describe(summary) -> str:
     return "\n".join(lines)
 
 
+def cause(finding) -> str:
+    """A finding with its numbers taken out, so that findings of one cause group together;
+    usage names the counters left over (a counter below zero: something freed twice)."""
+    if finding.startswith("usage after"):
+        use = ast.literal_eval(finding.split(": ", 1)[1])
+        return "left over: " + ", ".join(k + (" (below zero)" if v >= 1 << 31 else "")
+                                          for k, v in use.items() if v)
+    return re.sub(r"\b\d+\b", "N", re.sub(r"\{.*\}|\[.*\]", "...", finding))
+
+
+def group(summaries) -> str:
+    """The failures of every workload, grouped by cause: per cause, the workloads and k
+    where it was seen, and the outermost C functions the kills were in."""
+    by = {}
+    for s in summaries:
+        for f in s["failures"]:
+            for c in sorted({cause(x) for x in f["found"]}):
+                by.setdefault(c, []).append((s["workload"], f["k"], f.get("where", "?")))
+    lines = []
+    for c, seen in sorted(by.items(), key=lambda kv: -len(kv[1])):
+        per = {}
+        for w, k, where in seen:
+            per.setdefault(w, []).append(k)
+        funcs = {}
+        for _, _, where in seen:
+            fn = " < ".join(where.split(" < ")[:2])
+            funcs[fn] = funcs.get(fn, 0) + 1
+        lines.append(f"{len(seen):5d}  {c}")
+        lines.append("       in: " + "; ".join(f"{w} k={','.join(map(str, ks[:6]))}{'...' if len(ks) > 6 else ''} ({len(ks)})"
+                                              for w, ks in per.items()))
+        lines.append("       at: " + "; ".join(f"{fn} ({n})" for fn, n in sorted(funcs.items(), key=lambda x: -x[1])[:6]))
+    return "\n".join(lines)
+
+
 def main(argv) -> int:
+    if argv and argv[0] == "--group":  # the summaries a run printed (its stdout), grouped
+        with open(argv[1]) as f:
+            print(group([json.loads(line) for line in f if line.startswith("{")]))
+        return 0
     points = None
     if argv and argv[0] == "--points":
         points, argv = int(argv[1]), argv[2:]

@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <signal.h>
 #include <stdint.h>
 #include "explore.h"
@@ -21,8 +22,11 @@ void __sanitizer_cov_trace_pc(void) {
     if (__builtin_expect(!armed, 1)) return;
     if (++count != target) return;
     if (report) {
-        report[0] = (uint64_t)(uintptr_t)__builtin_return_address(0);
-        report[1] = count;
+        void *frames[B1X_FRAMES + 1];
+        int n = backtrace(frames, B1X_FRAMES + 1);  /* frames[0]: this function */
+        report[0] = count;
+        report[1] = n > 1 ? (uint64_t)(n - 1) : 0;
+        for (int i = 1; i < n; i++) report[1 + i] = (uint64_t)(uintptr_t)frames[i];
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
     }
     raise(SIGKILL);
@@ -44,7 +48,9 @@ uint64_t b1x_disarm(void) {
 uint64_t b1x_count(void) { return count; }
 
 uint64_t b1x_offset(uint64_t pc) {
-    Dl_info info;
-    if (!dladdr((void *)(uintptr_t)pc, &info) || !info.dli_fbase) return 0;
+    Dl_info info, mine;
+    if (!dladdr((void *)(uintptr_t)pc, &info) || !dladdr((void *)&b1x_arm, &mine) ||
+        info.dli_fbase != mine.dli_fbase)
+        return 0;
     return pc - (uint64_t)(uintptr_t)info.dli_fbase;
 }

@@ -13,15 +13,18 @@
 
 /* cdef-begin */
 /* Count from zero; with k > 0 die at the k-th call (k == 0: count only).  Before dying,
- * report[0] = the address in the instrumented code of that call, report[1] = k (report
- * may be NULL); a forked child inherits the arming, and the report is how it tells its
- * parent through a shared mapping. */
+ * report[0] = k, report[1] = n and report[2..2+n) = the return addresses of the stack
+ * from the instrumented block that made the call outwards (n <= B1X_FRAMES); report may
+ * be NULL.  A forked child inherits the arming, and the report, in a shared mapping of
+ * at least B1X_REPORT_WORDS words, is how it tells its parent where it died. */
+#define B1X_FRAMES 12
+#define B1X_REPORT_WORDS 14
 void b1x_arm(uint64_t k, uint64_t *report);
 /* stop counting: returns the calls counted since b1x_arm */
 uint64_t b1x_disarm(void);
 /* the calls counted so far */
 uint64_t b1x_count(void);
-/* the offset of `pc` in the shared object that holds it (for addr2line), or 0 */
+/* the offset of `pc` in this module (for addr2line), or 0 when it is in another object */
 uint64_t b1x_offset(uint64_t pc);
 /* cdef-end */
 
