@@ -3,6 +3,10 @@
 Every bus a test creates is named `bus1py-<pytest pid>-...` (Bus.create's default, or
 `shm_name()` for named ones), so the checks below only look at this session's segments and
 never at those of other test runs on the same machine.
+
+Hypothesis draws the same examples on every run (`derandomize`: seeded from each test
+function, no example database), so a test passes or fails the same way in any clone.
+BUS1PY_HYPOTHESIS=explore draws anew each run, to look for new failures on purpose.
 """
 from __future__ import annotations
 
@@ -11,8 +15,13 @@ import os
 import secrets
 
 import pytest
+from hypothesis import settings
 
 import bus1py
+
+settings.register_profile("fixed", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile("explore" if os.environ.get("BUS1PY_HYPOTHESIS") == "explore" else "fixed")
 
 SHM_DIR = "/dev/shm"
 
