@@ -17,7 +17,10 @@ operation before and after it to a pipe; then, once it is dead, in the trial:
     at the kill by all of them or by none, one whose send failed or was aborted by none,
     and the workload's own rules (notices owed exactly once, receives not duplicated);
   - no queue is stuck: a probe sent to each survivor is received;
-  - every peer leaves, and the bus holds zero peers, nodes, handles, entries, pool bytes.
+  - every peer leaves, and after a gc the bus holds zero peers, nodes, handles, entries,
+    pool bytes -- or gets what is left back from a gc of the bus held alone (the trial is
+    its only user by then; such a trial is counted as leaking, not failed) -- and
+    its invariants hold.
 Each finding is a line of words; a trial's findings go back to the explorer with the
 address of the killing block, resolved to function and line by addr2line.
 
