@@ -29,6 +29,8 @@
 #include "alloc.h"
 #include "queue.h"
 
+#define UNFINISHED 0x80000000u /* in refs_found: some copy is a block or not yet staged */
+
 struct report {
     char *out;
     uint32_t cap, len;
@@ -157,11 +159,12 @@ static void check_pool(void *base, struct report *r, uint32_t *refs_found, uint8
         if (refs) {
             live_bytes += B1_CLASS_BYTES(m->size_class);
             if (on_stack[unit]) say(r, "record %u: refs %u but on a free list", unit, refs);
-            if (refs != refs_found[unit])
-                say(r, "record %u: refs %u but %u entries name it%s", unit, refs, refs_found[unit],
-                    refs_found[unit] < refs ? " (leaked references)" : "");
+            uint32_t named = refs_found[unit] & ~UNFINISHED;
+            if (refs != named)
+                say(r, "record %u: refs %u but %u entries name it%s", unit, refs, named,
+                    named < refs ? " (leaked references)" : "");
             uint64_t stager = atomic_load(&m->stager);
-            if (stager && !b1_owner_alive(stager))
+            if ((refs_found[unit] & UNFINISHED) && stager && !b1_owner_alive(stager))
                 say(r, "record %u: its transaction's process %d died with it unfinished", unit, B1_OWNER_PID(stager));
         } else if (!on_stack[unit]) {
             say(r, "record %u: free (refs 0) but on no free list (leaked)", unit);
@@ -193,6 +196,9 @@ static void check_entries(void *base, struct report *r, uint32_t *refs_found, ui
             continue;
         }
         refs_found[e->msg]++;
+        /* a block or a copy not yet staged: its transaction has not finished (high bit) */
+        if (!(e->type & B1_ENTRY_RECEIVING) && e->ts != B1_TS_HELD && (e->ts == 0 || (e->ts & 1)))
+            refs_found[e->msg] |= UNFINISHED;
         if ((e->type & 0xff) != B1_MSG_DATA) continue;
         uint64_t *ids = shape_ids(MSG(base, e->msg), &sh, e->idx);
         for (uint32_t k = 0; k < sh.n_handles; k++) {

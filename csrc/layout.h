@@ -196,9 +196,12 @@ struct b1_entry {
     uint32_t left, right;
     uint32_t msg;         /* message record, in pool units (64 bytes) from the pool start */
     uint16_t type;        /* B1_MSG_*, | B1_ENTRY_RECEIVING when claimed; B1_ENTRY_FREE */
-    uint16_t queue;       /* the peer slot whose queue or held list links it, 0 when none:
-                             set before it is linked, cleared after it is unlinked, so a
-                             damaged tree is rebuilt from the table (queue.c) */
+    uint16_t queue;       /* the peer slot whose queue or held list owns it, 0 when none:
+                             set before it is linked, and cleared only when the entry passes
+                             to its next owner (claimed, or back to its transaction) in the
+                             same lock hold -- so a holder killed between an unlink and that
+                             hand-over leaves it to the queue, and a takeover relinks it
+                             (queue.c) */
     uint64_t destination; /* the receiver's handle id for the node */
     uint32_t node;
     uint32_t node_gen;

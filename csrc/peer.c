@@ -209,6 +209,7 @@ static void flush_queue(void *base, struct b1_peer *p) {
         if (!b1_msg_ok(base, en->msg, en->idx)) continue;
         if ((en->ts & 1) && b1_owner_alive(atomic_load(&MSG(base, en->msg)->stager))) {
             en->ts = 0;
+            en->queue = 0;
             continue;
         }
         /* the owner reads nothing more: its destroyed node must not wait for it */

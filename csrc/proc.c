@@ -26,9 +26,12 @@
 static int32_t cached_pid;
 b1_owner_t b1_cached_self;
 
+/* In a fork child, before it runs anything: the token is computed here, not at the first
+ * claim, so no call reads /proc inside a lock hold or between two stores it must make. */
 static void reset_pid(void) {
     cached_pid = 0;
     b1_cached_self = 0;
+    b1_self_slow();
 }
 
 void b1_process_init(void) {

@@ -206,7 +206,6 @@ int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e) {
         *slot = n->right;
         p->front = n->right ? leftmost(base, n->right) : parent;
         if (e == p->back) p->back = 0; /* it was the only entry */
-        n->queue = 0;
         return b1_queue_publish_front(base, p);
     }
     uint32_t *slot = &p->root, steps = 0;
@@ -220,7 +219,6 @@ int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e) {
     }
     *slot = merge(base, n->left, n->right);
     if (e == p->back) p->back = rightmost(base, p->root);
-    n->queue = 0;
     return b1_queue_publish_front(base, p);
 }
 
@@ -370,6 +368,17 @@ static int verify_locked(void *base, struct b1_peer *p) {
         if (!b1_step(&steps, MAXE(base)) || e->ts != B1_TS_HELD || e->left != prev || e->queue != slot) bad = 1;
         add_entry(base, e, &s);
         prev = i;
+    }
+    /* every entry the table says this queue owns is in the tree or on the held list: a
+     * holder killed between an unlink and the hand-over left one to be relinked */
+    if (!bad) {
+        uint32_t bump = atomic_load(&HDR(base)->entries_bump), owned = 0;
+        if (bump > MAXE(base) + 1) bump = MAXE(base) + 1;
+        for (uint32_t i = 1; i < bump; i++) {
+            struct b1_entry *e = ENTRY(base, i);
+            owned += e->queue == slot && e->type != B1_ENTRY_FREE && !(e->type & B1_ENTRY_RECEIVING);
+        }
+        bad = owned != s.entries + steps;
     }
     /* injected modes charge a copy at its stage but insert it only at its commit */
     uint32_t inject = LIM(base).inject;

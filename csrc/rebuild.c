@@ -129,8 +129,11 @@ int b1_gc_sole(void *base, struct b1_gc_stats *out) {
     int64_t used_entries = 0, used_pool = 0;
     for (uint32_t i = 1; i < entries; i++) {
         struct b1_entry *e = ENTRY(base, i);
+        /* popped and cut before its record was named: nobody's (gc freed the claimed ones) */
+        if (e->type != B1_ENTRY_FREE && !e->msg) e->type = B1_ENTRY_FREE;
         if (e->type == B1_ENTRY_FREE) {
             e->msg = 0;
+            e->queue = 0;
             continue;
         }
         used_entries++;

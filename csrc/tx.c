@@ -76,6 +76,7 @@ static int unstage_locked(void *base, struct b1_tx *tx, struct b1_peer *p, struc
     /* out of the queue, the copy is its transaction's again (ts 0, layout.h): gc frees it
      * if the sender dies before drop_dest does */
     ENTRY(base, d->entry)->ts = 0;
+    ENTRY(base, d->entry)->queue = 0;
     if (tx->type == B1_MSG_DATA) {
         struct b1_shape sh;
         b1_msg_shape(base, tx->msg, 0, &sh);
