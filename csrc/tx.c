@@ -149,7 +149,9 @@ static inline __attribute__((always_inline)) int stage_locked(void *base, struct
     }
     uint64_t t = b1_sync_clock(p, tx->max_ts);
     if (stages_block(base)) {
-        ENTRY(base, d->entry)->ts = t + 1;
+        struct b1_entry *en = ENTRY(base, d->entry);
+        en->queue = (uint16_t)d->peer_slot; /* the queue's before it is a block (layout.h) */
+        en->ts = t + 1;
         *woke |= b1_queue_insert_locked(base, p, d->entry);
         B1_KILL_POINT(B1_KILL_LOCKED);
     }
@@ -166,6 +168,7 @@ static inline __attribute__((always_inline)) int commit_locked(void *base, struc
     uint64_t ts = inject == B1_INJECT_FIFO ? 2 * ++p->fifo_counter : tx->ts;
     d->state = B1_DEST_COMMITTED;
     if (stages_block(base)) return b1_queue_rekey_locked(base, p, d->entry, ts);
+    ENTRY(base, d->entry)->queue = (uint16_t)d->peer_slot; /* the queue's from here on */
     ENTRY(base, d->entry)->ts = ts;
     return b1_queue_insert_locked(base, p, d->entry);
 }
