@@ -228,8 +228,8 @@ static void flush_queue(void *base, struct b1_peer *p) {
     for (uint32_t i = held, next; i && b1_step(&steps, max); i = next, n_held++) {
         struct b1_entry *e = ENTRY(base, i);
         next = e->right;
+        b1_entry_claim(e); /* first: a delivered slice is never relinked by a takeover */
         e->ts = 0;
-        b1_entry_claim(e);
         ENTRY(base, i)->prio = next; /* the chain, while the claim holds left and right */
     }
     b1_unlock(p);

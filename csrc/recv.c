@@ -279,15 +279,18 @@ int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice) {
         b1_unlock(p);
         return -EINVAL;
     }
-    if (e->left)
-        ENTRY(base, e->left)->right = e->right;
+    /* claimed before it is unlinked, in one hold: a slice was delivered, so a holder killed
+     * in between must leave it to gc (claimed), never to the held list a takeover rebuilds
+     * -- or, were it unclaimed, to the queue, which would deliver it again */
+    uint32_t left = e->left, right = e->right;
+    b1_entry_claim(e);
+    if (left)
+        ENTRY(base, left)->right = right;
     else
-        p->held = e->right;
-    if (e->right) ENTRY(base, e->right)->left = e->left;
+        p->held = right;
+    if (right) ENTRY(base, right)->left = left;
     p->n_messages--;
     p->n_bytes -= sh.len;
-    e->ts = 0;
-    b1_entry_claim(e); /* unlinked and claimed in one hold: a kill after it leaks nothing */
     b1_unlock(p);
     b1_entry_free(base, ei);
     return 0;

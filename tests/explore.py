@@ -193,10 +193,11 @@ def run_trial(work, k) -> dict:
 
 
 def choose(n, points) -> list:
-    """k in 1..n: all of them, or `points` of them at a fixed stride, the last included."""
+    """k in 1..n: all of them, or at least `points` of them at a fixed stride, the last
+    included."""
     if points is None or points >= n:
         return list(range(1, n + 1))
-    stride = -(-n // points)
+    stride = max(1, n // points)
     return sorted(set(range(1, n + 1, stride)) | {n})
 
 
