@@ -61,7 +61,8 @@ def holders(info: dict, peers: list) -> list:
 def _read(name):
     bus = Bus.open(name, mode=ADMIN_MODE)
     try:
-        return bus.info(), bus.peers()
+        # well-known names (Peer.publish) ride in the info: {name: owner peer id}
+        return {**bus.info(), "names": bus.names()}, bus.peers()
     finally:
         bus.close()
 
@@ -104,6 +105,9 @@ def cmd_ls(args, console=None) -> int:
                           f"{_fmt_bytes(p['queued_bytes'])}/{_fmt_bytes(p['quota_bytes'])}",
                           f"{p['held_handles']}/{p['quota_handles']}", str(p["sent"]), str(p["received"]))
         console.print(table)
+        if info["names"]:
+            console.print("names: " + ", ".join(f"{n} (peer {o})" for n, o in sorted(info["names"].items())),
+                          markup=False, highlight=False)
     return status
 
 

@@ -40,6 +40,8 @@ _MAGIC = 0x7962317375627962  # csrc/layout.h B1_MAGIC
 # its queue's peer slot in 16 bits
 MAX_SLOTS = (1 << 24) - 2
 MAX_PEERS = (1 << 16) - 1
+# well-known names at most (csrc/view.h B1_MAX_NAMES): the table has twice as many slots
+MAX_NAMES = 1 << 16
 # the width of each field of struct b1_limits (csrc/bus1.h)
 _LIMIT_BITS = {name: 8 * ffi.sizeof(field.type) for name, field in ffi.typeof("struct b1_limits").fields}
 
@@ -62,6 +64,7 @@ class Limits:
     quota_bytes: int = 16 << 20
     inject: int = 0
     inject_pause_ns: int = 0
+    max_names: int = 1024
 
     def check(self) -> None:
         """Raise ValueError naming the first limit that cannot work and its bound (the rules
@@ -83,6 +86,8 @@ class Limits:
             raise ValueError(f"bus limit pool_size={self.pool_size} must be from 4096 to 2**38 bytes")
         if self.max_payload + 32 > 1 << 27:
             raise ValueError(f"bus limit max_payload={self.max_payload} must be at most {(1 << 27) - 32}")
+        if self.max_names > MAX_NAMES:
+            raise ValueError(f"bus limit max_names={self.max_names} must be from 0 to {MAX_NAMES}")
         if self.inject > lib.B1_INJECT_FIFO:
             raise ValueError(f"bus limit inject={self.inject} is not a known fault kind")
         for name, width in _LIMIT_BITS.items():  # the rest: what their fields hold
@@ -343,6 +348,22 @@ class Bus:
                              **PeerInfo.from_c(out).__dict__})
             slot += 1
         return rows
+
+    def names(self) -> dict:
+        """The well-known names of live nodes on the bus: {name: owner peer id}
+        (Peer.publish).  A name whose node was destroyed, or whose owner disconnected, is
+        not listed (and is removed from the table on the way)."""
+        out, cursor, names = ffi.new("struct b1_name_info[]", 64), ffi.new("uint32_t *"), {}
+        while True:
+            slots_before = cursor[0]
+            n = lib.b1_names_list(self.base(), out, len(out), cursor)
+            if n < 0:
+                raise bus_error(n, f"listing the names of bus {self.name!r}")
+            for i in range(n):
+                raw = ffi.unpack(out[i].name, out[i].len)
+                names[raw.decode("utf-8", "replace")] = out[i].owner_id
+            if cursor[0] == slots_before:  # past the last slot
+                return names
 
     def gc(self, *, sole: bool = False) -> dict:
         """Reap peers whose processes all died (their nodes are destroyed, as by

@@ -177,6 +177,47 @@ class Peer:
             raise bus_error(r, f"peer {self._id} destroying {handles!r}")
         return (stamp[0], self._id, stamp[1])
 
+    # ---- well-known names ----
+
+    def publish(self, name: str, handle: int) -> None:
+        """Register the node behind `handle` (an owner handle of this peer) under `name`,
+        for any process on the bus to find with `lookup`.  The name goes when it is
+        unpublished, when the node is destroyed or when this peer disconnects.
+        EEXIST if a live node has the name, EREMOTE if this peer does not own the node,
+        ESTALE if it is destroyed, EINVAL for a bad name (empty, over 255 UTF-8 bytes, a
+        NUL), ENOSPC when the bus's max_names are taken.  Names find services; they are
+        no security boundary (anyone who may open the bus may use them)."""
+        raw = _name_bytes(name)
+        args.check_handle(handle, "handle")
+        if not self._attached:
+            self._attach()
+        r = lib.b1_name_publish(self._bus.base(), self._slot, self._id, handle, raw, len(raw))
+        if r:
+            raise bus_error(r, f"peer {self._id} publishing {name!r} for handle {handle}")
+
+    def lookup(self, name: str) -> int:
+        """This peer's own handle to the node published as `name`, one more reference
+        counted as `transfer` counts (release it when done).  ENOENT (FileNotFoundError)
+        when no live node has the name."""
+        raw = _name_bytes(name)
+        if not self._attached:
+            self._attach()
+        out = ffi.new("uint64_t *")
+        r = lib.b1_name_lookup(self._bus.base(), self._slot, self._id, raw, len(raw), out)
+        if r:
+            raise bus_error(r, f"peer {self._id} looking up {name!r}")
+        return out[0]
+
+    def unpublish(self, name: str) -> None:
+        """Remove `name`, which must name a node this peer owns (EREMOTE otherwise,
+        ENOENT if no live node has it)."""
+        raw = _name_bytes(name)
+        if not self._attached:
+            self._attach()
+        r = lib.b1_name_unpublish(self._bus.base(), self._slot, self._id, raw, len(raw))
+        if r:
+            raise bus_error(r, f"peer {self._id} unpublishing {name!r}")
+
     # ---- messages ----
 
     def send(self, destinations, payload, handles=(), *, unreachable_error: bool = False) -> tuple:
@@ -406,6 +447,21 @@ class Peer:
         if ready is None or ready.pid != os.getpid():
             ready = self._ready = ReadyPipe(self)
         return ready.read_fd
+
+
+def _name_bytes(name) -> bytes:
+    """A well-known name as the C helper takes it: 1 to 255 UTF-8 bytes, no NUL; else
+    OSError EINVAL with the reason."""
+    if not isinstance(name, str):
+        raise bus_error(errno.EINVAL, f"a name is a str, not {type(name).__name__}")
+    try:
+        raw = name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise bus_error(errno.EINVAL, f"name {name!r} is not valid UTF-8 text") from None
+    if not 1 <= len(raw) <= lib.B1_NAME_MAX or b"\0" in raw:
+        raise bus_error(errno.EINVAL, f"name {name!r} must be 1 to {lib.B1_NAME_MAX} UTF-8 bytes "
+                                      "without NUL")
+    return raw
 
 
 def send(peer: Peer, destinations, payload, handles=(), **flags) -> tuple:

@@ -14,19 +14,20 @@
 #include <errno.h>
 #include <string.h>
 #include "alloc.h"
+#include "names.h"
 #include "view.h"
 
 uint64_t b1_segment_size(const struct b1_limits *l) {
     if (!b1_limits_valid(l)) return 0;
-    uint64_t off[6];
+    uint64_t off[7];
     b1_layout_offsets(l, off);
-    return off[5];
+    return off[6];
 }
 
 int b1_init(void *base, uint64_t size, const struct b1_limits *l) {
     if (!b1_limits_valid(l) || size < b1_segment_size(l)) return -EINVAL;
     struct b1_header *h = HDR(base);
-    uint64_t off[6];
+    uint64_t off[7];
     b1_layout_offsets(l, off);
     memset(h, 0, sizeof(*h));
     h->version = B1_VERSION;
@@ -38,6 +39,7 @@ int b1_init(void *base, uint64_t size, const struct b1_limits *l) {
     h->off_handles = off[2];
     h->off_entries = off[3];
     h->off_pool = off[4];
+    h->off_names = off[5];
     h->creator_pid = b1_pid();
     h->creator_start = b1_proc_start(b1_pid());
     atomic_store(&h->next_peer_id, 1);
@@ -46,6 +48,8 @@ int b1_init(void *base, uint64_t size, const struct b1_limits *l) {
     atomic_store(&h->nodes_bump, 1);
     atomic_store(&h->handles_bump, 1);
     atomic_store(&h->entries_bump, 1);
+    int r = b1_names_init(base, off[5]);
+    if (r) return r;
     __atomic_store_n(&h->magic, B1_MAGIC, __ATOMIC_RELEASE);
     return b1_view_register(base, size);
 }
@@ -86,6 +90,11 @@ int b1_bus_info(void *base, struct b1_bus_info *out) {
                          sizeof(struct b1_entry)};
     memcpy(out->table_offsets, offs, sizeof offs);
     memcpy(out->slot_sizes, sizes, sizeof sizes);
+    out->names_offset = v->off_names + sizeof(struct b1_names_head);
+    out->name_slot_size = sizeof(struct b1_name);
+    out->names_head_size = sizeof(struct b1_names_head);
+    out->names_slots = v->names_slots;
+    out->names_used = __atomic_load_n(&NAMES(base)->used, __ATOMIC_RELAXED);
     return 0;
 }
 

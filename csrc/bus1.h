@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 /* cdef-begin */
-#define B1_VERSION 8
+#define B1_VERSION 9
 #define B1_HANDLE_INVALID 0xffffffffffffffff
 
 #define B1_MSG_DATA 0
@@ -79,6 +79,7 @@ struct b1_limits {
     uint64_t quota_bytes;
     uint32_t inject;           /* B1_INJECT_*: 0 for the correct algorithm */
     uint32_t inject_pause_ns;  /* pause between destinations in injected modes */
+    uint32_t max_names;        /* well-known names (names.c); 0: no name table */
 };
 
 /* One destination of a transaction, filled by b1_tx_prepare. */
@@ -168,6 +169,11 @@ struct b1_bus_info {
      * slot of each table: for tests that damage a segment on purpose */
     uint64_t table_offsets[5];
     uint32_t slot_sizes[4];
+    uint64_t names_offset;     /* the name table's first slot (names.c) */
+    uint32_t names_used;       /* names in the table, dead or alive (a snapshot) */
+    uint32_t names_slots;      /* its slots: a power of two, at least 2 * max_names */
+    uint32_t name_slot_size;
+    uint32_t names_head_size;  /* the table's head, before its first slot */
 };
 
 uint64_t b1_segment_size(const struct b1_limits *l);
@@ -202,6 +208,28 @@ int b1_handle_release(void *base, uint32_t slot, uint64_t id, uint64_t handle);
  * destruction's (timestamp, transaction seq) */
 int b1_destroy(void *base, uint32_t slot, uint64_t id, const uint64_t *handles, uint32_t n,
                int release, uint64_t *stamp);
+
+/* Well-known names (names.c): a name (1 to B1_NAME_MAX bytes, no NUL) for a node, to find
+ * a service by.  b1_name_publish: the node behind `handle`, which the peer must own
+ * (EREMOTE), alive (ESTALE), under `name` (EEXIST if a live node has it; EINVAL for a bad
+ * name; ENOSPC when max_names are taken).  b1_name_lookup: the caller's own handle to the
+ * named node, one more reference as a transfer makes (ENOENT: no live node of that name).
+ * b1_name_unpublish: only the node's owner (EREMOTE), ENOENT when there is none.
+ * b1_names_list: the live names from table slot *cursor on, at most cap of them; returns
+ * how many and moves *cursor past what it read (names_slots when done). */
+#define B1_NAME_MAX 255
+struct b1_name_info {
+    uint64_t owner_id;     /* the node's owner peer */
+    uint64_t node;         /* the node's index in the node table */
+    uint32_t len;
+    char name[256];        /* len bytes, NUL-ended */
+};
+int b1_name_publish(void *base, uint32_t slot, uint64_t id, uint64_t handle, const char *name,
+                    uint32_t len);
+int b1_name_lookup(void *base, uint32_t slot, uint64_t id, const char *name, uint32_t len,
+                   uint64_t *out);
+int b1_name_unpublish(void *base, uint32_t slot, uint64_t id, const char *name, uint32_t len);
+int b1_names_list(void *base, struct b1_name_info *out, uint32_t cap, uint32_t *cursor);
 
 /* the transaction, step by step (each step is one queue operation) */
 int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,

@@ -12,13 +12,15 @@
  *   - handle registrations: each handle's pending equals the ids naming it in the records
  *     of live entries, and each holder list names handles of its node;
  *   - no object owned by a dead process: claimed entries, running transactions' records,
- *     disconnects, destructions, peers whose processes all died.
+ *     disconnects, destructions, peers whose processes all died;
+ *   - the name table (names.c): each name sound, reachable from its home slot, listed
+ *     once, and the count matching.
  *
  * A bus in use changes under the walk: run it when the bus is quiet (after gc, with no
  * call in flight), as the kill harness and the stress tool's end-of-run check do.
  *
- * Lock rules: one peer's lock at a time, for its queue only; everything else is read
- * without locks (a quiet bus).
+ * Lock rules: one peer's lock at a time, for its queue only, or the name table's alone;
+ * everything else is read without locks (a quiet bus).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -27,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "alloc.h"
+#include "names.h"
 #include "queue.h"
 
 #define UNFINISHED 0x80000000u /* in refs_found: some copy is a block or not yet staged */
@@ -272,6 +275,8 @@ static void check_peers(void *base, struct report *r) {
     if (sweeper && !b1_owner_alive(sweeper)) say(r, "gc sweeper process %d died mid-sweep (run gc)", B1_OWNER_PID(sweeper));
 }
 
+static void say_line(void *arg, const char *line) { say(arg, "%s", line); }
+
 int b1_fsck(void *base, char *out, uint32_t outlen) {
     struct b1_header *h = HDR(base);
     struct report r = {out, outlen, 0, 0};
@@ -295,6 +300,7 @@ int b1_fsck(void *base, char *out, uint32_t outlen) {
         check_pool(base, &r, refs_found, on_stack);
         check_handles(base, &r, pending_found, free_handle);
         check_peers(base, &r);
+        b1_names_check(base, say_line, &r);
         ret = r.problems;
     }
     free(seen);

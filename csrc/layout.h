@@ -4,7 +4,7 @@
  * One POSIX shared-memory object holds the whole bus:
  *
  *   [header | peers[max_peers] | nodes[max_nodes] | handles[max_handles] |
- *    entries[max_entries] | payload pool]
+ *    entries[max_entries] | payload pool | name table (head, slots[names_slots])]
  *
  * Invariants:
  *   - Links are 32-bit indices (0 means "none"; index 0 of every table is never used) or
@@ -57,6 +57,7 @@ struct b1_header {
     uint64_t segment_size;
     struct b1_limits limits;
     uint64_t off_peers, off_nodes, off_handles, off_entries, off_pool;
+    uint64_t off_names;
 
     int32_t creator_pid;               /* the process that created the bus (admin listing) */
     uint32_t pad0;
@@ -273,6 +274,39 @@ static inline void b1_relax(void) {
 #endif
 }
 
+/* The name table (names.c): open addressing with linear probing over names_slots slots
+ * (a power of two, at least twice max_names, so a probe meets an empty slot soon).
+ * Guarded by its own robust mutex, never held together with a peer lock.
+ * Every change is one decisive store of a slot's state, so a kill leaves the table
+ * valid: a slot is written while EMPTY or TOMB and made USED last; a name is removed by
+ * USED -> TOMB; a TOMB whose next slot is EMPTY becomes EMPTY (no probe passes it).
+ * Probe invariant: every USED slot is reached from its home slot (hash & mask) over
+ * slots none of which is EMPTY. */
+enum { B1_NAME_EMPTY = 0, B1_NAME_USED = 1, B1_NAME_TOMB = 2 };
+struct b1_names_head {
+    pthread_mutex_t lock;
+    uint32_t used;         /* USED slots (guarded by lock; recounted at a takeover) */
+    uint32_t lock_recoveries;
+    uint64_t next_seq;     /* stamps each publish, so a slot reused meanwhile is told apart */
+} __attribute__((aligned(64)));
+struct b1_name {
+    _Atomic uint32_t state;  /* B1_NAME_* */
+    uint32_t hash;           /* of the name's bytes (names.c name_hash) */
+    uint32_t node, node_gen; /* the named node: its liveness is the node's (names.c) */
+    uint64_t owner_id;       /* the node's owner when published */
+    uint64_t seq;
+    uint32_t owner_slot;
+    uint16_t len;
+    uint16_t pad;
+    char name[B1_NAME_MAX + 1];
+} __attribute__((aligned(8)));
+/* slots of the name table: the power of two at least 2 * max_names (0 for none) */
+static inline uint32_t b1_names_slots(const struct b1_limits *l) {
+    uint32_t n = 0;
+    if (l->max_names) for (n = 2; n < 2 * l->max_names; n <<= 1) {}
+    return n;
+}
+
 /* ---- bounds: every index and offset read from the segment is checked ----
  * A process that scribbles over the segment must not crash the others.  Each accessor
  * below checks its index against the table's size (the header is validated once, at
@@ -309,6 +343,8 @@ struct b1_view {
     void *base;
     uint64_t off_peers, off_nodes, off_handles, off_entries, off_pool;
     struct b1_limits limits;
+    uint64_t off_names;
+    uint32_t names_slots;  /* b1_names_slots(limits) */
 };
 /* the view last found, shared by the process's threads (views never change or go away,
  * so a stale one only misses the base compare); hidden: one PC-relative load */
@@ -349,6 +385,20 @@ static inline struct b1_msg *MSG(void *base, uint32_t unit) {
         unit = 0;
     }
     return (struct b1_msg *)((char *)base + v->off_pool + ((uint64_t)unit << B1_POOL_MIN_SHIFT));
+}
+
+static inline struct b1_names_head *NAMES(void *base) {
+    return (struct b1_names_head *)((char *)base + VIEW(base)->off_names);
+}
+/* slot i of the name table; i >= names_slots reads slot 0 and sets b1_bad (a table of no
+ * slots has none to read: callers check names_slots first) */
+static inline struct b1_name *NAME(void *base, uint32_t i) {
+    const struct b1_view *v = VIEW(base);
+    if (__builtin_expect(i >= v->names_slots, 0)) {
+        b1_bad = 1;
+        i = 0;
+    }
+    return (struct b1_name *)((char *)base + v->off_names + sizeof(struct b1_names_head)) + i;
 }
 
 /* A record's shape, read from the segment once and checked (b1_msg_shape): every later

@@ -17,6 +17,8 @@
  *     the nodes those peers own are destroyed with the holders the finished messages made.
  *   - A NODE_RELEASE owed by a dead process (release_pending set, no notice queued) is
  *     queued again, once.
+ *   - Names whose nodes are gone are removed last, after the dead peers' nodes were
+ *     destroyed (names.c).
  *
  * Lock rules: one queue's lock at a time, re-taken per block; undone registrations take
  * their owners' locks after it is released.  One orphan sweeper at a time (orphan_reaper,
@@ -27,6 +29,7 @@
 #include <stdlib.h>
 #include "alloc.h"
 #include "message.h"
+#include "names.h"
 #include "node.h"
 #include "peer.h"
 #include "queue.h"
@@ -194,6 +197,7 @@ int b1_gc(void *base, struct b1_gc_stats *out) {
     }
     b1_renotify_releases(base);
     b1_peer_reclaim_all(base);
+    b1_names_sweep(base); /* the names of nodes destroyed above, or before (names.c) */
     if (out) *out = stats;
     return 0;
 }

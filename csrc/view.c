@@ -23,7 +23,7 @@
 #include <string.h>
 #include "view.h"
 
-_Static_assert(B1_MAX_SLOTS == (1u << 24) - 2 && B1_MAX_PEERS == 65535u,
+_Static_assert(B1_MAX_SLOTS == (1u << 24) - 2 && B1_MAX_PEERS == 65535u && B1_MAX_NAMES == 65536u,
                "Limits.check (bus1py/bus.py) states these bounds");
 
 /* what an unknown, unvalidated base reads: every index is out of range */
@@ -39,14 +39,17 @@ static pthread_mutex_t views_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static uint64_t align64(uint64_t x) { return (x + 63) & ~(uint64_t)63; }
 
-void b1_layout_offsets(const struct b1_limits *l, uint64_t off[6]) {
+void b1_layout_offsets(const struct b1_limits *l, uint64_t off[7]) {
     uint64_t o = align64(sizeof(struct b1_header));
     off[0] = o; o = align64(o + ((uint64_t)l->max_peers + 1) * sizeof(struct b1_peer));
     off[1] = o; o = align64(o + ((uint64_t)l->max_nodes + 1) * sizeof(struct b1_node));
     off[2] = o; o = align64(o + ((uint64_t)l->max_handles + 1) * sizeof(struct b1_handle));
     off[3] = o; o = align64(o + ((uint64_t)l->max_entries + 1) * sizeof(struct b1_entry));
     off[4] = (o + 4095) & ~(uint64_t)4095;
-    off[5] = off[4] + l->pool_size;
+    off[5] = align64(off[4] + l->pool_size);
+    /* the name table's head and its slots (one at least, so NAME(base, 0) lies inside) */
+    uint32_t slots = b1_names_slots(l);
+    off[6] = off[5] + sizeof(struct b1_names_head) + (uint64_t)(slots ? slots : 1) * sizeof(struct b1_name);
 }
 
 /* the rules Limits.check (bus1py/bus.py) states in words; keep the two the same */
@@ -61,6 +64,7 @@ int b1_limits_valid(const struct b1_limits *l) {
     if ((uint64_t)l->max_payload + sizeof(struct b1_msg) > B1_CLASS_BYTES(B1_POOL_CLASSES - 1))
         return 0;
     if (l->inject > B1_INJECT_FIFO) return 0;
+    if (l->max_names > B1_MAX_NAMES) return 0;
     return 1;
 }
 
@@ -73,13 +77,15 @@ static int validate(void *base, uint64_t size, struct b1_view *v) {
     if (h.version != B1_VERSION || h.header_size != sizeof h) return -EPROTO;
     if (h.segment_size > size) return -EBADMSG;
     /* the tables must lie where the limits put them */
-    uint64_t off[6];
+    uint64_t off[7];
     if (!b1_limits_valid(&h.limits)) return -EBADMSG;
     b1_layout_offsets(&h.limits, off);
     if (h.off_peers != off[0] || h.off_nodes != off[1] || h.off_handles != off[2] ||
-        h.off_entries != off[3] || h.off_pool != off[4] || off[5] > h.segment_size)
+        h.off_entries != off[3] || h.off_pool != off[4] || h.off_names != off[5] ||
+        off[6] > h.segment_size)
         return -EBADMSG;
-    *v = (struct b1_view){base, off[0], off[1], off[2], off[3], off[4], h.limits};
+    *v = (struct b1_view){base, off[0], off[1], off[2], off[3], off[4], h.limits, off[5],
+                          b1_names_slots(&h.limits)};
     return 0;
 }
 

@@ -12,8 +12,11 @@
  * (B1_HANDLE_INDEX_MASK is reserved), and the other two share the bound */
 #define B1_MAX_SLOTS ((uint32_t)B1_HANDLE_INDEX_MASK - 1)
 
+/* names at most: the table (twice as many slots, ~290 bytes each) stays under 40 MiB */
+#define B1_MAX_NAMES 65536u
+
 int b1_limits_valid(const struct b1_limits *l);
-/* the tables' offsets (peers, nodes, handles, entries, pool) and the segment's size */
-void b1_layout_offsets(const struct b1_limits *l, uint64_t off[6]);
+/* the tables' offsets (peers, nodes, handles, entries, pool, names) and the segment's size */
+void b1_layout_offsets(const struct b1_limits *l, uint64_t off[7]);
 
 #endif

@@ -1,0 +1,339 @@
+"""Well-known names (csrc/names.c, Peer.publish/lookup/unpublish, Bus.names).
+
+Invariants checked:
+  - a name finds its node from any peer, in any process of the user, including one that
+    shares no ancestry with the server (two separate `python -c` processes);
+  - lookup counts a reference as transfer does; the name goes with its node (destroy,
+    disconnect) and with unpublish; bad input raises the documented errno and changes
+    nothing;
+  - the table stays sound (Bus.check) through churn, against a model (Hypothesis).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+import bus1py
+from bus1py import MessageType
+from bus1py._b1 import ffi, lib
+
+
+@pytest.fixture
+def bus():
+    b = bus1py.Bus.create(max_names=8, max_nodes=64, max_handles=256, pool_size=1 << 20)
+    yield b
+    b.close()
+    b.unlink()
+
+
+def _errno(fn, *a):
+    with pytest.raises(OSError) as e:
+        fn(*a)
+    return e.value.errno
+
+
+def test_publish_lookup_send(bus):
+    srv, cli = bus.peer(), bus.peer()
+    node = srv.create_node()
+    srv.publish("echo", node)
+    assert bus.names() == {"echo": srv.id}
+    h = cli.lookup("echo")
+    assert h != node
+    cli.send([h], b"hi")
+    msg = srv.recv(0)
+    assert (msg.payload, msg.destination) == (b"hi", node)
+    # a second lookup is the same handle, one more reference (as transfer counts)
+    assert cli.lookup("echo") == h
+    cli.release(h)
+    with pytest.raises(BlockingIOError):
+        srv.recv(0)  # one reference left: no NODE_RELEASE yet
+    cli.release(h)
+    assert srv.recv(0).type == MessageType.NODE_RELEASE
+    assert bus.check() == []
+
+
+def test_errors_change_nothing(bus):
+    srv, cli = bus.peer(), bus.peer()
+    node = srv.create_node()
+    srv.publish("svc", node)
+    for bad in ("", "x" * 256, "a\0b", "\udc80", b"svc", None):
+        assert _errno(srv.publish, bad, node) == errno.EINVAL
+        assert _errno(cli.lookup, bad) == errno.EINVAL
+    assert _errno(srv.publish, "é" * 128, node) == errno.EINVAL  # 256 UTF-8 bytes
+    srv.publish("é" * 127, node)  # 254 bytes
+    assert _errno(srv.publish, "svc", node) == errno.EEXIST
+    h = cli.lookup("svc")
+    assert _errno(cli.publish, "other", h) == errno.EREMOTE
+    assert _errno(cli.unpublish, "svc") == errno.EREMOTE
+    assert _errno(cli.lookup, "nothing") == errno.ENOENT
+    assert _errno(srv.unpublish, "nothing") == errno.ENOENT
+    assert bus.names() == {"svc": srv.id, "é" * 127: srv.id}
+    # the C helper refuses a NUL or an overlong name itself
+    r = lib.b1_name_publish(bus.base(), srv._slot, srv.id, node, b"a\0b", 3)
+    assert r == -errno.EINVAL
+    r = lib.b1_name_lookup(bus.base(), cli._slot, cli.id, b"x" * 256, 256, ffi.new("uint64_t *"))
+    assert r == -errno.EINVAL
+    assert bus.check() == []
+
+
+def test_name_goes_with_its_node_and_its_owner(bus):
+    srv, cli = bus.peer(), bus.peer()
+    a, b = srv.create_node(), srv.create_node()
+    srv.publish("a", a)
+    srv.publish("b", b)
+    srv.publish("b2", b)  # two names for one node
+    srv.destroy(a)
+    assert bus.names() == {"b": srv.id, "b2": srv.id}
+    assert _errno(cli.lookup, "a") == errno.ENOENT
+    assert _errno(srv.publish, "c", a) in (errno.ESTALE, errno.ENXIO)
+    # the name of a destroyed node is free to take
+    c = cli.create_node()
+    cli.publish("a", c)
+    assert bus.names()["a"] == cli.id
+    srv.disconnect()
+    assert bus.names() == {"a": cli.id}
+    assert _errno(cli.lookup, "b") == errno.ENOENT
+    assert cli.lookup("a") == c  # the owner looking up its own node gets its own handle
+    cli.release(c)
+    srv2 = bus.peer()
+    srv2.publish("b", srv2.create_node())  # taken over from the gone owner
+    assert bus.names() == {"a": cli.id, "b": srv2.id}
+    assert bus.check() == []
+
+
+def test_limit_and_churn(bus):
+    p = bus.peer()
+    node = p.create_node()
+    for i in range(8):
+        p.publish(f"n{i}", node)
+    assert _errno(p.publish, "one-more", node) == errno.ENOSPC
+    assert len(bus.names()) == 8
+    # churn: removed names leave tombstones; the table stays sound and usable
+    for round_ in range(50):
+        p.unpublish(f"n{round_ % 8}")
+        p.publish(f"m{round_}", node)
+        p.unpublish(f"m{round_}")
+        p.publish(f"n{round_ % 8}", node)
+    assert sorted(bus.names()) == sorted(f"n{i}" for i in range(8))
+    assert bus.check() == []
+    # dead names hold room until something sweeps them: publish sweeps when full
+    other = bus.peer()
+    p.destroy(node)
+    n2 = other.create_node()
+    other.publish("fresh", n2)
+    assert bus.names() == {"fresh": other.id}
+    assert bus.check() == []
+
+
+def test_gc_sweeps_dead_names(bus):
+    p = bus.peer()
+    node = p.create_node()
+    p.publish("x", node)
+    p.destroy(node)
+    info = ffi.new("struct b1_bus_info *")
+    lib.b1_bus_info(bus.base(), info)
+    assert info.names_used == 1
+    bus.gc()
+    lib.b1_bus_info(bus.base(), info)
+    assert info.names_used == 0
+
+
+def test_fsck_sees_a_scribbled_name(bus):
+    p = bus.peer()
+    p.publish("victim", p.create_node())
+    info = ffi.new("struct b1_bus_info *")
+    lib.b1_bus_info(bus.base(), info)
+    raw = bus._mmap
+    for i in range(info.names_slots):
+        off = info.names_offset + i * info.name_slot_size
+        if int.from_bytes(raw[off:off + 4], "little") == 1:  # B1_NAME_USED: state, then hash
+            raw[off + 4:off + 8] = (int.from_bytes(raw[off + 4:off + 8], "little") ^ 1).to_bytes(4, "little")
+            break
+    else:
+        pytest.fail("the published name is in no slot")
+    problems = bus.check()
+    assert any("name slot" in line for line in problems), problems
+
+
+def test_limits_bound_max_names():
+    with pytest.raises(ValueError, match="max_names"):
+        bus1py.Bus.create(max_names=(1 << 16) + 1)
+    b = bus1py.Bus.create(max_names=0, pool_size=1 << 16)
+    try:
+        p = b.peer()
+        assert _errno(p.publish, "x", p.create_node()) == errno.ENOSPC
+        assert _errno(p.lookup, "x") == errno.ENOENT
+        assert b.names() == {}
+    finally:
+        b.close()
+        b.unlink()
+
+
+SERVER = textwrap.dedent("""
+    import sys, bus1py
+    bus = bus1py.Bus.create(sys.argv[1])
+    peer = bus.peer()
+    peer.publish("echo", peer.create_node())
+    print("ready", flush=True)
+    while True:
+        msg = peer.recv()
+        if msg.type == bus1py.MessageType.DATA:
+            peer.send(list(msg.handles), b"echo:" + msg.payload)
+            if msg.payload == b"bye":
+                break
+""")
+
+CLIENT = textwrap.dedent("""
+    import sys, bus1py
+    peer = bus1py.Bus.open(sys.argv[1]).peer()
+    echo = peer.lookup("echo")
+    reply = peer.create_node()
+    for word in (b"one", b"two", b"bye"):
+        peer.send([echo], word, [reply])
+        msg = peer.recv(timeout=10)
+        print(msg.payload.decode(), flush=True)
+""")
+
+
+@pytest.mark.timeout(60)
+def test_unrelated_processes_find_each_other_by_name():
+    name = f"bus1py-names-{os.getpid()}"
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(bus1py.__file__))}
+    server = subprocess.Popen([sys.executable, "-c", SERVER, name], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        client = subprocess.run([sys.executable, "-c", CLIENT, name], capture_output=True, text=True,
+                                timeout=30, env=env)
+        assert client.returncode == 0, client.stderr
+        assert client.stdout.split() == ["echo:one", "echo:two", "echo:bye"]
+        assert server.wait(timeout=10) == 0
+    finally:
+        server.kill()
+        server.wait()
+        try:
+            os.unlink(f"/dev/shm/{name}")
+        except FileNotFoundError:
+            pass
+
+
+# ---- the model ----
+
+NAMES = ["a", "b", "c", "dd"]
+
+
+class NamesModel(RuleBasedStateMachine):
+    """Peers publish, look up, unpublish and destroy; the bus's names match the model:
+    name -> (owner index, node)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bus = bus1py.Bus.create(max_names=3, max_nodes=32, max_handles=256, pool_size=1 << 16)
+        self.peers = [self.bus.peer() for _ in range(3)]
+        self.nodes = [[] for _ in self.peers]  # live nodes each peer owns
+        self.names = {}
+
+    def teardown(self):
+        self.bus.close()
+        self.bus.unlink()
+
+    @rule(p=st.integers(0, 2))
+    def create(self, p):
+        if len(self.nodes[p]) < 4:
+            self.nodes[p].append(self.peers[p].create_node())
+
+    @rule(p=st.integers(0, 2), k=st.integers(0, 3), name=st.sampled_from(NAMES))
+    def publish(self, p, k, name):
+        if not self.nodes[p]:
+            return
+        node = self.nodes[p][k % len(self.nodes[p])]
+        if name in self.names:
+            expect = errno.EEXIST
+        elif len(self.names) >= 3:
+            expect = errno.ENOSPC
+        else:
+            expect = 0
+        try:
+            self.peers[p].publish(name, node)
+            got = 0
+        except OSError as e:
+            got = e.errno
+        assert got == expect
+        if not got:
+            self.names[name] = (p, node)
+
+    @rule(p=st.integers(0, 2), name=st.sampled_from(NAMES))
+    def unpublish(self, p, name):
+        expect = errno.ENOENT if name not in self.names else 0 if self.names[name][0] == p else errno.EREMOTE
+        try:
+            self.peers[p].unpublish(name)
+            got = 0
+        except OSError as e:
+            got = e.errno
+        assert got == expect
+        if not got:
+            del self.names[name]
+
+    @rule(p=st.integers(0, 2), name=st.sampled_from(NAMES))
+    def lookup(self, p, name):
+        try:
+            h = self.peers[p].lookup(name)
+        except FileNotFoundError:
+            assert name not in self.names
+            return
+        owner, node = self.names[name]
+        assert (h == node) == (owner == p)  # the owner gets its own handle back
+        self.peers[p].release(h)
+        self.drain()
+
+    @rule(p=st.integers(0, 2), k=st.integers(0, 3))
+    def destroy(self, p, k):
+        if not self.nodes[p]:
+            return
+        node = self.nodes[p].pop(k % len(self.nodes[p]))
+        self.peers[p].destroy(node, release=True)
+        self.names = {n: v for n, v in self.names.items() if v != (p, node)}
+        self.drain()
+
+    def drain(self):
+        # notices read, so destroyed nodes are freed and the tables do not fill
+        for peer in self.peers:
+            while True:
+                try:
+                    peer.recv(0)
+                except BlockingIOError:
+                    break
+
+    @invariant()
+    def names_match(self):
+        assert self.bus.names() == {n: self.peers[p].id for n, (p, _) in self.names.items()}
+
+    @invariant()
+    def sound(self):
+        assert self.bus.check() == []
+
+
+NamesModel.TestCase.settings = settings(max_examples=60, stateful_step_count=30, derandomize=True,
+                                        deadline=None, suppress_health_check=list(HealthCheck))
+test_names_model = NamesModel.TestCase
+
+
+def test_ls_shows_names(bus):
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from bus1py import admin
+
+    p = bus.peer()
+    p.publish("echo", p.create_node())
+    console = Console(record=True, width=200)
+    assert admin.cmd_ls(SimpleNamespace(names=[bus.name], all=False), console) == 0
+    assert f"names: echo (peer {p.id})" in console.export_text()
