@@ -337,3 +337,34 @@ def test_ls_shows_names(bus):
     console = Console(record=True, width=200)
     assert admin.cmd_ls(SimpleNamespace(names=[bus.name], all=False), console) == 0
     assert f"names: echo (peer {p.id})" in console.export_text()
+
+
+@pytest.mark.timeout(30)
+def test_a_holder_killed_with_the_table_lock_is_taken_over(bus):
+    """A process SIGKILLed while it holds the name table's lock, its count half changed:
+    the next locker takes the lock over and recounts; nothing is lost or misread."""
+    import ctypes
+    import signal
+
+    p = bus.peer()
+    node = p.create_node()
+    p.publish("kept", node)
+    info = ffi.new("struct b1_bus_info *")
+    lib.b1_bus_info(bus.base(), info)
+    head = int(ffi.cast("uintptr_t", bus.base())) + info.names_offset - info.names_head_size
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        libc = ctypes.CDLL(None)
+        libc.pthread_mutex_lock(ctypes.c_void_p(head))
+        # `used` follows the mutex (struct b1_names_head): a change cut short
+        used_at = info.names_offset - info.names_head_size + 40
+        bus._mmap[used_at:used_at + 4] = (7).to_bytes(4, "little")
+        os.kill(os.getpid(), signal.SIGKILL)
+    _, status = os.waitpid(child, 0)
+    assert os.WIFSIGNALED(status)
+    assert bus.names() == {"kept": p.id}  # the takeover ran here
+    lib.b1_bus_info(bus.base(), info)
+    assert info.names_used == 1
+    p.publish("more", node)
+    assert bus.names() == {"kept": p.id, "more": p.id}
+    assert bus.check() == []
