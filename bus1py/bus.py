@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import posix_ipc
 
+from . import watch
 from ._lib import ffi, lib
 from .errors import bus_error
 
@@ -256,6 +257,7 @@ class Bus:
             cls._created[shm_name] = os.getpid()
         with cls._lock:
             cls._attached.setdefault(shm_name, bus)
+        watch.ensure(bus)
         return bus
 
     @classmethod
@@ -297,6 +299,7 @@ class Bus:
             raise bus_error(r, f"{shm_name!r}")
         bus = cls(shm_name, mm, created=False)
         bus._open_args = {"mode": mode, "trust_other_owner": trust_other_owner}
+        watch.ensure(bus)
         return bus
 
     @classmethod
@@ -455,6 +458,7 @@ class Bus:
         """Unmap the bus in this process (peers of it become unusable here)."""
         if self._base is None:
             return
+        watch.stop(self)  # it maps the bus through its own export: gone before the unmap
         ffi.release(self._base)
         self._base = None
         self._tls = threading.local()

@@ -21,7 +21,7 @@ import time
 from array import array
 from dataclasses import dataclass
 
-from . import _messages, args, holders, receive
+from . import _messages, args, holders, receive, watch
 from ._lib import ffi, lib
 from .bus import Bus
 from .errors import bus_error
@@ -104,6 +104,7 @@ class Peer:
         """Record this process as a holder of the peer (once per process)."""
         r = lib.b1_peer_attach(self._bus.base(), self._slot, self._id, os.getpid())
         self._attached = True
+        watch.ensure(self._bus)  # a fork child's own watcher (watch.py)
         if r == 0:
             holders.held[(self._bus.name, self._slot, self._id)] = self
             holders.register_exit_hook()

@@ -6,6 +6,9 @@ Invariants:
     made by another process.
   - A receive in this process re-syncs the pipe at once (`sync`), so select never sees
     readiness this process itself has just consumed.
+  - Once the peer is disconnected the write end is closed: poll reports POLLHUP (select
+    and asyncio readable) for good, and recv raises ESHUTDOWN, as bus1's poll reports
+    POLLHUP for a peer that was reset by disconnection.
 """
 from __future__ import annotations
 
@@ -28,11 +31,17 @@ class ReadyPipe:
         self._peer = peer
         self._lock = threading.Lock()
         self._full = False
+        self._hup = False
         threading.Thread(target=self._watch, name=f"bus1py-ready-{peer.id}", daemon=True).start()
 
-    def _set(self, ready: bool) -> None:
+    def _set(self, ready: int) -> None:
         with self._lock:
-            if ready and not self._full:
+            if self._hup:
+                return
+            if ready < 0:  # disconnected: hang up for good
+                self._hup = True
+                os.close(self._write_fd)
+            elif ready and not self._full:
                 os.write(self._write_fd, b"!")
                 self._full = True
             elif not ready and self._full:
@@ -44,7 +53,7 @@ class ReadyPipe:
 
     def sync(self) -> None:
         peer = self._peer
-        self._set(lib.b1_peer_ready(peer._bus.base(), peer._slot, peer._id) != 0)
+        self._set(lib.b1_peer_ready(peer._bus.base(), peer._slot, peer._id))
 
     def _watch(self):
         peer = self._peer
@@ -58,8 +67,8 @@ class ReadyPipe:
             ready = None
             while bus._base is not None:
                 ready = lib.b1_peer_watch(base, slot, pid, -1000 if ready is None else ready, 500_000_000)
-                # disconnected (< 0): stay readable so the reader's recv reports it
-                self._set(ready != 0)
+                # disconnected (< 0): hung up, so the reader's recv reports it
+                self._set(ready)
                 if ready < 0:
                     return
         finally:

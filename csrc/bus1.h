@@ -200,6 +200,15 @@ int b1_gc(void *base, struct b1_gc_stats *out);
  * given back.  -EBUSY when a connected peer still names another live process. */
 int b1_gc_sole(void *base, struct b1_gc_stats *out);
 
+/* For a death watcher (bus1py/watch.py): the distinct live processes recorded in the
+ * connected, unpinned peers' pids[] (at most cap into pids), and in *dead the number of
+ * peers gc would act on now (every recorded process dead, or a disconnect whose
+ * disconnector died).  Returns how many pids, or -errno. */
+int b1_peer_watchlist(void *base, int32_t *pids, uint32_t cap, uint32_t *dead);
+/* a counter bumped whenever a process is recorded as a peer's holder: a watcher rescans
+ * when it moved (lock-free, one load) */
+uint32_t b1_holders_epoch(void *base);
+
 int b1_node_create(void *base, uint32_t slot, uint64_t id, uint64_t *handle);
 int b1_handle_transfer(void *base, uint32_t slot, uint64_t id, uint64_t handle,
                        uint32_t to_slot, uint64_t to_id, uint64_t *out);

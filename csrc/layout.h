@@ -63,6 +63,9 @@ struct b1_header {
     uint32_t pad0;
     uint64_t creator_start;
     _Atomic uint64_t orphan_reaper;    /* owner token of the gc sweeping orphans (reap.c) */
+    _Atomic uint32_t holders_epoch;    /* bumped when a process is recorded as a peer's holder
+                                          (peer.c): death watchers rescan when it moves */
+    uint32_t pad1;
     _Atomic uint64_t next_peer_id;     /* ids are unique and never reused */
     _Atomic uint32_t peers_bump;       /* next never-used slot of each table */
     _Atomic uint32_t nodes_bump;

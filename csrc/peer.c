@@ -164,6 +164,7 @@ int b1_peer_attach(void *base, uint32_t slot, uint64_t id, int32_t pid) {
     if (free_slot >= 0) {
         p->pids[free_slot] = pid;
         p->pid_starts[free_slot] = b1_proc_start(pid);
+        atomic_fetch_add(&HDR(base)->holders_epoch, 1); /* a process to watch (watch.py) */
     } else {
         p->pinned = 1;
     }

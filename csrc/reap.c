@@ -27,6 +27,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include "alloc.h"
 #include "message.h"
 #include "names.h"
@@ -166,6 +167,66 @@ static uint32_t reap_orphans(void *base) {
     b1_bad = saved_bad;
     atomic_store(&h->orphan_reaper, 0);
     return freed;
+}
+
+/* A set of (pid, start) pairs already judged, so each process is read from /proc once per
+ * call however many peers name it: open addressing, key pid, start and verdict beside. */
+struct judged {
+    uint32_t mask;
+    struct { int32_t pid; int alive; uint64_t start; } *v;
+};
+
+static int judge(struct judged *j, int32_t pid, uint64_t start) {
+    uint32_t i = ((uint32_t)pid * 2654435761u) & j->mask;
+    for (uint32_t k = 0; k <= j->mask; k++, i = (i + 1) & j->mask) {
+        if (j->v[i].pid == pid && j->v[i].start == start) return j->v[i].alive;
+        if (j->v[i].pid == 0) {
+            j->v[i].pid = pid;
+            j->v[i].start = start;
+            return j->v[i].alive = b1_pid_alive(pid, start) ? 2 : 0; /* 2: alive, new */
+        }
+    }
+    return b1_pid_alive(pid, start); /* full: judged again, never wrong */
+}
+
+uint32_t b1_holders_epoch(void *base) { return atomic_load(&HDR(base)->holders_epoch); }
+
+int b1_peer_watchlist(void *base, int32_t *pids, uint32_t cap, uint32_t *dead) {
+    uint32_t bump = atomic_load(&HDR(base)->peers_bump), n = 0, gone = 0;
+    if (bump > LIM(base).max_peers + 1) bump = LIM(base).max_peers + 1;
+    struct judged j = {0, NULL};
+    for (j.mask = 15; j.mask < 2 * cap + 1 && j.mask < (1u << 20); j.mask = 2 * j.mask + 1) {}
+    j.v = calloc((size_t)j.mask + 1, sizeof *j.v);
+    if (!j.v) return -ENOMEM;
+    for (uint32_t slot = 1; slot < bump; slot++) {
+        struct b1_peer *p = b1_peer_at_slot(base, slot);
+        if (!p) continue;
+        uint32_t state = __atomic_load_n(&p->state, __ATOMIC_RELAXED);
+        if (state == B1_PEER_DISCONNECTING) {
+            gone += !b1_owner_alive(atomic_load(&p->disconnector));
+            continue;
+        }
+        if (state != B1_PEER_ACTIVE || b1_lock(base, p)) continue;
+        int32_t mine[B1_PEER_PIDS];
+        uint64_t starts[B1_PEER_PIDS];
+        int pinned = p->pinned, active = p->state == B1_PEER_ACTIVE;
+        memcpy(mine, p->pids, sizeof mine);
+        memcpy(starts, p->pid_starts, sizeof starts);
+        b1_unlock(p);
+        if (!active || pinned) continue;
+        int used = 0, alive = 0;
+        for (int i = 0; i < B1_PEER_PIDS; i++) {
+            if (!mine[i]) continue;
+            used = 1;
+            int verdict = judge(&j, mine[i], starts[i]);
+            alive |= verdict != 0;
+            if (verdict == 2 && n < cap) pids[n++] = mine[i]; /* alive, listed once */
+        }
+        gone += used && !alive;
+    }
+    free(j.v);
+    *dead = gone;
+    return (int)n;
 }
 
 int b1_gc(void *base, struct b1_gc_stats *out) {

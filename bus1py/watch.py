@@ -1,0 +1,169 @@
+"""Deaths noticed without gc: one small thread per process per attached bus.
+
+The kernel's bus1 notices a dead peer at once, because its file descriptor closes; here a
+peer is a record in shared memory, so someone must watch the processes that hold peers.
+
+Invariants:
+  - Each process attached to a bus runs at most one watcher for it (started by Bus.open,
+    Bus.create and the first use of a peer in a forked child; stopped by Bus.close, and
+    forgotten by a fork child, which starts its own).
+  - The watcher holds a pidfd (os.pidfd_open, Linux >= 5.3) of every other live process
+    recorded in the bus's connected peers (b1_peer_watchlist), rescanned within RESCAN
+    seconds of a process being recorded as a holder (the segment's holders epoch) and
+    every FULL_RESCAN seconds anyway.  A pidfd names one process for its whole life, so a reused pid is never
+    mistaken for the process it replaced.  When one becomes readable (its process
+    exited), or a rescan finds a peer gc would act on, the watcher runs b1_gc: that is
+    what disconnects the dead's peers (NODE_DESTROY to the holders of their nodes, their
+    names gone), and gc's liveness rule -- dead only on the kernel's word, pid and start
+    time -- is what decides; the watcher only decides when to ask.  So a peer whose
+    processes all died is disconnected within about RESCAN + the gc's own time while any
+    process with a watcher is attached, and a live process is never reaped.
+  - Idle, a watcher sleeps in poll(): it wakes every RESCAN seconds to read one counter,
+    and every FULL_RESCAN seconds scans the peer table (a lock per carved peer slot, one
+    /proc read per distinct process).
+    Measured cost: docs/RELIABILITY.md, "Deaths noticed".
+  - The watcher maps the bus through its own export of the mapping, so the mapping stays
+    valid while it runs; Bus.close wakes it (an eventfd) and joins it before unmapping.
+  - BUS1PY_WATCH=0 in the environment starts no watcher (gc then runs only when called,
+    or when a send meets EDQUOT), for benchmarks and tests that time gc themselves.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import select
+import threading
+import time
+
+from ._lib import ffi, lib
+
+RESCAN = 0.5  # seconds between looks at the holders' epoch (a rescan when it moved)
+FULL_RESCAN = 5.0  # seconds between scans of the peer table when nothing moved
+MAX_WATCHED = 4096  # processes watched per bus at most (the rest are found by rescans)
+
+_watchers: dict = {}  # bus name -> Watcher of this process
+_lock = threading.Lock()
+
+
+def enabled() -> bool:
+    return os.environ.get("BUS1PY_WATCH", "1") != "0" and hasattr(os, "pidfd_open")
+
+
+def ensure(bus) -> None:
+    """This process's watcher of `bus`, started if it has none."""
+    if not enabled() or bus._base is None:
+        return
+    pid = os.getpid()
+    with _lock:
+        w = _watchers.get(bus.name)
+        if w is not None and w.pid == pid and w.bus is bus and w.thread.is_alive():
+            return
+        try:
+            _watchers[bus.name] = Watcher(bus)
+        except OSError:
+            pass  # out of file descriptors or threads: gc still runs when called
+
+
+def stop(bus) -> None:
+    """Stop this process's watcher of `bus` (before its mapping goes)."""
+    with _lock:
+        w = _watchers.get(bus.name)
+        if w is None or w.bus is not bus:
+            return
+        del _watchers[bus.name]
+    w.stop()
+
+
+class Watcher:
+    def __init__(self, bus):
+        self.bus = bus
+        self.pid = os.getpid()
+        self.base = ffi.from_buffer(bus._mmap)  # our export: the mapping outlives us
+        self.wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self.fds: dict = {}  # pid -> pidfd
+        self.gcs = 0  # how many times it ran gc (tests and docs read it)
+        self.thread = threading.Thread(target=self._run, name=f"bus1py-watch-{bus.name}", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        if self.pid != os.getpid():
+            return  # a fork child: the thread is the parent's
+        try:
+            os.eventfd_write(self.wake, 1)
+        except OSError:
+            pass
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout=5)
+
+    def _gc(self) -> None:
+        out = ffi.new("struct b1_gc_stats *")
+        lib.b1_gc(self.base, out)
+        self.gcs += 1
+
+    def _rescan(self, pids, dead) -> bool:
+        """Watch the processes the peers name now; True if gc has work at once."""
+        n = lib.b1_peer_watchlist(self.base, pids, len(pids), dead)
+        if n < 0:
+            return False
+        now = set(pids[0:n]) - {self.pid}
+        for pid in set(self.fds) - now:
+            os.close(self.fds.pop(pid))
+        work = dead[0] > 0
+        for pid in now - set(self.fds):
+            try:
+                self.fds[pid] = os.pidfd_open(pid)
+            except ProcessLookupError:
+                work = True  # died since the scan: gc judges it
+            except OSError as e:
+                if e.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+                    raise
+                break  # out of descriptors: the rest are caught by later rescans
+        return work
+
+    def _run(self) -> None:
+        pids, dead = ffi.new("int32_t[]", MAX_WATCHED), ffi.new("uint32_t *")
+        epoch, last_full, poller, by_fd = None, 0.0, None, {}
+        try:
+            while True:
+                now = time.monotonic()
+                moved = lib.b1_holders_epoch(self.base)
+                if moved != epoch or now - last_full >= FULL_RESCAN:
+                    epoch, last_full, poller = moved, now, None
+                    if self._rescan(pids, dead):
+                        self._gc()
+                        self._rescan(pids, dead)  # what to watch now; more work waits a round
+                if poller is None:
+                    poller = select.poll()
+                    poller.register(self.wake, select.POLLIN)
+                    by_fd = {fd: pid for pid, fd in self.fds.items()}
+                    for fd in by_fd:
+                        poller.register(fd, select.POLLIN)
+                ready = poller.poll(RESCAN * 1000)
+                if any(fd == self.wake for fd, _ in ready):
+                    return
+                exited = [by_fd[fd] for fd, _ in ready if fd in by_fd]
+                for pid in exited:
+                    os.close(self.fds.pop(pid))
+                if exited:
+                    poller = None
+                    self._gc()
+        finally:
+            for fd in self.fds.values():
+                os.close(fd)
+            self.fds.clear()
+            os.close(self.wake)
+            ffi.release(self.base)
+
+
+def _after_fork_in_child():
+    # the threads are the parent's; their descriptors are closed here, not shared
+    for w in _watchers.values():
+        for fd in list(w.fds.values()) + [w.wake]:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    _watchers.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
