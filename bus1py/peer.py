@@ -164,7 +164,9 @@ class Peer:
     def destroy(self, *handles: int, release: bool = False) -> tuple:
         """Destroy the nodes behind these owner handles, in one transaction with one
         destruction timestamp: the owner and every holder get NODE_DESTROY, each with its
-        own handle id.  With release=True the owner's handles are released as well.
+        own handle id.  With release=True one reference of each owner handle is released
+        as well (bus1's NODES_DESTROY_FLAG_RELEASE_HANDLES): an owner that holds more,
+        e.g. from its handle carried back to it, releases the rest one by one.
         Returns the destruction's stamp (timestamp, owner id, sequence), like `send`."""
         if not handles:
             raise bus_error(errno.EINVAL, "destroy needs at least one handle")
@@ -438,6 +440,23 @@ class Peer:
         holders.held.pop((self._bus.name, self._slot, self._id), None)
         if r:
             raise bus_error(r, f"peer {self._id}")
+
+    def reset(self) -> None:
+        """bus1's PEER_RESET: destroy every node of this peer in one transaction (their
+        holders get NODE_DESTROY; this peer gets none), drop every committed message in its
+        queue, and release every handle reference it holds (their owners get NODE_RELEASE
+        as usual).  The peer stays connected, with its id, quotas and clock; messages
+        still in flight to it arrive after the reset (those to its destroyed nodes are
+        dropped).  Zero-copy messages already received stay valid until released.
+        EBUSY while another live process resets it; a reset cut short by the death of
+        its process is finished by gc (csrc/reset.c)."""
+        if not self._attached:
+            self._attach()
+        r = lib.b1_peer_reset(self._bus.base(), self._slot, self._id)
+        if r:
+            raise bus_error(r, f"resetting peer {self._id}")
+        if self._ready is not None:
+            self._ready.sync()
 
     def fileno(self) -> int:
         """A file descriptor readable while a committed message is at the front of the

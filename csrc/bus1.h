@@ -188,6 +188,11 @@ int b1_peer_attach(void *base, uint32_t slot, uint64_t id, int32_t pid);
 /* the number of other live processes still using the peer (0: the caller was the last) */
 int b1_peer_detach(void *base, uint32_t slot, uint64_t id, int32_t pid);
 int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id);
+/* bus1's PEER_RESET: the peer's nodes destroyed in one transaction (NODE_DESTROY to their
+ * holders), every committed message in its queue dropped, every handle reference it holds
+ * released; the peer stays connected (csrc/reset.c).  -EBUSY while another live process
+ * resets it. */
+int b1_peer_reset(void *base, uint32_t slot, uint64_t id);
 int b1_peer_query(void *base, uint32_t slot, uint64_t id, struct b1_peer_info *out);
 /* any slot, connected or not (admin listing): -ENOENT past the last used slot */
 int b1_peer_at(void *base, uint32_t slot, struct b1_peer_info *out);

@@ -261,6 +261,9 @@ static void check_peers(void *base, struct report *r) {
         if (p->state == B1_PEER_DISCONNECTING && !b1_owner_alive(atomic_load(&p->disconnector)))
             say(r, "peer slot %u: its disconnector (process %d) died mid-way (run gc)", s,
                 B1_OWNER_PID(atomic_load(&p->disconnector)));
+        uint64_t resetter = atomic_load(&p->resetter);
+        if (p->state == B1_PEER_ACTIVE && resetter && !b1_owner_alive(resetter))
+            say(r, "peer slot %u: its resetter (process %d) died mid-way (run gc)", s, B1_OWNER_PID(resetter));
         if (p->state == B1_PEER_ACTIVE && !p->pinned) {
             int used = 0, alive = 0;
             for (int i = 0; i < B1_PEER_PIDS; i++)

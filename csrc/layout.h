@@ -127,6 +127,8 @@ struct b1_peer {
     uint32_t pinned;       /* more holder processes than pids[] records: never reaped */
     _Atomic uint64_t disconnector; /* owner token of the process running the disconnect
                                       (DISCONNECTING): gc finishes it when that one died */
+    _Atomic uint64_t resetter;     /* owner token of the process running a reset (reset.c),
+                                      0 when none: gc finishes it when that one died */
     uint32_t held;         /* zero-copy slices given out and not yet given back: a list of
                               entries (B1_TS_HELD, linked by left/right), freed at the
                               latest when the peer is flushed (guarded by lock) */

@@ -247,7 +247,7 @@ static int destroy_stamp_check(void *base, struct b1_tx *tx, void *arg) {
         nd->state = B1_NODE_DESTROYED;
         nd->destroy_ts = tx->ts;
         nd->destroy_seq = tx->seq;
-        nd->owner_notified = dc->disconnecting; /* a departing owner reads nothing more */
+        nd->owner_notified = dc->disconnecting != B1_DESTROY_NOTIFY; /* it reads nothing more */
     }
     return 0;
 }
@@ -287,7 +287,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
     int r, first = 1;
     for (;;) {
         if ((r = b1_lock(base, p))) break;
-        if (p->id != id || p->state != (disconnecting ? B1_PEER_DISCONNECTING : B1_PEER_ACTIVE)) {
+        if (p->id != id || p->state != (disconnecting == B1_DESTROY_DISCONNECT ? B1_PEER_DISCONNECTING : B1_PEER_ACTIVE)) {
             b1_unlock(p);
             r = -ESHUTDOWN;
             break;
@@ -295,8 +295,12 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
         /* validate all, then mark all: a failed call changes nothing */
         for (uint32_t i = 0; i < n && !r; i++) {
             struct b1_node *nd = NODE(base, nodes[i]);
-            /* a departing owner also takes the nodes whose destroyer died before the stamp */
-            int from = nd->state == B1_NODE_ALIVE || (disconnecting && nd->state == B1_NODE_DESTROYING);
+            /* a departing owner also takes the nodes whose destroyer died before the stamp;
+             * a reset only those (a live destroyer's transaction is its own) */
+            int from = nd->state == B1_NODE_ALIVE ||
+                       (nd->state == B1_NODE_DESTROYING &&
+                        (disconnecting == B1_DESTROY_DISCONNECT ||
+                         (disconnecting == B1_DESTROY_RESET && !b1_owner_alive(nd->destroyer))));
             if (nd->owner_slot != slot || nd->owner_id != id) r = -EREMOTE;
             else if (first ? !from : nd->state != B1_NODE_DESTROYING) r = -ESTALE;
         }
@@ -306,7 +310,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
             nd->state = B1_NODE_DESTROYING;
             nd->destroyer = b1_self();
             versions[i] = nd->holders_version;
-            count += !disconnecting;
+            count += disconnecting == B1_DESTROY_NOTIFY;
             FOR_HOLDERS(base, nd, hi) count++;
         }
         struct b1_dest *dests = (!r && count) ? calloc(count, sizeof *dests) : NULL;
@@ -318,7 +322,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
         uint32_t k = 0;
         for (uint32_t i = 0; i < n; i++) {
             struct b1_node *nd = NODE(base, nodes[i]);
-            if (!disconnecting)
+            if (disconnecting == B1_DESTROY_NOTIFY)
                 dests[k++] = (struct b1_dest){.peer_id = id, .owner_handle = nd->owner_handle,
                                               .peer_slot = slot, .node = nodes[i], .node_gen = nd->gen};
             FOR_HOLDERS(base, nd, hi) {
@@ -337,7 +341,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
             struct b1_tx tx = {.sender_slot = slot, .sender_id = id, .n = 0, .dests = NULL};
             tx.seq = atomic_fetch_add(&p->tx_seq, 1);
             B1_KILL_POINT(B1_KILL_DESTROY);
-            r = b1_tx_stamp_as(base, &tx, disconnecting, destroy_stamp_check, &dc);
+            r = b1_tx_stamp_as(base, &tx, disconnecting == B1_DESTROY_DISCONNECT, destroy_stamp_check, &dc);
             if (r == -EAGAIN) continue;
             if (!r && stamp) stamp[0] = tx.ts, stamp[1] = tx.seq;
             break;
@@ -346,7 +350,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
         r = b1_tx_prepare_raw(base, &tx, B1_MSG_NODE_DESTROY, NULL, 0, 0);
         for (uint32_t i = 0; i < count && !r; i++) r = b1_tx_stage_nt(base, &tx, i, &nt);
         if (!r) B1_KILL_POINT(B1_KILL_DESTROY);
-        if (!r) r = b1_tx_stamp_as(base, &tx, disconnecting, destroy_stamp_check, &dc);
+        if (!r) r = b1_tx_stamp_as(base, &tx, disconnecting == B1_DESTROY_DISCONNECT, destroy_stamp_check, &dc);
         if (r) {
             if (tx.msg) b1_tx_abort_nt(base, &tx, &nt);
             free(dests);
@@ -390,14 +394,15 @@ int b1_destroy(void *base, uint32_t slot, uint64_t id, const uint64_t *handles, 
             if (NODE(base, nodes[i])->owner_handle != handles[i]) r = -EREMOTE;
         }
     }
-    if (!r) r = b1_destroy_nodes(base, slot, id, nodes, n, 0, stamp);
+    if (!r) r = b1_destroy_nodes(base, slot, id, nodes, n, B1_DESTROY_NOTIFY, stamp);
     if (!r && release) {
         for (uint32_t i = 0; i < n; i++) {
             uint32_t hi = b1_handle_lookup(base, slot, id, handles[i]);
             if (!hi || b1_lock(base, p)) continue;
             int put = 0;
+            /* one reference, as bus1's NODES_DESTROY_FLAG_RELEASE_HANDLES drops one */
             if (b1_handle_lookup(base, slot, id, handles[i]))
-                put = b1_handle_put_locked(base, hi, HANDLE(base, hi)->refs, 0);
+                put = b1_handle_put_locked(base, hi, 1, 0);
             b1_unlock(p);
             B1_NOTICES(nt);
             b1_put_done(base, put, nodes[i], NODE(base, nodes[i])->gen, &nt);

@@ -71,6 +71,7 @@ static void reset_peer_locked(void *base, struct b1_peer *p, uint32_t quota_mess
     p->held = 0;
     p->broken = 0;
     atomic_store(&p->disconnector, 0);
+    atomic_store(&p->resetter, 0);
     memset(p->pids, 0, sizeof p->pids);
     memset(p->pid_starts, 0, sizeof p->pid_starts);
     atomic_store(&p->tx_seq, 0);
@@ -318,7 +319,7 @@ int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id) {
         }
         b1_unlock(p);
     }
-    if (n) b1_destroy_nodes(base, slot, id, nodes, n, 1, NULL);
+    if (n) b1_destroy_nodes(base, slot, id, nodes, n, B1_DESTROY_DISCONNECT, NULL);
     free(nodes);
 
     r = b1_lock(base, p);

@@ -35,6 +35,7 @@
 #include "peer.h"
 #include "queue.h"
 #include "reap.h"
+#include "reset.h"
 #include "slot.h"
 
 struct dead_block {
@@ -239,6 +240,7 @@ int b1_gc(void *base, struct b1_gc_stats *out) {
     stats.blocks_removed += reap_orphans(base);
     b1_nodes_reap(base);
     stats.peers_reaped += b1_peer_resume_disconnects(base);
+    b1_peer_resume_resets(base);
     for (uint32_t slot = 1; slot < bump; slot++) {
         struct b1_peer *p = b1_peer_at_slot(base, slot);
         if (!p || b1_lock(base, p)) continue;

@@ -25,7 +25,7 @@ LAYERS = [
     ["tx"],                  # the transaction steps
     ["node"],                # nodes, destruction, sending the notices
     ["names"],               # well-known names for nodes, under their own lock
-    ["peer"],                # a peer's life, disconnection
+    ["peer", "reset"],       # a peer's life, disconnection; bus1's PEER_RESET
     ["reap"],                # recovery from dead processes
     ["bus", "send", "recv", "fsck", "rebuild"],  # the calls Python makes
 ]

@@ -6,7 +6,8 @@ Invariants checked:
   - lookup counts a reference as transfer does; the name goes with its node (destroy,
     disconnect) and with unpublish; bad input raises the documented errno and changes
     nothing;
-  - the table stays sound (Bus.check) through churn, against a model (Hypothesis).
+  - the table stays sound (Bus.check) through churn, against a model (Hypothesis) that
+    also resets peers (Peer.reset).
 """
 from __future__ import annotations
 
@@ -230,8 +231,8 @@ NAMES = ["a", "b", "c", "dd"]
 
 
 class NamesModel(RuleBasedStateMachine):
-    """Peers publish, look up, unpublish and destroy; the bus's names match the model:
-    name -> (owner index, node)."""
+    """Peers publish, look up, unpublish, destroy and reset; the bus's names match the
+    model: name -> (owner index, node)."""
 
     def __init__(self):
         super().__init__()
@@ -300,6 +301,19 @@ class NamesModel(RuleBasedStateMachine):
         node = self.nodes[p].pop(k % len(self.nodes[p]))
         self.peers[p].destroy(node, release=True)
         self.names = {n: v for n, v in self.names.items() if v != (p, node)}
+        self.drain()
+
+    @rule(p=st.integers(0, 2), queued=st.booleans())
+    def reset(self, p, queued):
+        # bus1's PEER_RESET: p's nodes destroyed (their names with them), its queue
+        # flushed (a message queued just before is gone), the peer usable after
+        if queued and self.nodes[p]:
+            self.peers[p].send([self.nodes[p][0]], b"flushed")
+        self.peers[p].reset()
+        with pytest.raises(BlockingIOError):
+            self.peers[p].recv(0)
+        self.nodes[p] = []
+        self.names = {n: v for n, v in self.names.items() if v[0] != p}
         self.drain()
 
     def drain(self):
