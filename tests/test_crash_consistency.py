@@ -28,6 +28,14 @@ FORK = mp.get_context("fork")
 LIMITS = dict(max_peers=8, max_nodes=64, max_handles=256, max_entries=1024, max_dests=4,
               max_msg_handles=2, pool_size=1 << 20, max_payload=4096, spin_ns=0)
 
+
+@pytest.fixture(autouse=True)
+def _gc_only_when_called(monkeypatch):
+    """These tests look at what a kill left before they call gc: no death watcher
+    (bus1py/watch.py) may collect it first."""
+    monkeypatch.setenv("BUS1PY_WATCH", "0")
+
+
 # csrc/layout.h: struct b1_peer (x86-64 glibc: a 40-byte mutex first), struct b1_entry,
 # struct b1_msg
 PEER_ID, PEER_ROOT, PEER_FRONT, PEER_PIDS = 40, 52, 56, None
