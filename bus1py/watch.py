@@ -29,6 +29,7 @@ Invariants:
 """
 from __future__ import annotations
 
+import atexit
 import errno
 import os
 import select
@@ -166,4 +167,15 @@ def _after_fork_in_child():
     _watchers.clear()
 
 
+def _stop_all_at_exit():
+    # before the interpreter freezes daemon threads: no gc is cut short by the exit
+    pid = os.getpid()
+    with _lock:
+        mine = [w for w in _watchers.values() if w.pid == pid]
+        _watchers.clear()
+    for w in mine:
+        w.stop()
+
+
 os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_stop_all_at_exit)
