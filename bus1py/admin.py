@@ -59,7 +59,7 @@ def holders(info: dict, peers: list) -> list:
 
 
 def _read(name):
-    bus = Bus.open(name, mode=ADMIN_MODE)
+    bus = Bus.open(name, mode=ADMIN_MODE, watch=False)  # looking collects nothing
     try:
         # well-known names (Peer.publish) ride in the info: {name: owner peer id}
         return {**bus.info(), "names": bus.names()}, bus.peers()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import posix_ipc
 
-from . import watch
+from . import watch as _watch
 from ._lib import ffi, lib
 from .errors import bus_error
 
@@ -257,11 +257,12 @@ class Bus:
             cls._created[shm_name] = os.getpid()
         with cls._lock:
             cls._attached.setdefault(shm_name, bus)
-        watch.ensure(bus)
+        _watch.ensure(bus)
         return bus
 
     @classmethod
-    def open(cls, name: str, *, mode: int = 0o600, trust_other_owner: bool = False) -> "Bus":
+    def open(cls, name: str, *, mode: int = 0o600, trust_other_owner: bool = False,
+             watch: bool = True) -> "Bus":
         """Map an existing bus; FileNotFoundError if there is none of that name.
 
         The segment must be a regular file owned by this user (the effective uid) whose
@@ -270,7 +271,9 @@ class Bus:
         nothing: another user who created the name first (a squatter) could read every
         message and scribble over the queues.  `trust_other_owner=True` accepts a segment
         of another owner, for buses shared between users on purpose (docs/RELIABILITY.md,
-        "Trust model").
+        "Trust model").  `watch=False` starts no death watcher (bus1py/watch.py) in this
+        process for it: for tools that only look (`bus1py ls`, `fsck`), whose looking must
+        not collect anything.
         """
         shm_name = _shm_name(name)
         _check_open_args(mode, trust_other_owner)
@@ -299,7 +302,8 @@ class Bus:
             raise bus_error(r, f"{shm_name!r}")
         bus = cls(shm_name, mm, created=False)
         bus._open_args = {"mode": mode, "trust_other_owner": trust_other_owner}
-        watch.ensure(bus)
+        if watch:
+            _watch.ensure(bus)
         return bus
 
     @classmethod
@@ -458,7 +462,7 @@ class Bus:
         """Unmap the bus in this process (peers of it become unusable here)."""
         if self._base is None:
             return
-        watch.stop(self)  # it maps the bus through its own export: gone before the unmap
+        _watch.stop(self)  # it maps the bus through its own export: gone before the unmap
         ffi.release(self._base)
         self._base = None
         self._tls = threading.local()

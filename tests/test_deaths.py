@@ -7,7 +7,8 @@ Invariants checked:
     poll set), and for a client in a process unrelated to the server;
   - a live holder is never reaped, however long the watchers run;
   - `fileno()` of a disconnected peer reports POLLHUP, and recv raises BrokenPipeError;
-  - Bus.close stops the watcher; BUS1PY_WATCH=0 starts none.
+  - Bus.close stops the watcher; BUS1PY_WATCH=0, or Bus.open(watch=False) as the admin
+    commands that only look use it, starts none.
 """
 from __future__ import annotations
 
@@ -149,6 +150,9 @@ def test_fileno_hangs_up_when_the_peer_is_disconnected(bus):
 def test_close_stops_the_watcher_and_the_switch_starts_none(monkeypatch):
     b = bus1py.Bus.create(pool_size=1 << 16)
     assert any(t.name == f"bus1py-watch-{b.name}" for t in _watchers())
+    looker = bus1py.Bus.open(b.name, watch=False)  # as `bus1py ls` and `fsck` open it
+    assert [t.name for t in _watchers()].count(f"bus1py-watch-{b.name}") == 1
+    looker.close()
     b.close()
     b.unlink()
     assert not any(t.name == f"bus1py-watch-{b.name}" for t in _watchers())
