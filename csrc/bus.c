@@ -93,6 +93,7 @@ int b1_bus_info(void *base, struct b1_bus_info *out) {
     out->names_offset = v->off_names + sizeof(struct b1_names_head);
     out->name_slot_size = sizeof(struct b1_name);
     out->names_head_size = sizeof(struct b1_names_head);
+    out->names_tombs = __atomic_load_n(&NAMES(base)->tombs, __ATOMIC_RELAXED);
     out->names_slots = v->names_slots;
     out->names_used = __atomic_load_n(&NAMES(base)->used, __ATOMIC_RELAXED);
     return 0;

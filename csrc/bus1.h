@@ -174,6 +174,8 @@ struct b1_bus_info {
     uint32_t names_slots;      /* its slots: a power of two, at least 2 * max_names */
     uint32_t name_slot_size;
     uint32_t names_head_size;  /* the table's head, before its first slot */
+    uint32_t names_tombs;      /* removed slots not yet cleared (a snapshot) */
+    uint32_t pad2;
 };
 
 uint64_t b1_segment_size(const struct b1_limits *l);

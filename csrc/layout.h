@@ -286,13 +286,17 @@ static inline void b1_relax(void) {
  * valid: a slot is written while EMPTY or TOMB and made USED last; a name is removed by
  * USED -> TOMB; a TOMB whose next slot is EMPTY becomes EMPTY (no probe passes it).
  * Probe invariant: every USED slot is reached from its home slot (hash & mask) over
- * slots none of which is EMPTY. */
+ * slots none of which is EMPTY.  Compaction moves a name nearer its home by a copy made
+ * USED before the original is removed: a kill between the two leaves the name twice,
+ * and the takeover keeps the first on its probe path. */
 enum { B1_NAME_EMPTY = 0, B1_NAME_USED = 1, B1_NAME_TOMB = 2 };
 struct b1_names_head {
     pthread_mutex_t lock;
     uint32_t used;         /* USED slots (guarded by lock; recounted at a takeover) */
     uint32_t lock_recoveries;
     uint64_t next_seq;     /* stamps each publish, so a slot reused meanwhile is told apart */
+    uint32_t tombs;        /* TOMB slots (guarded by lock; recounted at a takeover): past a
+                              quarter of the slots the table is compacted (names.c) */
 } __attribute__((aligned(64)));
 struct b1_name {
     _Atomic uint32_t state;  /* B1_NAME_* */

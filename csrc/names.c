@@ -8,8 +8,9 @@
  *     valid and a lock taken over from a dead holder only recounts `used` and drops
  *     slots that fail their own checks (repair_locked).  Operations probe from the
  *     name's home slot to its match or the first EMPTY slot: O(1) expected while the
- *     table is at most half USED (max_names <= names_slots / 2) and tombstones are few; a
- *     tombstone is cleared as soon as the slot after it is EMPTY.
+ *     table is at most half USED (max_names <= names_slots / 2) and tombstones are few: a
+ *     tombstone is cleared as soon as the slot after it is EMPTY, and once a quarter of
+ *     the slots are tombstones the table is compacted (compact_locked).
  *   - A name is live iff its slot is USED and its node is still the one it named (index,
  *     generation, owner) and ALIVE or DESTROYING.  A slot whose node was destroyed, or
  *     whose owner disconnected (which destroys its nodes), is dead: lookup and listing
@@ -76,21 +77,29 @@ static int slot_sound(void *base, uint32_t i) {
     return name_ok(s->name, len) && s->hash == name_hash(s->name, len);
 }
 
-/* After a holder died with the lock: every store it made left the table valid, so only
- * `used` may be off by its last change; a slot that fails its own checks (scribbled) is
- * dropped rather than trusted. */
+static uint32_t find_locked(void *base, const char *name, uint32_t len, uint32_t hash, uint32_t *free_slot);
+
+/* After a holder died with the lock: every store it made left the table valid, but for a
+ * compaction's move cut short (a name twice: the first on its probe path is kept) and the
+ * counts, off by its last change; a slot that fails its own checks (scribbled) is dropped
+ * rather than trusted. */
 static void repair_locked(void *base) {
-    uint32_t slots = VIEW(base)->names_slots, used = 0;
+    uint32_t slots = VIEW(base)->names_slots, used = 0, tombs = 0, f;
     for (uint32_t i = 0; i < slots; i++) {
         struct b1_name *s = NAME(base, i);
-        if (atomic_load(&s->state) == B1_NAME_USED) {
-            if (slot_sound(base, i)) used++;
-            else atomic_store(&s->state, B1_NAME_TOMB);
-        } else if (atomic_load(&s->state) != B1_NAME_EMPTY) {
+        uint32_t state = atomic_load(&s->state);
+        if ((state == B1_NAME_USED && !slot_sound(base, i)) || state > B1_NAME_TOMB)
             atomic_store(&s->state, B1_NAME_TOMB);
-        }
+    }
+    for (uint32_t i = 0; i < slots; i++) {
+        struct b1_name *s = NAME(base, i);
+        if (atomic_load(&s->state) == B1_NAME_USED && find_locked(base, s->name, s->len, s->hash, &f) != i)
+            atomic_store(&s->state, B1_NAME_TOMB);
+        used += atomic_load(&s->state) == B1_NAME_USED;
+        tombs += atomic_load(&s->state) == B1_NAME_TOMB;
     }
     NAMES(base)->used = used;
+    NAMES(base)->tombs = tombs;
 }
 
 int b1_names_lock(void *base) {
@@ -133,16 +142,58 @@ static struct name_copy copy_locked(void *base, uint32_t i) {
     return (struct name_copy){i, s->node, s->node_gen, s->owner_slot, s->owner_id, s->seq};
 }
 
+/* Move every name to the first removed slot on its probe path (a copy made USED, then the
+ * original removed: layout.h), visiting the slots in probe order from an EMPTY one, so a
+ * slot freed by a move is seen by the names after it.  Then, if no name's path crosses a
+ * removed slot any more, every removed slot is cleared: probes are as short as if the
+ * removed names had never been there.  O(slots) probes; run when a quarter of the slots
+ * are removed ones, so amortised O(1) per removal. */
+static void compact_locked(void *base) {
+    uint32_t slots = VIEW(base)->names_slots, mask = slots - 1, start = 0, f;
+    while (start < slots && atomic_load(&NAME(base, start)->state) != B1_NAME_EMPTY) start++;
+    for (uint32_t k = 1; k <= slots; k++) {
+        uint32_t i = (start + k) & mask;
+        struct b1_name *s = NAME(base, i);
+        if (atomic_load(&s->state) != B1_NAME_USED || !slot_sound(base, i)) continue;
+        if (find_locked(base, s->name, s->len, s->hash, &f) != i || f == NONE) continue;
+        struct b1_name *d = NAME(base, f); /* a TOMB: the path up to i has no EMPTY slot */
+        d->hash = s->hash;
+        d->node = s->node;
+        d->node_gen = s->node_gen;
+        d->owner_id = s->owner_id;
+        d->owner_slot = s->owner_slot;
+        d->seq = s->seq;
+        d->len = s->len;
+        memcpy(d->name, s->name, (size_t)s->len + 1);
+        atomic_store_explicit(&d->state, B1_NAME_USED, memory_order_release);
+        atomic_store(&s->state, B1_NAME_TOMB); /* one removed slot used, one made */
+    }
+    for (uint32_t i = 0; i < slots; i++) {
+        struct b1_name *s = NAME(base, i);
+        if (atomic_load(&s->state) != B1_NAME_USED) continue;
+        for (uint32_t j = s->hash & mask, k = 0; j != i && k < slots; j = (j + 1) & mask, k++)
+            if (atomic_load(&NAME(base, j)->state) == B1_NAME_TOMB) return; /* keep them */
+    }
+    for (uint32_t i = 0; i < slots; i++)
+        if (atomic_load(&NAME(base, i)->state) == B1_NAME_TOMB) atomic_store(&NAME(base, i)->state, B1_NAME_EMPTY);
+    NAMES(base)->tombs = 0;
+}
+
 /* USED -> TOMB, then the tombstones that end at an EMPTY slot cleared (layout.h). */
 static void remove_locked(void *base, uint32_t i) {
+    struct b1_names_head *h = NAMES(base);
     uint32_t slots = VIEW(base)->names_slots, mask = slots - 1;
     atomic_store(&NAME(base, i)->state, B1_NAME_TOMB);
-    NAMES(base)->used--;
-    if (atomic_load(&NAME(base, (i + 1) & mask)->state) != B1_NAME_EMPTY) return;
-    for (uint32_t k = 0; k < slots && atomic_load(&NAME(base, i)->state) == B1_NAME_TOMB; k++) {
-        atomic_store(&NAME(base, i)->state, B1_NAME_EMPTY);
-        i = (i - 1) & mask;
+    h->used--;
+    h->tombs++;
+    if (atomic_load(&NAME(base, (i + 1) & mask)->state) == B1_NAME_EMPTY) {
+        for (uint32_t k = 0; k < slots && atomic_load(&NAME(base, i)->state) == B1_NAME_TOMB; k++) {
+            atomic_store(&NAME(base, i)->state, B1_NAME_EMPTY);
+            h->tombs--;
+            i = (i - 1) & mask;
+        }
     }
+    if (h->tombs > slots / 4) compact_locked(base);
 }
 
 /* Remove slot c.i if it still holds the publish c; 1 if removed. */
@@ -210,8 +261,10 @@ static int publish_once(void *base, uint32_t n, uint32_t gen, uint32_t slot, uin
                 s->len = (uint16_t)len;
                 memcpy(s->name, name, len);
                 s->name[len] = 0;
+                uint32_t was = atomic_load(&s->state);
                 atomic_store_explicit(&s->state, B1_NAME_USED, memory_order_release);
                 h->used++;
+                h->tombs -= was == B1_NAME_TOMB;
             }
             b1_names_unlock(base);
             return r;
@@ -333,7 +386,7 @@ uint32_t b1_names_sweep(void *base) {
 }
 
 int b1_names_check(void *base, void (*say)(void *arg, const char *line), void *arg) {
-    uint32_t slots = VIEW(base)->names_slots, used = 0;
+    uint32_t slots = VIEW(base)->names_slots, used = 0, tombs = 0;
     char line[400];
     int problems = 0, r = b1_names_lock(base);
     if (r) {
@@ -345,6 +398,7 @@ int b1_names_check(void *base, void (*say)(void *arg, const char *line), void *a
         struct b1_name *s = NAME(base, i);
         uint32_t state = atomic_load(&s->state);
         if (state > B1_NAME_TOMB) SAY("name slot %u: state %u is none of empty, used, removed", i, state);
+        tombs += state == B1_NAME_TOMB;
         if (state != B1_NAME_USED) continue;
         used++;
         if (!slot_sound(base, i)) {
@@ -362,6 +416,8 @@ int b1_names_check(void *base, void (*say)(void *arg, const char *line), void *a
     }
     if (used != NAMES(base)->used)
         SAY("name table: %u names found, its count says %u", used, NAMES(base)->used);
+    if (tombs != NAMES(base)->tombs)
+        SAY("name table: %u removed slots found, its count says %u", tombs, NAMES(base)->tombs);
 #undef SAY
     b1_names_unlock(base);
     return problems;
