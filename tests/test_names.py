@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -446,3 +447,43 @@ def test_a_move_cut_short_is_undone_by_the_takeover(bus):
     p.unpublish("moved")
     assert bus.names() == {}
     assert bus.check() == []
+
+
+def _contender(name, start, results):
+    bus = bus1py.Bus.open(name)
+    peer = bus.peer()
+    node = peer.create_node()
+    start.wait()
+    try:
+        peer.publish("leader", node)
+        results.put(("won", peer.id))
+        time.sleep(1)  # stay the holder while the others look
+    except OSError as e:
+        results.put(("lost", e.errno))
+
+
+@pytest.mark.timeout(60)
+def test_processes_racing_for_one_name_elect_one():
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    b = bus1py.Bus.create(pool_size=1 << 16)
+    try:
+        start, results = ctx.Event(), ctx.Queue()
+        procs = [ctx.Process(target=_contender, args=(b.name, start, results)) for _ in range(6)]
+        for pr in procs:
+            pr.start()
+        start.set()
+        got = [results.get(timeout=30) for _ in procs]
+        winners = [who for kind, who in got if kind == "won"]
+        assert len(winners) == 1, got
+        assert sorted(who for kind, who in got if kind == "lost") == [errno.EEXIST] * 5
+        assert b.names() == {"leader": winners[0]}
+        for pr in procs:
+            pr.join(timeout=30)
+        b.gc()  # the winner exited: its peer is disconnected, and with it the name
+        assert b.names() == {}
+        assert b.check() == []
+    finally:
+        b.close()
+        b.unlink()
