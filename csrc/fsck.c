@@ -278,7 +278,38 @@ static void check_peers(void *base, struct report *r) {
     if (sweeper && !b1_owner_alive(sweeper)) say(r, "gc sweeper process %d died mid-sweep (run gc)", B1_OWNER_PID(sweeper));
 }
 
-static void say_line(void *arg, const char *line) { say(arg, "%s", line); }
+/* The name table (names.c): each name sound, reached by its own lookup (its probe path
+ * has no EMPTY slot, and it is the first of its name), the counts right. */
+static void check_names(void *base, struct report *r) {
+    uint32_t slots = VIEW(base)->names_slots, used = 0, tombs = 0;
+    if (b1_names_lock(base)) {
+        say(r, "name table: its lock cannot be taken");
+        return;
+    }
+    for (uint32_t i = 0; i < slots; i++) {
+        struct b1_name *s = NAME(base, i);
+        uint32_t state = atomic_load(&s->state);
+        if (state > B1_NAME_TOMB) say(r, "name slot %u: state %u is none of empty, used, removed", i, state);
+        tombs += state == B1_NAME_TOMB;
+        if (state != B1_NAME_USED) continue;
+        used++;
+        if (!b1_name_sound(base, i)) {
+            say(r, "name slot %u: its name fails its length, NUL or hash check", i);
+            continue;
+        }
+        if (s->node == 0 || s->node > LIM(base).max_nodes)
+            say(r, "name slot %u (%.*s): names node %u, out of range", i, (int)s->len, s->name, s->node);
+        uint32_t at = b1_name_find_locked(base, i);
+        if (at != i)
+            say(r, "name slot %u (%.*s): %s", i, (int)s->len, s->name,
+                at == UINT32_MAX ? "not reachable from its home slot (an empty slot on its probe path)"
+                                 : "the name is in the table twice");
+    }
+    if (used != NAMES(base)->used) say(r, "name table: %u names found, its count says %u", used, NAMES(base)->used);
+    if (tombs != NAMES(base)->tombs)
+        say(r, "name table: %u removed slots found, its count says %u", tombs, NAMES(base)->tombs);
+    b1_names_unlock(base);
+}
 
 int b1_fsck(void *base, char *out, uint32_t outlen) {
     struct b1_header *h = HDR(base);
@@ -303,7 +334,7 @@ int b1_fsck(void *base, char *out, uint32_t outlen) {
         check_pool(base, &r, refs_found, on_stack);
         check_handles(base, &r, pending_found, free_handle);
         check_peers(base, &r);
-        b1_names_check(base, say_line, &r);
+        check_names(base, &r);
         ret = r.problems;
     }
     free(seen);

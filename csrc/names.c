@@ -30,7 +30,6 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <stdio.h>
 #include <string.h>
 #include "handle.h"
 #include "names.h"
@@ -71,7 +70,7 @@ int b1_names_init(void *base, uint64_t off) {
 }
 
 /* Does USED slot i pass its own checks (length, no NUL, hash)? */
-static int slot_sound(void *base, uint32_t i) {
+int b1_name_sound(void *base, uint32_t i) {
     struct b1_name *s = NAME(base, i);
     uint32_t len = s->len;
     return name_ok(s->name, len) && s->hash == name_hash(s->name, len);
@@ -88,7 +87,7 @@ static void repair_locked(void *base) {
     for (uint32_t i = 0; i < slots; i++) {
         struct b1_name *s = NAME(base, i);
         uint32_t state = atomic_load(&s->state);
-        if ((state == B1_NAME_USED && !slot_sound(base, i)) || state > B1_NAME_TOMB)
+        if ((state == B1_NAME_USED && !b1_name_sound(base, i)) || state > B1_NAME_TOMB)
             atomic_store(&s->state, B1_NAME_TOMB);
     }
     for (uint32_t i = 0; i < slots; i++) {
@@ -137,6 +136,12 @@ static uint32_t find_locked(void *base, const char *name, uint32_t len, uint32_t
     return NONE;
 }
 
+uint32_t b1_name_find_locked(void *base, uint32_t i) {
+    struct b1_name *s = NAME(base, i);
+    uint32_t f;
+    return find_locked(base, s->name, s->len, s->hash, &f);
+}
+
 static struct name_copy copy_locked(void *base, uint32_t i) {
     struct b1_name *s = NAME(base, i);
     return (struct name_copy){i, s->node, s->node_gen, s->owner_slot, s->owner_id, s->seq};
@@ -154,7 +159,7 @@ static void compact_locked(void *base) {
     for (uint32_t k = 1; k <= slots; k++) {
         uint32_t i = (start + k) & mask;
         struct b1_name *s = NAME(base, i);
-        if (atomic_load(&s->state) != B1_NAME_USED || !slot_sound(base, i)) continue;
+        if (atomic_load(&s->state) != B1_NAME_USED || !b1_name_sound(base, i)) continue;
         if (find_locked(base, s->name, s->len, s->hash, &f) != i || f == NONE) continue;
         struct b1_name *d = NAME(base, f); /* a TOMB: the path up to i has no EMPTY slot */
         d->hash = s->hash;
@@ -341,7 +346,7 @@ static int copy_chunk(void *base, uint32_t *cursor, struct name_copy *cs, struct
     if (r) return r;
     for (; i < slots && n < cap; i++) {
         struct b1_name *s = NAME(base, i);
-        if (atomic_load(&s->state) != B1_NAME_USED || !slot_sound(base, i)) continue;
+        if (atomic_load(&s->state) != B1_NAME_USED || !b1_name_sound(base, i)) continue;
         cs[n] = copy_locked(base, i);
         if (out) {
             out[n].owner_id = s->owner_id;
@@ -383,42 +388,4 @@ uint32_t b1_names_sweep(void *base) {
             if (!node_live(base, &cs[j], 0, 0, NULL, NULL)) removed += remove_if_same(base, &cs[j]);
     }
     return removed;
-}
-
-int b1_names_check(void *base, void (*say)(void *arg, const char *line), void *arg) {
-    uint32_t slots = VIEW(base)->names_slots, used = 0, tombs = 0;
-    char line[400];
-    int problems = 0, r = b1_names_lock(base);
-    if (r) {
-        say(arg, "name table: its lock cannot be taken");
-        return 1;
-    }
-#define SAY(...) (snprintf(line, sizeof line, __VA_ARGS__), say(arg, line), problems++)
-    for (uint32_t i = 0; i < slots; i++) {
-        struct b1_name *s = NAME(base, i);
-        uint32_t state = atomic_load(&s->state);
-        if (state > B1_NAME_TOMB) SAY("name slot %u: state %u is none of empty, used, removed", i, state);
-        tombs += state == B1_NAME_TOMB;
-        if (state != B1_NAME_USED) continue;
-        used++;
-        if (!slot_sound(base, i)) {
-            SAY("name slot %u: its name fails its length, NUL or hash check", i);
-            continue;
-        }
-        if (s->node == 0 || s->node > LIM(base).max_nodes)
-            SAY("name slot %u (%.*s): names node %u, out of range", i, (int)s->len, s->name, s->node);
-        /* reached from its home slot without an EMPTY slot, and the first of its name */
-        uint32_t f, at = find_locked(base, s->name, s->len, s->hash, &f);
-        if (at != i)
-            SAY("name slot %u (%.*s): %s", i, (int)s->len, s->name,
-                at == NONE ? "not reachable from its home slot (an empty slot on its probe path)"
-                           : "the name is in the table twice");
-    }
-    if (used != NAMES(base)->used)
-        SAY("name table: %u names found, its count says %u", used, NAMES(base)->used);
-    if (tombs != NAMES(base)->tombs)
-        SAY("name table: %u removed slots found, its count says %u", tombs, NAMES(base)->tombs);
-#undef SAY
-    b1_names_unlock(base);
-    return problems;
 }

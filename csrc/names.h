@@ -15,7 +15,10 @@ int b1_names_lock(void *base);
 void b1_names_unlock(void *base);
 /* remove every name whose node is gone (b1_gc); returns how many */
 uint32_t b1_names_sweep(void *base);
-/* the table's structure checked (fsck): problems said through say(arg, line) */
-int b1_names_check(void *base, void (*say)(void *arg, const char *line), void *arg);
+/* for fsck, the table's lock held: does USED slot i pass its own checks (length, no NUL,
+ * hash)?  And where does a lookup of slot i's (sound) name land: i itself, another slot
+ * (the name twice), or UINT32_MAX (unreachable from its home slot)? */
+int b1_name_sound(void *base, uint32_t i);
+uint32_t b1_name_find_locked(void *base, uint32_t i);
 
 #endif
