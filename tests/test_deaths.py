@@ -32,10 +32,10 @@ SPAWN = mp.get_context("spawn")
 NOTICE = 1.0  # seconds: the bound from a death to NODE_DESTROY at a waiting client
 
 
-def _server(name, ready, hold):
+def _server(name, ready, hold, svc="svc"):
     bus = bus1py.Bus.open(name)
     peer = bus.peer()
-    peer.publish("svc", peer.create_node())
+    peer.publish(svc, peer.create_node())
     ready.put(os.getpid())
     time.sleep(hold)
 
@@ -173,7 +173,7 @@ def test_idle_cpu_of_an_attached_process():
     psutil = pytest.importorskip("psutil")
     b = bus1py.Bus.create(pool_size=1 << 20)
     q = SPAWN.Queue()
-    procs = [SPAWN.Process(target=_server, args=(b.name, q, 90), daemon=True) for _ in range(4)]
+    procs = [SPAWN.Process(target=_server, args=(b.name, q, 90, f"svc{i}"), daemon=True) for i in range(4)]
     try:
         for p in procs:
             p.start()
