@@ -380,10 +380,13 @@ class Bus:
         workers exited): then every free list and usage counter is also rebuilt from the
         objects' states, giving back what a process killed between two stores leaked
         (csrc/rebuild.c).  OSError EBUSY, changing nothing, when a connected peer still
-        names another live process."""
+        names another live process.  This process's death watcher (bus1py/watch.py) is
+        paused meanwhile; another process's watcher is a user of the bus like any other
+        (BUS1PY_WATCH=0 there, or its bus closed)."""
         out = ffi.new("struct b1_gc_stats *")
         if sole:
-            r = lib.b1_gc_sole(self.base(), out)
+            with _watch.paused(self):
+                r = lib.b1_gc_sole(self.base(), out)
             if r:
                 raise bus_error(r, f"bus {self.name!r} is in use by another process: gc(sole=True) "
                                    "rebuilds only a bus held alone")

@@ -24,12 +24,15 @@ Invariants:
     Measured cost: docs/RELIABILITY.md, "Deaths noticed".
   - The watcher maps the bus through its own export of the mapping, so the mapping stays
     valid while it runs; Bus.close wakes it (an eventfd) and joins it before unmapping.
+  - Bus.gc(sole=True) pauses this process's watcher (paused()): the rebuild of a bus
+    held alone must be the only call touching it.
   - BUS1PY_WATCH=0 in the environment starts no watcher (gc then runs only when called,
     or when a send meets EDQUOT), for benchmarks and tests that time gc themselves.
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import os
 import select
@@ -65,6 +68,19 @@ def ensure(bus) -> None:
             pass  # out of file descriptors or threads: gc still runs when called
 
 
+@contextlib.contextmanager
+def paused(bus):
+    """No call of this process's watcher of `bus` runs inside the block (a rebuild of the
+    bus held alone, Bus.gc(sole=True), must be the only one touching it)."""
+    with _lock:
+        w = _watchers.get(bus.name)
+    if w is None or w.pid != os.getpid():
+        yield
+        return
+    with w.busy:
+        yield
+
+
 def stop(bus) -> None:
     """Stop this process's watcher of `bus` (before its mapping goes)."""
     with _lock:
@@ -83,6 +99,7 @@ class Watcher:
         self.wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         self.fds: dict = {}  # pid -> pidfd
         self.gcs = 0  # how many times it ran gc (tests and docs read it)
+        self.busy = threading.Lock()  # held around each call into the bus (paused())
         self.thread = threading.Thread(target=self._run, name=f"bus1py-watch-{bus.name}", daemon=True)
         self.thread.start()
 
@@ -98,12 +115,14 @@ class Watcher:
 
     def _gc(self) -> None:
         out = ffi.new("struct b1_gc_stats *")
-        lib.b1_gc(self.base, out)
+        with self.busy:
+            lib.b1_gc(self.base, out)
         self.gcs += 1
 
     def _rescan(self, pids, dead) -> bool:
         """Watch the processes the peers name now; True if gc has work at once."""
-        n = lib.b1_peer_watchlist(self.base, pids, len(pids), dead)
+        with self.busy:
+            n = lib.b1_peer_watchlist(self.base, pids, len(pids), dead)
         if n < 0:
             return False
         now = set(pids[0:n]) - {self.pid}
@@ -127,7 +146,7 @@ class Watcher:
         try:
             while True:
                 now = time.monotonic()
-                moved = lib.b1_holders_epoch(self.base)
+                moved = lib.b1_holders_epoch(self.base)  # one load: no pause needed
                 if moved != epoch or now - last_full >= FULL_RESCAN:
                     epoch, last_full, poller = moved, now, None
                     if self._rescan(pids, dead):

@@ -192,3 +192,21 @@ def test_idle_cpu_of_an_attached_process():
             p.join()
         b.close()
         b.unlink()
+
+
+@pytest.mark.timeout(60)
+def test_a_paused_watcher_collects_nothing_until_resumed(bus):
+    """Bus.gc(sole=True) pauses this process's watcher: while paused, a death waits."""
+    from bus1py import watch
+
+    with _running_server(bus) as server:
+        client = bus.peer()
+        h = client.lookup("svc")
+        time.sleep(0.8)
+        with watch.paused(bus):
+            os.kill(server.pid, signal.SIGKILL)
+            time.sleep(1.0)
+            with pytest.raises(BlockingIOError):
+                client.recv(0)  # nobody collected it: the watcher waits for the pause
+        msg = client.recv(timeout=NOTICE + 0.5)
+        assert (msg.type, msg.destination) == (MessageType.NODE_DESTROY, h)
