@@ -21,6 +21,14 @@ def console(stderr: bool = False) -> Console:
     return c
 
 
+def rule(c: Console, title: str) -> None:
+    """A section rule: the terminal's width, or 100 columns in a pipe or a file (a rule
+    has no width of its own to take)."""
+    if c.width >= UNBOUNDED:
+        c = Console(file=c.file, width=100, no_color=c.no_color)
+    c.rule(title)
+
+
 class PhaseLines:
     """Progress for a log rather than a terminal: one plain timestamped line on stderr at
     each new phase, and at least every `every` seconds while a phase lasts."""

@@ -133,6 +133,8 @@ class StageProgress:
                 tasks = f", stage {','.join(stages)}: {done}/{total} tasks" if stages else ""
                 lines(self.phase, f"{time.monotonic() - t0:.0f} s{tasks}")
                 if self._stop.wait(0.5):
+                    # a phase set since the last poll is still said once: a short one too
+                    lines(self.phase, f"{time.monotonic() - t0:.0f} s")
                     return
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn

@@ -26,7 +26,7 @@ import time
 
 from rich.table import Table
 
-from ..term import console as make_console
+from ..term import console as make_console, rule
 from .cli import promised
 from .runner import StressConfig, run_stress
 
@@ -49,7 +49,7 @@ def run_compare(processes=16, messages=300, seed=1, out=None, console=None,
     console = console or make_console()
     out = out or tempfile.mkdtemp(prefix="bus1py-compare-")
     os.makedirs(out, exist_ok=True)
-    console.rule(f"bus1py demo --compare: {processes} processes x {messages} messages, seed {seed}, "
+    rule(console, f"bus1py demo --compare: {processes} processes x {messages} messages, seed {seed}, "
                  f"over {', '.join(transports)}")
     rows = []
     for t in transports:

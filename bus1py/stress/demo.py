@@ -20,7 +20,7 @@ import tempfile
 import time
 
 from ..cli_checks import above, at_least, trace_dir
-from ..term import console as make_console
+from ..term import console as make_console, rule
 
 from .runner import StressConfig
 from .workload import DEFAULT_MIX, PayloadSizes
@@ -64,7 +64,7 @@ def run_demo(processes=16, duration=20.0, seed=None, out=None, console=None, rat
     report = os.path.join(out, "report.html")
     cfg = StressConfig(processes=processes, duration=duration, seed=seed, trace_dir=trace, rate=rate or None,
                        mix=dict(DEFAULT_MIX), sizes=PayloadSizes("lognormal", 64, 4096))
-    console.rule(f"bus1py demo: {processes} processes for {duration:g} s, seed {seed}"
+    rule(console, f"bus1py demo: {processes} processes for {duration:g} s, seed {seed}"
                  + (f", {rate:g} actions/s each" if rate else ", full speed"))
     res, summary = run_and_report(cfg, console, progress=True, json_path=os.path.join(out, "stress.json"))
     if not res.ok:
@@ -74,7 +74,7 @@ def run_demo(processes=16, duration=20.0, seed=None, out=None, console=None, rat
         console.print("[yellow]the checker (bus1py check) is not available in this build; "
                       f"trace left in {trace}[/yellow]")
         return 0
-    console.rule("checking the trace")
+    rule(console, "checking the trace")
     t = time.monotonic()
     if console.is_terminal:
         with console.status("bus1py check ..."):
