@@ -8,7 +8,7 @@
         a.send([handle], b"hello")
         print(b.recv().payload)
 
-The contract (semantics, API, trace format) is SPEC.md; the ordering algorithm is bus1's:
+The contract (semantics, API, trace format) is docs/SPEC.md; the ordering algorithm is bus1's:
 Lamport clocks with a global tie-break, blocks staged before a message is stamped, so that
 every receiver sees multicasts in one order and causes before their effects.
 """

@@ -11,8 +11,8 @@ Invariants every protocol module keeps (tests check them for all protocols):
     wire and `header + control == len(wire)` for a control-only wire.
   - Sizes follow seed 001 section 6.2: counters and timestamps are 4 bytes (u32), process ids
     2 bytes (u16), little-endian.
-  - Self-sends are refused (PROTOCOLS.md P3): a destination list never contains `me`.
-  - A multicast is one send event (PROTOCOLS.md P1): every copy tells its receiver what it
+  - Self-sends are refused (docs/PROTOCOL_RULES.md P3): a destination list never contains `me`.
+  - A multicast is one send event (docs/PROTOCOL_RULES.md P1): every copy tells its receiver what it
     must about the other destinations of the same send.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ class WireCost(NamedTuple):
                 message's own timestamp or sequence number, its destination list).
     control:    the control information the study counts (seed 001 section 6.2: "CI_m + DC_m
                 in bytes"); for a control-only wire, its whole body beyond the header.
-    dependents: the units seed 001 Fig. 2 counts (PROTOCOLS.md P4), per protocol.
+    dependents: the units seed 001 Fig. 2 counts (docs/PROTOCOL_RULES.md P4), per protocol.
     data:       True when the wire carries the application payload to one of its
                 destinations; False for acknowledgements, stage replies, and copies sent
                 only because the protocol is broadcast-only (BSS to non-destinations).

@@ -4,11 +4,11 @@ Delivery condition: m from j, stamped VT_m, is delivered at i iff
     VT_m[j] = VT[j] + 1   and   VT_m[k] <= VT[k] for every k != j.
 Source: seeds 002 and 003 (after Singhal & Shivaratri pp. 106-108); Birman, Schiper,
 Stephenson, "Lightweight causal and atomic group multicast", ACM TOCS 9(3), 1991;
-PROTOCOLS.md section 2.
+docs/PROTOCOL_RULES.md section 2.
 
 The protocol is broadcast-only: a process whose VT[j] is not raised by every broadcast of j
 blocks j's later messages forever. So every send, whatever its destinations, goes to all n-1
-other processes (PROTOCOLS.md section 2, choice [R]). The destination list travels in the
+other processes (docs/PROTOCOL_RULES.md section 2, choice [R]). The destination list travels in the
 header; a non-destination delivers the copy in the protocol's sense (VT advances, causal
 order is kept) and then discards it: it never appears in `step.delivered`. Its copy carries
 no payload and is reported with `WireCost(data=False)`; its control bytes are counted.
@@ -63,7 +63,7 @@ class BSS(Protocol):
         me, n = self.me, self.n
         if vt[me] >= U32_MAX:
             raise ValueError(f"process {me} exhausted its 32-bit broadcast counter")
-        vt[me] += 1        # before the stamp is taken (PROTOCOLS.md section 2)
+        vt[me] += 1        # before the stamp is taken (docs/PROTOCOL_RULES.md section 2)
         k = len(dests)
         body = _u16s(k + 1).pack(k, *dests) + self._vts.pack(*vt)
         hl = 2 + 2 * k

@@ -4,7 +4,7 @@ Delivery condition: messages are delivered in their order of arrival at the inpu
 an output buffer posts its next message only after the previous one was acknowledged.
 Source: seed 000 section 3 (Mattern, Fuenfrocken, "A non-blocking lightweight implementation
 of causal order message delivery", LNCS 938, 1995); restriction in seed 000 section 4;
-PROTOCOLS.md section 8.
+docs/PROTOCOL_RULES.md section 8.
 
 Nothing is piggybacked on data. Each data wire is answered by one ACK control wire from the
 input buffer (IB) of the receiver to the output buffer (OB) of the sender. At most one copy per
@@ -14,7 +14,7 @@ wait between consecutive messages to the same receiver) needs a FIFO network and
 Multicast: served as k sequential point-to-point sends, in the order of `dests`, each copy
 posted only after the previous copy's ACK came back (`multicast = "sequential"`). Causal order
 holds under that reading, where a multicast is k send events in that order. It does NOT hold
-for a multicast read as one send event (PROTOCOLS.md pitfall P1): M to {a, b}, a delivers M
+for a multicast read as one send event (docs/PROTOCOL_RULES.md pitfall P1): M to {a, b}, a delivers M
 and sends M2 to b, and M2 may reach IB_b before M's copy to b, which is posted after a's
 ACK. Unicast is fully causal.
 

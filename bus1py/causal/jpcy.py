@@ -2,7 +2,7 @@
 
 Source: seed 001 sections 3-4 (Jang, Park, Cho, Yoon, "An efficient causal order algorithm
 for message delivery in distributed system", FTDCS'97); the garbled steps are read as in
-PROTOCOLS.md section 7. Two readings are ours: p_i's own tuple is added to CI_i *after* the
+docs/PROTOCOL_RULES.md section 7. Two readings are ours: p_i's own tuple is added to CI_i *after* the
 copies are built (S4/S5 order), and R5 marks first, then deletes.
 
 Delivery condition (R1): a copy m from j is delivered at i iff every (k, tau) in DC_m, the
@@ -11,11 +11,11 @@ delivery constraints built for this copy, has tau <= DLV_i[k].
 Wire (u16 ids, u32 timestamps, little-endian), columnar so it packs in a few struct calls:
     header  = j | tau_m | |D| | |CI| | |DC| | D ids | |D| of each CI tuple      12+2|D|+2|CI|
     control = CI senders | CI taus | CI dest ids (concatenated) | DC ids | DC taus
-            = sum over CI tuples of (6 + 2|D|) + 6|DC|          (PROTOCOLS.md section 10)
+            = sum over CI tuples of (6 + 2|D|) + 6|DC|          (docs/PROTOCOL_RULES.md section 10)
     payload
 The header holds what seed 001 leaves out of its cost (sender, own tau, m.D) and the section
 lengths; the control bytes are exactly the formula, with explicit sender ids (the CI vector
-is sparse). Dependents per copy = |CI_m| + |DC_m[d]| (PROTOCOLS.md P4).
+is sparse). Dependents per copy = |CI_m| + |DC_m[d]| (docs/PROTOCOL_RULES.md P4).
 
 State at p_i: tau (sends so far); CI: sender k -> {tau: D bitmask} (bit l set = l is a
 remaining destination of m_k^tau); DLV[k]; the hold-back buffer.

@@ -3,7 +3,7 @@
 Source: Kshemkalyani & Singhal, "Necessary and sufficient conditions on information for
 causal message ordering and their optimal implementation", Distrib. Comput. 11(2):91-111,
 1998; as Algorithm 6.3 in their "Distributed Computing: Principles, Algorithms, and Systems",
-CUP 2008, ch. 6; PROTOCOLS.md section 6 for the transcription followed here.
+CUP 2008, ch. 6; docs/PROTOCOL_RULES.md section 6 for the transcription followed here.
 
 Delivery condition: a copy M from k is delivered at j iff every entry o_{m,t} of O_M that
 still lists j in o.Dests has t <= SR_j[m].
@@ -11,10 +11,10 @@ still lists j in o.Dests has t <= SR_j[m].
 Wire (u16 ids, u32 clocks, little-endian), columnar:
     header  = k | t_k | |Dests| | |O_M| | Dests ids | |o.Dests| of each entry    10+2|Dests|+2|O_M|
     control = entry senders | entry clocks | entry dest ids (concatenated)
-            = sum over o in O_M of (6 + 2|o.Dests|)                      (PROTOCOLS.md section 10)
+            = sum over o in O_M of (6 + 2|o.Dests|)                      (docs/PROTOCOL_RULES.md section 10)
     payload
 The header holds what seed 001 leaves out of its cost (sender, own clock, Dests) and the
-section lengths. Dependents per copy = |O_M| (PROTOCOLS.md P4). O_M differs per copy.
+section lengths. Dependents per copy = |O_M| (docs/PROTOCOL_RULES.md P4). O_M differs per copy.
 
 State at j: clock (sends so far); SR[m] (clock of the last message from m delivered here);
 LOG: sender s -> {t: Dests bitmask}, initialised to (s, 0, {}) for every s as in the book

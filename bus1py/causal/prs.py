@@ -4,7 +4,7 @@ Source: Prakash, Raynal, Singhal, "An adaptive causal ordering algorithm suited 
 computing environments", JPDC 41(2):190-204, 1997 (ICDCS'96 pp. 744-751). Only the principle
 is from the paper (its abstract, and seed 001 sections 1 and 6.3): a message carries, per
 destination process, only its direct (maximal) causal predecessors addressed to that process.
-The state, piggyback and update rules below are reconstructed in PROTOCOLS.md section 5 and
+The state, piggyback and update rules below are reconstructed in docs/PROTOCOL_RULES.md section 5 and
 are ours, not the paper's text, which we could not read.
 
 Known discrepancy with the paper: seed 001 says PRS costs more bytes than RST in unicast only
@@ -21,11 +21,11 @@ the entries of each list by sender, both strictly increasing (a decoder refuses 
 order, so every CB has exactly one encoding, which an n x n counter matrix reproduces):
     header  = j | sn | |Dests| | #lists | Dests ids | k of each list | length of each list
             = 10 + 2|Dests| + 4 * #non-empty lists
-    control = entry senders | entry sns = 6 * sum_k |CB_M[k]|            (PROTOCOLS.md section 10)
+    control = entry senders | entry sns = 6 * sum_k |CB_M[k]|            (docs/PROTOCOL_RULES.md section 10)
     payload
 The header holds what seed 001 leaves out (sender, own sn, Dests) and the bookkeeping of
 which destination each list belongs to, which seed 001's "without any bookkeeping overhead"
-also leaves out. Dependents per copy = sum_k |CB_M[k]| (PROTOCOLS.md P4).
+also leaves out. Dependents per copy = sum_k |CB_M[k]| (docs/PROTOCOL_RULES.md P4).
 
 State at i: sn (sends so far); Deliv[j] (sn of the last message from j delivered here; since
 messages from j to i are delivered in sn order, (j, x) addressed to i is delivered iff

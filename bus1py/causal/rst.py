@@ -4,18 +4,18 @@ Delivery condition: m from j, carrying the matrix ST, is delivered at i iff
     ST[j][i] = DELIV[j] + 1   and   ST[k][i] <= DELIV[k] for every k != j.
 Source: seed 000 section 2 (the Kearns / Mattern-Fuenfrocken form of RST); Raynal, Schiper,
 Toueg, "The causal ordering abstraction and a simple way to implement it", IPL 39(6), 1991;
-PROTOCOLS.md section 4, form B.
+docs/PROTOCOL_RULES.md section 4, form B.
 
 Form B, not the paper's form A: a send to Dests first counts SENT[i][d] += 1 for *every*
 d in Dests and attaches that one matrix to every copy, so each copy tells its receiver about
-the other copies of the same send event (PROTOCOLS.md pitfall P1). Form A served as k
+the other copies of the same send event (docs/PROTOCOL_RULES.md pitfall P1). Form A served as k
 sequential unicasts is not causal for one-event multicast.
 
 Wire: `ST u32[n*n] (row-major, ST[k][l] = messages from k to l) | payload`. No header:
 the sender is `src`. Control 4n^2 bytes and n^2 dependents on every copy (seed 001 section
 6.3 counts RST at n^2).
 
-Selective receive (seed 000 section 4, PROTOCOLS.md section 8 tests T-A..T-C): with
+Selective receive (seed 000 section 4, docs/PROTOCOL_RULES.md section 8 tests T-A..T-C): with
 `selective=True`, `receive` only buffers and never delivers; the application pulls with
 `deliver_from(k)`, which delivers the next message from k if it is deliverable now. Matrix
 knowledge lets any deliverable message from k be taken, whatever arrived before it.

@@ -3,15 +3,15 @@
 Delivery condition: m (t_M, V_M) is delivered at i iff V_M has no pair for i, or its pair
 (i, t) satisfies t <= t_i componentwise (i's current vector time, advanced only on delivery).
 Source: seed 002 (after Singhal & Shivaratri pp. 106-108); Schiper, Eggli, Sandoz, "A new
-algorithm to implement causal ordering", WDAG 1989, LNCS 392; PROTOCOLS.md section 3.
+algorithm to implement causal ordering", WDAG 1989, LNCS 392; docs/PROTOCOL_RULES.md section 3.
 
-One-event multicast (PROTOCOLS.md pitfall P1): all copies of a send share t_M, and the copy
+One-event multicast (docs/PROTOCOL_RULES.md pitfall P1): all copies of a send share t_M, and the copy
 to d carries V_i with (d', t_M) for every other d' in Dests. Since every pair in V_i is <= t_i
 <= t_M, that sup-merge is a plain overwrite. The pair for d itself is V_i's old one.
 
 Wire: `m u16 | t_M u32[n] | m x (pid u16, t u32[n]) | payload`. Header 2 bytes (the pair
 count); control 4n + m(2 + 4n) bytes. Dependents are counted as vector timestamps, 1 + m
-(t_M and one per pair), the unit PROTOCOLS.md section 10 uses; integers would be n(1 + m).
+(t_M and one per pair), the unit docs/PROTOCOL_RULES.md section 10 uses; integers would be n(1 + m).
 
 Invariants:
   - `t` (list of n ints) is the vector clock: it ticks t[me] at every send and every

@@ -66,7 +66,7 @@ def test_unicast_chain_cannot_overtake():
 
 
 def test_not_causal_for_one_event_multicast():
-    # PROTOCOLS.md P1: M to {a, b}; a delivers M and sends M2 to b. M's copy to b is posted
+    # docs/PROTOCOL_RULES.md P1: M to {a, b}; a delivers M and sends M2 to b. M's copy to b is posted
     # only after a's ACK, so M2 reaches b first and b delivers it before M. This is why the
     # protocol declares multicast = "sequential".
     p0, a, b = procs(3)

@@ -1,4 +1,4 @@
-"""The buffer protocol's restriction (seed 000 section 4; PROTOCOLS.md section 8, T-A..T-C).
+"""The buffer protocol's restriction (seed 000 section 4; docs/PROTOCOL_RULES.md section 8, T-A..T-C).
 
 With selective receive ("receive from P_k"), the Mattern-Fuenfrocken protocol can only take
 the head of its FIFO input buffer, which carries no dependency knowledge. So it produces a
