@@ -256,14 +256,9 @@ static void flush_queue(void *base, struct b1_peer *p) {
  * (DISCONNECTING): the caller becomes the disconnector.  -ESHUTDOWN when the peer is gone
  * or a live process is disconnecting it. */
 static int disconnect_claim(void *base, uint32_t slot, uint64_t id, struct b1_peer **out) {
-    struct b1_peer *p = b1_peer_at_slot(base, slot);
-    if (!p) return -EINVAL;
-    int r = b1_lock(base, p);
+    struct b1_peer *p;
+    int r = b1_lock_named(base, slot, id, &p);
     if (r) return r;
-    if (p->id != id) {
-        b1_unlock(p);
-        return b1_peer_gone(base, id);
-    }
     if (p->state == B1_PEER_ACTIVE) {
         /* nothing new is staged here from now on, and no new handle made for it (seq_cst:
          * handle.c b1_handle_get_locked reads it after counting the handle) */

@@ -54,8 +54,8 @@ struct b1_peer *b1_peer_at_slot(void *base, uint32_t slot) {
     return __atomic_load_n(&p->lock_initialised, __ATOMIC_ACQUIRE) ? p : NULL;
 }
 
-/* Lock a peer and check it is still the one named by id and connected. */
-int b1_lock_live(void *base, uint32_t slot, uint64_t id, struct b1_peer **out) {
+/* Lock a peer and check it is still the one named by id, in any state. */
+int b1_lock_named(void *base, uint32_t slot, uint64_t id, struct b1_peer **out) {
     struct b1_peer *p = b1_peer_at_slot(base, slot);
     if (!p) return -EINVAL;
     int r = b1_lock(base, p);
@@ -64,6 +64,15 @@ int b1_lock_live(void *base, uint32_t slot, uint64_t id, struct b1_peer **out) {
         b1_unlock(p);
         return b1_peer_gone(base, id);
     }
+    *out = p;
+    return 0;
+}
+
+/* Lock a peer and check it is still the one named by id and connected. */
+int b1_lock_live(void *base, uint32_t slot, uint64_t id, struct b1_peer **out) {
+    struct b1_peer *p;
+    int r = b1_lock_named(base, slot, id, &p);
+    if (r) return r;
     if (p->state != B1_PEER_ACTIVE) {
         b1_unlock(p);
         return -ESHUTDOWN;
