@@ -196,8 +196,6 @@ static inline __attribute__((always_inline)) void msg_free(void *base, uint32_t 
     stack_push(&h->pool_free[m->size_class], unit, &m->next_free);
 }
 
-void b1_msg_free(void *base, uint32_t unit) { msg_free(base, unit); }
-
 /* Drop one reference; the last one returns the record to its class.  A put on a free
  * record (refs 0) is refused (b1_bad): applying it would corrupt the free stack. */
 void b1_msg_put(void *base, uint32_t unit) {

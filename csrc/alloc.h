@@ -14,7 +14,6 @@ uint32_t b1_entry_alloc(void *base);
 void b1_entry_free(void *base, uint32_t e);
 uint32_t b1_msg_alloc(void *base, uint64_t size, uint32_t len, uint32_t refs);
 void b1_msg_put(void *base, uint32_t unit);
-void b1_msg_free(void *base, uint32_t unit);
 void b1_entry_put_msg(void *base, struct b1_entry *e);
 /* Walking the carved pool [64, end): is a whole record at off (its header written, its
  * class fitting), and where is the next one after a record cut short while carved? */

@@ -83,6 +83,13 @@ class Segment:
         return self.offs[4] + unit * 64 + field
 
 
+def _sender_and_receiver(bus):
+    """(a, b, node, h): b owns node, a holds h to it, so a's sends queue at b."""
+    a, b = bus.peer(), bus.peer()
+    node = b.create_node()
+    return a, b, node, b.transfer(node, a)
+
+
 def _forked(target, timeout=30):
     p = FORK.Process(target=target)
     p.start()
@@ -100,9 +107,7 @@ def _usage(bus):
 @pytest.mark.timeout(60)
 def test_a_put_on_a_free_record_is_refused_and_the_free_list_survives(make_bus):
     bus = make_bus(**LIMITS)
-    a, b = bus.peer(), bus.peer()
-    node = b.create_node()
-    h = b.transfer(node, a)
+    a, b, node, h = _sender_and_receiver(bus)
     a.send([h], b"one")
     a.send([h], b"two")
     seg = Segment(bus)
@@ -132,9 +137,7 @@ def test_a_put_on_a_free_record_is_refused_and_the_free_list_survives(make_bus):
 @pytest.mark.timeout(60)
 def test_gc_out_of_file_descriptors_reaps_no_live_process(make_bus):
     bus = make_bus(**LIMITS)
-    a, b = bus.peer(), bus.peer()
-    node = b.create_node()
-    h = b.transfer(node, a)
+    a, b, node, h = _sender_and_receiver(bus)
     a.send([h], b"attached")  # both peers now name this (live) process
     assert b.recv(timeout=1).payload == b"attached"
 
@@ -156,9 +159,7 @@ def test_gc_out_of_file_descriptors_reaps_no_live_process(make_bus):
 @pytest.mark.timeout(60)
 def test_a_dead_senders_block_is_reaped_though_its_pid_was_reused(make_bus):
     bus = make_bus(**LIMITS)
-    a, b = bus.peer(), bus.peer()
-    node = b.create_node()
-    h = b.transfer(node, a)
+    a, b, node, h = _sender_and_receiver(bus)
 
     def sender():
         lib.b1_kill_at(lib.B1_KILL_STAGE, 0)
@@ -205,9 +206,7 @@ def test_a_disconnect_killed_midway_is_finished_by_gc(make_bus):
 @pytest.mark.timeout(60)
 def test_a_tree_left_damaged_under_a_dead_holders_lock_is_rebuilt(make_bus):
     bus = make_bus(**LIMITS)
-    a, b = bus.peer(), bus.peer()
-    node = b.create_node()
-    h = b.transfer(node, a)
+    a, b, node, h = _sender_and_receiver(bus)
     for i in range(6):
         a.send([h], b"m%d" % i)
 
@@ -279,8 +278,7 @@ def test_a_length_scribbled_after_its_check_is_never_used(make_bus):
 @pytest.mark.timeout(60)
 def test_fsck_names_a_double_free_and_exits_1(make_bus):
     bus = make_bus(**LIMITS)
-    a, b = bus.peer(), bus.peer()
-    h = b.transfer(b.create_node(), a)
+    a, b, _, h = _sender_and_receiver(bus)
     a.send([h], b"to be freed")
     seg = Segment(bus)
     try:
@@ -302,8 +300,7 @@ def test_fsck_names_a_double_free_and_exits_1(make_bus):
 @pytest.mark.timeout(60)
 def test_gc_of_a_bus_held_alone_gives_back_a_reference_leaked_in_hand(make_bus):
     bus = make_bus(**LIMITS)
-    a, b = bus.peer(), bus.peer()
-    h = b.transfer(b.create_node(), a)
+    a, b, _, h = _sender_and_receiver(bus)
     a.send([h], b"kept")
     seg = Segment(bus)
     try:
