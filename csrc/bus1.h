@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 /* cdef-begin */
-#define B1_VERSION 9
+#define B1_VERSION 10
 #define B1_HANDLE_INVALID 0xffffffffffffffff
 
 #define B1_MSG_DATA 0

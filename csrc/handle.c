@@ -14,8 +14,18 @@
  *   - A node slot is freed only when it is destroyed, the owner has read its NODE_DESTROY
  *     (or is gone), the owner's handle is released and no holder is left.
  *
- * Lock rules: the node owner's lock around every *_locked call; a gone holder's slot is
- * reclaimed (its own lock) only after that lock is released (b1_put_done).
+ *   - A drop is decided before it is carried out: the NODE_RELEASE owed by the last
+ *     holder is recorded (release_pending) before that holder leaves the list, and the
+ *     holder's n_handles is given back after.  So a holder killed inside the owner's lock
+ *     leaves at most a listed handle with no counts (a drop not carried out, or a handle
+ *     made for a transfer that never counted it): the next b1_lock_nodes of the owner
+ *     rebuilds the holder lists from the handles' own fields and finishes those drops,
+ *     leaving the notice to b1_gc (release_owner 0).  Anything else a kill there leaves
+ *     is a leak of one handle slot or one count, never a double free (b1_gc_sole).
+ *
+ * Lock rules: the node owner's lock around every *_locked call, taken with b1_lock_nodes;
+ * a gone holder's slot is reclaimed (its own lock) only after that lock is released
+ * (b1_put_done).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -79,7 +89,7 @@ struct b1_peer *b1_lock_owner(void *base, uint32_t n, uint32_t gen) {
     uint32_t slot = nd->owner_slot;
     if (!slot || slot > LIM(base).max_peers) return NULL;
     struct b1_peer *p = PEER(base, slot);
-    if (b1_lock(base, p)) return NULL;
+    if (b1_lock_nodes(base, slot, p)) return NULL;
     if (nd->gen != gen || nd->owner_slot != slot || nd->state == B1_NODE_FREE) {
         b1_unlock(p);
         return NULL;
@@ -131,16 +141,16 @@ int b1_handle_put_locked(void *base, uint32_t hi, uint32_t held, uint32_t pendin
     if (b1_handle_id(base, hi) == nd->owner_handle) {
         nd->owner_handle_live = 0;
     } else {
+        if (nd->holders == hi && !hd->next_holder && nd->state == B1_NODE_ALIVE && !nd->release_pending) {
+            nd->release_pending = 1;
+            nd->release_owner = b1_self();
+            result = PUT_RELEASE;
+        }
         uint32_t *link = &nd->holders;
         uint32_t steps = 0;
         while (*link && *link != hi && b1_step(&steps, LIM(base).max_handles))
             link = &HANDLE(base, *link)->next_holder;
         if (*link == hi) *link = hd->next_holder;
-        if (!nd->holders && nd->state == B1_NODE_ALIVE && !nd->release_pending) {
-            nd->release_pending = 1;
-            nd->release_owner = b1_self();
-            result = PUT_RELEASE;
-        }
     }
     /* seq_cst, then the state: see b1_peer_reclaim_locked */
     struct b1_peer *holder = PEER(base, hd->peer_slot);
@@ -193,4 +203,124 @@ int b1_handle_get_locked(void *base, uint32_t n, uint32_t slot, uint64_t id, uin
     nd->holders_version++;
     *out = hi;
     return 0;
+}
+
+/* ---- after a takeover of an owner's lock ---- */
+
+static uint32_t bump_of(_Atomic uint32_t *bump, uint32_t max) {
+    uint32_t b = atomic_load(bump);
+    return b > max + 1 ? max + 1 : b;
+}
+
+static int cmp_index(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Is handle hi one of node n's, with no counts (a drop a dead holder did not carry out)? */
+static int unheld(void *base, uint32_t hi, uint32_t n) {
+    if (!hi || hi > LIM(base).max_handles) return 0;
+    struct b1_handle *hd = HANDLE(base, hi);
+    return hd->node == n && hd->node_gen == NODE(base, n)->gen && !hd->refs && !hd->pending;
+}
+
+/* The drop of handle hi carried out: it is on no list and has no counts (owner lock held).
+ * The NODE_RELEASE it may owe is b1_gc's to queue (release_owner 0: no live owner). */
+static void finish_drop_locked(void *base, uint32_t hi) {
+    struct b1_handle *hd = HANDLE(base, hi);
+    uint32_t n = hd->node;
+    struct b1_node *nd = NODE(base, n);
+    if (b1_handle_id(base, hi) == nd->owner_handle) {
+        nd->owner_handle_live = 0;
+    } else if (!nd->holders && nd->state == B1_NODE_ALIVE && !nd->release_pending) {
+        nd->release_pending = 1;
+        nd->release_owner = 0;
+    }
+    /* a gone holder's slot this frees is reclaimed by b1_gc (one lock at a time here) */
+    atomic_fetch_sub(&PEER(base, hd->peer_slot)->n_handles, 1);
+    b1_handle_free(base, hi);
+    b1_node_free_unnamed_locked(base, n);
+}
+
+/* A destruction cut inside its stamp's hold (node.c destroy_stamp_check): outside that
+ * hold a DESTROYING node has no destruction key, so one with a key was being stamped when
+ * the holder died.  Its record's stamp decides: stamped, the node is DESTROYED as the
+ * holders will be told; not, the key is cleared and the node stays DESTROYING for b1_gc
+ * to make ALIVE again (b1_nodes_reap), while the reaper removes the record's blocks.
+ * The record is still there: its blocks are committed only after this ran (reap.c). */
+static void finish_destruction_locked(void *base, struct b1_node *nd) {
+    if (nd->state != B1_NODE_DESTROYING || !nd->destroy_ts) return;
+    uint32_t m = nd->destroy_msg;
+    if (!m || __atomic_load_n(&MSG(base, m)->ts, __ATOMIC_ACQUIRE) == nd->destroy_ts) {
+        nd->state = B1_NODE_DESTROYED;
+    } else {
+        nd->destroy_ts = 0;
+        nd->destroy_seq = 0;
+    }
+}
+
+/* After a takeover of the slot's lock (held): destructions cut in their stamp finished
+ * (above); the holder lists of every node of `slot` rebuilt from the handles' own fields (a
+ * list is the node's handles with counts, other than the owner's), and the drops a killed
+ * holder left listed carried out.  Handles of
+ * other nodes change meanwhile under their owners' locks, but a handle being reused gets
+ * its counts only after its fields name its new node (b1_handle_alloc zeroes them; the
+ * counts are raised by callers in other files, after b1_handle_get_locked returns), so
+ * none is taken for one of these nodes. */
+static void verify_nodes_locked(void *base, uint32_t slot) {
+    const struct b1_limits *l = &LIM(base);
+    uint32_t nodes = bump_of(&HDR(base)->nodes_bump, l->max_nodes);
+    uint32_t handles = bump_of(&HDR(base)->handles_bump, l->max_handles);
+    uint32_t *drops = NULL, n_drops = 0, cap = 0;
+    for (uint32_t n = 1; n < nodes; n++) {
+        struct b1_node *nd = NODE(base, n);
+        if (nd->owner_slot != slot || nd->state == B1_NODE_FREE) continue;
+        finish_destruction_locked(base, nd);
+        uint32_t own = (uint32_t)(nd->owner_handle & B1_HANDLE_INDEX_MASK), steps = 0;
+        if (nd->owner_handle_live && b1_handle_index(base, nd->owner_handle) && unheld(base, own, n)) {
+            if (n_drops == cap) { /* no memory: the drop stays undone, a leak (b1_gc_sole) */
+                uint32_t *more = realloc(drops, (cap = 2 * cap + 8) * sizeof *drops);
+                if (!more) break;
+                drops = more;
+            }
+            drops[n_drops++] = own;
+        }
+        for (uint32_t hi = nd->holders; hi && hi <= l->max_handles && b1_step(&steps, l->max_handles);
+             hi = HANDLE(base, hi)->next_holder) {
+            if (!unheld(base, hi, n)) continue;
+            if (n_drops == cap) {
+                uint32_t *more = realloc(drops, (cap = 2 * cap + 8) * sizeof *drops);
+                if (!more) break;
+                drops = more;
+            }
+            drops[n_drops++] = hi;
+        }
+        nd->holders = 0;
+        nd->holders_version++; /* a destruction collecting holders starts again */
+    }
+    for (uint32_t hi = 1; hi < handles; hi++) {
+        struct b1_handle *hd = HANDLE(base, hi);
+        if (!hd->refs && !hd->pending) continue;
+        uint32_t n = hd->node;
+        if (!n || n >= nodes) continue;
+        struct b1_node *nd = NODE(base, n);
+        if (nd->owner_slot != slot || nd->state == B1_NODE_FREE || hd->node_gen != nd->gen ||
+            b1_handle_id(base, hi) == nd->owner_handle)
+            continue;
+        hd->next_holder = nd->holders;
+        nd->holders = hi;
+    }
+    if (drops) qsort(drops, n_drops, sizeof *drops, cmp_index); /* a looping list named one twice */
+    for (uint32_t k = 0; k < n_drops; k++)
+        if (!k || drops[k] != drops[k - 1]) finish_drop_locked(base, drops[k]);
+    free(drops);
+}
+
+int b1_lock_nodes(void *base, uint32_t slot, struct b1_peer *p) {
+    int r = b1_lock(base, p);
+    if (!r && __builtin_expect(p->unverified, 0)) {
+        verify_nodes_locked(base, slot);
+        p->unverified = 0;
+    }
+    return r;
 }

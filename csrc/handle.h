@@ -3,7 +3,7 @@
  * notices that dropping them owes.
  *
  * Lock rules: a handle's refs/pending and its node's fields and holder list change only
- * under the node owner's lock (b1_lock_owner); *_locked calls expect it held.  No other
+ * under the node owner's lock (b1_lock_owner, b1_lock_nodes); *_locked calls expect it held.  No other
  * lock is taken meanwhile.  b1_put_done runs with no lock held.
  *
  * Layering: below message.h and tx.h.  Sending a NODE_RELEASE is a transaction, above this
@@ -38,6 +38,12 @@ void b1_handle_free(void *base, uint32_t i);
 uint64_t b1_handle_id(void *base, uint32_t i);
 uint32_t b1_handle_index(void *base, uint64_t id);
 uint32_t b1_handle_lookup(void *base, uint32_t slot, uint64_t peer_id, uint64_t id);
+/* Lock peer p (slot) for work on its nodes: b1_lock, then, if a takeover left them
+ * unverified, what a holder killed in the hold left of its nodes finished (handle.c): a
+ * destruction cut in its stamp rolled forward or back, the holder lists rebuilt, the drops
+ * left undone carried out.  Every lock under which node or handle fields change is taken
+ * with it. */
+int b1_lock_nodes(void *base, uint32_t slot, struct b1_peer *p);
 /* the owner of node n locked, if the node is still generation gen; NULL otherwise */
 struct b1_peer *b1_lock_owner(void *base, uint32_t n, uint32_t gen);
 void b1_node_free_unnamed_locked(void *base, uint32_t n);

@@ -120,6 +120,8 @@ struct b1_peer {
     uint32_t lock_recoveries;
     uint32_t broken;       /* a takeover found damage it could not repair: every lock of
                               the peer fails with EBADMSG from then on (queue.c) */
+    uint32_t unverified;   /* a takeover of the lock left the holder lists of the peer's
+                              nodes to verify: done by the next b1_lock_nodes (handle.c) */
     uint64_t fifo_counter; /* B1_INJECT_FIFO only: arrival order (guarded by lock) */
     uint32_t n_nodes;      /* nodes owned by this slot's peers and not yet freed (guarded
                               by lock): a destroyed node of a gone peer pins the slot */
@@ -159,7 +161,8 @@ struct b1_node {
     uint32_t owner_handle_live;
     uint32_t owner_notified; /* the owner has read its NODE_DESTROY (or is gone) */
     _Atomic uint32_t next_free;
-    uint32_t pad;
+    uint32_t destroy_msg;    /* the record of the destruction being stamped (0: none): its
+                                stamp decides a cut one (handle.c b1_lock_nodes) */
     uint64_t release_owner;  /* owner token of the process that set release_pending: it
                                 queues the notice (node.c re-sends it if that one died) */
     uint64_t destroyer;      /* owner token of the process whose destruction marked it

@@ -237,18 +237,25 @@ struct destroy_check {
 };
 
 /* Under the owner's lock at the stamp: refuse if a holder was added since the
- * destinations were collected; else fix the destruction key. */
+ * destinations were collected; else fix the destruction key, stamp the record and mark the
+ * nodes DESTROYED, in that order.  The record's stamp is the one store that decides: a
+ * destroyer killed before it leaves nodes DESTROYING with their key set and an unstamped
+ * record, one killed after it a stamped record; the next b1_lock_nodes of the owner rolls
+ * the nodes back or forward to match (handle.c), before any reaper commits the record's
+ * blocks (reap.c). */
 static int destroy_stamp_check(void *base, struct b1_tx *tx, void *arg) {
     struct destroy_check *dc = arg;
     for (uint32_t i = 0; i < dc->n; i++)
         if (NODE(base, dc->nodes[i])->holders_version != dc->versions[i]) return -EAGAIN;
     for (uint32_t i = 0; i < dc->n; i++) {
         struct b1_node *nd = NODE(base, dc->nodes[i]);
-        nd->state = B1_NODE_DESTROYED;
-        nd->destroy_ts = tx->ts;
+        nd->destroy_msg = tx->msg;
         nd->destroy_seq = tx->seq;
         nd->owner_notified = dc->disconnecting != B1_DESTROY_NOTIFY; /* it reads nothing more */
+        nd->destroy_ts = tx->ts;
     }
+    if (tx->msg) __atomic_store_n(&MSG(base, tx->msg)->ts, tx->ts, __ATOMIC_RELEASE);
+    for (uint32_t i = 0; i < dc->n; i++) NODE(base, dc->nodes[i])->state = B1_NODE_DESTROYED;
     return 0;
 }
 
@@ -286,7 +293,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
     struct b1_peer *p = PEER(base, slot);
     int r, first = 1;
     for (;;) {
-        if ((r = b1_lock(base, p))) break;
+        if ((r = b1_lock_nodes(base, slot, p))) break;
         if (p->id != id || p->state != (disconnecting == B1_DESTROY_DISCONNECT ? B1_PEER_DISCONNECTING : B1_PEER_ACTIVE)) {
             b1_unlock(p);
             r = -ESHUTDOWN;
@@ -309,6 +316,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
             struct b1_node *nd = NODE(base, nodes[i]);
             nd->state = B1_NODE_DESTROYING;
             nd->destroyer = b1_self();
+            nd->destroy_ts = 0; /* set only in the stamp's hold (destroy_stamp_check) */
             versions[i] = nd->holders_version;
             count += disconnecting == B1_DESTROY_NOTIFY;
             FOR_HOLDERS(base, nd, hi) count++;
@@ -365,7 +373,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
     }
     if (r && !first) {
         /* could not finish: the nodes stay alive */
-        if (b1_lock(base, p) == 0) {
+        if (b1_lock_nodes(base, slot, p) == 0) {
             for (uint32_t i = 0; i < n; i++)
                 if (NODE(base, nodes[i])->state == B1_NODE_DESTROYING) NODE(base, nodes[i])->state = B1_NODE_ALIVE;
             b1_unlock(p);
@@ -398,7 +406,7 @@ int b1_destroy(void *base, uint32_t slot, uint64_t id, const uint64_t *handles, 
     if (!r && release) {
         for (uint32_t i = 0; i < n; i++) {
             uint32_t hi = b1_handle_lookup(base, slot, id, handles[i]);
-            if (!hi || b1_lock(base, p)) continue;
+            if (!hi || b1_lock_nodes(base, slot, p)) continue;
             int put = 0;
             /* one reference, as bus1's NODES_DESTROY_FLAG_RELEASE_HANDLES drops one */
             if (b1_handle_lookup(base, slot, id, handles[i]))

@@ -304,7 +304,7 @@ int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id) {
     if (bump > LIM(base).max_nodes + 1) bump = LIM(base).max_nodes + 1;
     uint32_t *nodes = malloc((bump + 1) * sizeof *nodes);
     if (!nodes) return -ENOMEM;
-    if (b1_lock(base, p) == 0) {
+    if (b1_lock_nodes(base, slot, p) == 0) {
         for (uint32_t i = 1; i < bump; i++) {
             struct b1_node *nd = NODE(base, i);
             /* DESTROYING: a destroyer that died before its stamp left it so */

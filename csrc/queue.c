@@ -47,7 +47,9 @@ static inline uint32_t slot_of(void *base, const struct b1_peer *p) {
  * A holder that died mid-operation leaves the mutex EOWNERDEAD and may have left the tree
  * half relinked (a split moves nodes before the new one is linked): the taker verifies
  * what the lock guards and rebuilds it from the entry table (repair_locked), or marks the
- * peer broken; it never goes on with a damaged tree. */
+ * peer broken; it never goes on with a damaged tree.  What the layers above keep under
+ * the same lock (the holder lists of the peer's nodes) it leaves flagged (`unverified`)
+ * for them: this layer knows nothing of nodes (handle.c b1_lock_nodes). */
 int b1_lock(void *base, struct b1_peer *p) {
     int r = pthread_mutex_trylock(&p->lock);
     for (int i = 0; r == EBUSY && i < LOCK_SPINS; i++) {
@@ -59,6 +61,7 @@ int b1_lock(void *base, struct b1_peer *p) {
         pthread_mutex_consistent(&p->lock);
         p->lock_recoveries++;
         if (repair_locked(base, p)) p->broken = 1;
+        p->unverified = 1; /* what the layers above guard under this lock: handle.c */
         r = 0;
     }
     if (!r && __builtin_expect(p->broken, 0)) {

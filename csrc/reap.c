@@ -7,7 +7,11 @@
  *     (pid and start time, so a reused pid is told apart); a pinned peer never is.
  *   - A dead stager's block is judged by its message record: stamped (m->ts set), it is
  *     committed at its stamp, as the sender would have, so every receiver agrees;
- *     unstamped, it is removed and its quota and handle registrations undone.
+ *     unstamped, it is removed and its quota and handle registrations undone.  A
+ *     NODE_DESTROY's record is judged only after its owner's lock was taken once since
+ *     the death, so its nodes agree with the record (handle.c b1_lock_nodes).
+ *   - Every gc takes every peer's lock with b1_lock_nodes first: what a holder killed in
+ *     a hold left of the nodes is finished before anything else here reads them.
  *   - Each block is re-checked under its queue's lock before it is touched: another
  *     reaper (or the stager itself, if it was only slow) may have been first.
  *   - An entry in no queue is freed when the process claiming it died (layout.h,
@@ -41,7 +45,7 @@
 struct dead_block {
     uint32_t e;
     uint64_t ts, sender, seq;
-    uint32_t idx;
+    uint32_t idx, type, node, node_gen;
 };
 
 /* depth and visits are bounded: a scribbled tree may have cycles */
@@ -54,7 +58,7 @@ static void collect_dead(void *base, uint32_t t, struct dead_block *out, uint32_
     while (t && *n < cap && b1_step(visits, LIM(base).max_entries)) {
         struct b1_entry *e = ENTRY(base, t);
         if ((e->ts & 1) && b1_msg_ok(base, e->msg, e->idx) && !b1_owner_alive(atomic_load(&MSG(base, e->msg)->stager)))
-            out[(*n)++] = (struct dead_block){t, e->ts, e->sender, e->seq, e->idx};
+            out[(*n)++] = (struct dead_block){t, e->ts, e->sender, e->seq, e->idx, e->type, e->node, e->node_gen};
         collect_dead(base, e->left, out, cap, n, depth + 1, visits);
         t = e->right;
     }
@@ -64,7 +68,7 @@ static void collect_dead(void *base, uint32_t t, struct dead_block *out, uint32_
 static int reap_queue(void *base, uint32_t slot, struct b1_gc_stats *stats) {
     struct b1_peer *p = b1_peer_at_slot(base, slot);
     if (!p) return 0;
-    if (b1_lock(base, p)) return 0;
+    if (b1_lock_nodes(base, slot, p)) return 0; /* every gc verifies every peer's nodes */
     uint32_t cap = p->n_entries, n = 0, visits = 0;
     if (cap > LIM(base).max_entries) cap = LIM(base).max_entries;
     struct dead_block *dead = cap ? malloc(cap * sizeof *dead) : NULL;
@@ -72,6 +76,12 @@ static int reap_queue(void *base, uint32_t slot, struct b1_gc_stats *stats) {
     b1_unlock(p);
     int done = 0;
     for (uint32_t i = 0; i < n; i++) {
+        if (dead[i].type == B1_MSG_NODE_DESTROY) {
+            /* a destruction cut in its stamp's hold is rolled forward or back at its owner's
+             * lock before its record decides here (handle.c b1_lock_nodes) */
+            struct b1_peer *owner = b1_lock_owner(base, dead[i].node, dead[i].node_gen);
+            if (owner) b1_unlock(owner);
+        }
         if (b1_lock(base, p)) break;
         struct b1_entry *e = ENTRY(base, dead[i].e);
         /* still the same block, still in this queue? (another reaper may have been first) */

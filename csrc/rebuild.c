@@ -19,7 +19,9 @@
  *     the number of carried ids naming it in those entries' rows (a registration
  *     exchanged away by a process killed before it undid it is undone here, with the
  *     NODE_RELEASE it owes);
- *   - the usage counters are the sums of what is in use.
+ *   - the usage counters are the sums of what is in use, and each peer slot's n_handles
+ *     and n_nodes the handles naming it and the nodes it owns (a kill between a drop and
+ *     its count leaves one too high, which would pin a gone peer's slot for ever).
  *
  * Lock rules: none -- nobody else runs on the bus.
  */
@@ -31,6 +33,7 @@
 #include "message.h"
 #include "node.h"
 #include "queue.h"
+#include "peer.h"
 #include "reap.h"
 
 #define HEAD(tag, idx) (((uint64_t)(tag) << 32) | (uint64_t)(idx))
@@ -116,10 +119,44 @@ static int recount_pending(void *base) {
     return 0;
 }
 
+/* Each peer slot's n_handles and n_nodes set to what names it, and the gone peers nothing
+ * names any more reclaimed. */
+static int recount_peer_uses(void *base) {
+    const struct b1_limits *l = &LIM(base);
+    uint32_t peers = bounded(&HDR(base)->peers_bump, l->max_peers);
+    uint32_t handles = bounded(&HDR(base)->handles_bump, l->max_handles);
+    uint32_t nodes = bounded(&HDR(base)->nodes_bump, l->max_nodes);
+    uint32_t *n_handles = calloc((size_t)peers + 1, sizeof *n_handles);
+    uint32_t *n_nodes = calloc((size_t)peers + 1, sizeof *n_nodes);
+    if (!n_handles || !n_nodes) {
+        free(n_handles);
+        free(n_nodes);
+        return -ENOMEM;
+    }
+    for (uint32_t i = 1; i < handles; i++) {
+        struct b1_handle *hd = HANDLE(base, i);
+        if ((hd->refs || hd->pending) && hd->peer_slot < peers) n_handles[hd->peer_slot]++;
+    }
+    for (uint32_t i = 1; i < nodes; i++) {
+        struct b1_node *nd = NODE(base, i);
+        if (nd->state != B1_NODE_FREE && nd->owner_slot < peers) n_nodes[nd->owner_slot]++;
+    }
+    for (uint32_t s = 1; s < peers; s++) {
+        struct b1_peer *p = PEER(base, s);
+        if (!__atomic_load_n(&p->lock_initialised, __ATOMIC_ACQUIRE) || p->state == B1_PEER_FREE) continue;
+        atomic_store(&p->n_handles, n_handles[s]);
+        p->n_nodes = n_nodes[s];
+    }
+    free(n_handles);
+    free(n_nodes);
+    b1_peer_reclaim_all(base);
+    return 0;
+}
+
 int b1_gc_sole(void *base, struct b1_gc_stats *out) {
     if (others_alive(base)) return -EBUSY;
     b1_gc(base, out);
-    if (recount_pending(base)) return -ENOMEM;
+    if (recount_pending(base) || recount_peer_uses(base)) return -ENOMEM;
     struct b1_header *h = HDR(base);
     const struct b1_limits *l = &LIM(base);
     uint32_t entries = bounded(&h->entries_bump, l->max_entries);

@@ -42,7 +42,7 @@
 static uint32_t collect_nodes(void *base, struct b1_peer *p, uint32_t slot, uint64_t id, uint32_t *nodes) {
     uint32_t bump = atomic_load(&HDR(base)->nodes_bump), n = 0;
     if (bump > LIM(base).max_nodes + 1) bump = LIM(base).max_nodes + 1;
-    if (b1_lock(base, p)) return 0;
+    if (b1_lock_nodes(base, slot, p)) return 0;
     for (uint32_t i = 1; i < bump; i++) {
         struct b1_node *nd = NODE(base, i);
         if (nd->owner_slot == slot && nd->owner_id == id &&
