@@ -70,6 +70,7 @@ static void reset_peer_locked(void *base, struct b1_peer *p, uint32_t quota_mess
     p->pinned = 0;
     p->held = 0;
     p->broken = 0;
+    p->unverified = 0; /* nothing of the slot's old peer is left to verify (it was reclaimed) */
     atomic_store(&p->disconnector, 0);
     atomic_store(&p->resetter, 0);
     memset(p->pids, 0, sizeof p->pids);
@@ -95,6 +96,15 @@ static uint32_t carve_peer(void *base) {
     if (init_peer_lock(p)) return 0; /* cannot happen for a process-shared robust mutex */
     __atomic_store_n(&p->lock_initialised, 1, __ATOMIC_RELEASE);
     return cur;
+}
+
+/* A slot carved by a process killed before it initialised the lock: initialised now and
+ * FREE, for the gc of a bus held alone (rebuild.c) to put on the free stack. */
+void b1_peer_carve_finish(void *base, uint32_t slot) {
+    struct b1_peer *p = PEER(base, slot);
+    if (__atomic_load_n(&p->lock_initialised, __ATOMIC_ACQUIRE) || init_peer_lock(p)) return;
+    p->state = B1_PEER_FREE;
+    __atomic_store_n(&p->lock_initialised, 1, __ATOMIC_RELEASE);
 }
 
 static uint32_t pop_free_peer(void *base) {

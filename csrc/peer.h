@@ -6,6 +6,7 @@
 #include "layout.h"
 
 void b1_peer_reclaim_all(void *base);
+void b1_peer_carve_finish(void *base, uint32_t slot);
 uint32_t b1_peer_resume_disconnects(void *base);
 
 #endif

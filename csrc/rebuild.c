@@ -19,6 +19,8 @@
  *     the number of carried ids naming it in those entries' rows (a registration
  *     exchanged away by a process killed before it undid it is undone here, with the
  *     NODE_RELEASE it owes);
+ *   - every carved peer slot has its lock (one carved by a process killed before it
+ *     initialised the lock is initialised here, FREE);
  *   - the usage counters are the sums of what is in use, and each peer slot's n_handles
  *     and n_nodes the handles naming it and the nodes it owns (a kill between a drop and
  *     its count leaves one too high, which would pin a gone peer's slot for ever).
@@ -149,6 +151,7 @@ static int recount_peer_uses(void *base) {
     }
     free(n_handles);
     free(n_nodes);
+    for (uint32_t s = 1; s < peers; s++) b1_peer_carve_finish(base, s);
     b1_peer_reclaim_all(base);
     return 0;
 }
