@@ -40,7 +40,7 @@ def _gc_only_when_called(monkeypatch):
 # struct b1_msg
 PEER_ID, PEER_ROOT, PEER_FRONT, PEER_PIDS = 40, 52, 56, None
 ENTRY_MSG = 40
-HANDLE_PENDING = 28
+HANDLE_REFS, HANDLE_PENDING = 24, 28
 MSG_REFS, MSG_LEN, MSG_NEXT_FREE, MSG_STAGER = 0, 4, 20, 32
 
 
@@ -363,3 +363,31 @@ def test_gc_of_a_bus_held_alone_undoes_a_registration_leaked_in_hand(make_bus):
     b.release(hb)  # the last holder goes: the owner hears of it, as it would have
     m = a.recv(timeout=1)
     assert m.type == MessageType.NODE_RELEASE and m.destination == node
+
+
+@pytest.mark.timeout(60)
+def test_a_drop_cut_under_a_dead_holder_of_the_owners_lock_is_carried_out(make_bus):
+    bus = make_bus(**LIMITS)
+    a, b, node, h = _sender_and_receiver(bus)
+    other = b.create_node()
+    h2 = b.transfer(other, a)
+    seg = Segment(bus)
+    try:
+        # a's release of h cut inside b's lock: its count 0, the handle still on the node's list
+        seg.u32(seg.handle(h, HANDLE_REFS), 0)
+    finally:
+        seg.close()
+
+    def sender():
+        lib.b1_kill_at(lib.B1_KILL_LOCKED, 0)  # dies holding b's lock: the takeover is owed
+        a.send([h2], b"never stamped")
+
+    assert _forked(sender) == -9
+    bus.gc()  # takes b's lock first: the drop is carried out, its NODE_RELEASE queued
+    assert bus.check() == []
+    m = b.recv(timeout=1)
+    assert m.type == MessageType.NODE_RELEASE and m.destination == node
+    a.disconnect()
+    b.disconnect()
+    bus.gc()
+    assert not any(_usage(bus).values()), _usage(bus)
