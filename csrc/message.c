@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include "alloc.h"
 #include "message.h"
 #include "queue.h"
 
@@ -130,6 +131,17 @@ void b1_resolve_handles(void *base, const struct b1_entry *key, struct b1_msg *m
         b1_unlock(owner);
         b1_put_done(base, put, ck.node, ck.node_gen, nt);
     }
+}
+
+/* Free a claimed entry nobody will read: a data message's registrations for its
+ * destination undone first (a delivered one's were resolved, unless its receiver died
+ * before it resolved them: undoing is an exchange per id, so it happens once). */
+void b1_entry_drop(void *base, uint32_t i, struct b1_notices *nt) {
+    struct b1_entry *e = ENTRY(base, i);
+    struct b1_shape sh;
+    if ((e->type & ~B1_ENTRY_RECEIVING) == B1_MSG_DATA && b1_msg_shape(base, e->msg, e->idx, &sh) && sh.n_handles)
+        b1_tx_unregister_handles(base, MSG(base, e->msg), &sh, e->idx, nt);
+    b1_entry_free(base, i);
 }
 
 /* Is a data entry, now at the front of its owner's queue, after its node's destruction?

@@ -17,5 +17,7 @@ void b1_tx_unregister_handles(void *base, struct b1_msg *m, const struct b1_shap
 void b1_resolve_handles(void *base, const struct b1_entry *key, struct b1_msg *m,
                         const struct b1_shape *s, uint64_t *out, struct b1_notices *nt);
 int b1_data_dropped_locked(void *base, struct b1_entry *e);
+/* free claimed entry i, which nobody will read, undoing its registrations (no lock held) */
+void b1_entry_drop(void *base, uint32_t i, struct b1_notices *nt);
 
 #endif

@@ -198,17 +198,6 @@ int b1_peer_detach(void *base, uint32_t slot, uint64_t id, int32_t pid) {
     return others;
 }
 
-/* Free a claimed entry the peer will not read (any more): a data message's handle
- * registrations for it undone first (a slice's were, unless its receiver died before it
- * resolved them: undoing is an exchange per id, so it happens once -- message.c). */
-static void drop_entry(void *base, uint32_t i, struct b1_notices *nt) {
-    struct b1_entry *e = ENTRY(base, i);
-    struct b1_shape sh;
-    if ((e->type & ~B1_ENTRY_RECEIVING) == B1_MSG_DATA && b1_msg_shape(base, e->msg, e->idx, &sh) && sh.n_handles)
-        b1_tx_unregister_handles(base, MSG(base, e->msg), &sh, e->idx, nt);
-    b1_entry_free(base, i);
-}
-
 /* Take every entry out of a disconnecting peer's queue, and its held slices, claiming
  * each in this lock hold (layout.h); unlocks, then frees them. */
 static void flush_queue(void *base, struct b1_peer *p) {
@@ -259,10 +248,10 @@ static void flush_queue(void *base, struct b1_peer *p) {
     b1_wake(p);
     for (uint32_t i = held, k = 0; i && k < n_held; k++) {
         uint32_t next = ENTRY(base, i)->prio;
-        drop_entry(base, i, &nt);
+        b1_entry_drop(base, i, &nt);
         i = next;
     }
-    for (uint32_t i = 0; i < n; i++) drop_entry(base, taken[i], &nt);
+    for (uint32_t i = 0; i < n; i++) b1_entry_drop(base, taken[i], &nt);
     b1_notices_send(base, &nt);
     free(taken);
 }

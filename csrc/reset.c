@@ -96,13 +96,7 @@ static int flush_committed(void *base, struct b1_peer *p) {
     b1_unlock(p);
     if (woke) b1_wake(p);
     B1_NOTICES(nt);
-    for (uint32_t k = 0; k < kept; k++) {
-        struct b1_entry *e = ENTRY(base, taken[k]);
-        struct b1_shape sh;
-        if ((e->type & ~B1_ENTRY_RECEIVING) == B1_MSG_DATA && b1_msg_shape(base, e->msg, e->idx, &sh))
-            b1_tx_unregister_handles(base, MSG(base, e->msg), &sh, e->idx, &nt);
-        b1_entry_free(base, taken[k]);
-    }
+    for (uint32_t k = 0; k < kept; k++) b1_entry_drop(base, taken[k], &nt);
     b1_notices_send(base, &nt);
     free(stack);
     free(taken);
