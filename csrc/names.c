@@ -58,15 +58,10 @@ static int name_ok(const char *name, uint32_t len) {
 
 int b1_names_init(void *base, uint64_t off) {
     struct b1_names_head *h = (struct b1_names_head *)((char *)base + off);
-    pthread_mutexattr_t a;
-    int r = pthread_mutexattr_init(&a);
-    if (!r) r = pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-    if (!r) r = pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-    if (!r) r = pthread_mutex_init(&h->lock, &a);
-    pthread_mutexattr_destroy(&a);
+    int r = b1_robust_mutex_init(&h->lock);
     h->used = 0;
     h->next_seq = 1;
-    return -r;
+    return r;
 }
 
 /* Does USED slot i pass its own checks (length, no NUL, hash)? */

@@ -44,16 +44,6 @@
 
 /* ---- peers ---- */
 
-static int init_peer_lock(struct b1_peer *p) {
-    pthread_mutexattr_t a;
-    int r = pthread_mutexattr_init(&a);
-    if (!r) r = pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-    if (!r) r = pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-    if (!r) r = pthread_mutex_init(&p->lock, &a);
-    pthread_mutexattr_destroy(&a);
-    return -r;
-}
-
 /* The slot's peer afresh: everything but the lock (see the invariants), the futex word and
  * its waiters (stale sleepers may be registered), and the counts of what still names the
  * slot (zero: it was reclaimed).  The lock is held. */
@@ -93,7 +83,7 @@ static uint32_t carve_peer(void *base) {
         if (cur > LIM(base).max_peers) return 0;
     } while (!atomic_compare_exchange_weak(&h->peers_bump, &cur, cur + 1));
     struct b1_peer *p = PEER(base, cur);
-    if (init_peer_lock(p)) return 0; /* cannot happen for a process-shared robust mutex */
+    if (b1_robust_mutex_init(&p->lock)) return 0; /* cannot happen for a process-shared robust mutex */
     __atomic_store_n(&p->lock_initialised, 1, __ATOMIC_RELEASE);
     return cur;
 }
@@ -102,7 +92,7 @@ static uint32_t carve_peer(void *base) {
  * FREE, for the gc of a bus held alone (rebuild.c) to put on the free stack. */
 void b1_peer_carve_finish(void *base, uint32_t slot) {
     struct b1_peer *p = PEER(base, slot);
-    if (__atomic_load_n(&p->lock_initialised, __ATOMIC_ACQUIRE) || init_peer_lock(p)) return;
+    if (__atomic_load_n(&p->lock_initialised, __ATOMIC_ACQUIRE) || b1_robust_mutex_init(&p->lock)) return;
     p->state = B1_PEER_FREE;
     __atomic_store_n(&p->lock_initialised, 1, __ATOMIC_RELEASE);
 }

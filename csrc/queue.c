@@ -50,6 +50,16 @@ static inline uint32_t slot_of(void *base, const struct b1_peer *p) {
  * peer broken; it never goes on with a damaged tree.  What the layers above keep under
  * the same lock (the holder lists of the peer's nodes) it leaves flagged (`unverified`)
  * for them: this layer knows nothing of nodes (handle.c b1_lock_nodes). */
+int b1_robust_mutex_init(pthread_mutex_t *m) {
+    pthread_mutexattr_t a;
+    int r = pthread_mutexattr_init(&a);
+    if (!r) r = pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    if (!r) r = pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    if (!r) r = pthread_mutex_init(m, &a);
+    pthread_mutexattr_destroy(&a);
+    return -r;
+}
+
 int b1_lock(void *base, struct b1_peer *p) {
     int r = pthread_mutex_trylock(&p->lock);
     for (int i = 0; r == EBUSY && i < LOCK_SPINS; i++) {

@@ -10,6 +10,8 @@
 #define BUS1PY_QUEUE_H
 #include "layout.h"
 
+/* a process-shared robust mutex (every lock in the segment is one): 0 or -errno */
+int b1_robust_mutex_init(pthread_mutex_t *m);
 int b1_lock(void *base, struct b1_peer *p);
 void b1_unlock(struct b1_peer *p);
 /* insert, remove and rekey return 1 when the front changed (wake after unlocking) */
