@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 
 $(STAMP): pyproject.toml setup.py bus1py/_build.py bus1py/check/_build_walk.py \
           bus1py/sim/_build_fast.py bus1py/_build_messages.py $(wildcard csrc/py/*.c csrc/py/*.h) \
-          $(wildcard csrc/*.c csrc/*.h csrc/check/*.c csrc/check/*.h csrc/sim/*.c csrc/sim/*.h)
+          $(wildcard csrc/bus/*.c csrc/bus/*.h csrc/check/*.c csrc/check/*.h csrc/sim/*.c csrc/sim/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[all]'

@@ -1,8 +1,8 @@
 """cffi build script: compiles csrc/ into the extension module bus1py._b1.
 
-The cdef is the part of csrc/bus1.h between its cdef markers, so the C header is the one
+The cdef is the part of csrc/bus/bus1.h between its cdef markers, so the C header is the one
 place the interface is written down.  Every int-returning function of it is called
-through B1_GUARD (csrc/guard.h): a call that met an out-of-range index in the segment
+through B1_GUARD (csrc/bus/guard.h): a call that met an out-of-range index in the segment
 returns -EBADMSG.
 """
 import re
@@ -11,7 +11,7 @@ from pathlib import Path
 from cffi import FFI
 
 ROOT = Path(__file__).resolve().parent.parent
-CSRC = ROOT / "csrc"
+CSRC = ROOT / "csrc" / "bus"
 
 
 def _cdef() -> str:

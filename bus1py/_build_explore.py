@@ -1,7 +1,7 @@
 """Build of bus1py._b1x: the C helper with its bus core instrumented for crash exploration
 (tests/explore.py), built on demand and never installed.
 
-The core (csrc/*.c) is compiled with gcc's -fsanitize-coverage=trace-pc, so every basic
+The core (csrc/bus/*.c) is compiled with gcc's -fsanitize-coverage=trace-pc, so every basic
 block it enters calls __sanitizer_cov_trace_pc (csrc/explore/explore.c, compiled without
 it); the cffi glue is the normal build's (bus1py/_build.py) plus csrc/explore/explore.h's
 cdef.  Invariants:
@@ -22,8 +22,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CSRC = ROOT / "csrc"
-EXPLORE = CSRC / "explore"
+CSRC = ROOT / "csrc" / "bus"
+EXPLORE = ROOT / "csrc" / "explore"
 CFLAGS = ["-O2", "-g", "-fPIC", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 INSTRUMENT = ["-fsanitize-coverage=trace-pc"]
 

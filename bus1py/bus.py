@@ -33,17 +33,17 @@ if TYPE_CHECKING:  # peer.py imports this module: the name only, for the annotat
 lib.b1_process_init()  # the C helper's cached pid is reset in forked children
 _NO_CLEAR = ffi.new_allocator(should_clear_after_alloc=False)
 _SHM_DIR = "/dev/shm"
-_MAGIC = 0x7962317375627962  # csrc/layout.h B1_MAGIC
+_MAGIC = 0x7962317375627962  # csrc/bus/layout.h B1_MAGIC
 
 
-# slots of the node, handle and entry tables at most (csrc/bus.c B1_MAX_SLOTS): a handle
-# id keeps 24 bits of index; peers at most (csrc/layout.h B1_MAX_PEERS): an entry names
+# slots of the node, handle and entry tables at most (csrc/bus/bus.c B1_MAX_SLOTS): a handle
+# id keeps 24 bits of index; peers at most (csrc/bus/layout.h B1_MAX_PEERS): an entry names
 # its queue's peer slot in 16 bits
 MAX_SLOTS = (1 << 24) - 2
 MAX_PEERS = (1 << 16) - 1
-# well-known names at most (csrc/view.h B1_MAX_NAMES): the table has twice as many slots
+# well-known names at most (csrc/bus/view.h B1_MAX_NAMES): the table has twice as many slots
 MAX_NAMES = 1 << 16
-# the width of each field of struct b1_limits (csrc/bus1.h)
+# the width of each field of struct b1_limits (csrc/bus/bus1.h)
 _LIMIT_BITS = {name: 8 * ffi.sizeof(field.type) for name, field in ffi.typeof("struct b1_limits").fields}
 
 
@@ -69,7 +69,7 @@ class Limits:
 
     def check(self) -> None:
         """Raise ValueError naming the first limit that cannot work and its bound (the rules
-        of csrc/bus.c limits_valid, plus the width of each field of struct b1_limits)."""
+        of csrc/bus/bus.c limits_valid, plus the width of each field of struct b1_limits)."""
         for f in fields(self):
             value = getattr(self, f.name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -234,7 +234,7 @@ class Bus:
         lim.check()
         c_limits = lim.to_c()
         size = lib.b1_segment_size(c_limits)
-        if size == 0:  # csrc/bus.c limits_valid and Limits.check disagree: a bug
+        if size == 0:  # csrc/bus/bus.c limits_valid and Limits.check disagree: a bug
             raise ValueError(f"inconsistent bus limits: {asdict(lim)}")
         shm_name = _shm_name(name) if name is not None else f"/bus1py-{os.getpid()}-{secrets.token_hex(6)}"
         try:
@@ -379,7 +379,7 @@ class Bus:
         `sole=True` states that no other process uses the bus now (a harness after its
         workers exited): then every free list and usage counter is also rebuilt from the
         objects' states, giving back what a process killed between two stores leaked
-        (csrc/rebuild.c).  OSError EBUSY, changing nothing, when a connected peer still
+        (csrc/bus/rebuild.c).  OSError EBUSY, changing nothing, when a connected peer still
         names another live process.  This process's death watcher (bus1py/watch.py) is
         paused meanwhile; another process's watcher is a user of the bus like any other
         (BUS1PY_WATCH=0 there, or its bus closed)."""

@@ -1,6 +1,6 @@
 """`bus1py fsck NAME...`: check a bus's segment against every invariant of its layout.
 
-Runs `Bus.check()` (csrc/fsck.c) on each named bus and prints what is wrong in words.
+Runs `Bus.check()` (csrc/bus/fsck.c) on each named bus and prints what is wrong in words.
 Exit status: 0 when every bus is clean, 1 when a problem was found, 2 when a bus cannot be
 opened.  With --gc, dead processes' work is reaped first (as `bus1py gc` does), so what is
 left is damage gc cannot repair; with --repair, for a bus no other process uses, the free

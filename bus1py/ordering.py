@@ -1,6 +1,6 @@
 """bus1's ordering (SPEC section 3) as one pure model: queues with clocks, and a send's steps.
 
-The C queues (`csrc/tx.c`), the sans-I/O protocol (`bus1py.causal.bus1`), the Hypothesis
+The C queues (`csrc/bus/tx.c`), the sans-I/O protocol (`bus1py.causal.bus1`), the Hypothesis
 model test and the checker's trace simulator all follow the rules written down here once:
 
     q = Queue()

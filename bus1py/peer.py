@@ -449,7 +449,7 @@ class Peer:
         still in flight to it arrive after the reset (those to its destroyed nodes are
         dropped).  Zero-copy messages already received stay valid until released.
         EBUSY while another live process resets it; a reset cut short by the death of
-        its process is finished by gc (csrc/reset.c)."""
+        its process is finished by gc (csrc/bus/reset.c)."""
         if not self._attached:
             self._attach()
         r = lib.b1_peer_reset(self._bus.base(), self._slot, self._id)

@@ -1,7 +1,7 @@
 """A send transaction taken one step at a time, for tests and for teaching.
 
 `Peer.send` runs the whole transaction in one C call; this class runs the very same C steps
-(bus1py/csrc/tx.c) one by one, so a test or a student can interleave the steps of several
+(bus1py/csrc/bus/tx.c) one by one, so a test or a student can interleave the steps of several
 concurrent senders and watch the queues in between:
 
     tx = Transaction(peer, [h1, h2], b"x")

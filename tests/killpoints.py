@@ -1,5 +1,5 @@
 """A kill at every step: one trial kills a victim process at a named point of the C helper
-(csrc/kill.c), lets the survivors reap it and carry on, and checks what they saw.
+(csrc/bus/kill.c), lets the survivors reap it and carry on, and checks what they saw.
 
 A trial: two survivor processes and a victim process (with two peers) exchange multicasts
 that carry handles, side-channel signals (pipes, recorded as the stress tool records them),

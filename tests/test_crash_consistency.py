@@ -1,9 +1,9 @@
 """Crash consistency beyond the named kill points: each test builds the state a kill, a
 reused pid, a process out of file descriptors or a scribbler leaves, and checks that the
 bus recovers without losing, corrupting or duplicating a message, and that `Bus.check()`
-(csrc/fsck.c) is clean afterwards.
+(csrc/bus/fsck.c) is clean afterwards.
 
-The segment is reached through /dev/shm and the offsets csrc/layout.h fixes; each helper
+The segment is reached through /dev/shm and the offsets csrc/bus/layout.h fixes; each helper
 below checks its offset against a value it knows before it writes, so a layout change
 fails here loudly instead of scribbling the wrong word.
 """
@@ -36,7 +36,7 @@ def _gc_only_when_called(monkeypatch):
     monkeypatch.setenv("BUS1PY_WATCH", "0")
 
 
-# csrc/layout.h: struct b1_peer (x86-64 glibc: a 40-byte mutex first), struct b1_entry,
+# csrc/bus/layout.h: struct b1_peer (x86-64 glibc: a 40-byte mutex first), struct b1_entry,
 # struct b1_msg
 PEER_ID, PEER_ROOT, PEER_FRONT, PEER_PIDS = 40, 52, 56, None
 ENTRY_MSG = 40

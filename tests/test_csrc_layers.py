@@ -1,6 +1,6 @@
 """The C helper's layering: calls and #includes in csrc/ run one way, downwards.
 
-Invariant checked: every csrc/*.c file belongs to one layer of LAYERS, and a file calls
+Invariant checked: every csrc/bus/*.c file belongs to one layer of LAYERS, and a file calls
 functions (and includes headers) only of its own file or of lower layers, so there is no
 call cycle between files.  A function defined in a header (a static inline) belongs to
 the file of the same name (x.h to x.c), or to the base when there is none (layout.h).
@@ -11,7 +11,7 @@ peer's lock held never takes a lock, directly or through what it calls (no two a
 import re
 from pathlib import Path
 
-CSRC = Path(__file__).resolve().parent.parent / "csrc"
+CSRC = Path(__file__).resolve().parent.parent / "csrc" / "bus"
 
 # lowest first; a file may use only files of the layers before its own
 LAYERS = [

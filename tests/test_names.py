@@ -1,4 +1,4 @@
-"""Well-known names (csrc/names.c, Peer.publish/lookup/unpublish, Bus.names).
+"""Well-known names (csrc/bus/names.c, Peer.publish/lookup/unpublish, Bus.names).
 
 Invariants checked:
   - a name finds its node from any peer, in any process of the user, including one that

@@ -1,4 +1,4 @@
-"""bus1's PEER_RESET (Peer.reset, csrc/reset.c) and destroy(release=True) dropping one
+"""bus1's PEER_RESET (Peer.reset, csrc/bus/reset.c) and destroy(release=True) dropping one
 reference (bus1's NODES_DESTROY_FLAG_RELEASE_HANDLES).
 
 Invariants checked:

@@ -15,7 +15,7 @@ Invariants checked:
   - A segment truncated before an open is refused (EBADMSG, "truncated"); truncated under a
     process that maps it, that process's next access to the cut part is SIGBUS.
   - A header rewritten after attach cannot make the others read out of bounds: the
-    accessors of csrc/layout.h read this process's validated copy (csrc/view.c).
+    accessors of csrc/bus/layout.h read this process's validated copy (csrc/bus/view.c).
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.usefixtures("no_leaks")
 SHM = "/dev/shm/"
 BUS1PY = [sys.executable, "-m", "bus1py.cli"]
 SPAWN = mp.get_context("spawn")
-# struct b1_header (csrc/layout.h): magic, version, header_size, segment_size, limits, offsets
+# struct b1_header (csrc/bus/layout.h): magic, version, header_size, segment_size, limits, offsets
 HEADER_SIZE_AT, SEGMENT_SIZE_AT, LIMITS_AT = 12, 16, 24
 OFFSETS_AT = LIMITS_AT + ffi.sizeof("struct b1_limits")
 
@@ -285,7 +285,7 @@ def _read(name: str, at: int, width: int) -> int:
 
 
 def _layout(header_size: int, limits: dict, slot_sizes, wrap32: bool) -> list:
-    """The table offsets csrc/bus.c layout_offsets gives `limits`; `wrap32`: as it did when
+    """The table offsets csrc/bus/bus.c layout_offsets gives `limits`; `wrap32`: as it did when
     max + 1 was computed in 32 bits (a table of 2**32-1 slots took no room at all)."""
     def align(x, a=64):
         return (x + a - 1) & ~(a - 1)

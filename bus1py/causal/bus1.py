@@ -4,7 +4,7 @@ Delivery condition: every process is one queue with a clock (`bus1py.ordering`);
 by (timestamp, sender, transaction seq) and only the front entry is delivered, once it is
 committed. A block (odd timestamp) at the front holds back everything behind it.
 Source: seed 004 ("Message ordering", the bus1 design page) and SPEC section 3; the C queues
-in csrc/tx.c run the same steps under per-queue locks.
+in csrc/bus/tx.c run the same steps under per-queue locks.
 
 A send to Dests is one transaction, run by the sender one round at a time:
   1. stage:  STAGE (the payload) to every destination. The destination syncs its clock to the

@@ -42,7 +42,7 @@ def test_sdist_to_wheel_to_fresh_venv(tmp_path):
     (sdist,) = dist.glob("bus1py-*.tar.gz")
     with tarfile.open(sdist) as t:
         names = t.getnames()
-    for must in ("csrc/bus1.h", "csrc/check/walk.h", "csrc/sim/engine.h", "csrc/py/slice.h",
+    for must in ("csrc/bus/bus1.h", "csrc/check/walk.h", "csrc/sim/engine.h", "csrc/py/slice.h",
                  "LICENSE", "CHANGELOG.md", "bus1py/py.typed"):
         assert any(n.endswith("/" + must) for n in names), must
     sh(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(sdist))

@@ -324,7 +324,7 @@ static inline uint32_t b1_names_slots(const struct b1_limits *l) {
  * below checks its index against the table's size (the header is validated once, at
  * attach, against the layout its limits imply); an index out of range is redirected to
  * the table's slot 0, which is never used, and sets b1_bad.  Every call from Python is
- * wrapped (csrc/guard.h) to return -EBADMSG when b1_bad was set during it.  Walks over
+ * wrapped (csrc/bus/guard.h) to return -EBADMSG when b1_bad was set during it.  Walks over
  * links in the segment (trees, lists) are bounded by the table's size the same way, so a
  * cycle cannot hang a call either.  What this cannot catch is a scribbled mutex word: a
  * lock that looks held by someone else is waited for, like a live holder's. */

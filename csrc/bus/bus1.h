@@ -192,7 +192,7 @@ int b1_peer_detach(void *base, uint32_t slot, uint64_t id, int32_t pid);
 int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id);
 /* bus1's PEER_RESET: the peer's nodes destroyed in one transaction (NODE_DESTROY to their
  * holders), every committed message in its queue dropped, every handle reference it holds
- * released; the peer stays connected (csrc/reset.c).  -EBUSY while another live process
+ * released; the peer stays connected (csrc/bus/reset.c).  -EBUSY while another live process
  * resets it. */
 int b1_peer_reset(void *base, uint32_t slot, uint64_t id);
 int b1_peer_query(void *base, uint32_t slot, uint64_t id, struct b1_peer_info *out);
@@ -338,7 +338,7 @@ int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice);
 /* arm (or with B1_KILL_NONE disarm) this process's kill point; -EINVAL for an unknown one */
 int b1_kill_at(uint32_t point, uint32_t after);
 
-/* Check the whole segment against every invariant (csrc/fsck.c), on a quiet bus: the
+/* Check the whole segment against every invariant (csrc/bus/fsck.c), on a quiet bus: the
  * number of problems found (0: clean), each described in one line of `out` (NUL-ended,
  * cut at outlen), or -errno. */
 int b1_fsck(void *base, char *out, uint32_t outlen);
