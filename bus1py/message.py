@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
+from . import objects
 from ._lib import lib
 
 HANDLE_INVALID: int = lib.B1_HANDLE_INVALID
@@ -33,6 +34,12 @@ class Message(NamedTuple):
 
     def release(self) -> None:
         """Nothing to give back: the payload is a copy (see receive.SliceMessage)."""
+
+    def obj(self):
+        """The Python object `Peer.send_obj` sent.  Of a zero-copy message, its arrays and
+        buffers are read-only views of the pool, and `release()` raises BufferError while
+        one is alive (objects.py)."""
+        return objects.loads(self)
 
 
 MESSAGE_TYPES = tuple(MessageType)  # indexed by the C type code, cheaper than MessageType(x)

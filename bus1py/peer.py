@@ -21,7 +21,7 @@ import time
 from array import array
 from dataclasses import dataclass
 
-from . import _messages, args, holders, receive, watch
+from . import _messages, args, holders, objects, receive, watch
 from ._lib import ffi, lib
 from .bus import Bus
 from .errors import bus_error
@@ -376,6 +376,13 @@ class Peer:
         stamp, `r.abort()` gives it back; as a context manager it commits unless the block
         raises.  Raises send's errors when the record cannot be taken (reserve.py)."""
         return Reservation(self, destinations, length, handles, unreachable_error=unreachable_error)
+
+    def send_obj(self, destinations, obj, handles=(), *, unreachable_error: bool = False) -> tuple:
+        """Send a Python object, pickled with protocol 5, its out-of-band buffers (numpy
+        arrays, bytearrays) written straight into the pool record; as `send` otherwise
+        (stamp, errors).  An object that cannot be pickled raises TypeError, nothing sent.
+        The receiver rebuilds it with `msg.obj()` (objects.py)."""
+        return objects.send_obj(self, destinations, obj, handles, unreachable_error)
 
     def recv_many(self, max_messages: int, timeout: float | None = None, copy: bool = True) -> list:
         """Up to `max_messages` messages, in one C call and one hold of the queue's lock:
