@@ -30,7 +30,8 @@ def test_each_transport_in_each_placement(cfg):
     res = sections.bench_unicast(cfg)
     names = {t.name for t in res["transports"]}
     assert {"bus1py", "mp.Queue", "mp.Pipe", "os.pipe", "socketpair", "posix_ipc MQ", "faster_fifo",
-            "faster_fifo get_many", "faster_fifo put_many/get_many"} <= names
+            "faster_fifo get_many", "faster_fifo put_many/get_many", "pyzmq PUSH/PULL", "pyzmq PAIR",
+            "pyzmq PUSH/PULL copy=False", "iceoryx2", "iceoryx2 read in place"} <= names
     assert not res["failed"], res["failed"]
     for t in res["transports"]:
         assert t.placements == ("pinned",) or set(t.placements) == {"pinned", "unpinned"}

@@ -9,6 +9,7 @@ from .bus_channels import (BusBatchChannel, BusChannel, BusReserveChannel, BusZe
                            bus_has_reserve, bus_has_zero_copy)
 from .transports import FasterFifoChannel, MPPipeChannel, MPQueueChannel, MQChannel, OsPipeChannel, SocketChannel
 from .transports import faster_fifo, posix_ipc
+from .peer_libs import IceoryxChannel, ZmqChannel, iox2, zmq
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,15 @@ def unicast_transports(batch=64):
                           api="batch", rtt=False),
                 Transport("faster_fifo put_many/get_many", "faster_fifo",
                           lambda s: FasterFifoChannel(s, batch, batch), api="batch", rtt=False)]
+    if zmq is not None:
+        out += [Transport("pyzmq PUSH/PULL", "pyzmq", ZmqChannel, rtt=False),
+                Transport("pyzmq PUSH/PULL copy=False", "pyzmq", lambda s: ZmqChannel(s, copy=False),
+                          api="zero-copy", rtt=False),
+                Transport("pyzmq PAIR", "pyzmq", lambda s: ZmqChannel(s, kind="pair"))]
+    if iox2 is not None:
+        out += [Transport("iceoryx2", "iceoryx2", IceoryxChannel),
+                Transport("iceoryx2 read in place", "iceoryx2", lambda s: IceoryxChannel(s, in_place=True),
+                          api="zero-copy", rtt=False)]
     return out
 
 
@@ -65,4 +75,8 @@ def multicast_variants(batch=64):
         out["bus1py multicast send_many/recv_many"] = lambda s, k: BusBatchChannel(s, batch, k=k, multicast=True)
     if posix_ipc is not None:
         out["posix_ipc MQ k x unicast"] = lambda s, k: MQChannel(s, k)
+    if zmq is not None:
+        out["pyzmq PUB/SUB"] = lambda s, k: ZmqChannel(s, k, kind="pub")
+    if iox2 is not None:
+        out["iceoryx2"] = lambda s, k: IceoryxChannel(s, k)
     return out
