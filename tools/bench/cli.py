@@ -13,10 +13,10 @@ from .drain import bench_drain
 from .perfprof import bench_futex, bench_perf
 from .plots import make_plots
 from .report import MAKE_CMD, write_markdown
-from .sections import bench_memory, bench_multicast, bench_sweep, bench_unicast, best, unicast_jobs
-from .rows import multicast_variants
+from .sections import OBJ_KS, bench_memory, bench_multicast, bench_objects, bench_sweep, bench_unicast, best, unicast_jobs
+from .rows import multicast_variants, object_variants
 
-ALL = ("unicast", "sweep", "drain", "multicast", "queue", "memory", "profile")
+ALL = ("unicast", "sweep", "drain", "multicast", "objects", "queue", "memory", "profile")
 
 
 def render_tables(console, res):
@@ -93,6 +93,9 @@ def run_all(cfg, out: Path, cmd: str, console=None, sections=ALL, strict=False):
             t = progress.add_task("2. multicast k receivers",
                                   total=len(cfg.mc_ks) * len(multicast_variants()) * cfg.mc_reps)
             res["multicast"] = guarded("2 (multicast)", bench_multicast, cfg, progress, t)
+        if "objects" in sections:
+            t = progress.add_task("2b. a numpy array to k receivers", total=len(OBJ_KS) * len(object_variants()) * cfg.mc_reps)
+            res["objects"] = guarded("2b (objects)", bench_objects, cfg, progress, t)
         if "queue" in sections:
             t = progress.add_task("3. queue op cost vs m", total=cfg.qc_reps)
             res["queue"] = guarded("3 (queue cost)", inproc.bench_queue_cost, cfg, progress, t)

@@ -86,11 +86,15 @@ class ZmqChannel(Channel):
         send = s.send
         return lambda p: send(p, copy=False)
 
-    def receiver(self, i=0):
+    def _rx_socket(self):
         s = self._socket({"push": zmq.PULL, "pair": zmq.PAIR, "pub": zmq.SUB}[self.kind], 0)
         if self.kind == "pub":
             s.setsockopt(zmq.SUBSCRIBE, b"")
         s.connect(self.url)
+        return s
+
+    def receiver(self, i=0):
+        s = self._rx_socket()
         if self.copy:
             return s.recv
         recv = s.recv

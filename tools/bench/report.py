@@ -212,7 +212,7 @@ def write_markdown(path, cmd, mi, cfg, res, elapsed, errors=()):
     """Rewrite `path` from the run's results `res` (the dict run_all returns), keeping the
     sections other tools own (KEPT: the simulator's and the checker's) and everything after
     the first of them as it is."""
-    from .report_more import inproc_sections, multicast_section
+    from .report_more import inproc_sections, multicast_section, objects_section
     uni, sweep, mc = res.get("unicast"), res.get("sweep"), res.get("multicast")
     L = []
     add = L.append
@@ -245,6 +245,8 @@ def write_markdown(path, cmd, mi, cfg, res, elapsed, errors=()):
         _drain(add, res["drain"])
     if mc:
         multicast_section(add, mc, res.get("profile"))
+    if res.get("objects"):
+        objects_section(add, res["objects"])
     inproc_sections(add, cfg, res)
     text = "\n".join(L) + "\n"
     old = path.read_text() if path.exists() else ""

@@ -1,4 +1,4 @@
-"""The report's multicast and in-process sections (2 to 5)."""
+"""The report's multicast, object and in-process sections (2 to 5)."""
 from __future__ import annotations
 
 from .common import NCPU, fmt_rate, fmt_ratio
@@ -52,6 +52,35 @@ def multicast_section(add, mc, prof):
         add("")
     add("![multicast](multicast.png)")
     add("")
+
+
+def objects_section(add, ob):
+    add("## 2b. Python objects: a 1 MiB numpy array to k receivers")
+    add("")
+    add("Per-receiver rate of a 1 MiB uint8 array, sent as an object and received as an array each receiver "
+        "reads (its last 64 bytes are compared), median of repetitions, nothing pinned. `bus1py send_obj + obj()` "
+        "pickles with protocol 5 and writes the array straight into one pool record for all k (`Peer.send_obj`), "
+        "each receiver views it in place (`recv(copy=False).obj()`) and releases it; `pyzmq send(copy=False)` "
+        "sends the array without a Python copy (PUSH/PULL to one, PUB/SUB to k; the kernel and the receiver's "
+        "frame copy it); `shared_memory + queue of names` writes each array into a new segment and puts its name "
+        "on each receiver's queue, the sender unlinking it once every receiver has closed it.")
+    add("")
+    ks = sorted({k for _, k in ob})
+    add("| variant | " + " | ".join(f"k={k} msg/s | sender CPU us/msg | receiver CPU us/msg" for k in ks) + " |")
+    add("|---|" + "---:|---:|---:|" * len(ks))
+    for name in dict.fromkeys(n for n, _ in ob):
+        cells = []
+        for k in ks:
+            r = ob.get((name, k))
+            cells += [fmt_rate(r["rate"]), f"{r['tx_cpu_ns'] / 1e3:.1f}", f"{r['rx_cpu_ns'] / 1e3:.1f}"] if r else ["-"] * 3
+        add(f"| {name} | " + " | ".join(cells) + " |")
+    add("")
+    b, z = ob.get(("bus1py send_obj + obj()", ks[-1])), ob.get(("pyzmq send(copy=False)", ks[-1]))
+    if b and z:
+        x = b["rate"] / z["rate"]
+        add(f"Target (issue 27): `send_obj` of a 1 MiB array to {ks[-1]} receivers >= 3x pyzmq copy=False "
+            f"multicast: {fmt_ratio(x)}, {mark(x >= 3)}.")
+        add("")
 
 
 def inproc_sections(add, cfg, res):

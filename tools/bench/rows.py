@@ -80,3 +80,13 @@ def multicast_variants(batch=64):
     if iox2 is not None:
         out["iceoryx2"] = lambda s, k: IceoryxChannel(s, k)
     return out
+
+
+def object_variants():
+    """The object rows (obj_channels.py): make(size, k) of each, sending a numpy array."""
+    from .obj_channels import BusObjChannel, ShmNamesChannel, ZmqObjChannel
+    out = {"bus1py send_obj + obj()": BusObjChannel}
+    if zmq is not None:
+        out["pyzmq send(copy=False)"] = ZmqObjChannel
+    out["shared_memory + queue of names"] = ShmNamesChannel
+    return out

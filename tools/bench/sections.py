@@ -10,7 +10,7 @@ import bus1py
 
 from .common import NCPU, SIZES, cpus, pct
 from .harness import run_oneway, run_pingpong
-from .rows import multicast_variants, unicast_transports
+from .rows import multicast_variants, object_variants, unicast_transports
 
 RUN_KEYS = ("wall_ns", "tx_cpu_ns", "rx_cpu_ns", "tx_invol", "rx_invol", "tx_vol", "rx_vol")
 
@@ -127,27 +127,40 @@ def best(rows, size, *, peer=None, name=None, api=None, key="rate"):
     return pick(cand, key=lambda kr: kr[1][key])
 
 
-def bench_multicast(cfg, progress=None, task=None, size=64):
-    """Section 2: {(variant, k): {rate per receiver, aggregate}}.  k + 1 processes on the
-    machine's cores: nobody is pinned, the scheduler places them."""
+def _fanout(cfg, variants, ks, size, n, reps, progress=None, task=None):
+    """{(variant, k): {rate per receiver, aggregate, rates, CPU ns per message of each side}}:
+    each variant to k receivers, repetitions interleaved across variants.  k + 1 processes
+    on the machine's cores: nobody is pinned, the scheduler places them."""
     res = {}
-    variants = multicast_variants(cfg.batch)
-    for k in cfg.mc_ks:
+    for k in ks:
         acc = {name: [] for name in variants}
-        for _ in range(cfg.mc_reps):
+        for _ in range(reps):
             for name, make in variants.items():
                 ch = make(size, k)
                 try:
-                    r = run_oneway(ch, size, cfg.mc_n, max(50, cfg.mc_n // 20), None, None, timeout=300)
+                    acc[name].append(run_oneway(ch, size, n, max(10, n // 20), None, None, timeout=300))
                 finally:
                     ch.close()
-                acc[name].append(r["rate"])
                 if progress is not None:
                     progress.advance(task)
-        for name, rates in acc.items():
-            rate = statistics.median(rates)
-            res[(name, k)] = {"rate": rate, "aggregate": rate * k, "rates": rates}
+        for name, runs in acc.items():
+            rate = statistics.median(r["rate"] for r in runs)
+            res[(name, k)] = {"rate": rate, "aggregate": rate * k, "rates": [r["rate"] for r in runs],
+                              **{key: statistics.median(r[key] for r in runs) for key in ("tx_cpu_ns", "rx_cpu_ns")}}
     return res
+
+
+def bench_multicast(cfg, progress=None, task=None, size=64):
+    """Section 2: 64 B messages to k receivers, each multicast variant."""
+    return _fanout(cfg, multicast_variants(cfg.batch), cfg.mc_ks, size, cfg.mc_n, cfg.mc_reps, progress, task)
+
+
+OBJ_SIZE, OBJ_KS = 1 << 20, (1, 4)
+
+
+def bench_objects(cfg, progress=None, task=None):
+    """Section 2b: a 1 MiB numpy array to 1 and to 4 receivers, each object variant."""
+    return _fanout(cfg, object_variants(), OBJ_KS, OBJ_SIZE, cfg.n_for(OBJ_SIZE), cfg.mc_reps, progress, task)
 
 
 def bench_memory():
