@@ -68,6 +68,15 @@ def test_multicast_every_receiver_gets_every_message(cfg):
             assert _positive(res[(name, k)]["rate"]), (name, k)
 
 
+def test_objects_every_receiver_gets_every_array_and_the_report_says_so(cfg, tmp_path):
+    out = cli.run_all(cfg, tmp_path, "tools/bench --tiny", sections=("objects",), strict=True)
+    for name in sections.object_variants():
+        for k in sections.OBJ_KS:
+            assert _positive(out["objects"][(name, k)]["rate"]), (name, k)
+    text = out["markdown"].read_text()
+    assert "## 2b. Python objects" in text and "| bus1py send_obj + obj() |" in text
+
+
 def test_drain_times_every_receive_call_at_every_size_and_judges_the_ready_cost(cfg, tmp_path):
     out = cli.run_all(cfg, tmp_path, "tools/bench --tiny", sections=("drain",), strict=True)
     drain = out["drain"]
