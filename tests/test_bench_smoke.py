@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tools.bench import cli, prose, report, sections  # noqa: E402
+from tools.bench import cli, prose, report, report_more, sections  # noqa: E402
 from tools.bench.common import SIZES, Config, machine_info  # noqa: E402
 
 
@@ -44,6 +44,13 @@ def test_each_transport_in_each_placement(cfg):
                     assert 0 < r["rtt_med"] <= r["rtt_p99"] <= r["rtt_p999"], (t.name, size, r)
                 else:
                     assert "rtt_med" not in r
+    # every bus1py row has its one-CPU floor, shown beside its two-process figure
+    bus_rows = {t.name for t in res["transports"] if t.peer == "bus1py"}
+    assert set(res["floor"]) == bus_rows
+    assert all(_positive(f["send_ns"]) and _positive(f["recv_ns"]) for f in res["floor"].values())
+    lines = []
+    report_more.floor_section(lines.append, res)
+    assert all(any(line.startswith(f"| {name} |") for line in lines) for name in bus_rows)
     # the bus1py rows that wait for issue 16's calls are listed with the reason, never faked
     for name, why in res["missing"]:
         assert name.startswith("bus1py") and why and name not in names

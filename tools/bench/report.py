@@ -67,6 +67,7 @@ def _header(add, cmd, mi, cfg, elapsed, uni):
 
 
 def _unicast(add, uni, cfg):
+    from .report_more import floor_section
     rows = uni["rows"]
     add("## 1. Two processes: one-way throughput and round trip")
     add("")
@@ -108,6 +109,7 @@ def _unicast(add, uni, cfg):
                 f"{fmt_rate(min(r['rates']))}..{fmt_rate(max(r['rates']))} | "
                 f"{fmt_ratio(b[1]['rate'] / r['rate']) if b else '-'} | {fmt_rate(r['send_rate'])} | {rtt} |")
         add("")
+    floor_section(add, uni)
     if uni["missing"]:
         add("Rows not measured in this run (the bus1py calls they use do not exist in this build; the rows "
             "run as soon as they do): " + "; ".join(f"`{n}`: {why}" for n, why in uni["missing"]) + ".")

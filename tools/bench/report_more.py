@@ -54,6 +54,32 @@ def multicast_section(add, mc, prof):
     add("")
 
 
+def floor_section(add, uni):
+    """Each 64 B bus1py row beside what its calls cost on one CPU (floor.py)."""
+    rows, floor = uni["rows"], uni.get("floor") or {}
+    got = [(name, f, max((r for (n, _, s), r in rows.items() if n == name and s == 64), key=lambda r: r["rate"],
+                         default=None)) for name, f in floor.items()]
+    got = [(name, f, r) for name, f, r in got if r]
+    if not got:
+        return
+    add("### 64 B: each bus1py row against its one-CPU floor")
+    add("")
+    add("The same calls the row makes (its channel's sender and receiver), made in one thread: sends and "
+        "receives timed apart in stretches of 256 messages, thread CPU ns per message, the minimum over rounds. "
+        "`two CPUs could reach` is one message per the dearer side's cost, a pipeline with nothing crossing "
+        "cores; the two-process row (best placement) shows each side's CPU ns per message beside it, and the "
+        "difference is what crossing cores costs: cache lines that move, spinning, sleeping and waking.")
+    add("")
+    add("| row | one CPU: send ns | recv ns | two CPUs could reach | two processes | of the floor "
+        "| sender CPU ns | receiver CPU ns |")
+    add("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, f, r in got:
+        add(f"| {name} | {f['send_ns']:,.0f} | {f['recv_ns']:,.0f} | {fmt_rate(f['reach'])}msg/s | "
+            f"{fmt_rate(r['rate'])}msg/s | {r['rate'] / f['reach']:.2f} | {r['tx_cpu_ns']:,.0f} "
+            f"(+{r['tx_cpu_ns'] - f['send_ns']:,.0f}) | {r['rx_cpu_ns']:,.0f} (+{r['rx_cpu_ns'] - f['recv_ns']:,.0f}) |")
+    add("")
+
+
 def objects_section(add, ob):
     add("## 2b. Python objects: a 1 MiB numpy array to k receivers")
     add("")

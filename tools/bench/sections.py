@@ -9,6 +9,7 @@ from dataclasses import replace
 import bus1py
 
 from .common import NCPU, SIZES, cpus, pct
+from .floor import bench_floor
 from .harness import run_oneway, run_pingpong
 from .rows import multicast_variants, object_variants, unicast_transports
 
@@ -95,10 +96,12 @@ def unicast_jobs(cfg):
 
 def bench_unicast(cfg, progress=None, task=None):
     """Section 1: every transport at 64 B and 4 KiB, in each of its placements, one-way and
-    round trip.  Returns {"rows", "failed", "missing", "transports"}."""
+    round trip, and the one-CPU floor of bus1py's 64 B rows (floor.py).  Returns {"rows",
+    "failed", "missing", "transports", "floor"}."""
     ts, missing = runnable(cfg)
     rows, failed = _oneway_rows(cfg, ts, SIZES, cfg.reps, cfg.lat_reps, progress, task)
-    return {"rows": rows, "failed": failed, "missing": missing, "transports": ts}
+    return {"rows": rows, "failed": failed, "missing": missing, "transports": ts,
+            "floor": bench_floor(ts, max(3, 3 * cfg.reps))}
 
 
 def bench_sweep(cfg, uni=None, progress=None, task=None):
