@@ -67,7 +67,7 @@ def _header(add, cmd, mi, cfg, elapsed, uni):
 
 
 def _unicast(add, uni, cfg):
-    from .report_more import floor_section
+    from .report_more import PROMISES, floor_section
     rows = uni["rows"]
     add("## 1. Two processes: one-way throughput and round trip")
     add("")
@@ -126,6 +126,8 @@ def _unicast(add, uni, cfg):
         f"`spin_ns` (default {bus1py.Limits().spin_ns:,} ns) before sleeping on the futex. Sender-side msg/s "
         "is the rate at which the sender got rid of the messages (buffered transports run ahead).")
     add("")
+    for line in PROMISES:
+        add(line)
     rt = [(k, r["retries"]) for k, r in rows.items() if k[0].startswith("bus1py") and r["retries"]]
     if rt:
         add("bus1py send retries per message sent (the receiver's quota or the pool was full): "

@@ -54,6 +54,30 @@ def multicast_section(add, mc, prof):
     add("")
 
 
+PROMISES = (
+    "### What each peer promises, and what it does not",
+    "",
+    "- **bus1py**: one order for every receiver of every message, multicast included, and a message caused by "
+    "another (even through a pipe or a file) is received after it; `send` is committed when it returns (the "
+    "message is in every destination's queue) or raises with nothing sent; nothing is dropped except messages "
+    "to a destroyed node; `send` never blocks: a full receiver fails it (EDQUOT/EXFULL), and the rows retry.",
+    "- **pyzmq** (ZeroMQ over `ipc://`): FIFO per connection only, no order across receivers or across "
+    "senders; `send` returns once the message is queued for the context's I/O thread, not when it is "
+    "delivered, so a process that exits without lingering loses what is queued (the rows close their sockets "
+    "with linger -1 at exit); PUB/SUB drops what a subscriber gets over its high-water mark and everything "
+    "sent before its subscription arrived (the rows: HWM 0, unbounded memory, and an XPUB sender waits for "
+    "all k subscriptions); PUSH/PULL deals messages out to the pullers, it is not multicast.",
+    "- **iceoryx2** (zero-copy shared memory, Python bindings): FIFO per publisher and subscriber, no order "
+    "across publishers; `send` returns once the sample is in each connected subscriber's buffer; a subscriber "
+    "gets nothing sent before its first `receive()` (the rows meet at a barrier after it), and by default a "
+    "full subscriber buffer overwrites its oldest sample (the rows turn safe overflow off and the publisher "
+    "retries until delivered); `receive()` never blocks, so the rows' receivers poll.",
+    "- **shared_memory + queue of names**: nothing beyond the queue's FIFO; each segment's lifetime is the "
+    "program's to manage (the row unlinks a segment once every receiver has closed it).",
+    "",
+)
+
+
 def floor_section(add, uni):
     """Each 64 B bus1py row beside what its calls cost on one CPU (floor.py)."""
     rows, floor = uni["rows"], uni.get("floor") or {}
