@@ -40,7 +40,7 @@ _BUF = struct.Struct("<QQ")
 
 def _pickled(obj) -> tuple:
     """(in-band pickle, [contiguous byte views of the out-of-band buffers])."""
-    bufs = []
+    bufs: list[pickle.PickleBuffer] = []
     try:
         data = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
         return data, [b.raw() for b in bufs]
