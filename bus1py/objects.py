@@ -20,8 +20,10 @@ Invariants:
   - `obj()` of a zero-copy message (`recv(copy=False)`) gives out-of-band buffers that are
     read-only views of the pool and hold an export of `msg.payload`: while any object built
     on one is alive, `msg.release()` raises BufferError and changes nothing (the zero-copy
-    contract of receive.py), so no object can read a record after it went back.  Buffers
-    nothing kept (a bytearray is rebuilt as a copy) are dropped before `obj()` returns.
+    contract of receive.py), so no object can read a record after it went back; a message
+    collected while one is alive leaves its record charged (ResourceWarning), for the same
+    reason.  Buffers nothing kept (a bytearray is rebuilt as a copy) are dropped before
+    `obj()` returns.
   - `obj()` of a copied message views the payload's bytes; nothing is charged.
   - A payload that is not such a record raises ValueError saying what is wrong with it.
 """

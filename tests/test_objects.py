@@ -3,6 +3,7 @@ nested objects round-trip equal, a child process gets a 1 MiB array, a zero-copy
 arrays are views of the pool that hold it until released, and bad input sends nothing."""
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import pickle
 import threading
@@ -99,6 +100,18 @@ def test_release_waits_for_the_arrays_then_the_views_are_gone(pair):
     assert bus.info()["pool_used"] == used and ba == bytearray(b"copied on load")
     with pytest.raises(ValueError):
         m.obj()  # the payload view is released
+
+
+def test_a_message_collected_under_a_live_array_keeps_its_record(pair):
+    bus, a, b, h = pair
+    used = bus.info()["pool_used"]
+    a.send_obj(h, np.arange(1000))
+    m = b.recv(0, copy=False)
+    arr = m.obj()
+    with pytest.warns(ResourceWarning, match="stays charged"):
+        del m
+        gc.collect()
+    assert bus.info()["pool_used"] > used and arr[-1] == 999  # bytes in use never go back
 
 
 def test_a_copied_message_keeps_its_objects_after_release(pair):
