@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tools.bench import cli, prose, report, report_more, sections  # noqa: E402
+from tools.bench import cli, prose, report, report_more, sections, targets27  # noqa: E402
 from tools.bench.common import SIZES, Config, machine_info  # noqa: E402
 
 
@@ -141,6 +141,24 @@ def test_targets_judge_the_best_placement_of_each_peer():
     assert ok is None and "not yet" in val
     val, ok = t["round-trip median <= 10 us (64 B)"]
     assert ok and val.startswith("3.0 us (pinned)")
+
+
+def test_issue27_targets_take_each_side_at_its_best():
+    rows = {("bus1py", "pinned", 64): _row(800.0, "bus1py", rtt_med=3.0),
+            ("bus1py send_many/recv_many", "pinned", 64): _row(3000.0, "bus1py", "batch"),
+            ("pyzmq PUSH/PULL", "unpinned", 64): _row(1200.0, "pyzmq"),
+            ("pyzmq PUSH/PULL", "pinned", 64): _row(600.0, "pyzmq"),
+            ("iceoryx2", "pinned", 64): _row(300.0, "iceoryx2", rtt_med=7.0)}
+    mc = {("bus1py multicast", 4): {"rate": 200.0}, ("bus1py multicast send_many/recv_many", 4): {"rate": 1300.0},
+          ("pyzmq PUB/SUB", 4): {"rate": 800.0}}
+    t = {name: (val, ok) for name, val, ok in targets27.issue27_targets({"rows": rows}, None, mc, None)}
+    val, ok = t["64 B one-way, per-message API >= pyzmq's"]
+    assert ok is False and val.startswith("0.67x") and "PUSH/PULL (unpinned)" in val
+    assert t["64 B batch >= 2x pyzmq's best 64 B row"][1] is True
+    assert t["64 B round-trip median <= 1/2 iceoryx2's"][1] is True
+    val, ok = t["multicast to 4, each at its best API >= 1.5x pyzmq PUB/SUB"]
+    assert ok is True and "send_many/recv_many" in val
+    assert t["multicast to 4, per-message API >= 0.5x pyzmq PUB/SUB"][1] is False
 
 
 def test_report_keeps_the_simulator_and_checker_sections(cfg, tmp_path):

@@ -15,6 +15,7 @@ from .plots import make_plots
 from .report import MAKE_CMD, write_markdown
 from .sections import OBJ_KS, bench_memory, bench_multicast, bench_objects, bench_sweep, bench_unicast, best, unicast_jobs
 from .rows import multicast_variants, object_variants
+from .targets27 import issue27_targets
 
 ALL = ("unicast", "sweep", "drain", "multicast", "objects", "queue", "memory", "profile")
 
@@ -45,7 +46,8 @@ def render_tables(console, res):
             tb.add_row(name, *[fmt_rate(bk[1]["rate"]) if (bk := best(sweep["rows"], s, name=name)) else "-"
                                for s in sweep["sizes"]])
         console.print(tb)
-    for title, key in (("Targets, issue 16", "targets16"), ("Targets, issue 2", "targets2")):
+    for title, key in (("Targets, issue 16", "targets16"), ("Targets, issue 2", "targets2"),
+                       ("Targets, issue 27", "targets27")):
         if res.get(key):
             tb = Table(title=title)
             for col in ("target", "measured", "status"):
@@ -116,6 +118,7 @@ def run_all(cfg, out: Path, cmd: str, console=None, sections=ALL, strict=False):
     finish_machine_info(mi)
     res["targets16"] = prose.issue16_targets(res.get("unicast"), res.get("sweep"), res.get("multicast"),
                                              res.get("profile"), res.get("drain"))
+    res["targets27"] = issue27_targets(res.get("unicast"), res.get("sweep"), res.get("multicast"), res.get("objects"))
     res["targets2"] = prose.issue2_targets(res.get("unicast"), res.get("multicast"), res.get("queue"),
                                            res.get("memory"))
     render_tables(console, res)

@@ -125,12 +125,6 @@ def objects_section(add, ob):
             cells += [fmt_rate(r["rate"]), f"{r['tx_cpu_ns'] / 1e3:.1f}", f"{r['rx_cpu_ns'] / 1e3:.1f}"] if r else ["-"] * 3
         add(f"| {name} | " + " | ".join(cells) + " |")
     add("")
-    b, z = ob.get(("bus1py send_obj + obj()", ks[-1])), ob.get(("pyzmq send(copy=False)", ks[-1]))
-    if b and z:
-        x = b["rate"] / z["rate"]
-        add(f"Target (issue 27): `send_obj` of a 1 MiB array to {ks[-1]} receivers >= 3x pyzmq copy=False "
-            f"multicast: {fmt_ratio(x)}, {mark(x >= 3)}.")
-        add("")
 
 
 def inproc_sections(add, cfg, res):
