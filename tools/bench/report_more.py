@@ -100,7 +100,7 @@ def floor_section(add, uni):
     for name, f, r in got:
         add(f"| {name} | {f['send_ns']:,.0f} | {f['recv_ns']:,.0f} | {fmt_rate(f['reach'])}msg/s | "
             f"{fmt_rate(r['rate'])}msg/s | {r['rate'] / f['reach']:.2f} | {r['tx_cpu_ns']:,.0f} "
-            f"(+{r['tx_cpu_ns'] - f['send_ns']:,.0f}) | {r['rx_cpu_ns']:,.0f} (+{r['rx_cpu_ns'] - f['recv_ns']:,.0f}) |")
+            f"({r['tx_cpu_ns'] - f['send_ns']:+,.0f}) | {r['rx_cpu_ns']:,.0f} ({r['rx_cpu_ns'] - f['recv_ns']:+,.0f}) |")
     add("")
 
 
