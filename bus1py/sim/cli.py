@@ -48,14 +48,20 @@ def _protocols(text):
     return names
 
 
-def _positive(kind, name):
+# Upper bounds: far above any study (the paper's n is 50, its runs 5, its deliveries 60,000
+# per process), low enough that a typo is refused at once rather than run for days or
+# exhaust memory (RST carries an n x n matrix on every message).
+MAX_N, MAX_RUNS, MAX_DELIVERIES, MAX_RATE, MAX_DELAY = 1000, 1000, 10_000_000, 1e6, 3600.0
+
+
+def _positive(kind, name, most):
     def parse(text):
         try:
             v = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name}: {text!r} is not a {kind.__name__}")
-        if not v > 0:
-            raise argparse.ArgumentTypeError(f"{name} must be positive, got {text}")
+        if not 0 < v <= most:
+            raise argparse.ArgumentTypeError(f"{name} must be positive and at most {most:g}, got {text}")
         return v
     return parse
 
@@ -65,8 +71,8 @@ def _nonneg_int(text):
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    if not 0 <= v <= MAX_DELIVERIES:
+        raise argparse.ArgumentTypeError(f"must be >= 0 and at most {MAX_DELIVERIES:g}, got {v}")
     return v
 
 
@@ -80,8 +86,8 @@ def _vary(text):
     if name == "clock":
         return name, _list(str, "--vary clock", lambda v: None if v in CLOCKS else
                            f"clock must be one of {', '.join(CLOCKS)}, got {v!r}")(levels)
-    return name, _list(float, f"--vary {name}", lambda v: None if v > 0 else
-                       f"must be positive, got {v}")(levels)
+    return name, _list(float, f"--vary {name}", lambda v: None if 0 < v <= MAX_DELAY else
+                       f"must be positive and at most {MAX_DELAY:g}, got {v}")(levels)
 
 
 def register(subparsers):
@@ -93,23 +99,23 @@ def register(subparsers):
                     "section 6.2). One Spark task per protocol x n x mode x run.")
     p.add_argument("--protocols", type=_protocols, default=list(causal.PROTOCOLS),
                    help=f"comma list from {','.join(causal.PROTOCOLS)} (default all)")
-    p.add_argument("--n", type=_list(int, "--n", lambda v: None if v >= 2 else
-                                     f"n must be at least 2, got {v}"),
+    p.add_argument("--n", type=_list(int, "--n", lambda v: None if 2 <= v <= MAX_N else
+                                     f"n must be at least 2 and at most {MAX_N}, got {v}"),
                    default=list(DEFAULT_N), help="process counts (default 10,20,30,40,50)")
     p.add_argument("--mode", choices=("unicast", "multicast", "both"), default="both")
-    p.add_argument("--runs", type=_positive(int, "--runs"), default=None,
+    p.add_argument("--runs", type=_positive(int, "--runs", MAX_RUNS), default=None,
                    help="runs per cell (default: 5 at paper scale, 1 at quick scale)")
     p.add_argument("--scale", choices=("paper", "quick"), default="quick",
                    help="paper: warm up 10,000 then measure 50,000 deliveries per process; "
                         "quick: 10 then 80 (default)")
     p.add_argument("--warmup", type=_nonneg_int, default=None,
                    help="override the scale's warm-up deliveries per process")
-    p.add_argument("--measure", type=_positive(int, "--measure"), default=None,
+    p.add_argument("--measure", type=_positive(int, "--measure", MAX_DELIVERIES), default=None,
                    help="override the scale's measured deliveries per process")
-    p.add_argument("--rate", type=_positive(float, "--rate"), default=10.0,
+    p.add_argument("--rate", type=_positive(float, "--rate", MAX_RATE), default=10.0,
                    help="sends per second per process (default 10: mean interval 0.1 s)")
-    p.add_argument("--net-delay", type=_list(float, "--net-delay", lambda v: None if v > 0
-                                             else f"delay must be positive, got {v}"),
+    p.add_argument("--net-delay", type=_list(float, "--net-delay", lambda v: None if 0 < v <= MAX_DELAY
+                                             else f"delay must be positive and at most {MAX_DELAY:g}, got {v}"),
                    default=[0.05], metavar="LIST",
                    help="mean network delay in seconds, exponential (default 0.05); several "
                         "values add the net_delay.png figure")

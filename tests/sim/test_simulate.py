@@ -82,6 +82,12 @@ def test_bad_specs_are_refused():
     (["--rate", "-3"], "--rate"),
     (["--net-delay", "0"], "--net-delay"),
     (["--runs", "0"], "--runs"),
+    (["--n", "4,100000"], "--n"),
+    (["--runs", "1000000"], "--runs"),
+    (["--measure", "1000000000"], "--measure"),
+    (["--warmup", "1000000000"], "--warmup"),
+    (["--net-delay", "1e9"], "--net-delay"),
+    (["--vary", "net_delay=0.1,1e9"], "--vary"),
     (["--mode", "anycast"], "--mode"),
 ])
 def test_bad_arguments_exit_2_naming_the_argument(args, word, tmp_path):
