@@ -19,19 +19,16 @@ import secrets
 import stat
 import threading
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING
 
 import posix_ipc
 
 from . import watch as _watch
 from ._lib import ffi, lib
 from .errors import bus_error
-
-if TYPE_CHECKING:  # peer.py imports this module: the name only, for the annotation
-    from .peer import Peer
+from .frame import Frame
+from .peer import Peer, PeerInfo
 
 lib.b1_process_init()  # the C helper's cached pid is reset in forked children
-_NO_CLEAR = ffi.new_allocator(should_clear_after_alloc=False)
 _SHM_DIR = "/dev/shm"
 _MAGIC = 0x7962317375627962  # csrc/bus/layout.h B1_MAGIC
 
@@ -189,24 +186,36 @@ def _check_segment(shm_name: str, st: os.stat_result, mode: int, trust_other_own
         raise bus_error(errno.EBADMSG, f"{shm_name!r} is empty")
 
 
+def _restore(bus_name: str, slot: int, peer_id: int, open_args=None) -> Peer:
+    """An unpickled Peer (Bus._restore_peer), on this process's mapping of its bus."""
+    peer = Peer(Bus.attach(bus_name, **(open_args or {})), slot, peer_id)
+    try:
+        peer._attach()
+    except OSError:
+        pass  # disconnected meanwhile: its calls will say so
+    return peer
+
+
 class Bus:
     """A mapping of one bus in this process."""
 
     _attached: dict[str, "Bus"] = {}
     _created: dict[str, int] = {}  # names this process created, unlinked at exit: name -> pid
     _lock = threading.Lock()
+    # what a pickled Peer calls to unpickle (peer.py needs no Bus): Bus.attach, then the peer
+    _restore_peer = staticmethod(_restore)
 
     def __init__(self, name: str, mm: mmap.mmap, created: bool):
         self.name = name
         self._mmap = mm
         self._base = ffi.from_buffer(mm)
         self._created = created
-        self._tls = threading.local()
         self._pool_view = None  # zero-copy payloads are slices of it (receive.py)
         self._open_args = {}  # what Bus.open checked: unpickled peers open the bus with them
         info = ffi.new("struct b1_bus_info *")
         lib.b1_bus_info(self._base, info)
         self.limits = Limits(**{f.name: getattr(info.limits, f.name) for f in fields(Limits)})
+        self._tls = threading.local()  # .frame: this thread's Frame (scratch); dropped by close
 
     # ---- creating and opening ----
 
@@ -320,10 +329,8 @@ class Bus:
 
     # ---- peers ----
 
-    def peer(self, *, quota_messages: int = 0, quota_handles: int = 0, quota_bytes: int = 0) -> "Peer":
+    def peer(self, *, quota_messages: int = 0, quota_handles: int = 0, quota_bytes: int = 0) -> Peer:
         """A new peer; quotas default to the bus's."""
-        from .peer import Peer
-
         slot = ffi.new("uint32_t *")
         pid = ffi.new("uint64_t *")
         for key, value, bits in (("quota_messages", quota_messages, 32), ("quota_handles", quota_handles, 32),
@@ -341,8 +348,6 @@ class Bus:
         """Every peer slot carved on the bus, connected or not: PeerInfo with `state`
         ('connected', 'disconnected', 'free' for a reclaimed slot, ...) as a dict (for
         `bus1py ls`)."""
-        from .peer import PeerInfo
-
         out, rows = ffi.new("struct b1_peer_info *"), []
         states = {1: "connected", 2: "disconnected", 3: "disconnecting"}
         slot = 1
@@ -435,31 +440,13 @@ class Bus:
             raise ValueError(f"bus {self.name!r} is closed in this process")
         return base
 
-    def scratch(self):
-        """This thread's call frame for the hot C calls and views of it:
-        (frame, dests, handles, info words, payload buffer, seq, the payload's cdata).
-
-        `struct b1_frame` holds the mapping and the buffers, so `send` and `recv` pass it
-        and a few scalars; the info words are a memoryview (one struct.unpack_from reads
-        all of them, where cdata field reads cost ~50 ns each) and the payload buffer
-        slices straight to bytes."""
-        tls = self._tls
+    def scratch(self) -> Frame:
+        """This thread's frame for the hot C calls (frame.py)."""
         try:
-            return tls.scratch
+            return self._tls.frame
         except AttributeError:
-            base = self.base()  # raises: closed
-            lim = self.limits
-            frame = ffi.new("struct b1_frame *")
-            dests = ffi.new("uint64_t[]", max(lim.max_dests, 1))
-            handles = ffi.new("uint64_t[]", max(lim.max_msg_handles, 1))
-            frame.buflen = max(lim.max_payload, 1)
-            buf = _NO_CLEAR("char[]", frame.buflen)
-            frame.base, frame.dests, frame.handles, frame.buf = base, dests, handles, buf
-            info = memoryview(ffi.buffer(ffi.addressof(frame[0], "info")))
-            seq = memoryview(ffi.buffer(ffi.addressof(frame[0], "seq"))).cast("Q")
-            # the cdata objects the frame points to live as long as this tuple
-            tls.scratch = (frame, dests, handles, info, ffi.buffer(buf), seq, buf)
-            return tls.scratch
+            frame = self._tls.frame = Frame(self.base(), self.limits)  # base() raises: closed
+            return frame
 
     def close(self) -> None:
         """Unmap the bus in this process (peers of it become unusable here)."""
@@ -475,7 +462,7 @@ class Bus:
         try:
             self._mmap.close()
         except BufferError:
-            pass  # a scratch buffer or a payload view still points into it; it goes with the process
+            pass  # a frame's view (reserve.py) or a payload view still points into it; it goes with the process
         with Bus._lock:
             if Bus._attached.get(self.name) is self:
                 del Bus._attached[self.name]

@@ -8,9 +8,14 @@ Invariants:
     exits (or dies, noticed by `Bus.gc`), the peer is disconnected, like a file descriptor
     closed by its last holder.
   - `send` and `recv` are one C call each; the Python side only converts arguments, using
-    per-thread scratch buffers of the bus, so concurrent threads never share one.
+    the bus's frame of this thread (frame.py), so concurrent threads never share buffers.
+  - A send refused with EDQUOT is tried once more after dead peers were reaped (at most
+    once a second per process and bus): a receiver at its quota may be a peer whose
+    processes died.
   - The readiness pipe of `fileno()` belongs to the process that asked for it (ready.py).
   - Batches and zero-copy slices are receive.py's, asyncio is aio.py's: Peer names them.
+  - This module needs no Bus class (bus.py imports this one): a peer is made by
+    `Bus.peer`, and unpickled by the function its bus names (Bus._restore_peer).
 """
 from __future__ import annotations
 
@@ -23,7 +28,6 @@ from dataclasses import dataclass
 
 from . import _messages, args, holders, objects, receive, watch
 from ._lib import ffi, lib
-from .bus import Bus
 from .errors import bus_error
 from .message import Message
 from .ready import ReadyPipe
@@ -31,6 +35,7 @@ from .reserve import Reservation
 
 _EINTR = -errno.EINTR
 _EAGAIN = -errno.EAGAIN
+_EDQUOT = -errno.EDQUOT
 _UNREACHABLE = lib.B1_SEND_UNREACHABLE_ERROR
 _send = lib.b1_frame_send
 _csend, _crecv = _messages.send, _messages.recv  # the hot forms, their results built in C
@@ -72,7 +77,7 @@ class PeerInfo:
 class Peer:
     __slots__ = ("_bus", "_slot", "_id", "_ready", "_attached", "__weakref__")
 
-    def __init__(self, bus: Bus, slot: int, peer_id: int):
+    def __init__(self, bus, slot: int, peer_id: int):
         self._bus = bus
         self._slot = slot
         self._id = peer_id
@@ -85,11 +90,13 @@ class Peer:
         return self._id
 
     @property
-    def bus(self) -> Bus:
+    def bus(self):
+        """The Bus this peer is on."""
         return self._bus
 
     def __reduce__(self):
-        return (_restore, (self._bus.name, self._slot, self._id, self._bus._open_args))
+        bus = self._bus
+        return (bus._restore_peer, (bus.name, self._slot, self._id, bus._open_args))
 
     def __eq__(self, other):
         return isinstance(other, Peer) and (self._bus.name, self._id) == (other._bus.name, other._id)
@@ -109,16 +116,17 @@ class Peer:
             holders.held[(self._bus.name, self._slot, self._id)] = self
             holders.register_exit_hook()
 
-    def _scratch(self):
-        """This thread's scratch (Bus.scratch), the peer attached: for the batch calls
-        (send and recv inline it, once per message)."""
+    def _frame(self):
+        """This thread's frame of the bus (Bus.scratch), this process a holder of the peer:
+        what each call that passes buffers to C starts with (send and recv inline it for
+        their one-message forms)."""
         try:
-            scratch = self._bus._tls.scratch
+            frame = self._bus._tls.frame
         except AttributeError:
-            scratch = self._bus.scratch()  # raises: closed
+            frame = self._bus.scratch()  # raises: closed
         if not self._attached:
             self._attach()
-        return scratch
+        return frame
 
     # ---- nodes and handles ----
 
@@ -242,26 +250,19 @@ class Peer:
         if type(dest) is int and not handles and type(payload) is bytes and self._attached:
             # the common unicast: one call into C, which also builds the stamp
             try:
-                addr = bus._tls.frame_address
+                addr = bus._tls.frame.address
             except AttributeError:
-                addr = receive.frame_address(bus)  # raises: closed
+                addr = bus.scratch().address  # raises: closed
             try:
                 r = _csend(addr, self._slot, self._id, dest, payload, flags)
             except (TypeError, OverflowError):
                 raise args.bad_ids(destinations, handles) from None
             if type(r) is int:
-                # a receiver at its quota may be a peer whose processes died: reap and retry once
-                if r == -errno.EDQUOT and _reap_dead(bus):
-                    r = _csend(addr, self._slot, self._id, dest, payload, flags)
+                r = _reap_and_retry(bus, r, _csend, addr, self._slot, self._id, dest, payload, flags)
                 if type(r) is int:
                     raise args.send_error(self, r, destinations, len(payload), 1, 0)
             return r
-        try:
-            frame, dests, carried, _, _, seq, _ = bus._tls.scratch
-        except AttributeError:
-            frame, dests, carried, _, _, seq, _ = bus.scratch()  # raises: closed
-        if not self._attached:
-            self._attach()
+        frame = self._frame()  # raises: closed
         if type(payload) is not bytes:
             payload = args.as_bytes(payload)
         try:
@@ -271,18 +272,17 @@ class Peer:
             elif type(destinations) is list and len(destinations) == 1 and type(destinations[0]) is int:
                 dest, n = destinations[0], 0
             else:
-                dest, n = args.destinations(destinations, dests, bus.limits.max_dests)
-            nh = args.fill(carried, handles, bus.limits.max_msg_handles, "handles") if handles else 0
-            ts = _send(frame, self._slot, self._id, dest, n, payload, len(payload), nh, flags)
+                dest, n = args.destinations(destinations, frame.dests, bus.limits.max_dests)
+            nh = args.fill(frame.handles, handles, bus.limits.max_msg_handles, "handles") if handles else 0
+            ts = _send(frame.c, self._slot, self._id, dest, n, payload, len(payload), nh, flags)
         except (TypeError, OverflowError):  # cffi's words for a bad id: say it for the user
             raise args.bad_ids(destinations, handles) from None
         if ts < 0:
-            # a receiver at its quota may be a peer whose processes died: reap and retry once
-            if ts == -errno.EDQUOT and _reap_dead(bus):
-                ts = _send(frame, self._slot, self._id, dest, n, payload, len(payload), nh, flags)
+            ts = _reap_and_retry(bus, ts, _send, frame.c, self._slot, self._id, dest, n, payload,
+                                 len(payload), nh, flags)
             if ts < 0:
                 raise args.send_error(self, ts, destinations, len(payload), n or 1, nh)
-        return (ts, self._id, seq[0])
+        return (ts, self._id, frame.seq[0])
 
     def recv(self, timeout: float | None = None, copy: bool = True) -> Message:
         """The next message: waits for one (None), fails at once (0, BlockingIOError), or
@@ -300,9 +300,9 @@ class Peer:
             return self.recv_many(1, timeout, copy=False)[0]  # raises the timeout's error
         bus = self._bus
         try:
-            addr = bus._tls.frame_address
+            addr = bus._tls.frame.address
         except AttributeError:
-            addr = receive.frame_address(bus)  # raises: closed
+            addr = bus.scratch().address  # raises: closed
         if not self._attached:
             self._attach()
         if timeout is None:
@@ -314,7 +314,7 @@ class Peer:
         else:
             raise TypeError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
         if type(m) is int:
-            m = self._recv_slow(m, timeout, addr)
+            m = self._recv_slow(m, timeout)
         if self._ready is not None:
             self._ready.sync()
         return m
@@ -331,7 +331,7 @@ class Peer:
         receiver drained its queue (EDQUOT or EXFULL would be the next error).
         """
         bus = self._bus
-        frame, dests, carried, _, _, _, _ = self._scratch()
+        frame = self._frame()  # raises: closed
         if type(payloads) is not list and type(payloads) is not tuple:
             if isinstance(payloads, (bytes, bytearray, memoryview, str)):
                 raise TypeError("payloads must be a sequence of bytes-like payloads, not one payload")
@@ -340,16 +340,16 @@ class Peer:
             return 0
         flags = _UNREACHABLE if unreachable_error else 0
         try:
-            dest, n = args.destinations(destinations, dests, bus.limits.max_dests)
-            nh = args.fill(carried, handles, bus.limits.max_msg_handles, "handles") if handles else 0
+            dest, n = args.destinations(destinations, frame.dests, bus.limits.max_dests)
+            nh = args.fill(frame.handles, handles, bus.limits.max_msg_handles, "handles") if handles else 0
         except (TypeError, OverflowError):
             raise args.bad_ids(destinations, handles) from None
         # payloads all bytes: sent from where they are, in one call into C
-        addr = receive.frame_address(bus)
-        r = _csend_many(addr, self._slot, self._id, dest, n, payloads, nh, flags)
+        r = _csend_many(frame.address, self._slot, self._id, dest, n, payloads, nh, flags)
         if r is not None:
-            if r == -errno.EDQUOT and _reap_dead(bus):
-                r = _csend_many(addr, self._slot, self._id, dest, n, payloads, nh, flags)
+            if r < 0:
+                r = _reap_and_retry(bus, r, _csend_many, frame.address, self._slot, self._id, dest, n,
+                                    payloads, nh, flags)
             if r < 0:
                 raise args.send_error(self, r, destinations, len(payloads[0]), n or 1, nh)
             return r
@@ -362,9 +362,10 @@ class Peer:
             payloads = [args.as_bytes(p) for p in payloads]
             data, lens = b"".join(payloads), _lengths(map(len, payloads))
         arr = ffi.from_buffer("uint32_t[]", lens)
-        r = _send_many(frame, self._slot, self._id, dest, n, data, arr, len(lens), nh, flags)
-        if r == -errno.EDQUOT and _reap_dead(bus):
-            r = _send_many(frame, self._slot, self._id, dest, n, data, arr, len(lens), nh, flags)
+        r = _send_many(frame.c, self._slot, self._id, dest, n, data, arr, len(lens), nh, flags)
+        if r < 0:
+            r = _reap_and_retry(bus, r, _send_many, frame.c, self._slot, self._id, dest, n, data, arr,
+                                len(lens), nh, flags)
         if r < 0:
             raise args.send_error(self, r, destinations, lens[0], n or 1, nh)
         return r
@@ -416,14 +417,15 @@ class Peer:
         from . import aio
         return aio.messages(self, copy)
 
-    def _recv_slow(self, r, timeout, addr) -> Message:
+    def _recv_slow(self, r, timeout) -> Message:
         """A receive interrupted by a signal (EINTR: its Python handler has run by now, so
         wait out the time the C helper says is left), or an error to raise."""
-        frame = self._bus.scratch()[0]
+        frame = self._bus.scratch()
+        addr = frame.address
         while type(r) is int:
             if r != _EINTR:
                 raise args.recv_error(self, r, timeout)
-            ns = -1 if timeout is None else frame.info.left_ns
+            ns = -1 if timeout is None else frame.c.info.left_ns
             if ns == 0:  # the deadline passed while the handler ran: one last look
                 r = _crecv(addr, self._slot, self._id, 0)
                 if r == _EAGAIN:
@@ -496,23 +498,18 @@ def send(peer: Peer, destinations, payload, handles=(), **flags) -> tuple:
     return peer.send(destinations, payload, handles, **flags)
 
 
-def _restore(bus_name: str, slot: int, peer_id: int, open_args=None) -> Peer:
-    peer = Peer(Bus.attach(bus_name, **(open_args or {})), slot, peer_id)
-    try:
-        peer._attach()
-    except OSError:
-        pass  # disconnected meanwhile: its calls will say so
-    return peer
-
-
 _last_reap = {}  # bus name -> monotonic time of this process's last reaping
 
 
-def _reap_dead(bus: Bus) -> bool:
-    """Reap the bus's dead peers (at most once a second per process: it reads /proc);
-    True if any was reaped."""
+def _reap_and_retry(bus, r, send, *call):
+    """`send(*call)` once more when its result `r` was EDQUOT and reaping the bus's dead
+    peers freed one (at most once a second per process: it reads /proc); else `r`."""
+    if r != _EDQUOT:
+        return r
     now = time.monotonic()
     if now - _last_reap.get(bus.name, -1.0) < 1.0:
-        return False
+        return r
     _last_reap[bus.name] = now
-    return bus.gc()["peers_reaped"] > 0
+    if bus.gc()["peers_reaped"] == 0:
+        return r
+    return send(*call)

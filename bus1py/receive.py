@@ -52,62 +52,22 @@ _messages.setup(Message, SliceMessage, MESSAGE_TYPES, _address("b1_frame_recv_ma
                 _address("b1_frame_send_iov"))
 
 
-def frame_address(bus) -> int:
-    """This thread's frame (Bus.scratch) as the address bus1py._messages takes; it goes
-    with the scratch when the bus is closed (a new thread-local)."""
-    tls = bus._tls
-    try:
-        return tls.frame_address
-    except AttributeError:
-        frame = bus.scratch()[0]  # raises: closed
-        tls.frame_address = int(ffi.cast("uintptr_t", frame))
-        return tls.frame_address
-
-
-def _batch_frame(peer, n) -> tuple:
-    """This thread's (frame address, frame, room) for batches, with room for `n` or more
-    message infos (the array lives on the thread-local, as long as the frame)."""
-    bus = peer._bus
-    frame = peer._scratch()[0]  # raises: closed
-    cap = max(n, 64)
-    arr = ffi.new("struct b1_msg_info[]", cap)
-    frame.infos, frame.infos_cap = arr, cap
-    tls = bus._tls
-    tls.infos = arr
-    tls.batch = (frame_address(bus), frame, cap)
-    return tls.batch
-
-
-def pool_view(bus):
-    """A read-only view of the whole mapping, which zero-copy payloads are slices of."""
-    view = bus._pool_view
-    if view is None:
-        bus.base()  # raises: closed
-        view = bus._pool_view = memoryview(bus._mmap).toreadonly()
-    return view
-
-
 def recv_many(peer, max_messages, timeout_ns, copy, timeout) -> list:
     """Peer.recv_many once its arguments are checked (timeout_ns: the C helper's)."""
     bus = peer._bus
-    try:
-        addr, frame, cap = bus._tls.batch
-    except AttributeError:
-        addr, frame, cap = _batch_frame(peer, 64)
-    if not peer._attached:
-        peer._attach()
+    frame = peer._frame()  # raises: closed
     n = max_messages
-    if n > cap:
+    if n > frame.infos_cap:
         n = min(n, bus.limits.max_entries)  # no more infos than entries could ever be taken
-        if n > cap:
-            addr, frame, cap = _batch_frame(peer, n)
+        if n > frame.infos_cap:
+            frame.grow_infos(n)
     if copy:
         flags, held = 0, None
     else:
-        flags, held = _NOCOPY, (bus._pool_view or pool_view(bus), bus)
-    out = _recv_many(addr, peer._slot, peer._id, n, timeout_ns, flags, held)
+        flags, held = _NOCOPY, frame.held or _hold(frame, bus)
+    out = _recv_many(frame.address, peer._slot, peer._id, n, timeout_ns, flags, held)
     if type(out) is int:
-        out = _retry(peer, out, addr, frame, n, timeout_ns, flags, held, timeout)
+        out = _retry(peer, out, frame, n, timeout_ns, flags, held, timeout)
     if peer._ready is not None:
         peer._ready.sync()
     return out
@@ -115,33 +75,43 @@ def recv_many(peer, max_messages, timeout_ns, copy, timeout) -> list:
 
 def recv_slice(peer, timeout_ns, timeout):
     """Peer.recv(copy=False) once its timeout is checked: recv_many's call for one message,
-    without recv_many's general cases (they set up what this needs, on first use)."""
-    bus = peer._bus
+    without recv_many's general cases (its first call sets up what this needs)."""
     try:
-        addr, frame, held = bus._tls.slice_call
+        frame = peer._bus._tls.frame
+        held = frame.held
     except AttributeError:
-        m = recv_many(peer, 1, timeout_ns, False, timeout)[0]
-        # what that call set up, kept as long as this thread's frame (a closed bus drops both)
-        bus._tls.slice_call = bus._tls.batch[:2] + ((bus._pool_view, bus),)
-        return m
+        held = None
+    if held is None:
+        return recv_many(peer, 1, timeout_ns, False, timeout)[0]
     if not peer._attached:
         peer._attach()
-    out = _recv_many(addr, peer._slot, peer._id, 1, timeout_ns, _NOCOPY, held)
+    out = _recv_many(frame.address, peer._slot, peer._id, 1, timeout_ns, _NOCOPY, held)
     if type(out) is int:
-        out = _retry(peer, out, addr, frame, 1, timeout_ns, _NOCOPY, held, timeout)
+        out = _retry(peer, out, frame, 1, timeout_ns, _NOCOPY, held, timeout)
     if peer._ready is not None:
         peer._ready.sync()
     return out[0]
 
 
-def _retry(peer, out, addr, frame, n, timeout_ns, flags, held, timeout) -> list:
+def _hold(frame, bus) -> tuple:
+    """What a zero-copy payload keeps alive, kept on this thread's frame: the bus's
+    read-only view of its whole mapping, which the payload slices, and the bus."""
+    view = bus._pool_view
+    if view is None:
+        bus.base()  # raises: closed
+        view = bus._pool_view = memoryview(bus._mmap).toreadonly()
+    frame.held = (view, bus)
+    return frame.held
+
+
+def _retry(peer, out, frame, n, timeout_ns, flags, held, timeout) -> list:
     """After a receive failed with -errno `out`: EINTR (the signal's Python handler has run)
     waits out the time the helper left; anything else is raised."""
     while type(out) is int:
         if out != _EINTR:
             raise args.recv_error(peer, out, timeout)
         ns = -1 if timeout_ns < 0 else frame.infos[0].left_ns
-        out = _recv_many(addr, peer._slot, peer._id, n, ns, flags, held)
+        out = _recv_many(frame.address, peer._slot, peer._id, n, ns, flags, held)
         if out == _EAGAIN and ns == 0:
             out = -errno.ETIMEDOUT
     return out

@@ -38,16 +38,12 @@ _pid = [os.getpid()]  # this process's, without a system call per reservation
 os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
 
 
-def _whole(bus) -> memoryview:
-    """A writable view of this thread's mapping of the bus, which reservations' payloads are
-    slices of; it goes with the thread-local when the bus is closed."""
-    tls = bus._tls
-    try:
-        return tls.whole
-    except AttributeError:
-        bus.base()  # raises: closed
-        tls.whole = memoryview(bus._mmap)
-        return tls.whole
+def _whole(frame, bus) -> memoryview:
+    """A writable view of the bus's mapping, which reservations' payloads are slices of,
+    kept on this thread's frame."""
+    bus.base()  # raises: closed
+    frame.whole = memoryview(bus._mmap)
+    return frame.whole
 
 
 class Reservation:
@@ -60,12 +56,8 @@ class Reservation:
         if type(length) is not int or length < 0:
             raise ValueError(f"length must be an int >= 0, not {length!r}")
         bus = peer._bus
-        try:
-            frame, dests, carried, _, _, _, _ = bus._tls.scratch
-        except AttributeError:
-            frame, dests, carried, _, _, _, _ = bus.scratch()  # raises: closed
-        if not peer._attached:
-            peer._attach()
+        frame = peer._frame()  # raises: closed
+        dests, carried = frame.dests, frame.handles
         limits = bus.limits
         if type(destinations) is list and len(destinations) == 1 and type(destinations[0]) is int \
                 and 0 <= destinations[0] < 1 << 64:
@@ -87,11 +79,11 @@ class Reservation:
         if n > 1:
             res.tx.dests = self._dests = ffi.new("struct b1_dest[]", n)
         flags = _UNREACHABLE if unreachable_error else 0
-        off = lib.b1_send_reserve(frame.base, res, peer._slot, peer._id, dests, n, length, carried, nh, flags)
+        off = lib.b1_send_reserve(frame.c.base, res, peer._slot, peer._id, dests, n, length, carried, nh, flags)
         if off < 0:
             raise args.send_error(peer, off, destinations, length, n, nh)
         self._peer, self.length, self.stamp = peer, length, None
-        self._view = _whole(bus)[off:off + length]
+        self._view = (frame.whole or _whole(frame, bus))[off:off + length]
         self._pid = _pid[0]
         self._state = _OPEN
 

@@ -35,7 +35,7 @@ MUTEX_BYTES = 40 if platform.machine() == "x86_64" else 48  # sizeof(pthread_mut
 VICTIM = r"""
 import errno, json, sys
 import bus1py
-from bus1py.peer import _restore
+from bus1py.bus import _restore
 name, peers = sys.argv[1], json.loads(sys.argv[2])
 errors, ok = {}, 0
 def call(f, *a, **k):
