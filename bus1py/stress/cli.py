@@ -35,8 +35,7 @@ def add_workload_options(p):
     p.add_argument("--payload", default="lognormal:64:4096", metavar="DIST",
                    help="payload sizes: fixed:N, uniform:LO:HI or lognormal:MEDIAN:MAX (default lognormal:64:4096)")
     p.add_argument("--mix", metavar="KIND=W,...",
-                   help=f"action weights, kinds: {', '.join(ACTION_KINDS)} (unnamed kinds get 0; "
-                        f"kinds the bus cannot do yet are skipped)")
+                   help=f"action weights, kinds: {', '.join(ACTION_KINDS)} (unnamed kinds get 0)")
     p.add_argument("--inject", choices=sorted(INJECT_KINDS),
                    help="run on a deliberately broken ordering path (to prove the checker)")
     p.add_argument("--inject-pause-ns", type=at_least(0), default=200_000,
@@ -144,7 +143,7 @@ def run_and_report(cfg: StressConfig, console, progress: bool = True, verify: bo
         "signals": sum(r["signals_sent"] for r in rs), "wall": res.wall,
         "latency_us": lat, "errors": errors_by_errno(res.results),
         "max_depth": max((r["max_depth"] for r in rs), default=0),
-        "plans": {r["index"]: r["plan_sha256"] for r in rs}, "capabilities": res.capabilities,
+        "plans": {r["index"]: r["plan_sha256"] for r in rs},
         "peaks": res.samples, "churn": res.churn, "resources": res.resources,
         "final_use": res.final_use,
         "final_problems": list(res.final_problems),

@@ -9,7 +9,6 @@ Invariants:
 """
 from __future__ import annotations
 
-import errno
 import time
 
 import psutil
@@ -194,10 +193,6 @@ def summary_table(res, lat: dict | None):
                            f"{sum(r['trace_files'] for r in rs):,} files, "
                            f"{sum(r['trace_bytes'] for r in rs) / (1 << 20):,.1f} MiB")
     return t
-
-
-def errno_name(code: int) -> str:
-    return errno.errorcode.get(code, str(code))
 
 
 def resources_lines(r: dict) -> list:

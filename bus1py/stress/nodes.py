@@ -5,8 +5,7 @@ Invariants (the exact destroy recipients, docs/STRESS.md "Exact destroy recipien
     their holders; the other half are never destroyed and may be released by anyone.  So
     a destroy row's `dests` is exactly the owner plus everyone it passed the node to.
   - On NODE_DESTROY a holder releases every reference it still holds to the dead handle.
-  - These need destroy / handles= / release from the core (workload.capabilities);
-    without them the plan never contains these actions.
+  - A destroy row carries the destroy's stamp, as `Peer.destroy` returns it.
 """
 from __future__ import annotations
 
@@ -42,9 +41,6 @@ class NodeActions:
         pool.append(h)
         self.extra.append(h)
         self.trace.record("internal", None, now, node=nid, action="node_create")
-
-    # The three below need destroy / handles= / release from the core
-    # (workload.capabilities); without them the plan never contains them.
 
     def do_pass_handle(self, a):
         target = a.targets[0]
@@ -110,14 +106,8 @@ class NodeActions:
         if h in self.extra:
             self.extra.remove(h)
         dests = sorted({self.index} | self.passed.pop(h, set()))
-        if not isinstance(stamp, tuple):
-            stamp = None
-        row = self.trace.record("destroy", DESTROY_BIT | nid, now, dests=dests, node=nid,
-                                stamp=stamp, action="node_destroy")
-        if stamp is None and row is not None:
-            # destroy() gives no stamp: take it from our own NODE_DESTROY when it arrives
-            self.trace.hold()
-            self.stamp_wanted[nid] = row
+        self.trace.record("destroy", DESTROY_BIT | nid, now, dests=dests, node=nid, stamp=stamp,
+                          action="node_destroy")
         return True
 
     def do_release(self, a):

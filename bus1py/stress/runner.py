@@ -20,6 +20,7 @@ Invariants:
 """
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing as mp
 import os
@@ -33,7 +34,7 @@ from types import SimpleNamespace
 
 from ..bus import Bus
 from .config import StressConfig, bus_limits, default_timeout
-from .workload import Topology, capabilities, effective_mix, transport_mix
+from .workload import Topology, bus_mix, transport_mix
 from .worker import (CTL_ABORT, CTL_DRAIN, ST_DONE, ST_FAILED, ST_SENT, ST_START, STATE, STRIDE,
                      WIRES_IN, WIRES_OUT, child_main)
 
@@ -46,7 +47,6 @@ class StressResult:
     failures: list          # human-readable reasons the run is not ok
     wall: float             # seconds from go to the last process done
     bus_name: str
-    capabilities: dict
     mix: dict
     samples: dict = field(default_factory=dict)  # psutil peaks: cpu/rss
     skipped: dict = field(default_factory=dict)  # action kind left out -> why
@@ -78,11 +78,8 @@ class Run:
         self.cfg = cfg
         n = cfg.processes
         if cfg.direct_bus:
-            self.caps = capabilities()
-            self.mix = effective_mix(cfg.mix, self.caps)
-            self.skipped = {k: "bus lacks API" for k, w in cfg.mix.items() if w and not self.mix[k]}
+            self.mix, self.skipped = bus_mix(cfg.mix), {}
         else:
-            self.caps = {}
             self.mix, self.skipped = transport_mix(cfg.mix, cfg.protocol)
         self.transport = None
         self.quiet_since = None  # (wires out, wires in) at the last look, for quiescence
@@ -113,7 +110,7 @@ class Run:
             os.makedirs(cfg.trace_dir, exist_ok=True)
             stale = [f for f in os.listdir(cfg.trace_dir) if f.endswith(".parquet")]
             if stale:
-                raise FileExistsError(17, f"trace directory {cfg.trace_dir!r} already holds "
+                raise FileExistsError(errno.EEXIST, f"trace directory {cfg.trace_dir!r} already holds "
                                           f"{len(stale)} Parquet files; give an empty one")
         if not cfg.direct_bus:
             return self.setup_transport()
@@ -362,7 +359,7 @@ def run_stress(cfg: StressConfig, monitor=None) -> StressResult:
         failures.append(f"processes exited badly: {bad_exit[:8]}")
     failures += [f"fsck: {p}" for p in run.final_problems]
     return StressResult(config=cfg, ok=not failures, results=results, failures=failures,
-                        wall=wall, bus_name=getattr(run, "bus_name", ""), capabilities=run.caps,
+                        wall=wall, bus_name=getattr(run, "bus_name", ""),
                         mix=run.mix, samples=getattr(monitor, "peaks", {}) if monitor else {},
                         skipped=run.skipped, final_use=run.final_use,
                         final_problems=run.final_problems, resources=resources,

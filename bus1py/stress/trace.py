@@ -47,7 +47,6 @@ class TraceWriter:
         # evenly over [1/4, 1] of a batch, whatever n is
         self.next_flush = max(1, int(self.batch_rows * (0.25 + 0.75 * (process * 0.6180339887 % 1.0))))
         self.seq = 0
-        self.held = 0
         self.part = 0
         self.files = 0
         self.bytes = 0
@@ -61,7 +60,7 @@ class TraceWriter:
         return self.directory is not None
 
     def record(self, kind, msg, wall_ns, dests=None, node=None, stamp=None, action=None, size=None):
-        """Append one event; returns its seq (for patch_stamp), None when not tracing."""
+        """Append one event (nothing when not tracing)."""
         if self.directory is None:
             return None
         c = self._cols
@@ -82,25 +81,8 @@ class TraceWriter:
             c["stamp_tx"].append(stamp[2])
         c["action"].append(action)
         c["size"].append(size)
-        n = len(c["seq"])
-        if n >= self.next_flush and (not self.held or n >= 2 * self.batch_rows):
+        if len(c["seq"]) >= self.next_flush:
             self.flush()
-        return self.seq - 1
-
-    def hold(self):
-        """Keep rows in memory (up to 2 batches) until release_hold: one of them waits
-        for a stamp that arrives later (patch_stamp)."""
-        self.held += 1
-
-    def release_hold(self):
-        self.held = max(0, self.held - 1)
-
-    def patch_stamp(self, seq, stamp):
-        """Fill in the stamp of the row `seq`, if it is still buffered (not yet written)."""
-        c = self._cols
-        pos = seq - (self.seq - len(c["seq"]))
-        if 0 <= pos < len(c["seq"]) and c["stamp_ts"][pos] is None:
-            c["stamp_ts"][pos], c["stamp_peer"][pos], c["stamp_tx"][pos] = stamp
 
     def flush(self):
         if self.directory is None or not self._cols["seq"]:
@@ -124,7 +106,6 @@ class TraceWriter:
         self.files += 1
         self._reset()
         self.next_flush = self.batch_rows
-        self.held = 0  # rows still waiting for a stamp were written without one
 
 
 def read_trace(directory: str, columns=None):

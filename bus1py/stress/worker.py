@@ -70,7 +70,6 @@ class Worker(NodeActions):
         self.destroyable = []  # ... of which we may destroy these
         self.keep = []         # ... and never destroy these
         self.refs = {}         # received handle -> references we hold (valid arrivals - releases)
-        self.stamp_wanted = {}  # destroyed node id -> trace row waiting for the stamp
         self.node_count = 1
         self.passed = {}  # own extra handle -> processes it was passed to
         self.signal_r = s.signal_read_fd
@@ -113,10 +112,6 @@ class Worker(NodeActions):
         elif t is _DESTROY:
             node = self.own.get(msg.destination, self.node_of.get(msg.destination))
             self.trace.record("deliver", DESTROY_BIT | (node or 0), now, node=node, stamp=msg.stamp)
-            row = self.stamp_wanted.pop(node, None)
-            if row is not None and msg.destination in self.own:
-                self.trace.patch_stamp(row, msg.stamp)
-                self.trace.release_hold()
             self.on_destroyed(msg.destination)
             if msg.destination in self.own and msg.destination != self.spec.own_handle:
                 del self.own[msg.destination]  # our destroyed node: nothing names it any more

@@ -11,9 +11,6 @@ Invariants:
   - Destinations are process indices from the sender's reach set; a multicast never names
     two nodes of one process, so every (message, receiving process) pair is delivered at
     most once and message ids stay unique per receiver in the trace.
-  - Action kinds the bus cannot do yet (destroy, handle passing, release) stay in the
-    vocabulary but get weight 0 when `capabilities()` says the API is missing, so the
-    plan never contains them; when the API lands they slot in without touching the rest.
 """
 from __future__ import annotations
 
@@ -27,46 +24,14 @@ from dataclasses import dataclass, field
 #   recv_signal  wait briefly for a bus message, then signal: the signal is caused by a
 #                receive, which is what exposes ordering bugs (causality via a side channel)
 #   node_create  a new node owned by this process (target of later sends / handle passing)
-#   node_destroy destroy one of this process's extra nodes            (needs peer.destroy)
-#   pass_handle  send a message carrying a handle to one of our nodes (needs send(handles=))
-#   release      drop a handle received from someone else             (needs peer.release)
+#   node_destroy destroy one of this process's extra nodes
+#   pass_handle  send a message carrying a handle to one of our nodes
+#   release      drop a handle received from someone else
 ACTION_KINDS = ("unicast", "multicast", "signal", "recv_signal", "node_create",
                 "node_destroy", "pass_handle", "release")
 
-# Which capability each kind needs (see capabilities()); kinds not listed need nothing new.
-NEEDS = {"node_destroy": "destroy", "pass_handle": "handles", "release": "release"}
-
 DEFAULT_MIX = {"unicast": 30, "multicast": 30, "signal": 8, "recv_signal": 12,
                "node_create": 2, "node_destroy": 2, "pass_handle": 5, "release": 2}
-
-
-def capabilities() -> dict:
-    """Which not-yet-universal bus features this bus1py offers.
-
-    destroy/release are detected by attribute; carrying handles by a probe on a tiny
-    private bus, since `send` already accepts `handles=` but refuses it (EOPNOTSUPP) until
-    the core implements it."""
-    import errno
-
-    import bus1py
-
-    caps = {"destroy": hasattr(bus1py.Peer, "destroy"),
-            "release": hasattr(bus1py.Peer, "release"),
-            "handles": False}
-    try:
-        with bus1py.Bus.create(max_peers=2, max_nodes=4, max_handles=8, max_entries=8, max_dests=4, max_msg_handles=4,
-                               pool_size=1 << 16, max_payload=64) as bus:
-            p = bus.peer()
-            node = p.create_node()
-            try:
-                p.send([node], b"probe", handles=[node])
-                caps["handles"] = True
-            except OSError as e:
-                if e.errno not in (errno.EOPNOTSUPP, errno.ENOTSUP):
-                    caps["handles"] = True  # supported, just unhappy with our probe
-    except OSError:
-        pass
-    return caps
 
 
 def parse_mix(text: str | None) -> dict:
@@ -88,12 +53,9 @@ def parse_mix(text: str | None) -> dict:
     return mix
 
 
-def effective_mix(mix: dict, caps: dict) -> dict:
-    """The mix with kinds the bus cannot do yet set to 0 (the 'detect and skip' rule)."""
+def bus_mix(mix: dict) -> dict:
+    """The mix on the bus, every kind weighted (0 for those not named)."""
     out = {k: float(mix.get(k, 0)) for k in ACTION_KINDS}
-    for kind, cap in NEEDS.items():
-        if not caps.get(cap):
-            out[kind] = 0.0
     if not any(out[k] for k in ("unicast", "multicast", "pass_handle")):
         raise ValueError("the action mix sends no messages (give unicast or multicast a weight)")
     return out
@@ -185,9 +147,6 @@ class Topology:
             return cls(1, 1, [(0,)])
         k = max(1, min(k, n - 1))
         return cls(n, k, [tuple((i + d) % n for d in range(1, k + 1)) for i in range(n)])
-
-    def reached_by(self, j: int) -> list:
-        return [i for i in range(self.n) if j in self.reach[i]]
 
 
 class Planner:
