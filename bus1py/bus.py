@@ -249,7 +249,7 @@ class Bus:
         try:
             shm = posix_ipc.SharedMemory(shm_name, posix_ipc.O_CREX, mode=mode, size=size)
         except posix_ipc.ExistentialError:
-            raise FileExistsError(17, f"a bus named {shm_name!r} already exists") from None
+            raise FileExistsError(errno.EEXIST, f"a bus named {shm_name!r} already exists") from None
         try:
             mm = mmap.mmap(shm.fd, size)
         finally:
@@ -353,7 +353,7 @@ class Bus:
         slot = 1
         while True:
             r = lib.b1_peer_at(self.base(), slot, out)
-            if r == -2:  # ENOENT: past the last slot
+            if r == -errno.ENOENT:  # past the last slot
                 break
             if r == 0:
                 rows.append({"state": states.get(out.state, "free"), "pinned": bool(out.pinned),
@@ -473,7 +473,7 @@ class Bus:
         try:
             posix_ipc.unlink_shared_memory(self.name)
         except posix_ipc.ExistentialError:
-            raise FileNotFoundError(2, f"no bus named {self.name!r}") from None
+            raise FileNotFoundError(errno.ENOENT, f"no bus named {self.name!r}") from None
 
     def __enter__(self):
         return self

@@ -72,7 +72,7 @@ class Transaction:
 
     def abort(self) -> None:
         if self._tx.ts:
-            raise bus_error(22, "a stamped transaction cannot be aborted, only completed")
+            raise bus_error(errno.EINVAL, "a stamped transaction cannot be aborted, only completed")
         lib.b1_tx_abort(self._bus.base(), self._tx)
         self._open = False
 

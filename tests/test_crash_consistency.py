@@ -228,7 +228,7 @@ def test_a_tree_left_damaged_under_a_dead_holders_lock_is_rebuilt(make_bus):
 
 
 SCRIBBLER = textwrap.dedent("""
-    import mmap, struct, sys, threading
+    import errno, mmap, struct, sys, threading
     import bus1py
     from bus1py._b1 import ffi, lib
     bus = bus1py.Bus.open(sys.argv[1])
@@ -259,7 +259,7 @@ SCRIBBLER = textwrap.dedent("""
         except BlockingIOError:
             pass
         except OSError as e:
-            bad += e.errno == 74
+            bad += e.errno == errno.EBADMSG
     stop = True
     t.join()
     print("ok", bad)
