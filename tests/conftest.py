@@ -1,4 +1,4 @@
-"""Shared fixtures: fresh buses that are always unlinked, and leak checks.
+"""Shared fixtures: fresh buses that are always unlinked, leak checks, and Spark.
 
 Every bus a test creates is named `bus1py-<pytest pid>-...` (Bus.create's default, or
 `shm_name()` for named ones), so the checks below only look at this session's segments and
@@ -94,6 +94,18 @@ def _no_leaks_per_session():
     yield
     left = our_segments()
     assert not left, f"test session left bus segments in {SHM_DIR}: {sorted(left)}"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One real local SparkSession for the whole session (starting one costs seconds), with
+    2 shuffle partitions: the test traces are tiny and Spark's default of 200 partitions
+    makes every shuffle several times slower.  Whole-stage codegen and adaptive
+    re-planning are off for the same reason (results depend on neither).  Session-scoped
+    fixtures are set up before a test's own, so leak checks count its JVM as older."""
+    from bus1py.check.spark import get_session
+    return get_session("local[2]", shuffle_partitions=2, extra_conf={
+        "spark.sql.codegen.wholeStage": "false", "spark.sql.adaptive.enabled": "false"})
 
 
 @pytest.fixture(scope="session")

@@ -59,11 +59,8 @@ def _watchers():
 
 
 @pytest.fixture
-def bus():
-    b = bus1py.Bus.create(max_peers=16, pool_size=1 << 20)
-    yield b
-    b.close()
-    b.unlink()
+def bus(make_bus):
+    return make_bus(max_peers=16, pool_size=1 << 20)
 
 
 @pytest.mark.timeout(60)

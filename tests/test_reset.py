@@ -22,11 +22,8 @@ from bus1py._b1 import lib
 
 
 @pytest.fixture
-def bus():
-    b = bus1py.Bus.create(max_peers=8, max_nodes=64, max_handles=256, pool_size=1 << 20)
-    yield b
-    b.close()
-    b.unlink()
+def bus(make_bus):
+    return make_bus(max_peers=8, max_nodes=64, max_handles=256, pool_size=1 << 20)
 
 
 def drain(peer):

@@ -98,12 +98,6 @@ def test_bad_arguments_exit_2_naming_the_argument(args, word, tmp_path):
     assert not (tmp_path / "r.csv").exists()
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from bus1py.check.spark import get_session
-    return get_session("local[2]")
-
-
 def test_sweep_is_one_task_per_run_and_resumes(spark, tmp_path):
     out = str(tmp_path / "r.csv")
     specs = plan(["fifo", "rst"], [4, 6], ["unicast", "multicast"], 2, "quick",

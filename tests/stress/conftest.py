@@ -43,11 +43,3 @@ def no_leftovers():
 def trace_dir(tmp_path):
     return str(tmp_path / "trace")
 
-
-@pytest.fixture(scope="session")
-def spark():
-    """One local SparkSession for the checker tests of this directory (a JVM costs seconds).
-    Session-scoped fixtures are set up before no_leftovers, so its JVM counts as older."""
-    from bus1py.check.spark import get_session
-    return get_session("local[2]", shuffle_partitions=2, extra_conf={
-        "spark.sql.codegen.wholeStage": "false", "spark.sql.adaptive.enabled": "false"})
