@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tools.bench import cli, prose, report, report_more, sections, targets27  # noqa: E402
+from tools.bench import cli, peer_targets, prose, report, report_more, sections  # noqa: E402
 from tools.bench.common import SIZES, Config, machine_info  # noqa: E402
 
 
@@ -51,7 +51,7 @@ def test_each_transport_in_each_placement(cfg):
     lines = []
     report_more.floor_section(lines.append, res)
     assert all(any(line.startswith(f"| {name} |") for line in lines) for name in bus_rows)
-    # the bus1py rows that wait for issue 16's calls are listed with the reason, never faked
+        # the bus1py rows that wait for calls this build lacks are listed with the reason, never faked
     for name, why in res["missing"]:
         assert name.startswith("bus1py") and why and name not in names
 
@@ -94,15 +94,15 @@ def test_drain_times_every_receive_call_at_every_size_and_judges_the_ready_cost(
     # the target is judged on the drained costs, both zero-copy calls within 2x
     fake = {(c, s): 1000.0 for c in ("recv(copy=False)", "recv_many(copy=False)") for s in (64, 1 << 20)}
     name = "receive CPU per message within 2x from 64 B to 1 MiB (zero-copy)"
-    judged = {n: ok for n, _, ok in prose.issue16_targets(None, None, None, None, fake)}
+    judged = {n: ok for n, _, ok in prose.batch_targets(None, None, None, None, fake)}
     assert judged[name] is True
     fake[("recv_many(copy=False)", 1 << 20)] = 2500.0
-    judged = {n: (v, ok) for n, v, ok in prose.issue16_targets(None, None, None, None, fake)}
+    judged = {n: (v, ok) for n, v, ok in prose.batch_targets(None, None, None, None, fake)}
     assert judged[name][1] is False and "`recv_many(copy=False)` 2.50x" in judged[name][0]
     # over the whole range, not only its ends: a dip in the middle counts
     fake[("recv_many(copy=False)", 1 << 20)] = 1000.0
     fake[("recv_many(copy=False)", 4096)] = 400.0
-    judged = {n: (v, ok) for n, v, ok in prose.issue16_targets(None, None, None, None, fake)}
+    judged = {n: (v, ok) for n, v, ok in prose.batch_targets(None, None, None, None, fake)}
     assert judged[name][1] is False and "400 ns at 4 KiB to 1,000 ns" in judged[name][0]
 
 
@@ -134,7 +134,7 @@ def test_targets_judge_the_best_placement_of_each_peer():
             ("os.pipe", "unpinned", 64): _row(500.0, "os.pipe"),
             ("faster_fifo get_many", "unpinned", 64): _row(300.0, "faster_fifo", "batch")}
     uni = {"rows": rows, "missing": [("bus1py send_many/recv_many", "not yet")], "failed": {}}
-    t = {name: (val, ok) for name, val, ok in prose.issue16_targets(uni, None, None, None)}
+    t = {name: (val, ok) for name, val, ok in prose.batch_targets(uni, None, None, None)}
     val, ok = t["64 B one-way, per-message API >= raw os.pipe"]
     assert ok and val.startswith("2.00x: bus1py (unpinned)") and "os.pipe (unpinned)" in val
     val, ok = t["64 B one-way with send_many/recv_many >= 2x faster-fifo get_many"]
@@ -143,7 +143,7 @@ def test_targets_judge_the_best_placement_of_each_peer():
     assert ok and val.startswith("3.0 us (pinned)")
 
 
-def test_issue27_targets_take_each_side_at_its_best():
+def test_peer_targets_take_each_side_at_its_best():
     rows = {("bus1py", "pinned", 64): _row(800.0, "bus1py", rtt_med=3.0),
             ("bus1py send_many/recv_many", "pinned", 64): _row(3000.0, "bus1py", "batch"),
             ("pyzmq PUSH/PULL", "unpinned", 64): _row(1200.0, "pyzmq"),
@@ -151,7 +151,7 @@ def test_issue27_targets_take_each_side_at_its_best():
             ("iceoryx2", "pinned", 64): _row(300.0, "iceoryx2", rtt_med=7.0)}
     mc = {("bus1py multicast", 4): {"rate": 200.0}, ("bus1py multicast send_many/recv_many", 4): {"rate": 1300.0},
           ("pyzmq PUB/SUB", 4): {"rate": 800.0}}
-    t = {name: (val, ok) for name, val, ok in targets27.issue27_targets({"rows": rows}, None, mc, None)}
+    t = {name: (val, ok) for name, val, ok in peer_targets.peer_targets({"rows": rows}, None, mc, None)}
     val, ok = t["64 B one-way, per-message API >= pyzmq's"]
     assert ok is False and val.startswith("0.67x") and "PUSH/PULL (unpinned)" in val
     assert t["64 B batch >= 2x pyzmq's best 64 B row"][1] is True

@@ -233,9 +233,8 @@ def test_entries_full_is_exfull_and_multicast_is_all_or_nothing(make_bus):
 
 
 def test_max_entries_entries_can_be_in_flight(make_bus):
-    """max_entries copies fit, one more is EXFULL (was an off-by-one in b1_entry_alloc:
-    index 0 is reserved, so only max_entries-1 fitted and a multicast to max_dests ==
-    max_entries destinations could never be sent)."""
+    """max_entries copies fit, one more is EXFULL: entry index 0 is reserved, yet a
+    multicast to max_dests == max_entries destinations can be sent."""
     bus = make_bus(max_entries=4, max_dests=4)
     w = World(bus)
     d = bus.peer()
@@ -395,8 +394,8 @@ def test_recv_with_timeout_returns_early_when_a_message_comes(world):
 
 
 def test_tiny_positive_timeout_is_a_timeout(world):
-    """Any positive timeout is a timed wait (was: int(timeout*1e9) == 0 made it a
-    non-blocking call and raised BlockingIOError)."""
+    """Any positive timeout is a timed wait, never a non-blocking call (BlockingIOError),
+    however few nanoseconds it rounds to."""
     for t in (1e-10, 1e-9, 1e-6):
         fails_cleanly(world, TimeoutError, errno.ETIMEDOUT, lambda: world.b.recv(timeout=t))
     world.still_works()
@@ -404,8 +403,8 @@ def test_tiny_positive_timeout_is_a_timeout(world):
 
 @pytest.mark.timeout(30)
 def test_timed_recv_interrupted_by_a_slow_signal_handler_is_a_timeout(world):
-    """A handler that outlasts the timeout: TimeoutError (was: the retry after EINTR used
-    ns = 0, i.e. non-blocking, and raised BlockingIOError)."""
+    """A handler that outlasts the timeout: TimeoutError, not the BlockingIOError of a
+    non-blocking retry after EINTR."""
     for _ in range(3):
         with signals_to_main_thread(lambda *_: time.sleep(0.15), 0.02):
             t0 = time.monotonic()
@@ -672,7 +671,7 @@ def test_transaction_steps_out_of_order_are_einval(world):
 
 @pytest.mark.parametrize("dest", [-1, 1 << 64, 1 << 70])
 def test_bad_single_int_destination(world, dest):
-    """(was: OverflowError from cffi for the single-int form)"""
+    """A single-int destination out of range: a clear error, not cffi's OverflowError."""
     e = fails_cleanly(world, (TypeError, ValueError), None, lambda: world.a.send(dest, b"x"))
     assert "destination" in str(e)
     world.still_works()
@@ -682,7 +681,7 @@ def test_bad_single_int_destination(world, dest):
                                        ("quota_bytes", 1 << 64), ("quota_messages", 1.5),
                                        ("quota_bytes", "10")])
 def test_out_of_range_quota_is_valueerror(world, key, value):
-    """(was: OverflowError from cffi above the C field's range)"""
+    """A quota out of its C field's range: ValueError naming it, not cffi's OverflowError."""
     peers = world.bus.info()["peers"]
     fails_cleanly(world, ValueError, None, lambda: world.bus.peer(**{key: value}), match=key)
     assert world.bus.info()["peers"] == peers
@@ -691,7 +690,8 @@ def test_out_of_range_quota_is_valueerror(world, key, value):
 
 @pytest.mark.parametrize("call", ["send-None", "send-float", "send-bool", "recv-str", "recv-nan"])
 def test_bad_argument_messages_name_the_argument(world, call):
-    """(was: "object of type 'float' has no len()" and "'<' not supported ...")"""
+    """A bad argument's error names the argument, never Python's words about an operation
+    ("object of type 'float' has no len()", "'<' not supported ...")."""
     calls = {
         "send-None": lambda: world.a.send(None, b"x"),
         "send-float": lambda: world.a.send(1.5, b"x"),
@@ -809,8 +809,8 @@ def test_peer_of_an_unlinked_bus_in_a_child(shm_name, method):
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("timeout", [float("inf"), 1e30, 1e10])
 def test_huge_timeout_waits_like_none(world, timeout):
-    """A timeout beyond int64 nanoseconds waits like None (was: OverflowError, fixed in
-    44f5828), whether the message is already there or comes later."""
+    """A timeout beyond int64 nanoseconds waits like None (not OverflowError),
+    whether the message is already there or comes later."""
     world.a.send([world.hb], b"waiting")
     assert world.b.recv(timeout=timeout).payload == b"waiting"
     t = threading.Timer(0.1, world.a.send, ([world.hb], b"later"))

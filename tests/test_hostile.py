@@ -1,4 +1,4 @@
-"""Hostile arguments to every public call (issue 14, item 4).
+"""Hostile arguments to every public call.
 
 Invariants checked:
   - Wrong types, huge and negative numbers, unknown and stale ids, closed buses and gone

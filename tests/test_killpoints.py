@@ -1,4 +1,4 @@
-"""A kill at every step (issue 14, item 2): a process SIGKILLed at any named point of the C
+"""A kill at every step: a process SIGKILLed at any named point of the C
 helper leaves a bus the survivors can reap and use on, losing, splitting and leaking
 nothing.
 

@@ -695,8 +695,8 @@ def test_two_processes_receiving_from_one_peer(bus, tmp_path, method):
 
 @pytest.mark.timeout(60)
 def test_fileno_not_readable_right_after_the_last_message_is_received(bus):
-    """No spurious readiness after this process took the last message (was: the pipe was
-    drained only by the watcher thread, later; a select loop spun on EAGAIN)."""
+    """No spurious readiness after this process took the last message: the pipe is drained
+    at once, not later by the watcher thread, so a select loop never spins on EAGAIN."""
     a, b = bus.peer(), bus.peer()
     h = b.transfer(b.create_node(), a)
     fd = b.fileno()

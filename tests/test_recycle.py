@@ -1,4 +1,4 @@
-"""Slots are recycled (issue 14, item 1): a bus that runs for ever.
+"""Slots are recycled: a bus that runs for ever.
 
 Invariants checked:
   - A peer slot is reused once its peer is disconnected and nothing names the slot; a node
@@ -10,7 +10,7 @@ Invariants checked:
   - When everything is gone, `bus.info()` counts zero peers, nodes, handles, entries and
     pool bytes in use.
 
-The counts here are scaled to keep `make test` fast; the full counts of the issue run
+The counts here are scaled to keep `make test` fast; the full counts run
 with BUS1PY_LONG=1 (marked slow; commands and figures in docs/RELIABILITY.md).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A segment scribbled over by another process (issue 14, item 4): the C helper checks every
+"""A segment scribbled over by another process: the C helper checks every
 index and offset it reads from the segment, so using the damaged bus fails with a clear
 error (EBADMSG) or works, and never crashes or hangs the interpreter.
 

@@ -1,4 +1,4 @@
-"""The trust boundary of a bus (issue 23, item 6; docs/RELIABILITY.md, "Trust model").
+"""The trust boundary of a bus (docs/RELIABILITY.md, "Trust model").
 
 Invariants checked:
   - Bus.open maps only a regular file of this user whose permission bits are within the

@@ -1,4 +1,4 @@
-"""bus1py's channels: per-message (Peer.send / Peer.recv), and the hooks for issue 16's
+"""bus1py's channels: per-message (Peer.send / Peer.recv), and the hooks for the
 batch and zero-copy calls, which run only once this build of bus1py has them."""
 from __future__ import annotations
 
@@ -81,8 +81,8 @@ def bus_has_zero_copy():
 
 
 class BusBatchChannel(BusChannel):
-    """bus1py through `Peer.send_many` / `Peer.recv_many` (issue 16 item 1).  Registered only
-    when the Peer has both calls; the API it is written against is the issue's:
+    """bus1py through `Peer.send_many` / `Peer.recv_many`.  Registered only
+    when the Peer has both calls; the API it is written against:
     `send_many(destinations, payloads) -> int` (how many were sent, raising if none could be)
     and `recv_many(max_messages) -> list[Message]`."""
 
@@ -114,7 +114,7 @@ class BusBatchChannel(BusChannel):
 
 
 class BusZeroCopyChannel(BusChannel):
-    """bus1py receiving with `Peer.recv(copy=False)` (issue 16 item 2): the payload is a view
+    """bus1py receiving with `Peer.recv(copy=False)`: the payload is a view
     into the pool, released after use as a real consumer would.  Registered only when
     `Peer.recv` takes `copy`."""
 

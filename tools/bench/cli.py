@@ -15,7 +15,7 @@ from .plots import make_plots
 from .report import MAKE_CMD, write_markdown
 from .sections import OBJ_KS, bench_memory, bench_multicast, bench_objects, bench_sweep, bench_unicast, best, unicast_jobs
 from .rows import multicast_variants, object_variants
-from .targets27 import issue27_targets
+from .peer_targets import peer_targets
 
 ALL = ("unicast", "sweep", "drain", "multicast", "objects", "queue", "memory", "profile")
 
@@ -46,8 +46,9 @@ def render_tables(console, res):
             tb.add_row(name, *[fmt_rate(bk[1]["rate"]) if (bk := best(sweep["rows"], s, name=name)) else "-"
                                for s in sweep["sizes"]])
         console.print(tb)
-    for title, key in (("Targets, issue 16", "targets16"), ("Targets, issue 2", "targets2"),
-                       ("Targets, issue 27", "targets27")):
+    for title, key in (("Targets: batches, zero-copy receive, a fair benchmark", "targets_batch"),
+                       ("Targets: the standing per-message targets", "targets_message"),
+                       ("Targets: against pyzmq and iceoryx2", "targets_peers")):
         if res.get(key):
             tb = Table(title=title)
             for col in ("target", "measured", "status"):
@@ -116,10 +117,10 @@ def run_all(cfg, out: Path, cmd: str, console=None, sections=ALL, strict=False):
                 res["futex"] = guarded("5 (futex trace)", bench_futex, 1.0)
             progress.advance(t)
     finish_machine_info(mi)
-    res["targets16"] = prose.issue16_targets(res.get("unicast"), res.get("sweep"), res.get("multicast"),
+    res["targets_batch"] = prose.batch_targets(res.get("unicast"), res.get("sweep"), res.get("multicast"),
                                              res.get("profile"), res.get("drain"))
-    res["targets27"] = issue27_targets(res.get("unicast"), res.get("sweep"), res.get("multicast"), res.get("objects"))
-    res["targets2"] = prose.issue2_targets(res.get("unicast"), res.get("multicast"), res.get("queue"),
+    res["targets_peers"] = peer_targets(res.get("unicast"), res.get("sweep"), res.get("multicast"), res.get("objects"))
+    res["targets_message"] = prose.message_targets(res.get("unicast"), res.get("multicast"), res.get("queue"),
                                            res.get("memory"))
     render_tables(console, res)
     out.mkdir(parents=True, exist_ok=True)

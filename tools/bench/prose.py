@@ -41,8 +41,8 @@ def _missing(uni, name):
     return next((why for n, why in (uni or {}).get("missing", ()) if n == name), None)
 
 
-def issue16_targets(uni, sweep, mc, prof, drain=None):
-    """[(target, measured, ok or None)] for issue 16's targets, each judged against the best
+def batch_targets(uni, sweep, mc, prof, drain=None):
+    """[(target, measured, ok or None)] for the targets of batches, zero-copy receive and a fair benchmark, each judged against the best
     row (placement) of each peer."""
     t = []
     rows = (uni or {}).get("rows", {})
@@ -126,8 +126,8 @@ def issue16_targets(uni, sweep, mc, prof, drain=None):
     return t
 
 
-def issue2_targets(uni, mc, qc, mem):
-    """The standing targets of issue 2, each judged against the best row of each peer."""
+def message_targets(uni, mc, qc, mem):
+    """The standing per-message targets, each judged against the best row of each peer."""
     t = []
     rows = (uni or {}).get("rows", {})
     b = best(rows, 64, name="bus1py")

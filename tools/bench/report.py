@@ -221,15 +221,15 @@ def write_markdown(path, cmd, mi, cfg, res, elapsed, errors=()):
     L = []
     add = L.append
     _header(add, cmd, mi, cfg, elapsed, uni)
-    t16, t2, t27 = res.get("targets16") or [], res.get("targets2") or [], res.get("targets27") or []
-    if t16 or t2 or t27:
+    t16, t2, tp = res.get("targets_batch") or [], res.get("targets_message") or [], res.get("targets_peers") or []
+    if t16 or t2 or tp:
         add("## Targets")
         add("")
         add("Judged on the medians of this run, bus1py's best row against the best row of each peer.")
         add("")
-        _targets(add, "Issue 16: batches, zero-copy receive, a fair benchmark", t16)
-        _targets(add, "Issue 2: the standing per-message targets", t2)
-        _targets(add, "Issue 27: against pyzmq and iceoryx2", t27)
+        _targets(add, "Batches, zero-copy receive, a fair benchmark", t16)
+        _targets(add, "The standing per-message targets", t2)
+        _targets(add, "Against pyzmq and iceoryx2", tp)
     if errors:
         add("## Sections that failed in this run")
         add("")

@@ -1,4 +1,4 @@
-"""Issue 27's targets, judged from one run: bus1py against pyzmq and iceoryx2, each side at
+"""The targets against pyzmq and iceoryx2, judged from one run: bus1py against each peer, each side at
 its best row (placement, and API where the target says so)."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def _fanout_vs(target, thr, mine, theirs):
                     f"per receiver", x >= thr)
 
 
-def issue27_targets(uni, sweep, mc, ob):
+def peer_targets(uni, sweep, mc, ob):
     """[(target, measured, ok)] for the targets whose rows ran."""
     t = []
     rows = (uni or {}).get("rows", {})
