@@ -80,6 +80,12 @@ class Protocol:
     multicast: ClassVar[str] = "native"
     #: a one-line statement of the delivery condition, for tables and --help
     rule: ClassVar[str] = ""
+    #: what a reader is told the protocol is, where that is more than its name
+    label: ClassVar[str | None] = None
+    #: relative per-delivery cost of its bookkeeping (a sweep submits the costliest runs first)
+    weight: ClassVar[float]
+    #: colour, marker and line style of its curves in plots; no two protocols alike
+    style: ClassVar[tuple[str, str, str]]
 
     def __init__(self, me: int, n: int):
         if not isinstance(n, int) or isinstance(n, bool) or n < 2 or n > 0xFFFF:

@@ -42,6 +42,8 @@ def _u16s(k):
 
 class BSS(Protocol):
     name = "bss"
+    weight = 2.0
+    style = ("#8c564b", "v", "-.")
     multicast = "broadcast"
     rule = "deliver m from j iff VT_m[j] = VT[j]+1 and VT_m[k] <= VT[k] for all k != j"
 

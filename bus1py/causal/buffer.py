@@ -47,6 +47,8 @@ _ACK_COST = WireCost(0, 1, 0, False)
 
 class Buffer(Protocol):
     name = "buffer"
+    weight = 1.5
+    style = ("#bcbd22", "*", ":")
     multicast = "sequential"
     rule = "deliver in input-buffer arrival order; post the next output only after the ACK"
 

@@ -103,6 +103,8 @@ class _Out:
 
 class Bus1(Protocol):
     name = "bus1"
+    weight = 3.0
+    style = ("#ff7f0e", "h", "-")
     causal = True
     multicast = "native"
     rule = ("deliver the queue's front entry once committed; entries sort by "

@@ -20,6 +20,8 @@ from .base import U32_MAX, Protocol, Reader, Step, WireCost, WireError, u32s
 
 class Fifo(Protocol):
     name = "fifo"
+    weight = 1.0
+    style = ("#7f7f7f", "x", ":")
     causal = False
     rule = "deliver m from j iff seq(m) = expected[j]"
 

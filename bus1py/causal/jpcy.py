@@ -48,6 +48,8 @@ _HEAD = struct.Struct("<HIHHH")
 
 class Jpcy(HoldBackProtocol):
     name = "jpcy"
+    weight = 2.0
+    style = ("#2ca02c", "o", "-")
     rule = "deliver m at i iff every (k, tau) in DC_m has tau <= DLV_i[k]"
 
     def __init__(self, me: int, n: int):

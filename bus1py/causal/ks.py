@@ -52,6 +52,8 @@ def _purge(entries: dict) -> None:
 
 class Ks(HoldBackProtocol):
     name = "ks"
+    weight = 2.0
+    style = ("#9467bd", "D", "--")
     rule = "deliver M at j iff every o(m,t) in O_M listing j has t <= SR_j[m]"
 
     def __init__(self, me: int, n: int):

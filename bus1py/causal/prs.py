@@ -54,6 +54,9 @@ _HEAD = struct.Struct("<HIHH")
 
 class Prs(HoldBackProtocol):
     name = "prs"
+    label = "prs (reconstructed)"
+    weight = 3.0
+    style = ("#d62728", "^", "--")
     rule = "deliver M at i iff every (k, y) in CB_M[i] has y <= Deliv_i[k]"
 
     def __init__(self, me: int, n: int):

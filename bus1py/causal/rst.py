@@ -59,6 +59,8 @@ def _structs(n):
 
 class RST(Protocol):
     name = "rst"
+    weight = 4.0
+    style = ("#1f77b4", "s", "-")
     rule = "deliver m from j iff ST[j][i] = DELIV[j]+1 and ST[k][i] <= DELIV[k] for all k != j"
 
     def __init__(self, me: int, n: int, *, selective: bool = False):

@@ -71,6 +71,8 @@ def _pid_struct(n, m):
 
 class SES(Protocol):
     name = "ses"
+    weight = 3.0
+    style = ("#e377c2", "P", "-.")
     rule = "deliver m at i iff V_M has no pair (i, t) or its pair has t <= t_i"
 
     def __init__(self, me: int, n: int):

@@ -33,18 +33,28 @@ METRICS = ("dependents_per_msg", "bytes_per_msg", "control_msgs_per_msg", "delay
 GROUP = ("protocol", "mode", "n", "net_delay", "clock")
 #: a group column's value in rows written before the column existed
 _DEFAULT = {"clock": "process"}
-#: what a reader is told a protocol is
-LABELS = {"prs": "prs (reconstructed)"}
-#: colour, marker, line style per protocol: no two alike
-STYLES = {"fifo": ("#7f7f7f", "x", ":"), "bss": ("#8c564b", "v", "-."),
-          "ses": ("#e377c2", "P", "-."), "rst": ("#1f77b4", "s", "-"),
-          "prs": ("#d62728", "^", "--"), "ks": ("#9467bd", "D", "--"),
-          "jpcy": ("#2ca02c", "o", "-"), "buffer": ("#bcbd22", "*", ":"),
-          "bus1": ("#ff7f0e", "h", "-")}
+#: the plot style of a protocol no class has (a row of a CSV from another build)
+_NO_STYLE = ("black", "o", "-")
+
+
+def _protocol(proto: str):
+    """The class of the protocol named `proto` (bus1py.causal), None if there is none."""
+    try:
+        return causal.protocol_class(proto)
+    except ValueError:
+        return None
 
 
 def label(proto: str) -> str:
-    return LABELS.get(proto, proto)
+    """What a reader is told the protocol is (Protocol.label, else its name)."""
+    cls = _protocol(proto)
+    return (cls and cls.label) or proto
+
+
+def style(proto: str) -> tuple:
+    """(colour, marker, line style) of the protocol's curves (Protocol.style)."""
+    cls = _protocol(proto)
+    return cls.style if cls else _NO_STYLE
 
 
 def aggregate(rows) -> list[dict]:
@@ -240,7 +250,7 @@ def _draw(ax, agg, mode, metric, delay):
         pts = [a for a in pts if metric in a]
         if not pts:
             continue
-        colour, marker, line = STYLES.get(proto, ("black", "o", "-"))
+        colour, marker, line = style(proto)
         ax.errorbar([a["n"] for a in pts], [a[metric] for a in pts],
                     yerr=[a.get(metric + "_ci", 0.0) for a in pts], color=colour,
                     marker=marker, ms=5, capsize=3, linestyle=line, label=label(proto))
@@ -272,7 +282,7 @@ def _vs_n(agg, metric, ylabel, title, path, log=True, p99=False):
         if p99:
             for proto, pts in _series(agg, mode, delay).items():
                 ax.plot([a["n"] for a in pts], [a["delay_p99"] for a in pts], linestyle="--",
-                        lw=0.8, color=STYLES.get(proto, ("black",))[0])
+                        lw=0.8, color=style(proto)[0])
         ax.set_title(f"{mode}")
         ax.set_xlabel("processes n")
         ax.set_ylabel(ylabel)
@@ -315,7 +325,7 @@ def _vs_delay(agg, path):
                 by[a["protocol"]].append(a)
         for proto, pts in by.items():
             pts.sort(key=lambda a: a["net_delay"])
-            colour, marker, line = STYLES.get(proto, ("black", "o", "-"))
+            colour, marker, line = style(proto)
             ax.errorbar([a["net_delay"] for a in pts], [a["bytes_per_msg"] for a in pts],
                         yerr=[a.get("bytes_per_msg_ci", 0.0) for a in pts], color=colour,
                         marker=marker, ms=5, capsize=3, linestyle=line, label=label(proto))

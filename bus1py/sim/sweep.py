@@ -25,6 +25,7 @@ import threading
 import zlib
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
+from .. import causal
 from .engine import RunSpec, run
 
 #: (warm-up, measured) deliveries per process
@@ -36,9 +37,6 @@ KEY = ("protocol", "n", "mode", "run", "seed", "warmup", "measure", "send_mean",
 _KEY_DEFAULT = {"clock": "process"}
 #: the factors a sensitivity study varies one at a time, and how their levels parse
 FACTORS = {"net_delay": float, "clock": str}
-#: relative per-delivery cost of each protocol's bookkeeping, for the order of submission only
-_WEIGHT = {"rst": 4.0, "ses": 3.0, "bus1": 3.0, "prs": 3.0, "bss": 2.0, "ks": 2.0,
-           "jpcy": 2.0, "buffer": 1.5, "fifo": 1.0}
 
 
 def plan(protocols, ns, modes, runs, scale="quick", seed=1, send_mean=0.1,
@@ -95,7 +93,7 @@ def _order(spec: RunSpec) -> tuple:
 
 def _cost(spec: RunSpec) -> float:
     fan = spec.n / 2 if spec.mode == "multicast" else 1
-    return _WEIGHT.get(spec.protocol, 2.0) * spec.n * spec.n * (spec.warmup + spec.measure) / fan
+    return causal.protocol_class(spec.protocol).weight * spec.n * spec.n * (spec.warmup + spec.measure) / fan
 
 
 def _number(text: str):

@@ -111,3 +111,9 @@ def test_truncated_wires_are_refused(name):
         c = fast.Machine(name, 1, 4)
         with pytest.raises(causal.WireError):
             c.receive(0, data[:cut])
+
+
+def test_the_c_twins_register_the_names_of_the_python_classes():
+    """csrc/sim/machine.c registers one twin per protocol, in bus1py.causal.PROTOCOLS order,
+    each under the `name` its Python class has (the C file's `.name`)."""
+    assert fast.NAMES == tuple(causal.protocol_class(p).name for p in causal.PROTOCOLS)
