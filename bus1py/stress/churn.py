@@ -40,7 +40,7 @@ from types import SimpleNamespace
 
 from ..message import MessageType
 from .ids import node_id
-from .worker import (CTL_ABORT, CTL_LEAVE, PID, ST_DONE, ST_FAILED, STATE, STRIDE, Worker,
+from .worker import (CTL_ABORT, CTL_LEAVE, PID, ST_DONE, ST_FAILED, STATE, STRIDE, BusWorker,
                      close_others, finish)
 from .workload import Action, Planner
 
@@ -72,7 +72,7 @@ def mortal_reach(cfg, index: int) -> tuple:
     return tuple((index + d) % s for d in range(min(cfg.reach, s)))
 
 
-class Mortal(Worker):
+class Mortal(BusWorker):
     """One generation of a churned slot: says hello, runs its plan for its life, leaves."""
 
     def __init__(self, spec):
@@ -123,7 +123,7 @@ class Mortal(Worker):
         while self.awaiting:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"NODE_DESTROY of {sorted(self.awaiting)} never came back")
-            self.wait_recv(0.05)
+            self.wait(0.05)
 
     def run(self):
         self.ppid = os.getppid()

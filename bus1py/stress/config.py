@@ -77,8 +77,8 @@ class StressConfig:
 
     @property
     def direct_bus(self) -> bool:
-        """The bus with its whole API (nodes, handles, destroy): worker.py; everything else
-        runs the message workload over a transport: ipc_worker.py."""
+        """The bus with its whole API (nodes, handles, destroy): worker.BusWorker; everything
+        else runs the message workload over a transport: worker.TransportWorker."""
         return self.transport == "bus" and self.protocol is None and not self.chaos_delay
 
 

@@ -16,7 +16,7 @@ from .ids import DESTROY_BIT, NODE_SHIFT, node_id
 
 
 class NodeActions:
-    """Mixed into worker.Worker, whose state (peer, own, extra, refs, ...) it uses."""
+    """Mixed into worker.BusWorker, whose state (peer, own, extra, refs, ...) it uses."""
 
     def do_node_create(self, a):
         # Half the nodes we create may be destroyed and are never fully released by their

@@ -176,12 +176,9 @@ class Run:
             # pandas too: pa.array(list) imports it on first use (another 0.3 s per child).
             import pandas  # noqa: F401
             import pyarrow.parquet  # noqa: F401
-        target = child_main
-        if self.transport is not None:
-            from .ipc_worker import child_main as target
         with children_ignore_sigint():
             for spec in self.specs:
-                p = self.ctx.Process(target=target, args=(spec,), name=f"bus1py-stress-{spec.index}")
+                p = self.ctx.Process(target=child_main, args=(spec,), name=f"bus1py-stress-{spec.index}")
                 p.start()
                 self.procs.append(p)
         keep = {w for _, w in self.pipes} if self.churn else set()  # for mortals to come

@@ -61,7 +61,7 @@ def bus_mix(mix: dict) -> dict:
     return out
 
 
-# kinds the generic worker (ipc_worker.py: any transport, any protocol) performs
+# kinds a process on a transport (worker.TransportWorker: any transport, any protocol) performs
 MESSAGE_KINDS = ("unicast", "multicast", "signal", "recv_signal")
 
 
