@@ -8,10 +8,12 @@ Invariants:
     and the receiver's quota for it, stay charged until `release()` (or the message's
     garbage collection), which first releases the view: the view then raises ValueError on
     any use, and only afterwards does the record go back to the pool.
-  - A view that still has a buffer exported from it (numpy.frombuffer, ...) cannot be
-    released: `release()` raises BufferError and changes nothing.  A slice taken from the
-    view (`payload[a:b]`) is another view of the same bytes, which reads whatever the pool
-    holds after the release; every view keeps the mapping alive, so none can fault.
+  - While anything still reads the payload's bytes -- a buffer exported from it, an array
+    numpy made of it (numpy.frombuffer, numpy.asarray), a slice of it (`payload[a:b]`) --
+    `release()` raises BufferError and changes nothing: the payload has a buffer of its
+    own (csrc/py/slice.c), on which every one of them is counted, so no reader outlives
+    the record's return to the pool.  Every view keeps the mapping alive, so none can
+    fault, even after the bus is closed.
   - Only the receiving process gives a slice back: a forked child inheriting a message
     only drops its view.  The segment lists the slices each peer holds, so the ones a
     crashed process never gave back go when the peer is disconnected (or reaped).

@@ -13,9 +13,10 @@ Invariants:
   - `payload` is a writable memoryview of exactly `length` bytes of the record.  Bytes
     not written are unspecified (what the record held before).  The view is released
     before the commit or abort changes anything: afterwards it raises ValueError, so
-    nothing can write into a record a receiver already reads.  A view with a live export
-    (numpy.frombuffer, ...) cannot be released: commit and abort then raise BufferError
-    and change nothing.
+    nothing can write into a record a receiver already reads.  While anything else still
+    reaches its bytes -- a buffer exported from it, an array numpy made of it, a slice of
+    it -- commit and abort raise BufferError and change nothing (the payload has a buffer
+    of its own, on which each is counted: `_messages.exported`).
   - A reservation ends once, by commit or abort (a failing commit ends it too, with
     nothing sent); later calls raise ValueError.  One dropped or garbage collected while
     open is aborted; one whose process dies is freed by the reaper (Bus.gc), as an
@@ -27,8 +28,9 @@ from __future__ import annotations
 
 import errno
 import os
+import pickle
 
-from . import args
+from . import _messages, args
 from ._lib import ffi, lib
 from .errors import bus_error
 
@@ -49,7 +51,7 @@ def _whole(frame, bus) -> memoryview:
 class Reservation:
     """A message being written in place; see the module's invariants."""
 
-    __slots__ = ("_peer", "_res", "_dests", "_view", "_state", "_pid", "stamp", "length")
+    __slots__ = ("_peer", "_res", "_dests", "_view", "_raw", "_state", "_pid", "stamp", "length")
 
     def __init__(self, peer, destinations, length: int, handles=(), *, unreachable_error: bool = False):
         self._state = None  # not open until the record is taken (for __del__)
@@ -83,7 +85,11 @@ class Reservation:
         if off < 0:
             raise args.send_error(peer, off, destinations, length, n, nh)
         self._peer, self.length, self.stamp = peer, length, None
-        self._view = (frame.whole or _whole(frame, bus))[off:off + length]
+        # the payload exports a slice of its own, with a buffer of its own: a buffer taken
+        # from it however indirectly (numpy makes a new memoryview sharing the payload's)
+        # is counted there, and the end below refuses while one lives
+        self._raw = (frame.whole or _whole(frame, bus))[off:off + length]
+        self._view = memoryview(pickle.PickleBuffer(self._raw))
         self._pid = _pid[0]
         self._state = _OPEN
 
@@ -98,7 +104,10 @@ class Reservation:
         if self._pid != _pid[0]:
             raise ValueError(f"cannot {what}: the reservation belongs to process {self._pid}")
         try:
+            if _messages.exported(self._view):
+                raise BufferError
             self._view.release()
+            self._raw.release()
         except BufferError:
             raise BufferError(f"cannot {what}: the payload is still exported (a buffer obtained "
                               "from it, such as a numpy array, is alive): drop that first") from None

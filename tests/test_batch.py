@@ -292,6 +292,9 @@ def test_closing_the_bus_with_views_alive_does_not_unmap_them(make_bus):
     piece = m.payload[6:]
     bus.close()
     assert bytes(piece) == b"mapped"  # no fault: every view keeps the mapping
+    with pytest.raises(BufferError):  # the slice still reads the record
+        m.release()
+    del piece
     m.release()  # the bus is gone here: only the view goes
     with pytest.raises(ValueError):
         bytes(m.payload)
@@ -355,3 +358,20 @@ def test_release_after_the_bus_is_closed_only_drops_the_view(make_bus):
     m.release()
     with pytest.raises(ValueError):
         bytes(m.payload)
+
+
+def test_an_array_or_slice_of_the_payload_holds_the_record(pair):
+    np = pytest.importorskip("numpy")
+    bus, a, b, h = pair
+    a.send(h, b"0123456789abcdef")
+    m = b.recv(copy=False)
+    for reader in (lambda: np.frombuffer(m.payload, dtype=np.uint8), lambda: np.asarray(m.payload),
+                   lambda: m.payload[4:8], lambda: memoryview(m.payload)):
+        kept = reader()
+        with pytest.raises(BufferError, match="exported"):
+            m.release()
+        assert b.query().queued_messages == 1 and bytes(m.payload) == b"0123456789abcdef"
+        assert bytes(kept[:1]) in (b"0", b"4")
+        del kept
+    m.release()
+    assert b.query().queued_messages == 0

@@ -210,3 +210,18 @@ def test_across_processes_and_a_holder_that_dies(make_bus):
         m.release()
     bus.gc()
     assert _held(bus, b) == before
+
+
+def test_an_array_of_the_payload_refuses_the_commit_until_dropped(pair):
+    np = pytest.importorskip("numpy")
+    bus, a, b, h = pair
+    r = a.reserve(h, 8)
+    arr = np.frombuffer(r.payload, dtype=np.uint8)
+    arr[:] = np.frombuffer(b"numpy wr", dtype=np.uint8)
+    with pytest.raises(BufferError, match="exported"):
+        r.commit()
+    with pytest.raises(BlockingIOError):
+        b.recv(0)
+    del arr
+    r.commit()
+    assert b.recv(0).payload == b"numpy wr"

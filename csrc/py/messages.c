@@ -267,17 +267,22 @@ static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t 
                 Py_XDECREF(carried);
                 goto fail;
             }
-            PyObject *view = PySequence_GetSlice(pool, (Py_ssize_t)in->offset,
-                                                 (Py_ssize_t)(in->offset + in->len));
+            PyObject *raw = PySequence_GetSlice(pool, (Py_ssize_t)in->offset,
+                                                (Py_ssize_t)(in->offset + in->len));
             /* the Slice first: made, it gives the record back however this ends (and
              * until it is, the fail path below does) */
-            PyObject *sl = b1py_slice_new(PyTuple_GET_ITEM(held, 1), view, f->base, slot, id, in->slice);
+            PyObject *sl = b1py_slice_new(PyTuple_GET_ITEM(held, 1), raw, f->base, slot, id, in->slice);
+            Py_XDECREF(raw);
             if (!sl) {
-                Py_XDECREF(view);
                 Py_XDECREF(carried);
                 goto fail;
             }
             owned = i + 1;
+            PyObject *view = b1py_slice_view(sl);
+            if (view)
+                Py_INCREF(view);
+            else
+                PyErr_NoMemory(); /* the slice or its export could not be made */
             m = new_message(S.slice, in, view, carried, &c);
             int bad = !m || PyObject_SetAttr(m, S.slice_attr, sl) < 0;
             Py_DECREF(sl);
@@ -376,7 +381,16 @@ static PyObject *py_send_many(PyObject *self, PyObject *const *args, Py_ssize_t 
     return PyLong_FromSsize_t(done);
 }
 
+static PyObject *py_exported(PyObject *mod, PyObject *mv) {
+    if (!PyMemoryView_Check(mv)) {
+        PyErr_SetString(PyExc_TypeError, "exported() takes a memoryview");
+        return NULL;
+    }
+    return PyBool_FromLong(b1py_exported(mv));
+}
+
 static PyMethodDef methods[] = {
+    {"exported", (PyCFunction)py_exported, METH_O, "exported(memoryview): is a buffer taken from it (or one sharing its buffer, as numpy makes) still alive?"},
     {"setup", (PyCFunction)(void (*)(void))py_setup, METH_FASTCALL, "setup(Message, SliceMessage, types, recv_many, recv, send, slice_release, send_iov)"},
     {"recv", (PyCFunction)(void (*)(void))py_recv, METH_FASTCALL, "recv(frame, slot, id, timeout_ns) -> Message | -errno"},
     {"recv_many", (PyCFunction)(void (*)(void))py_recv_many, METH_FASTCALL,

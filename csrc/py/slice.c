@@ -2,9 +2,13 @@
  * slice.c -- bus1py._messages.Slice: what a zero-copy message holds of the pool
  * (receive.SliceMessage._slice), made by messages.c's recv_many.
  *
- * Invariants: a Slice is held from its making until its release; releasing first releases
- * the payload view (a live export refuses: BufferError, and it stays held), then gives the
- * record back -- only in the process that received it, and only while its bus is mapped
+ * Invariants: a Slice is held from its making until its release.  The payload is not a
+ * slice of the pool's view (whose exports the pool's view counts, so an array made from it
+ * -- numpy takes a new memoryview sharing the payload's buffer -- would outlive a release
+ * unseen) but an export of `raw`, a slice of its own, with a buffer of its own: every
+ * buffer taken from the payload, however indirectly, is counted on that buffer.  Releasing
+ * refuses (BufferError, nothing changed) while one lives; else it releases the payload
+ * view and `raw`, then gives the record back -- only in the process that received it, and only while its bus is mapped
  * (bus._base is not None).  A Slice still held when it is collected releases itself, or,
  * its view still exported, warns and leaves the record charged (bytes someone still reads
  * must not go back to the pool). */
@@ -25,7 +29,8 @@ static struct {
 typedef struct {
     PyObject_HEAD
     PyObject *bus;
-    PyObject *view;     /* the message's payload */
+    PyObject *view;     /* the message's payload: a memoryview exporting raw */
+    PyObject *raw;      /* the record's bytes, a slice of the pool's view */
     uint64_t base;      /* the bus's mapping in the receiving process */
     uint64_t id;
     uint64_t token;     /* b1_msg_info.slice */
@@ -39,8 +44,12 @@ static PyTypeObject SliceType;
 /* 1 given back (or nothing left to give), 0 refused with BufferError set, -1 another error */
 static int slice_give_back(Slice *sl) {
     if (!sl->held) return 1;
-    if (sl->view) { /* none when making the view failed: nobody can read the record then */
-        PyObject *r = PyObject_CallMethodNoArgs(sl->view, S.release_name);
+    if (sl->view && b1py_exported(sl->view)) return 0;
+    /* none when making them failed: nobody can read the record then */
+    PyObject *views[2] = {sl->view, sl->raw};
+    for (int i = 0; i < 2; i++) {
+        if (!views[i]) continue;
+        PyObject *r = PyObject_CallMethodNoArgs(views[i], S.release_name);
         if (!r) return PyErr_ExceptionMatches(PyExc_BufferError) ? 0 : -1;
         Py_DECREF(r);
     }
@@ -84,6 +93,7 @@ static void slice_dealloc(Slice *sl) {
     }
     Py_XDECREF(sl->bus);
     Py_XDECREF(sl->view);
+    Py_XDECREF(sl->raw);
     Py_TYPE(sl)->tp_free((PyObject *)sl);
 }
 
@@ -129,14 +139,32 @@ PyTypeObject *b1py_slice_type(void) {
     return PyType_Ready(&SliceType) < 0 ? NULL : &SliceType;
 }
 
-PyObject *b1py_slice_new(PyObject *bus, PyObject *view, void *base, uint32_t slot, uint64_t id,
+int b1py_exported(PyObject *mv) {
+    PyMemoryViewObject *v = (PyMemoryViewObject *)mv;
+    if (v->flags & _Py_MEMORYVIEW_RELEASED) return 0;
+    /* a buffer taken from it, or another memoryview sharing its buffer (numpy's) */
+    return v->exports > 0 || v->mbuf->exports > 1;
+}
+
+PyObject *b1py_export_of(PyObject *raw) {
+    if (!raw) return NULL;
+    PyObject *pb = PyPickleBuffer_FromObject(raw); /* its buffer is raw's, exported afresh */
+    if (!pb) return NULL;
+    PyObject *view = PyMemoryView_FromObject(pb);
+    Py_DECREF(pb);
+    return view;
+}
+
+PyObject *b1py_slice_new(PyObject *bus, PyObject *raw, void *base, uint32_t slot, uint64_t id,
                          uint64_t token) {
     Slice *sl = PyObject_New(Slice, &SliceType);
     if (!sl) return NULL;
     Py_INCREF(bus);
-    Py_XINCREF(view);
+    Py_XINCREF(raw);
     sl->bus = bus;
-    sl->view = view;
+    sl->raw = raw;
+    sl->view = b1py_export_of(raw);
+    if (raw && !sl->view) PyErr_Clear(); /* the message then has no payload: made below */
     sl->base = (uint64_t)(uintptr_t)base;
     sl->id = id;
     sl->token = token;
@@ -145,3 +173,5 @@ PyObject *b1py_slice_new(PyObject *bus, PyObject *view, void *base, uint32_t slo
     sl->held = 1;
     return (PyObject *)sl;
 }
+
+PyObject *b1py_slice_view(PyObject *slice) { return ((Slice *)slice)->view; }
