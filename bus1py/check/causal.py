@@ -26,7 +26,7 @@ def vector_clocks(c, full=False):
         c.main_pass()
     code = F.col("kind_code")
     space = F.when(code.isin(*K.SIGNALS), F.lit("S")).otherwise(F.lit("M"))
-    origins = c._persist(c.rows.where(code <= K.SIGNAL_SEND).select(
+    origins = c.persist(c.rows.where(code <= K.SIGNAL_SEND).select(
         space.alias("space"), "msg", F.col("process").alias("origin_process"),
         F.col("seq").alias("origin_seq"), "last_recv"))
     receives = c.rows.where(code.isin(*K.RECEIVES)).select(
@@ -35,9 +35,9 @@ def vector_clocks(c, full=False):
     # round's join with the clocks (partitioned by process, sorted by seq) then needs no
     # shuffle of R, and with requireAllClusterKeysForCoPartition off none of the clocks.
     nparts = int(c.spark.conf.get("spark.sql.shuffle.partitions"))
-    R = c._persist(receives.join(origins, ["space", "msg"]).select(
+    R = c.persist(receives.join(origins, ["space", "msg"]).select(
         "process", "seq", "origins_before", "origin_process",
-        c._pidx(F.col("origin_process")).alias("origin_index"), "origin_seq", "last_recv")
+        c.pidx(F.col("origin_process")).alias("origin_index"), "origin_seq", "last_recv")
         .repartition(nparts, "origin_process")
         .sortWithinPartitions("origin_process", "last_recv"))
     cols = vc_columns(c)
@@ -65,9 +65,9 @@ def vector_clocks(c, full=False):
         return j.select("process", "seq", *[F.max(f"x{i}").over(upto).alias(col)
                                             for i, col in enumerate(cols)])
 
-    clocks, rnd = c._fixpoint(lambda clocks: sweep(clocks, True), cols)
+    clocks, rnd = c.fixpoint(lambda clocks: sweep(clocks, True), cols)
     if full:   # clocks at every receive (ShiViz): one more sweep from the settled clocks
-        clocks = c._checkpoint(sweep(clocks, False))
+        clocks = c.checkpoint(sweep(clocks, False))
     c.rounds["vector_clock_rounds"] = rnd
     return origins, clocks
 
@@ -79,7 +79,7 @@ def send_clocks(c, origins, clocks):
                         F.col("seq").alias("last_recv"),
                         *[F.col(col).alias(f"k{i}") for i, col in enumerate(cols)])
     svc = (origins.where(F.col("space") == "M").join(src, ["origin_process", "last_recv"], "left")
-           .withColumn("origin_index", c._pidx(F.col("origin_process"))))
+           .withColumn("origin_index", c.pidx(F.col("origin_process"))))
     # own entry: the send itself, or more if a causality cycle (a malformed history) brings
     # later events of the sender before it
     return svc.select("msg", *[
@@ -91,9 +91,9 @@ def causal_exact(c):
     origins, clocks = vector_clocks(c)
     d = (c.first_deliveries.select("process", "deliver_seq", "msg", "sender_process",
                                    "send_seq", "is_destroy")
-         .withColumn("sender_index", c._pidx(F.col("sender_process")))
+         .withColumn("sender_index", c.pidx(F.col("sender_process")))
          .join(send_clocks(c, origins, clocks), "msg"))
-    d = c._persist(d)
+    d = c.persist(d)
     before = (Window.partitionBy("process").orderBy("deliver_seq")
               .rowsBetween(Window.unboundedPreceding, -1))
     m = d.select("process", "deliver_seq", "msg", "sender_process", "send_seq",
@@ -101,7 +101,7 @@ def causal_exact(c):
                  *[F.max(f"v{i}").over(before).alias(f"m{i}") for i in range(c.P)])
     known = F.element_at(F.array(*[F.col(f"m{i}") for i in range(c.P)]),
                          F.col("sender_index") + 1)
-    v = c._persist(m.where(known >= F.col("send_seq")).select(
+    v = c.persist(m.where(known >= F.col("send_seq")).select(
         "process", "deliver_seq", "msg", "sender_process", "send_seq", "sender_index",
         "is_destroy"))
     n = v.count()

@@ -80,30 +80,30 @@ class Checker:
         self.rows = None           # the main pass's table (main_pass.py), built when needed
         self.skeleton = None       # the events on the driver (driver.py), when they fit
         self.screen = "not run"
-        self._set_procs(trace.processes)
+        self.set_procs(trace.processes)
 
-    def _set_procs(self, procs):
+    def set_procs(self, procs):
         self.procs = list(procs)
         self.P = len(self.procs)
         if self.span:
             self.P = max(p % self.span for p in self.procs) + 1 if self.procs else 0
 
-    # ------------------------------------------------------------------ helpers
-    def _phase(self, name):
+    # ------------------------------------------------ operations the phase modules share
+    def phase(self, name):
         self.on_phase(name)
         self.spark.sparkContext.setJobDescription(name)
 
-    def _persist(self, df):
+    def persist(self, df):
         df = df.persist(StorageLevel.MEMORY_AND_DISK)
         self._persisted.append(df)
         return df
 
-    def _checkpoint(self, df):
+    def checkpoint(self, df):
         # localCheckpoint cuts the lineage of iterative rounds (otherwise each round's plan
         # contains all previous ones and planning time grows quadratically).
         return df.localCheckpoint(eager=True)
 
-    def _fixpoint(self, step, cols):
+    def fixpoint(self, step, cols):
         """Rounds state = step(state), from state None, until the sum of the columns `cols`
         stops changing; returns (state, rounds). Every round only grows values, so an
         unchanged sum means an unchanged table. Each round is local-checkpointed, and its
@@ -112,7 +112,7 @@ class Checker:
         state, prev = None, None
         for rnd in range(1, MAX_ROUNDS_FACTOR * self.P + 17):
             seen = Observation()
-            state = self._checkpoint(step(state).observe(seen, total.alias("t")))
+            state = self.checkpoint(step(state).observe(seen, total.alias("t")))
             total_now = seen.get["t"]
             if total_now == prev:
                 break
@@ -120,7 +120,7 @@ class Checker:
         return state, rnd
 
     @contextmanager
-    def _conf(self, **kv):
+    def conf(self, **kv):
         """Runtime SQL settings for one phase (dots written as __), restored afterwards."""
         old = {}
         for k, v in kv.items():
@@ -136,13 +136,13 @@ class Checker:
                 else:
                     self.spark.conf.set(key, v)
 
-    def _pidx(self, col):
+    def pidx(self, col):
         # dense process index 0..P-1, without a join: P is small (one per process)
         if self.span:
             return (col % F.lit(self.span)).cast("int")
         return (F.array_position(F.array(*[F.lit(p) for p in self.procs]), col) - 1).cast("int")
 
-    def _group(self, col):
+    def group(self, col):
         return (F.floor(col / F.lit(self.span)) if self.span else F.lit(0)).cast("long")
 
     def unpersist(self):
@@ -169,36 +169,36 @@ class Checker:
         elif whole:
             self.screen = NO_STAMPS      # what screen() answers without packable stamps
         else:
-            self._phase("screen: by message and destination, by process")
-            passed, self.screen = self._timed("screen", screen, self)
+            self.phase("screen: by message and destination, by process")
+            passed, self.screen = self.timed("screen", screen, self)
             if passed:
                 return self._summary(t0, all_hold(("fifo", "causal", "consistent")), "holds")
         if whole:
-            self._phase("checking every property in one task")
-            done = self._timed("one_task", one_task.run, self)
+            self.phase("checking every property in one task")
+            done = self.timed("one_task", one_task.run, self)
             if done is not None:     # else a causality cycle: the phases below decide
                 props, wmsg, procs, details = done
                 self.trace.processes = procs
-                self._set_procs(procs)
+                self.set_procs(procs)
                 if self.keep_details:
                     self.details = {name: self.spark.createDataFrame(
                         [(int(p),) for p in v], "process int") for name, v in details.items()}
                 return self._summary(t0, props, wmsg)
-        self._phase("main pass: by message, by process, one aggregation")
-        self._timed("main_pass", self.main_pass)
+        self.phase("main pass: by message, by process, one aggregation")
+        self.timed("main_pass", self.main_pass)
         props = {}
         for name, fn in (("exactly_once", direct.exactly_once), ("fifo", direct.fifo),
                          ("node_rules", direct.node_rules)):
-            self._phase(f"checking {name}")
-            v, n, ex = self._timed(name, fn, self)
+            self.phase(f"checking {name}")
+            v, n, ex = self.timed(name, fn, self)
             props[name] = {"ok": n == 0, "violations": int(n), "examples": ex}
             if name == "fifo":
                 props[name]["method"] = self.fifo_method
             if self.keep_details:
                 self.details[name] = v
         if self.trace.rows * max(1, len(self.procs)) <= self.driver_max_cells:
-            self._phase("checking causal and consistent (exact, on the driver)")
-            found = self._timed("driver", self._on_driver)
+            self.phase("checking causal and consistent (exact, on the driver)")
+            found = self.timed("driver", self._on_driver)
             if found is not None:
                 for name, (v, n, ex) in found.items():
                     props[name] = {"ok": n == 0, "violations": int(n), "examples": ex,
@@ -210,8 +210,8 @@ class Checker:
         if self.force_exact:
             cons_ok, caus_ok, wmsg = False, False, "skipped (--exact)"
         else:
-            self._phase("checking the stamp witness")
-            cons_ok, caus_ok, wmsg = self._timed("witness", witness, self)
+            self.phase("checking the stamp witness")
+            cons_ok, caus_ok, wmsg = self.timed("witness", witness, self)
         exact = {}
         for name, ok, fn in (("causal", caus_ok, causal_exact),
                              ("consistent", cons_ok, consistent_exact)):
@@ -223,7 +223,7 @@ class Checker:
             else:
                 exact[name] = fn
         if exact:
-            self._phase(f"checking {' and '.join(exact)} (exact)")
+            self.phase(f"checking {' and '.join(exact)} (exact)")
             self._exact(exact, props)
         return self._summary(t0, props, wmsg)
 
@@ -233,7 +233,7 @@ class Checker:
         (causal in a history with a causality cycle) or without it."""
         found, notes = {}, {}
         if walk.available():
-            for name, (v, n, ex, extra) in self._timed("exact", walk.exact, self,
+            for name, (v, n, ex, extra) in self.timed("exact", walk.exact, self,
                                                        set(exact)).items():
                 verified = extra.get("vclock") == "holds"
                 notes[name] = dict(extra, method="vector-clock witness" if verified
@@ -248,7 +248,7 @@ class Checker:
             # The two formulations share nothing but the main pass's table, so they run
             # side by side: each round has stretches (planning, a stage's last tasks, the
             # driver between rounds) where the other one's tasks fill the idle core.
-            with self._conf(requireAllClusterKeysForCoPartition="false",
+            with self.conf(requireAllClusterKeysForCoPartition="false",
                             adaptive__enabled="false"):
                 rounds = self.side_by_side({name: (fn, self) for name, fn in rest.items()})
             found.update({name: (*r, dict(notes.get(name, {}), method="exact"))
@@ -270,7 +270,7 @@ class Checker:
         causal, consistent = causal_and_consistent(self, sk, clock)
         return {"causal": causal, "consistent": consistent}
 
-    def _timed(self, name, fn, *args):
+    def timed(self, name, fn, *args):
         """fn(*args), its wall time recorded under timings[name] (also from a thread)."""
         t = time.perf_counter()
         try:
@@ -285,7 +285,7 @@ class Checker:
         and again until all threads have stopped: cancelling only stops running jobs, and a
         thread between two jobs (planning its next round) would otherwise go on alone."""
         pool = ThreadPoolExecutor(len(calls))
-        runs = {name: pool.submit(self._timed, name, *call) for name, call in calls.items()}
+        runs = {name: pool.submit(self.timed, name, *call) for name, call in calls.items()}
         try:
             # the first failure is raised at once, not after the calls submitted before it
             wait(list(runs.values()), return_when=FIRST_EXCEPTION)

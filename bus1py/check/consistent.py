@@ -23,10 +23,10 @@ def consistent_exact(c):
     shared = (c.first_deliveries.groupBy("msg").agg(F.count(F.lit(1)).alias("k"))
               .where("k > 1").select("msg"))
     nparts = int(c.spark.conf.get("spark.sql.shuffle.partitions"))
-    fd = c._persist(c.first_deliveries
+    fd = c.persist(c.first_deliveries
                     .select("process", "deliver_seq", "msg", "sender_process", "send_seq")
                     .join(shared, "msg", "left_semi")
-                    .withColumn("chain", c._pidx(F.col("process")))
+                    .withColumn("chain", c.pidx(F.col("process")))
                     .repartition(nparts, "msg"))
     upto = (Window.partitionBy("process").orderBy("deliver_seq")
             .rowsBetween(Window.unboundedPreceding, 0))
@@ -45,17 +45,17 @@ def consistent_exact(c):
         j = j.select("msg", *[F.max(col).over(upto).alias(col) for col in cols])
         return j.groupBy("msg").agg(*[F.max(col).alias(col) for col in cols])
 
-    ancestors, rnd = c._fixpoint(step, cols)
+    ancestors, rnd = c.fixpoint(step, cols)
     c.rounds["consistency_rounds"] = rnd
     own = F.element_at(F.array(*[F.col(col) for col in cols]), F.col("chain") + 1)
     on_cycle = (fd.join(ancestors, "msg").where(own > F.col("deliver_seq"))
                 .select("msg", F.array(*[F.col(col) for col in cols]).alias("anc"), "process",
-                        c._group(F.col("process")).alias("grp")).distinct())
+                        c.group(F.col("process")).alias("grp")).distinct())
     # Equal ancestor sets <=> same strongly connected component (for nodes on cycles).
     sccs = on_cycle.groupBy("grp", "anc").agg(
         F.count_distinct("msg").alias("size"), F.min("process").alias("process"),
         F.min("msg").alias("min_msg"), F.first(F.xxhash64("anc")).alias("h"))
-    v = c._persist(sccs)
+    v = c.persist(sccs)
     n = v.count()
     examples = []
     for r in v.orderBy("size", "min_msg").limit(c.max_examples).collect():

@@ -69,7 +69,7 @@ def fifo(c):
                                   "send_seq", "is_destroy")
     d = d.withColumn("prev", F.max(F.struct("send_seq", "msg", "deliver_seq", "is_destroy"))
                      .over(before))
-    v = c._persist(d.where(F.col("prev.send_seq") > F.col("send_seq")))
+    v = c.persist(d.where(F.col("prev.send_seq") > F.col("send_seq")))
     n = v.count()
     examples = []
     if n:
@@ -90,7 +90,7 @@ def node_rules(c):
         "process", "deliver_seq", "msg", "sender_process", "send_seq", "node", "is_destroy")
     d = d.withColumn("destroyed", F.min(F.when(F.col("is_destroy"), F.struct(
         "deliver_seq", "msg", "sender_process", "send_seq"))).over(before))
-    v = c._persist(d.where(~F.col("is_destroy") & F.col("destroyed").isNotNull()))
+    v = c.persist(d.where(~F.col("is_destroy") & F.col("destroyed").isNotNull()))
     n = v.count()
     examples = []
     if n:

@@ -153,7 +153,7 @@ def run(checker):
     internal = base.where(F.col("kind_code") == K.INTERNAL).select(
         "process", "seq", "kind_code", "wall", "row_problem")
     u = _by_message(base).unionByName(internal, allowMissingColumns=True)
-    cached = c._persist(_by_process(u))
+    cached = c.persist(_by_process(u))
     code = F.col("kind_code")
     c.rows = rows = cached.withColumn("kind", K.kind_name(code))
     one = F.lit(1)
@@ -189,7 +189,7 @@ def run(checker):
     tr.has_stamps = bool(st["messages"]) and int(st["unstamped"]) == 0
     tr.has_destroy = int(st["destroys"]) > 0
     c.stamps_packed = c.stamps_packed and tr.has_stamps
-    c._set_procs(tr.processes)
+    c.set_procs(tr.processes)
     c.deliveries = rows.where(code == K.DELIVER).select(
         "msg", "process", F.col("seq").alias("deliver_seq"), "sender_process", "send_seq",
         "is_destroy", "node", "first_delivery", "stamp")

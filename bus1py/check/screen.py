@@ -117,7 +117,7 @@ def screen(checker):
     # deliveries are in different files), so a pre-shuffle partial aggregation would only
     # add a pass: about 10 s instead of 12-16 at 10M events here. (A session-wide setting,
     # so it is set for the whole screen rather than for S1's thread alone.)
-    with checker._conf(execution__bypassPartialAggregation="true"):
+    with checker.conf(execution__bypassPartialAggregation="true"):
         found = checker.side_by_side({"screen_pairs": (pair_problems, ev, T),
                                       "screen_processes": (_by_process, checker, ev, T)})
     n = found["screen_pairs"]
@@ -129,13 +129,13 @@ def screen(checker):
         return False, why
     checker.trace.processes = procs
     checker.trace.has_stamps = True
-    checker._set_procs(procs)
+    checker.set_procs(procs)
     return True, "passed"
 
 
 def _by_process(checker, ev, stamp):
     """S2, then S3 on the rows S2 kept: (ok, reason, process list)."""
-    kept = checker._persist(process_pass(ev, stamp, row_problem_code()))
+    kept = checker.persist(process_pass(ev, stamp, row_problem_code()))
     one = F.lit(1)
     kc = F.col("kind_code")
     st = kept.agg(
@@ -159,7 +159,7 @@ def _by_process(checker, ev, stamp):
             "process", "seq", K.kind_name(kc).alias("kind"), "msg", "seen", "sends_before")
         sends = kept.where(F.col("first_after_signal")).select("process", "sends_before",
                                                                "stamp")
-        if not checker._timed("screen_signals", scalar_signal_witness, checker, sig, sends):
+        if not checker.timed("screen_signals", scalar_signal_witness, checker, sig, sends):
             checker.tier1_failed = True
             return False, "tier 1 of the signal witness does not prove causal", None
     return True, "passed", list(st["processes"])

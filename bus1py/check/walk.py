@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import time
 
-from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
 from . import vclock
@@ -78,8 +77,7 @@ def exact(c, want):
     rows = c.rows.select(*COLUMNS)
     fn = kernel_task([int(p) for p in c.procs], c.span, c.max_examples, sorted(want),
                      list(c.trace.files) if vname else None, vname)
-    out = rows.coalesce(1).mapInArrow(fn, OUT_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
-    c._persisted.append(out)
+    out = c.persist(rows.coalesce(1).mapInArrow(fn, OUT_SCHEMA))
     info = json.loads(out.where(F.col("rec") == "summary").collect()[0]["info"])
     c.timings.update({f"kernel_{k}": v for k, v in info["seconds"].items()})
     found = {}

@@ -38,7 +38,7 @@ def witness(c):
     local = c.rows.where(F.col("kind") != N.INTERNAL)
     if not c.tier1_failed:   # the screen may have tried tier 1 already
         k = F.col("kind")
-        ok = c._timed(
+        ok = c.timed(
             "witness_tier1", scalar_signal_witness, c,
             local.where(k.isin(N.SIGNAL_SEND, N.SIGNAL_RECV))
             .select("process", "seq", "kind", "msg", "seen", "sends_before"),
@@ -59,7 +59,7 @@ def scalar_signal_witness(c, sig, sends):
     sig: the signal rows (process, seq, kind, msg, seen, sends_before); sends: (process,
     sends_before, stamp) of at least every send that is the first after a signal_recv."""
     k = F.col("kind")
-    sig = c._persist(sig)
+    sig = c.persist(sig)
     sent = sig.where(k == N.SIGNAL_SEND).select("msg", F.col("seen").alias("V_sent"))
     upto = (Window.partitionBy("process").orderBy("seq")
             .rowsBetween(Window.unboundedPreceding, 0))
@@ -68,7 +68,7 @@ def scalar_signal_witness(c, sig, sends):
         rec = sig.join(sent.withColumnRenamed("V_sent", "brought"), "msg", "left").withColumn(
             "brought", F.when(k == N.SIGNAL_RECV, F.col("brought")))
         rec = rec.withColumn("V", F.greatest("seen", F.max("brought").over(upto)))
-        rec = c._checkpoint(rec)
+        rec = c.checkpoint(rec)
         sent_now = rec.where(k == N.SIGNAL_SEND).select("msg", F.col("V").alias("V_sent"))
         changed = (sent_now.join(sent.withColumnRenamed("V_sent", "old"), "msg")
                    .where(~F.col("V_sent").eqNullSafe(F.col("old"))).limit(1).count())
@@ -88,7 +88,7 @@ def scalar_signal_witness(c, sig, sends):
 def _dest_of(c, index, process):
     """Process id of destination index `index`, for an entry held at `process`."""
     if c.span:
-        return (c._group(process) * F.lit(c.span) + index).cast("int")
+        return (c.group(process) * F.lit(c.span) + index).cast("int")
     return F.element_at(F.array(*[F.lit(p) for p in c.procs]), index + 1).cast("int")
 
 
@@ -135,7 +135,7 @@ def _seeds(c, pairs, wall_ok):
              .select(F.col("y_process").alias("p"), F.col("y_seq").alias("s"), "d",
                      bound.alias("excess"))
              .where(F.col("excess").isNotNull() & (ys.isNull() | (F.col("excess") > ys))))
-    return c._checkpoint(seeds.groupBy("p", "s", "d").agg(F.max("excess").alias("excess")))
+    return c.checkpoint(seeds.groupBy("p", "s", "d").agg(F.max("excess").alias("excess")))
 
 
 def fingerprint(entries) -> tuple:
@@ -160,7 +160,7 @@ def signal_witness(c, local, wall_ok):
     received = local.where(k == N.SIGNAL_RECV).select(
         "msg", F.col("process").alias("y_process"), F.col("seq").alias("y_seq"),
         F.col("seen").alias("y_seen"), F.col("wall").alias("y_wall"))
-    pairs = c._persist(sent.join(received, "msg"))
+    pairs = c.persist(sent.join(received, "msg"))
     seeds = _seeds(c, pairs, wall_ok)
     if seeds is None:
         c.rounds["witness_signal_rounds"] = 0
@@ -189,7 +189,7 @@ def signal_witness(c, local, wall_ok):
               .select("p", "s", "kind", "msg", "stamp", "dests", "threshold",
                       *[none("long").alias(col) for col in cols]))
         wide = (A.groupBy("p", "s")
-                .agg(*[F.max(F.when(c._pidx(F.col("d")) == i, F.col("excess"))).alias(col)
+                .agg(*[F.max(F.when(c.pidx(F.col("d")) == i, F.col("excess"))).alias(col)
                        for i, col in enumerate(cols)])
                 .select("p", "s", none("string").alias("kind"), none("long").alias("msg"),
                         none("long").alias("stamp"), none("array<int>").alias("dests"),
@@ -201,7 +201,7 @@ def signal_witness(c, local, wall_ok):
             "p", "s", "kind", "msg", "stamp", "dests",
             F.array(*[F.when(thr.isNull() | (F.col(col) > thr), F.col(col))
                       for col in cols]).alias("X"))
-        x = c._checkpoint(x)
+        x = c.checkpoint(x)
         ent = x.select("p", "kind", "msg", "stamp", F.posexplode("X").alias("i", "excess")).where(
             F.col("excess").isNotNull()
             & ((k == N.SIGNAL_SEND) | (F.col("excess") > F.col("stamp"))))
@@ -213,7 +213,7 @@ def signal_witness(c, local, wall_ok):
                       .where(F.col("y_seen").isNull() | (F.col("excess") > F.col("y_seen")))
                       .select(F.col("y_process").alias("p"), F.col("y_seq").alias("s"), "d",
                               "excess"))
-        new = c._checkpoint(seeds.unionByName(via_message).unionByName(via_signal)
+        new = c.checkpoint(seeds.unionByName(via_message).unionByName(via_signal)
                             .groupBy("p", "s", "d").agg(F.max("excess").alias("excess")))
         now = fingerprint(new)
         A = new
@@ -226,8 +226,8 @@ def signal_witness(c, local, wall_ok):
     c.rounds["witness_signal_rounds"] = rnd
     # W3 on the settled sweep: a send to d must be stamped above what is known for d.
     bad = x.where(k.isin(N.SEND, N.DESTROY)).where(F.exists(
-        "dests", lambda d: F.when(c._pidx(d) >= 0,
-                                  F.element_at("X", c._pidx(d) + 1) >= F.col("stamp"))
+        "dests", lambda d: F.when(c.pidx(d) >= 0,
+                                  F.element_at("X", c.pidx(d) + 1) >= F.col("stamp"))
         .otherwise(F.lit(False)))).limit(1).count()
     if bad:
         return False, "partial: a send's stamp is not above what a side channel told " \
