@@ -25,12 +25,12 @@ import pyarrow.parquet as pq
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from bus1py import schema as S  # noqa: E402
 from bus1py.check import kinds as K  # noqa: E402
-from bus1py.check import walk_kernel as W  # noqa: E402
+from bus1py.check.arrays import walk as W  # noqa: E402
 from bus1py.check.load import parquet_files  # noqa: E402
 
 
 def _kernel_table(t):
-    """The columns walk_kernel.Layout reads, from the raw rows (origins found by id)."""
+    """The columns arrays.walk.Layout reads, from the raw rows (origins found by id)."""
     n = t.num_rows
     code = np.full(n, K.INTERNAL, dtype=np.int8)
     for c, name in K.NAMES.items():

@@ -35,13 +35,12 @@ from pyspark import StorageLevel
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
-from . import direct, main_pass, one_task, walk
+from . import direct, engine, main_pass, one_task, walk
+from .arrays import walk as arrays_walk
 from .causal import causal_exact
 from .consistent import consistent_exact
-from .driver import DRIVER_MAX_CELLS, SKELETON_COLUMNS, Skeleton, causal_and_consistent
 from .screen import screen
 from .summary import PROPERTIES, all_hold, build
-from .whole import NO_STAMPS, SCREEN_MIN_ROWS
 from .witness import MAX_ROUNDS_FACTOR, witness
 
 
@@ -50,17 +49,14 @@ class Checker:
     """One check of one trace. `phase` callbacks feed the CLI's progress display."""
 
     def __init__(self, spark, trace, exact=False, max_examples=3, on_phase=None,
-                 keep_details=False, group_span=None, screen_min_rows=SCREEN_MIN_ROWS,
-                 driver_max_cells=DRIVER_MAX_CELLS,
-                 one_task_max_rows=one_task.ONE_TASK_MAX_ROWS):
+                 keep_details=False, group_span=None,
+                 screen_min_rows=engine.SCREEN_MIN_ROWS,
+                 driver_max_cells=engine.DRIVER_MAX_CELLS,
+                 one_task_max_rows=engine.ONE_TASK_MAX_ROWS):
         self.spark = spark
-        # Plans sized to the input: the screen pays off only where a main pass is dear, and
-        # a trace of at most driver_max_cells (rows x processes) is decided exactly on the
-        # driver after the main pass (driver.py) instead of by rounds of Spark jobs.
+        # The limits of engine.py (tests lower them to reach every path with small traces)
         self.screen_min_rows = screen_min_rows
         self.driver_max_cells = driver_max_cells
-        # a trace whose stamps cannot witness anything and whose rows fit one task is
-        # checked whole there (one_task.py): no main pass, no shuffle
         self.one_task_max_rows = one_task_max_rows
         self.trace = trace
         self.force_exact = exact
@@ -78,7 +74,6 @@ class Checker:
         self.span = group_span
         self.tier1_failed = False
         self.rows = None           # the main pass's table (main_pass.py), built when needed
-        self.skeleton = None       # the events on the driver (driver.py), when they fit
         self.screen = "not run"
         self.set_procs(trace.processes)
 
@@ -161,14 +156,10 @@ class Checker:
         t0 = time.perf_counter()
         if self.trace.rows == 0:  # an empty trace: every property holds vacuously
             return self._summary(t0, all_hold(()), "empty trace")
-        whole = one_task.applies(self)
-        if self.force_exact:
-            self.screen = "skipped (--exact)"
-        elif self.trace.rows < self.screen_min_rows:
-            self.screen = f"skipped: {self.trace.rows} rows, the main pass alone is cheaper"
-        elif whole:
-            self.screen = NO_STAMPS      # what screen() answers without packable stamps
-        else:
+        whole = engine.whole_trace(self.trace, self.force_exact, self.one_task_max_rows)
+        self.screen = engine.screen_skipped(self.trace, self.force_exact, whole,
+                                            self.screen_min_rows)
+        if self.screen is None:
             self.phase("screen: by message and destination, by process")
             passed, self.screen = self.timed("screen", screen, self)
             if passed:
@@ -196,19 +187,12 @@ class Checker:
                 props[name]["method"] = self.fifo_method
             if self.keep_details:
                 self.details[name] = v
-        if self.trace.rows * max(1, len(self.procs)) <= self.driver_max_cells:
+        if engine.walk_on_driver(self.trace.rows, len(self.procs), self.driver_max_cells):
             self.phase("checking causal and consistent (exact, on the driver)")
-            found = self.timed("driver", self._on_driver)
-            if found is not None:
-                for name, (v, n, ex) in found.items():
-                    props[name] = {"ok": n == 0, "violations": int(n), "examples": ex,
-                                   "method": "exact"}
-                    if self.keep_details:
-                        self.details[name] = self.spark.createDataFrame(
-                            [(int(p),) for p in v], "process int")
-                return self._summary(t0, props, "not needed: decided exactly on the driver")
+            if self.timed("driver", self._on_driver, props):
+                return self._summary(t0, props, engine.WALKED)
         if self.force_exact:
-            cons_ok, caus_ok, wmsg = False, False, "skipped (--exact)"
+            cons_ok, caus_ok, wmsg = False, False, engine.SKIPPED
         else:
             self.phase("checking the stamp witness")
             cons_ok, caus_ok, wmsg = self.timed("witness", witness, self)
@@ -258,17 +242,21 @@ class Checker:
             if self.keep_details:
                 self.details[name] = v
 
-    def _on_driver(self):
-        """{causal, consistent: (violating processes, count, examples)} from the driver's
-        walk, or None when the history has a causality cycle (the Spark formulations then
-        decide: they define happened-before as reachability, cycles included)."""
-        table = self.rows.select(*SKELETON_COLUMNS).toArrow()
-        self.skeleton = sk = Skeleton.from_arrow(table)
-        clock = sk.vector_clocks()
-        if clock is None:
-            return None
-        causal, consistent = causal_and_consistent(self, sk, clock)
-        return {"causal": causal, "consistent": consistent}
+    def _on_driver(self, props):
+        """causal and consistent into props by the exact walk on the main pass's table,
+        collected once through Arrow; False (nothing added) when the history has a
+        causality cycle (the Spark formulations then decide: they define happened-before
+        as reachability, cycles included)."""
+        table = self.rows.select(*arrays_walk.COLUMNS).toArrow()
+        lay = arrays_walk.Layout(table, [int(p) for p in self.procs], self.span)
+        details = {}
+        if not arrays_walk.entries(lay, self.max_examples, props, details)[0]:
+            return False
+        if self.keep_details:
+            for name, procs in details.items():
+                self.details[name] = self.spark.createDataFrame(
+                    [(int(p),) for p in procs], "process int")
+        return True
 
     def timed(self, name, fn, *args):
         """fn(*args), its wall time recorded under timings[name] (also from a thread)."""

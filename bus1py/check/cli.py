@@ -2,10 +2,9 @@
 # all), 1 when one is violated, 2 when the trace cannot be read or is malformed, the
 # arguments are wrong, or Spark cannot start; it prints one line per property (to stderr
 # with --json -, so that stdout is the JSON alone) and nothing from Spark (log4j is set to
-# ERROR by spark.py). Every option and output path is checked before any work starts. A
-# trace that fits on the driver (local.fits, local_check.check_local) is checked there and
-# no JVM is started, unless --spark, --master or --shiviz asks for Spark; both engines give
-# the same summary. The progress display is a daemon thread that only *reads* the
+# ERROR by spark.py). Every option and output path is checked before any work starts.
+# engine.py decides where a trace is checked: on the driver (arrays.whole.check_local, no
+# JVM), or with Spark (checker.py); both engines give the same summary. The progress display is a daemon thread that only *reads* the
 # SparkContext status tracker; it never affects the result: a bar on a terminal, else
 # timestamped phase lines (term.PhaseLines).
 from __future__ import annotations
@@ -199,8 +198,9 @@ def run(args) -> int:
     except TraceError as e:
         return _refuse(f"malformed trace: {e}")
     mode = _progress_mode(args)
-    if not (args.spark or args.master or args.shiviz) and _fits_on_driver(trace, args.exact):
-        from .local_check import check_local
+    from .engine import on_driver
+    if on_driver(trace, args.exact, spark_asked=bool(args.spark or args.master or args.shiviz)):
+        from .arrays.whole import check_local
         if mode and trace.rows >= LONG_ROWS:
             _announce(trace, "on the driver", jvm=False)
         try:
@@ -229,11 +229,6 @@ def _announce(trace, engine, jvm):
     expect = f"; expect {fast:,.0f}-{slow:,.0f} s" if trace.rows >= LONG_ROWS else ""
     print(f"bus1py check: {trace.rows:,} rows in {len(trace.files)} files, {engine}{expect}",
           file=sys.stderr)
-
-
-def _fits_on_driver(trace, exact) -> bool:
-    from . import local
-    return local.fits(trace, exact)
 
 
 def _start_spark(args, trace):

@@ -99,12 +99,12 @@ def spark_schema():
     return from_arrow_schema(schema())
 
 
-def _fmt_row(r, cols=("process", "seq", "kind", "msg")) -> str:
+def fmt_row(r, cols=("process", "seq", "kind", "msg")) -> str:
     d = r if isinstance(r, dict) else r.asDict()
     return ", ".join(f"{c}={d[c]!r}" for c in cols if c in d)
 
 
-def _file_of(df, fname, process, seq) -> str:
+def file_of(df, fname, process, seq) -> str:
     from pyspark.sql import functions as F
     got = (df.where((F.col("process") == process) & (F.col("seq") == seq))
            .select(fname.alias("file")).limit(1).collect())
@@ -275,4 +275,4 @@ def raise_row_problem(df):
                    problem.alias("problem"))
     r = df.agg(F.min(F.when(problem.isNotNull(), row)).alias("bad")).collect()[0]["bad"]
     if r is not None:
-        raise TraceError(f"{r['file']}: row {_fmt_row(r)}: {r['problem']}")
+        raise TraceError(f"{r['file']}: row {fmt_row(r)}: {r['problem']}")

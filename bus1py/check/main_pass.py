@@ -28,7 +28,7 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from . import kinds as K
-from .load import (TraceError, _file_of, _fmt_row, raise_row_problem, row_problem_code,
+from .load import (TraceError, file_of, fmt_row, raise_row_problem, row_problem_code,
                    stamp_layout)
 
 
@@ -205,7 +205,7 @@ def _raise_numbering_and_ids(c):
     fname = F.col("_metadata.file_name")
     if st["seq_problem"] is not None:
         b = st["seq_problem"]
-        f = _file_of(df, fname, b["process"], b["seq"])
+        f = file_of(df, fname, b["process"], b["seq"])
         if b["seq_problem"] < 0:
             what = f"first seq is {b['seq']}, expected 0"
         elif b["seq"] == b["seq_problem"]:
@@ -219,16 +219,16 @@ def _raise_numbering_and_ids(c):
         space = "signal" if b["is_signal"] else "message"
         origin = code == K.SIGNAL_SEND if b["is_signal"] else code <= K.DESTROY
         n = c.rows.where((F.col("msg") == b["msg"]) & origin).count()
-        raise TraceError(f"{_file_of(df, fname, b['process'], b['seq'])}: column 'msg': "
+        raise TraceError(f"{file_of(df, fname, b['process'], b['seq'])}: column 'msg': "
                          f"{space} id {b['msg']} is sent by {n} rows "
                          f"(ids must be unique in the trace)")
     if st["dangling"] is not None:
         b = st["dangling"]
         r = {"process": b["process"], "seq": b["seq"],
              "kind": K.NAMES.get(b["kind_code"], "?"), "msg": b["msg"]}
-        f = _file_of(df, fname, r["process"], r["seq"])
+        f = file_of(df, fname, r["process"], r["seq"])
         is_message = not b["is_signal"]
         what = "delivers unknown message" if is_message else "receives unknown signal"
         src = "no send or destroy row" if is_message else "no signal_send row"
-        raise TraceError(f"{f}: column 'msg': row {_fmt_row(r)} {what} {b['msg']} "
+        raise TraceError(f"{f}: column 'msg': row {fmt_row(r)} {what} {b['msg']} "
                          f"({src} has that id)")

@@ -1,5 +1,5 @@
 # Invariants: on the Spark path, a trace whose exact path is certain and whose rows fit one
-# task (whole.eligible) is checked whole in one task by whole.check, so its summary is the
+# task (engine.whole_trace) is checked whole in one task by arrays.whole.check, so its
 # one the main pass and the phases after it would give (all but `seconds` and `timings`).
 # With a local master the task's function runs in the driver's process (local executors
 # share its machine), with a cluster as a Spark job of one task (mapInArrow over one row)
@@ -13,16 +13,11 @@ from __future__ import annotations
 import json
 import time
 
-from . import vclock
+from . import engine, vclock
+from .arrays.whole import check
 from .load import TraceError
-from .whole import ONE_TASK_MAX_ROWS, check, eligible, witness_message  # noqa: F401
 
 OUT_SCHEMA = "rec string, process int, info string"
-
-
-def applies(c) -> bool:
-    """Does Checker c's trace go to the exact path whatever its rows say, and fit one task?"""
-    return eligible(c.trace, c.force_exact, c.one_task_max_rows)
 
 
 def run(c):
@@ -33,7 +28,7 @@ def run(c):
     plain = Trace(path=c.trace.path, df=None, files=list(c.trace.files), rows=c.trace.rows,
                   stamp_ranges=c.trace.stamp_ranges)
     fn = task(plain, c.span, c.max_examples, c.driver_max_cells, c.keep_details,
-              witness_message(c.trace, c.force_exact), vclock.status(plain.files, c.span))
+              engine.witness_skipped(c.trace, c.force_exact), vclock.status(plain.files, c.span))
     if c.spark.sparkContext.master.startswith("local"):
         # the executor would be a Python worker forked on this machine: the same code
         # runs here, without the worker's start and imports (seconds on a loaded machine)
@@ -54,7 +49,7 @@ def run(c):
     return info["properties"], info["witness"], info["processes"], details
 
 
-def task(trace, span, max_examples, driver_max_cells, keep_details, witness_message, vclock):
+def task(trace, span, max_examples, driver_max_cells, keep_details, witness, vclock):
     """The function mapInArrow runs on the one task (its one input row is ignored)."""
     def run(batches):
         t0 = time.perf_counter()
@@ -63,7 +58,7 @@ def task(trace, span, max_examples, driver_max_cells, keep_details, witness_mess
             pass
         try:
             info, details = check(trace, span, max_examples, driver_max_cells,
-                                  witness_message, vclock)
+                                  witness, vclock)
         except TraceError as e:
             yield pa.RecordBatch.from_pydict({"rec": ["error"], "process": pa.nulls(1, pa.int32()),
                                               "info": [str(e)]})

@@ -30,7 +30,7 @@ from .. import schema as N
 from . import kinds as K
 from .load import row_problem_code
 from .main_pass import pack_stamp
-from .whole import NO_STAMPS
+from .engine import NO_STAMPS
 from .witness import scalar_signal_witness
 
 # Keys of the pair shuffle are longs: a (message, process) pair uses the process id (an

@@ -1,5 +1,5 @@
 # Invariants: a producer's vector-clock column is read here and nowhere else, and only as a
-# claim: walk_kernel.verify decides whether it is the trace's true clocks. Two encodings are
+# claim: arrays.walk.verify decides whether it is the trace's true clocks. Two encodings are
 # accepted (bus1py/schema.py): `vclock_bin` (one binary value of 4 x P bytes per event, the
 # entries little-endian u32; also fixed_size_binary) and `vclock` (list<int32> of P
 # entries); when a trace has both, the flat one is read (Parquet decodes it as one byte

@@ -1,6 +1,6 @@
 # Invariants: the exact path of `causal` and `consistent` as one Spark job: the main pass's
 # persisted table (validated) is read by one task (coalesce(1), no shuffle) through Arrow
-# (mapInArrow), and walk_kernel.py decides both properties on it with compiled kernels --
+# (mapInArrow), and arrays/walk.py decides both properties on it with compiled kernels --
 # one topological walk for the vector clocks, one linear scan for causal, Tarjan for the
 # components. The job's output stays in Spark: one row per violation (the details) and one
 # summary row (counts and examples, as JSON), so the driver collects one row. A producer's
@@ -16,7 +16,7 @@ import time
 from pyspark.sql import functions as F
 
 from . import vclock
-from .walk_kernel import COLUMNS, available  # noqa: F401
+from .arrays.walk import COLUMNS, available  # noqa: F401
 
 OUT_SCHEMA = "rec string, process int, info string"
 
@@ -32,7 +32,7 @@ def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name):
         import pyarrow as pa
 
         from . import vclock as V
-        from . import walk_kernel as W
+        from .arrays import walk as W
         t0 = time.perf_counter()
         batches = list(batches)
         if not batches:

@@ -11,7 +11,7 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from .. import schema as N
-from .whole import ABSENT, TOO_WIDE
+from .engine import ABSENT, TOO_WIDE
 
 MAX_ROUNDS_FACTOR = 4      # rounds cap = 4*P + 16; convergence comes far earlier (docs)
 

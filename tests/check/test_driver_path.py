@@ -1,4 +1,4 @@
-# Invariants: the driver-only path (local.py, local_check.py) agrees with the brute-force
+# Invariants: the driver-only path (arrays/) agrees with the brute-force
 # reference on every trace Hypothesis draws (correct ones and every planted fault kind),
 # trace by trace; its JSON summary and HTML report are those of the Spark path, whole
 # (every example, every path, the overview), on planted-violation and clean batches; it
@@ -12,10 +12,9 @@ import sys
 import pytest
 from hypothesis import strategies as st
 
-from bus1py.check.checker import SCREEN_MIN_ROWS
+from bus1py.check.engine import LOCAL_MAX_ROWS, SCREEN_MIN_ROWS
 from bus1py.check.load import read_footers
-from bus1py.check.local import LOCAL_MAX_ROWS
-from bus1py.check.local_check import check_local
+from bus1py.check.arrays.whole import check_local
 from bus1py.check.reference import reference_check
 from bus1py.check.simulate import MUTATIONS, mutate, offset_rows, simulate
 from bus1py.check.summary import judge

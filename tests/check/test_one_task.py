@@ -13,11 +13,11 @@ import pytest
 from pyspark.sql import functions as F
 
 from bus1py import schema as S
-from bus1py.check import one_task
+from bus1py.check.engine import ONE_TASK_MAX_ROWS
 from bus1py.check import vclock as V
 from bus1py.check.checker import PROPERTIES, check_trace
 from bus1py.check.load import TraceError, load_trace, read_footers
-from bus1py.check.local_check import check_local
+from bus1py.check.arrays.whole import check_local
 from bus1py.check.reference import reference_check
 from bus1py.check.simulate import MUTATIONS, offset_rows
 from drawn import gather
@@ -30,7 +30,7 @@ SPAN = 1000
 def _both(spark, path, **kw):
     """(summary, per-trace counts) from the one task and from the main pass."""
     out = []
-    for max_rows in (one_task.ONE_TASK_MAX_ROWS, 0):
+    for max_rows in (ONE_TASK_MAX_ROWS, 0):
         summary, c = check_trace(spark, load_trace(spark, path), keep_details=True,
                                  one_task_max_rows=max_rows, **kw)
         assert ("one_task" in c.timings) == bool(max_rows), c.timings
@@ -60,7 +60,7 @@ def test_one_task_gives_the_main_pass_summary(spark, tmp_path):
     got = gather(8, traces) + [(2000 + i, 4, 60, m) for i, m in enumerate(MUTATIONS)]
     batch = [rows for rows in (_unstamped(_make(*c)) for c in got) if _acyclic(rows)]
     _write(batch, str(tmp_path / "u"))
-    # the kernels decide (driver_max_cells=0), and driver.py's walk does (the default)
+    # the walk with the trace's clock column (driver_max_cells=0), and without (the default)
     for cells in (0, None):
         kw = {} if cells is None else {"driver_max_cells": cells}
         summary, per = _both(spark, str(tmp_path / "u"), group_span=SPAN,
@@ -80,7 +80,7 @@ def test_one_task_gives_the_main_pass_summary(spark, tmp_path):
 @pytest.mark.timeout(300)
 def test_the_driver_path_gives_the_one_task_summary(spark, tmp_path):
     # a trace without stamps is checked by the same code on the driver alone, kernels and
-    # all, when it has more rows x processes than driver.py's walk takes
+    # all, when it has more rows x processes than the walk on the driver takes
     got = gather(6, traces) + [(3000 + i, 4, 50, m) for i, m in enumerate(MUTATIONS)]
     _write([rows for rows in (_unstamped(_make(*c)) for c in got) if _acyclic(rows)],
            str(tmp_path / "u"))
@@ -135,7 +135,7 @@ def test_a_malformed_trace_is_named_alike(spark, tmp_path):
     rows[5] = dict(rows[5], seq=rows[5]["seq"] + 100)      # a gap in its process's seq
     S.write_rows(rows, str(tmp_path / "gap"), files=2)
     words = []
-    for max_rows in (one_task.ONE_TASK_MAX_ROWS, 0):
+    for max_rows in (ONE_TASK_MAX_ROWS, 0):
         with pytest.raises(TraceError) as e:
             check_trace(spark, load_trace(spark, str(tmp_path / "gap")),
                         one_task_max_rows=max_rows, driver_max_cells=0)

@@ -16,7 +16,7 @@ import os
 import pytest
 
 from bus1py.check.load import read_footers
-from bus1py.check.local_check import check_local
+from bus1py.check.arrays.whole import check_local
 from bus1py.stress.analyze import wellformed
 from bus1py.stress.runner import StressConfig, run_stress
 

@@ -1,75 +1,18 @@
-# Invariants: a whole check on the driver, for a trace that fits there (local.fits, then
-# Events.fits): the summary is the one Spark's path gives for the same trace (summary.py;
-# only `seconds` and `timings` differ), because for such a trace Spark's path too skips the
-# screen and decides causal and consistent by driver.py's walk; what it computes in Spark
-# -- exactly_once, fifo and node_rules, with the same definitions (direct.py) and the same
-# examples in the same order -- is computed here with numpy over Events' arrays. A history
-# with a causality cycle is the one thing left to Spark (check_local returns None).
-from __future__ import annotations
+"""exactly_once, fifo and node_rules by the array engine: each decided here once, with
+numpy over events.py's arrays.
 
-import time
-from types import SimpleNamespace
+Invariants: the definitions are the Spark engine's (direct.py) and the reference's, and
+so are the examples, in the same order; so a trace's summary does not depend on the
+engine that checked it (all but `seconds` and `timings`). fifo is skipped, as on Spark,
+when the stamps witness it (W1 and W2 of the main pass). Nothing here imports pyspark.
+"""
+from __future__ import annotations
 
 import numpy as np
 
-from . import kinds as K
-from . import vclock, whole
-from .driver import DRIVER_MAX_CELLS
-from .driver import Skeleton, causal_and_consistent
-from .examples import DUPLICATED, LOST, NOT_A_DESTINATION, event, inversion, origin_kind
-from .local import Events, distinct_sorted, member
-from .summary import PROPERTIES, all_hold, build
-
-WITNESS = "not needed: decided exactly on the driver"
-
-
-def check_local(trace, exact=False, max_examples=3, keep_details=False, overview=False,
-                driver_max_cells=DRIVER_MAX_CELLS):
-    """(summary, details) of a trace from load.read_footers, or None when Spark must
-    decide (more than DRIVER_MAX_CELLS rows x processes, unless whole.eligible: the
-    kernels decide then; or a causality cycle). details:
-    property -> the process of each violation (keep_details; tests count them). overview:
-    the summary gets the report's "overview" (overview.py). driver_max_cells: as
-    Checker's (tests lower it to send small traces to the kernels)."""
-    t0 = time.perf_counter()
-    timings = {}
-
-    def timed(name, fn, *args):
-        t = time.perf_counter()
-        try:
-            return fn(*args)
-        finally:
-            timings[name] = time.perf_counter() - t
-
-    if trace.rows == 0:
-        summary = build(trace.path, 0, 0, "not run", "empty trace", all_hold(), {},
-                        time.perf_counter() - t0, timings)
-        if overview:
-            summary["overview"] = _overview(trace, None)
-        return summary, (dict.fromkeys(PROPERTIES) if keep_details else {})
-    ev = timed("main_pass", Events, trace)
-    screen = whole.screen_message(trace, exact)
-    if whole.eligible(trace, exact):
-        # the exact path is certain: the Spark path would check it whole in one task
-        info, details = whole.check(trace, None, max_examples, driver_max_cells,
-                                    whole.witness_message(trace, exact),
-                                    vclock.status(trace.files), ev=ev)
-        if info["cycle"]:
-            return None
-        timings.update(info["seconds"])
-        props, wmsg = info["properties"], info["witness"]
-    else:
-        if not ev.fits(driver_max_cells):
-            return None
-        props, details = direct_properties(ev, max_examples, timed)
-        if not timed("driver", driver_walk, ev, max_examples, props, details):
-            return None
-        wmsg = WITNESS
-    summary = build(trace.path, trace.rows, len(ev.procs), screen, wmsg, props, {},
-                    time.perf_counter() - t0, timings)
-    if overview:
-        summary["overview"] = _overview(trace, ev)
-    return summary, ({k: details.get(k) for k in PROPERTIES} if keep_details else {})
+from .. import kinds as K
+from ..examples import DUPLICATED, LOST, NOT_A_DESTINATION, event, inversion, origin_kind
+from .events import distinct_sorted, member
 
 
 def direct_properties(ev, max_examples, timed):
@@ -84,25 +27,6 @@ def direct_properties(ev, max_examples, timed):
             props[name]["method"] = method
         details[name] = v
     return props, details
-
-
-def driver_walk(ev, max_examples, props, details):
-    """causal and consistent by driver.py's walk into props and details; False (nothing
-    added) when the history has a causality cycle."""
-    sk = Skeleton(ev.skeleton_columns())
-    clock = sk.vector_clocks()
-    if clock is None:
-        return False
-    found = causal_and_consistent(SimpleNamespace(max_examples=max_examples), sk, clock)
-    for name, (v, n, ex) in zip(("causal", "consistent"), found):
-        props[name] = {"ok": n == 0, "violations": int(n), "examples": ex, "method": "exact"}
-        details[name] = [int(p) for p in v]
-    return True
-
-
-def _overview(trace, ev):
-    from .overview import empty_overview, overview_local
-    return overview_local(ev) if ev is not None else empty_overview(trace.path)
 
 
 def _groups(*keys):

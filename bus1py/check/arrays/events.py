@@ -1,40 +1,26 @@
-# Invariants: the main pass on the driver, for a trace that fits there (fits()): the rows
-# are read once with pyarrow, validated by the same rules in the same order as Spark's main
-# pass (per-row rules, seq numbering, one origin per id, no dangling receive; the same
-# TraceError words), and turned into the same per-event columns (main_pass.py) as numpy
-# arrays, every row in (process, seq) order. Nothing here imports pyspark: a small check
-# never starts a JVM. Vectorised: no Python loop runs over all rows here (the walk in
-# driver.py does, once).
+"""The array engine's main pass: a trace's rows read once with pyarrow, validated, and
+laid out as numpy arrays, one entry per event in (process, seq) order.
+
+Invariants: the rules are Spark's main pass's (main_pass.py), checked in the same order
+with the same TraceError words (per-row rules, seq numbering, one origin per id, no
+dangling receive), and the columns are the same per-event columns. Vectorised: no Python
+loop runs over all rows. Nothing here imports pyspark: a small check never starts a JVM.
+"""
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import kinds as K
-from .driver import DRIVER_MAX_CELLS, SKELETON_COLUMNS
-from .load import ROW_RULES, TraceError, _fmt_row, read_arrow, stamp_layout
-from ..schema import STAMPS
-
-# Below SCREEN_MIN_ROWS (checker.py) the Spark path too skips the screen and decides
-# causal and consistent by driver.py's walk, so both engines compute the same things; the
-# driver then answers sooner than a JVM starts (docs/BENCHMARKS.md, "Small and medium
-# checks"). rows x processes bounds the walk's vector clocks, as on the Spark path.
-LOCAL_MAX_ROWS = 1_000_000
+from .. import kinds as K
+from ..load import ROW_RULES, TraceError, fmt_row, read_arrow, stamp_layout
+from ...schema import STAMPS
+from .walk import COLUMNS
 
 
 def _codes():
     """The kind names as an Arrow array whose index is the kind code."""
     return pa.array([K.NAMES[c] for c in range(K.INTERNAL + 1)])
-
-
-def fits(trace, exact=False) -> bool:
-    """Can this trace (footers read) be checked on the driver alone, as far as its row
-    count says? The process count is known only after reading: see Events.fits. A trace
-    whose exact path is certain fits up to whole.ONE_TASK_MAX_ROWS (whole.eligible): the
-    Spark path would check it whole in one task, in the driver's process."""
-    from .whole import eligible
-    return trace.rows < LOCAL_MAX_ROWS or eligible(trace, exact)
 
 
 class Events:
@@ -77,9 +63,6 @@ class Events:
         self._dests(t)
         self._firsts()
         self.stamp = self._stamps(t)
-
-    def fits(self, cells=DRIVER_MAX_CELLS) -> bool:
-        return self.n * max(1, len(self.procs)) <= cells
 
     def name_file(self, i) -> str:
         import os
@@ -147,7 +130,7 @@ class Events:
              "kind": K.NAMES[int(self.code[i])], "msg": m}
         what = "receives unknown signal" if signal else "delivers unknown message"
         src = "no signal_send row" if signal else "no send or destroy row"
-        raise TraceError(f"{self.name_file(i)}: column 'msg': row {_fmt_row(r)} {what} {m} "
+        raise TraceError(f"{self.name_file(i)}: column 'msg': row {fmt_row(r)} {what} {m} "
                          f"({src} has that id)")
 
     def _dests(self, t):
@@ -204,11 +187,11 @@ class Events:
         o = np.where(self.origin >= 0, self.origin, 0)
         return np.where(is_msg | (self.code == K.DELIVER), packed[o], 0)
 
-    def skeleton_columns(self):
-        """The columns driver.Skeleton reads, in (process, seq) order."""
+    def walk_table(self):
+        """The columns the exact walk reads (walk.COLUMNS), in (process, seq) order."""
         cols = (self.process, self.seq, self.code, self.msg,
                 self.first, self.sender, self.send_seq, self.is_destroy)
-        return dict(zip(SKELETON_COLUMNS, cols))
+        return pa.table(dict(zip(COLUMNS, cols)))
 
 
 def _starts(keys):
@@ -287,4 +270,4 @@ def _check_rows(t, trace):
         t.column("msg").take(bad).to_pylist(), problem[bad])]
     f, p, s, k, m, i = min(rows, key=lambda r: tuple((v is not None, v) for v in r[:5]))
     r = {"process": p, "seq": s, "kind": k, "msg": m}
-    raise TraceError(f"{f}: row {_fmt_row(r)}: {ROW_RULES[i].format(kind=k)}")
+    raise TraceError(f"{f}: row {fmt_row(r)}: {ROW_RULES[i].format(kind=k)}")

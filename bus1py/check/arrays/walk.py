@@ -1,21 +1,25 @@
-# Invariants: exact `causal` and `consistent` of one whole trace in one process, from the
-# main pass's validated rows (seq numbering 0,1,2,... per process, one origin per id, no
-# dangling receive), with the compiled kernels of bus1py.check._walk over arrays laid out by
-# position (a process's events in seq order, processes in ascending id order, so the
-# position of an event is start[slot] + seq and a receive reaches its origin without a
-# join). Vector clocks come from one topological walk, or from a producer's `vclock` column
-# once it has verified against the rows (never trusted: every event's clock must be exactly
-# the join of its predecessors' plus its own step). Definitions are the Spark
-# formulations' (causal.py, consistent.py) and the reference's. Nothing here imports
-# Spark: it runs inside mapInArrow on an executor (walk.py), on the rows of one task.
+"""The exact walk: `causal` and `consistent` of one whole trace in one process, the one
+place the array engine decides them (on the driver, in the Spark path's one task, in the
+kernel job after a main pass, and on the walk after it).
+
+Invariants: the input is validated rows (seq numbering 0,1,2,... per process, one origin
+per id, no dangling receive), laid out by position (a process's events in seq order,
+processes in ascending id order, so the position of an event is start[slot] + seq and a
+receive reaches its origin without a join) for the compiled kernels of
+bus1py.check._walk. Vector clocks come from one topological walk, or from a producer's
+`vclock` column once it has verified against the rows (never trusted: every event's clock
+must be exactly the join of its predecessors' plus its own step). Definitions are the
+Spark formulations' (causal.py, consistent.py) and the reference's. A causality cycle
+leaves the walk unfinished and `causal` undecided. Nothing here imports pyspark.
+"""
 from __future__ import annotations
 
 from collections import deque
 
 import numpy as np
 
-from . import kinds as K
-from .examples import MAX_ROWS, cycle_example, event, inversion, shortest_cycle, unwind_path
+from .. import kinds as K
+from ..examples import MAX_ROWS, cycle_example, event, inversion, shortest_cycle, unwind_path
 
 # Receives a causal example's path search may look at (about a second of Python per
 # million); a search that runs out leaves the example without a path.
@@ -91,7 +95,7 @@ class Layout:
 def available():
     """Is the compiled kernel module importable (it is whenever the package is installed)?"""
     try:
-        from . import _walk  # noqa: F401
+        from .. import _walk  # noqa: F401
     except ImportError:
         return False
     return True
@@ -104,7 +108,7 @@ def _ptr(ffi, a, ctype):
 def walk(lay, row=None):
     """(row, clocks, complete) by the walk: row[k] is the row of position k's clock in
     `clocks` (-1: not kept); by default only the origins' clocks are kept."""
-    from ._walk import ffi, lib
+    from .._walk import ffi, lib
     if row is None:
         origin = lay.kind <= K.SIGNAL_SEND
         row = np.where(origin, np.cumsum(origin) - 1, -1).astype(np.int64)
@@ -120,7 +124,7 @@ def walk(lay, row=None):
 
 def verify(lay, claimed):
     """None when the claimed clocks are the true vector clocks, else (why, position)."""
-    from ._walk import ffi, lib
+    from .._walk import ffi, lib
     reason = ffi.new("int64_t *")
     bad = lib.verify_clocks(lay.n, lay.ncols, len(lay.procs), _ptr(ffi, lay.start, "int64_t"),
                             _ptr(ffi, lay.col, "int32_t"), _ptr(ffi, lay.kind, "int8_t"),
@@ -175,9 +179,31 @@ def decide(lay, want, max_examples, claimed=None):
     return out, info
 
 
+def entries(lay, max_examples, props, details, claimed=None, vstatus=None):
+    """causal and consistent as the summary's entries, into props (and the process of each
+    violation into details); (complete, decide's info), complete False (nothing added)
+    when the walk meets a causality cycle. claimed: as decide's; vstatus: the trace's clock
+    column status (vclock.status) when causal reports it, None when it does not."""
+    out, info = decide(lay, ("causal", "consistent"), max_examples, claimed)
+    if not info["walk_complete"]:
+        return False, info
+    for name in ("causal", "consistent"):
+        n = info[f"{name}_count"]
+        entry = {"ok": n == 0, "violations": n, "examples": info[f"{name}_examples"]}
+        if name == "causal" and vstatus is not None:
+            entry["vclock"] = info.get("vclock", vstatus)
+            if "vclock_first_bad" in info:
+                entry["vclock_first_bad"] = info["vclock_first_bad"]
+        entry["method"] = ("vector-clock witness" if entry.get("vclock") == "holds"
+                           else "exact")
+        props[name] = entry
+        details[name] = out[name]
+    return True, info
+
+
 def causal(lay, row, clocks, max_examples):
     """(violating positions, examples) of the causal test on the origins' clocks."""
-    from ._walk import ffi, lib
+    from .._walk import ffi, lib
     out = np.empty(max(1, int((lay.kind == K.DELIVER).sum())), dtype=np.int64)
     n = lib.causal_scan(lay.n, lay.ncols, len(lay.procs), _ptr(ffi, lay.start, "int64_t"),
                         _ptr(ffi, lay.kind, "int8_t"), _ptr(ffi, lay.first, "int8_t"),
@@ -206,8 +232,8 @@ def causal(lay, row, clocks, max_examples):
 
 def path(lay, start, goal, budget=PATH_BUDGET):
     """A happened-before path from position `start` to position `goal` with the fewest
-    message and signal hops (a same-process step of any length is one edge), as events, as
-    driver.Skeleton.path finds it: BFS over processes, reaching a process at an earlier
+    message and signal hops (a same-process step of any length is one edge), as events:
+    BFS over processes, reaching a process at an earlier
     position dominates reaching it later, so each origin is expanded at most once. None
     when goal is not reached after looking at `budget` receives."""
     if lay.receivers is None:     # receives grouped by origin, built on first use
@@ -259,7 +285,7 @@ def consistent(lay, max_examples):
     one message) of the delivery-chain graph, contracted to the messages first-delivered at
     two or more processes (a message delivered at one process only sits inside one chain,
     and every cycle switches chains)."""
-    from ._walk import ffi, lib
+    from .._walk import ffi, lib
     fpos = np.flatnonzero((lay.kind == K.DELIVER) & (lay.first == 1))
     origin = lay.src[fpos]
     shared = np.bincount(origin, minlength=lay.n)[origin] >= 2
