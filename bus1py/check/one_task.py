@@ -1,6 +1,7 @@
 # Invariants: on the Spark path, a trace whose exact path is certain and whose rows fit one
 # task (engine.whole_trace) is checked whole in one task by arrays.whole.check, so its
-# one the main pass and the phases after it would give (all but `seconds` and `timings`).
+# summary is the one the main pass and the phases after it would give (all but `seconds`
+# and `timings`).
 # With a local master the task's function runs in the driver's process (local executors
 # share its machine), with a cluster as a Spark job of one task (mapInArrow over one row)
 # that reads the trace's files where Spark's own scan would. The task's result is rows: one
