@@ -103,7 +103,7 @@ def spark():
     makes every shuffle several times slower.  Whole-stage codegen and adaptive
     re-planning are off for the same reason (results depend on neither).  Session-scoped
     fixtures are set up before a test's own, so leak checks count its JVM as older."""
-    from bus1py.check.spark import get_session
+    from bus1py.check.spark.session import get_session
     return get_session("local[2]", shuffle_partitions=2, extra_conf={
         "spark.sql.codegen.wholeStage": "false", "spark.sql.adaptive.enabled": "false"})
 

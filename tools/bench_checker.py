@@ -62,9 +62,9 @@ def main(argv=None):
 
     import gen_trace
     from bus1py.check.load import load_trace
-    from bus1py.check.checker import check_trace
+    from bus1py.check.spark.checker import check_trace
     from bus1py.check.load import read_footers
-    from bus1py.check.spark import get_session, plan_for_trace
+    from bus1py.check.spark.session import get_session, plan_for_trace
 
     t = time.perf_counter()
     spark = get_session(a.master, driver_memory=a.driver_memory)

@@ -2,9 +2,10 @@
 # all), 1 when one is violated, 2 when the trace cannot be read or is malformed, the
 # arguments are wrong, or Spark cannot start; it prints one line per property (to stderr
 # with --json -, so that stdout is the JSON alone) and nothing from Spark (log4j is set to
-# ERROR by spark.py). Every option and output path is checked before any work starts.
-# engine.py decides where a trace is checked: on the driver (arrays.whole.check_local, no
-# JVM), or with Spark (checker.py); both engines give the same summary. The progress display is a daemon thread that only *reads* the
+# ERROR by spark/session.py). Every option and output path is checked before any work
+# starts. engine.py decides where a trace is checked: on the driver
+# (arrays.whole.check_local, no JVM), or with Spark (spark/checker.py); both engines give
+# the same summary. The progress display is a daemon thread that only *reads* the
 # SparkContext status tracker; it never affects the result: a bar on a terminal, else
 # timestamped phase lines (term.PhaseLines).
 from __future__ import annotations
@@ -233,7 +234,7 @@ def _announce(trace, engine, jvm):
 
 def _start_spark(args, trace):
     """The session, or the one line saying why Spark did not start."""
-    from .spark import QUICK_START_BYTES, EarlySession, jvm_log_path
+    from .spark.session import QUICK_START_BYTES, EarlySession, jvm_log_path
     quick = sum(os.path.getsize(f) for f in trace.files) < QUICK_START_BYTES
     early = EarlySession(args.master, driver_memory=args.driver_memory, quick_start=quick)
     try:
@@ -249,13 +250,13 @@ def _start_spark(args, trace):
 
 def _with_spark(args, trace, t0, mode) -> int:
     from .load import TraceError
-    from .spark import plan_for_trace
+    from .spark.session import plan_for_trace
     if mode:
         _announce(trace, f"with Spark ({args.master or 'local[*]'})", jvm=True)
     spark, problem = _start_spark(args, trace)
     if problem:
         return _refuse(problem)
-    from .checker import check_trace
+    from .spark.checker import check_trace
     from .load import open_rows
     from .report import write_shiviz
     session_ready = time.perf_counter() - t0

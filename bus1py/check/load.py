@@ -209,7 +209,7 @@ def _scan_ranges(df, trace):
 
 # The per-row rules in the order they are checked, as the words of a TraceError ("{kind}"
 # stands for the row's kind); the Spark main pass (_problem_expr) and the driver's
-# (local.py) test the same conditions in this order.
+# (arrays/events.py) test the same conditions in this order.
 ROW_RULES = ("column 'process' is null", "column 'seq' is null", "column 'seq' is negative",
              "column 'kind' is null", "column 'kind' has unknown value '{kind}'",
              "column 'msg' is null for a {kind} row",

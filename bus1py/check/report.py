@@ -355,7 +355,7 @@ def write_shiviz(checker, path, limit=None):
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from .causal import vector_clocks
+    from .spark.causal import vector_clocks
     if checker.rows is None:     # checked whole in one task (one_task.py): no table yet
         checker.main_pass()
     _, vcr = vector_clocks(checker, full=True)

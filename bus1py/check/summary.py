@@ -1,7 +1,8 @@
 # Invariants: the one shape of a check's result, whichever engine decided it (Spark,
-# checker.py; or the driver alone, local.py): the same keys in the same order, the
-# properties in PROPERTIES order, every example explained by explain.py. Only `seconds` and
-# `timings` say how the answer was reached; everything else is a function of the trace.
+# spark/checker.py; or the array engine, arrays/whole.py): the same keys in the same
+# order, the properties in PROPERTIES order, every example explained by explain.py. Only
+# `seconds` and `timings` say how the answer was reached; everything else is a function of
+# the trace.
 # No Spark here: the driver-only path imports this.
 from __future__ import annotations
 

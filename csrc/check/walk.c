@@ -1,4 +1,4 @@
-/* Kernels of the exact checker (bus1py/check/walk.py drives them; layout in walk.h).
+/* Kernels of the exact checker (bus1py/check/arrays/walk.py drives them; layout in walk.h).
  *
  * Invariants: kind codes are bus1py/check/kinds.py's (origins 0..2, receives 3..4,
  * internal 5); src[i] is the position of a receive's origin and -1 on other rows; row[i]

@@ -6,8 +6,8 @@
 import pytest
 from pyspark.sql import functions as F
 
-from bus1py.check import walk
-from bus1py.check.checker import PROPERTIES, check_trace
+from bus1py.check.spark import walk_task
+from bus1py.check.spark.checker import PROPERTIES, check_trace
 from bus1py.check.load import load_trace
 from bus1py.check.reference import reference_check
 from bus1py.check.simulate import offset_rows
@@ -102,7 +102,7 @@ def test_rounds_agree_with_reference(spark, tmp_path, monkeypatch):
     assert [w["causal"] for w in want] == [1, 2]   # what the rounds must not miss
     write_rows([r for k, rows in enumerate(traces) for r in offset_rows(rows, k, SPAN)],
                str(tmp_path / "t"), files=3)
-    monkeypatch.setattr(walk, "available", lambda: False)
+    monkeypatch.setattr(walk_task, "available", lambda: False)
     summary, checker = check_trace(spark, load_trace(spark, str(tmp_path / "t")),
                                    exact=True, keep_details=True, group_span=SPAN,
                                    driver_max_cells=0, one_task_max_rows=0)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 from bus1py.check.load import load_trace
-from bus1py.check.checker import PROPERTIES, check_trace
+from bus1py.check.spark.checker import PROPERTIES, check_trace
 from bus1py.check.reference import reference_check
 from bus1py.check.simulate import MUTATIONS, mutate, offset_rows, simulate
 from bus1py.schema import write_rows as write_trace

@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from bus1py import schema as S
 from bus1py.check.engine import ONE_TASK_MAX_ROWS
 from bus1py.check import vclock as V
-from bus1py.check.checker import PROPERTIES, check_trace
+from bus1py.check.spark.checker import PROPERTIES, check_trace
 from bus1py.check.load import TraceError, load_trace, read_footers
 from bus1py.check.arrays.whole import check_local
 from bus1py.check.reference import reference_check

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import strategies as st
 
-from bus1py.check.checker import PROPERTIES, check_trace
+from bus1py.check.spark.checker import PROPERTIES, check_trace
 from bus1py.check.load import load_trace
 from bus1py.check.reference import reference_check
 from bus1py.check.simulate import MUTATIONS, mutate, offset_rows, simulate

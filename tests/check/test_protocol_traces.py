@@ -6,7 +6,7 @@ import pytest
 from hypothesis import strategies as st
 
 from bus1py import causal
-from bus1py.check.checker import check_trace
+from bus1py.check.spark.checker import check_trace
 from bus1py.check.load import load_trace
 from bus1py.schema import write_rows
 from bus1py.sim.adversary import play

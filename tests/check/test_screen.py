@@ -1,4 +1,4 @@
-# Invariants: the screen (bus1py/check/screen.py) may only answer "passed" for a trace on
+# Invariants: the screen (bus1py/check/spark/screen.py) may only answer "passed" for a trace on
 # which every property holds, and it must answer "passed" for the common case it exists for:
 # a correct bus's trace with stamps and no destroys. Soundness is checked trace by trace
 # against the brute-force reference (a batch would hide one faulty member behind another's
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import strategies as st
 
 from bus1py.check.load import load_trace
-from bus1py.check.checker import Checker, check_trace
+from bus1py.check.spark.checker import Checker, check_trace
 from bus1py.check.reference import reference_check
-from bus1py.check.screen import screen
+from bus1py.check.spark.screen import screen
 from bus1py.check.simulate import MUTATIONS, mutate, offset_rows, simulate
 from bus1py.schema import write_rows as write_trace
 from drawn import gather

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from bus1py.check.load import load_trace
-from bus1py.check.checker import Checker
+from bus1py.check.spark.checker import Checker
 from bus1py.check.simulate import simulate
 from bus1py.schema import write_rows as write_trace
 

@@ -1,4 +1,4 @@
-# Invariants: the compiled exact path (walk.py, arrays/walk.py, csrc/check/walk.c) agrees
+# Invariants: the compiled exact path (spark/walk_task.py, arrays/walk.py, csrc/check/walk.c) agrees
 # with the brute-force reference on Hypothesis-drawn traces with every planted fault, every
 # causal example's path is a chain of real happened-before edges from the earlier send to
 # the later one, its vector clocks equal clocks computed here by plain relaxation, and a producer's vclock
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from bus1py import schema as S
 from bus1py.check import kinds as K
 from bus1py.check.arrays import walk as W
-from bus1py.check.checker import check_trace
+from bus1py.check.spark.checker import check_trace
 from bus1py.check.load import load_trace
 from bus1py.check.reference import reference_check
 from bus1py.check.simulate import MUTATIONS, mutate, simulate

@@ -8,7 +8,7 @@
 import random
 
 from bus1py.check.load import load_trace
-from bus1py.check.checker import check_trace
+from bus1py.check.spark.checker import check_trace
 from bus1py.check.reference import reference_check
 from bus1py.check.simulate import offset_rows, simulate
 from bus1py.schema import write_rows as write_trace
@@ -113,7 +113,7 @@ def test_simulated_correct_bus_with_side_channels_takes_fast_path(spark, tmp_pat
 
 def test_signal_rounds_fingerprint_is_exact_for_stamps_near_the_top(spark):
     # a long's sum of two packed stamps near 2^62 overflows; the fingerprint must not
-    from bus1py.check.witness import fingerprint
+    from bus1py.check.spark.witness import fingerprint
     big = (1 << 62) + 7
     df = spark.createDataFrame([(0, 1, 2, big), (1, 1, 2, big), (2, 1, 3, 5)],
                                "p int, s long, d int, excess long")

@@ -14,7 +14,7 @@ import os
 import pytest
 
 from bus1py import causal
-from bus1py.check.checker import check_trace
+from bus1py.check.spark.checker import check_trace
 from bus1py.check.load import load_trace
 from bus1py.schema import COLUMN_NAMES, write_rows
 from bus1py.stress.runner import StressConfig, run_stress

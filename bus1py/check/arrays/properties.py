@@ -1,9 +1,9 @@
 """exactly_once, fifo and node_rules by the array engine: each decided here once, with
 numpy over events.py's arrays.
 
-Invariants: the definitions are the Spark engine's (direct.py) and the reference's, and
-so are the examples, in the same order; so a trace's summary does not depend on the
-engine that checked it (all but `seconds` and `timings`). fifo is skipped, as on Spark,
+Invariants: the definitions are the Spark engine's (spark/direct.py) and the
+reference's, and so are the examples, in the same order; so a trace's summary does not
+depend on the engine that checked it (all but `seconds` and `timings`). fifo is skipped, as on Spark,
 when the stamps witness it (W1 and W2 of the main pass). Nothing here imports pyspark.
 """
 from __future__ import annotations

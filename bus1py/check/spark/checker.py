@@ -1,5 +1,5 @@
 # Invariants: every property is computed from the trace rows alone, with built-in DataFrame
-# functions or, on the exact path, compiled kernels over Arrow batches (walk.py; no
+# functions or, on the exact path, compiled kernels over Arrow batches (walk_task.py; no
 # row-at-a-time Python UDFs, no extra JARs); happened-before is derived from process order,
 # send->deliver and signal_send->signal_recv, never from stamps or wall clocks. Stamps are
 # used only as a *witness*: if the witness holds, `consistent` and `causal` hold (proof in
@@ -22,7 +22,7 @@
 # (persisted MEMORY_AND_DISK, so big traces spill instead of exhausting memory).
 # This module owns one check's state and its order of phases: the screen (screen.py), the
 # main pass (main_pass.py), exactly_once/fifo/node_rules (direct.py), the stamp witness
-# (witness.py), then exact causal and consistent in one job (walk.py), or in Spark rounds
+# (witness.py), then exact causal and consistent in one job (walk_task.py), or in Spark rounds
 # (causal.py, consistent.py) side by side for what it leaves; explain.py puts the
 # counterexamples into words.
 from __future__ import annotations
@@ -35,12 +35,13 @@ from pyspark import StorageLevel
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
-from . import direct, engine, main_pass, one_task, walk
-from .arrays import walk as arrays_walk
+from .. import engine
+from ..arrays import walk as arrays_walk
+from ..summary import PROPERTIES, all_hold, build
+from . import direct, main_pass, one_task, walk_task
 from .causal import causal_exact
 from .consistent import consistent_exact
 from .screen import screen
-from .summary import PROPERTIES, all_hold, build
 from .witness import MAX_ROUNDS_FACTOR, witness
 
 
@@ -213,11 +214,11 @@ class Checker:
 
     def _exact(self, exact, props):
         """Decide the properties of `exact` ({name: its Spark-rounds formulation}) exactly:
-        by the compiled walk (walk.py) when it is built, and by the rounds what it leaves
+        by the compiled walk (walk_task.py) when it is built, and by the rounds what it leaves
         (causal in a history with a causality cycle) or without it."""
         found, notes = {}, {}
-        if walk.available():
-            for name, (v, n, ex, extra) in self.timed("exact", walk.exact, self,
+        if walk_task.available():
+            for name, (v, n, ex, extra) in self.timed("exact", walk_task.exact, self,
                                                        set(exact)).items():
                 verified = extra.get("vclock") == "holds"
                 notes[name] = dict(extra, method="vector-clock witness" if verified

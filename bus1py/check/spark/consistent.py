@@ -10,8 +10,8 @@ from __future__ import annotations
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
+from ..examples import MAX_MEMBERS, MAX_ROWS, cycle_example, shortest_cycle  # noqa: F401
 from .causal import vc_columns
-from .examples import MAX_MEMBERS, MAX_ROWS, cycle_example, shortest_cycle  # noqa: F401
 
 
 def consistent_exact(c):

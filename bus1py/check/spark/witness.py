@@ -10,8 +10,8 @@ from __future__ import annotations
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
-from .. import schema as N
-from .engine import ABSENT, TOO_WIDE
+from ... import schema as N
+from ..engine import ABSENT, TOO_WIDE
 
 MAX_ROUNDS_FACTOR = 4      # rounds cap = 4*P + 16; convergence comes far earlier (docs)
 

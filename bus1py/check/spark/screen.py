@@ -26,11 +26,11 @@ from __future__ import annotations
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
-from .. import schema as N
-from . import kinds as K
-from .load import row_problem_code
+from ... import schema as N
+from .. import kinds as K
+from ..engine import NO_STAMPS
+from ..load import row_problem_code
 from .main_pass import pack_stamp
-from .engine import NO_STAMPS
 from .witness import scalar_signal_witness
 
 # Keys of the pair shuffle are longs: a (message, process) pair uses the process id (an

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
-from . import kinds as K
-from .examples import DUPLICATED, LOST, NOT_A_DESTINATION, event, inversion, origin_kind
+from .. import kinds as K
+from ..examples import DUPLICATED, LOST, NOT_A_DESTINATION, event, inversion, origin_kind
 
 
 def exactly_once(c):

@@ -15,8 +15,8 @@ import time
 
 from pyspark.sql import functions as F
 
-from . import vclock
-from .arrays.walk import COLUMNS, available  # noqa: F401
+from .. import vclock
+from ..arrays.walk import COLUMNS, available  # noqa: F401
 
 OUT_SCHEMA = "rec string, process int, info string"
 
@@ -31,8 +31,8 @@ def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name):
         import numpy as np
         import pyarrow as pa
 
-        from . import vclock as V
-        from .arrays import walk as W
+        from .. import vclock as V
+        from ..arrays import walk as W
         t0 = time.perf_counter()
         batches = list(batches)
         if not batches:

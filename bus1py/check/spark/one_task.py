@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import time
 
-from . import engine, vclock
-from .arrays.whole import check
-from .load import TraceError
+from .. import engine, vclock
+from ..arrays.whole import check
+from ..load import TraceError
 
 OUT_SCHEMA = "rec string, process int, info string"
 
@@ -25,7 +25,7 @@ def run(c):
     """(properties, witness message, processes, details) for Checker c, or None when the
     history has a causality cycle. details: property -> processes of its violations, or
     None (only with c.keep_details). Raises TraceError for a malformed trace."""
-    from .load import Trace
+    from ..load import Trace
     plain = Trace(path=c.trace.path, df=None, files=list(c.trace.files), rows=c.trace.rows,
                   stamp_ranges=c.trace.stamp_ranges)
     fn = task(plain, c.span, c.max_examples, c.driver_max_cells, c.keep_details,

@@ -27,8 +27,8 @@ from __future__ import annotations
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
-from . import kinds as K
-from .load import (TraceError, file_of, fmt_row, raise_row_problem, row_problem_code,
+from .. import kinds as K
+from ..load import (TraceError, file_of, fmt_row, raise_row_problem, row_problem_code,
                    stamp_layout)
 
 

@@ -246,7 +246,7 @@ def set_shuffle_partitions(spark, trace_path: str, partitions: int | None = None
     """Set spark.sql.shuffle.partitions for checking one trace: `partitions`, or
     auto_partitions of its Parquet files.  A runtime SQL setting, so it is also right when
     the session already existed (tests, notebooks).  Returns the number set."""
-    from .load import parquet_files
+    from ..load import parquet_files
     n = partitions or auto_partitions(parquet_files(trace_path), spark.sparkContext.defaultParallelism)
     spark.conf.set("spark.sql.shuffle.partitions", str(n))
     return n

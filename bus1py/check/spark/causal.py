@@ -10,8 +10,8 @@ from __future__ import annotations
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
-from . import kinds as K
-from .examples import inversion
+from .. import kinds as K
+from ..examples import inversion
 
 
 def vc_columns(c, prefix="c"):
