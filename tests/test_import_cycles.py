@@ -104,17 +104,8 @@ def test_relative_imports_resolve_to_modules():
     assert "bus1py.schema" in graph["bus1py.check.load"]
 
 
-# Cycles tolerated until the work that removes them lands; the list only shrinks: an entry
-# that is no longer a cycle fails the test until it is deleted here.
-TOLERATED = [["bus1py.bus", "bus1py.peer"]]
-
-
 def test_no_import_cycle_in_bus1py():
     modules = _modules()
     graph = {n: _imports(n, p, modules) for n, p in modules.items()}
     cycles = _cycles(graph)
-    new = [c for c in cycles if c not in TOLERATED]
-    assert not new, "import cycles among bus1py modules: " + "; ".join(
-        " <-> ".join(c) for c in new)
-    gone = [c for c in TOLERATED if c not in cycles]
-    assert not gone, f"no longer a cycle, delete it from TOLERATED: {gone}"
+    assert not cycles, "import cycles among bus1py modules: " + "; ".join(" <-> ".join(c) for c in cycles)
