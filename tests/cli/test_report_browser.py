@@ -1,6 +1,7 @@
 """The HTML report as a person sees it: rendered by headless Chromium (Debian's `chromium`),
 measured from the DOM. The page never scrolls sideways (a wide diagram scrolls inside its
-own box), no text box of a diagram overlaps another or sticks out of its diagram."""
+own box), no text box of a diagram overlaps another or sticks out of its diagram, and no
+arrowhead lands on a label."""
 import json
 import os
 import shutil
@@ -28,6 +29,20 @@ for (const svg of document.querySelectorAll('svg')) {
       const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
       if (w > 1 && h > 1) out.overlaps.push([ta, tb]);
     }
+}
+// an arrowhead (the 8 px marker at a message line's end) never covers a label
+out.covered = [];
+out.arrows = document.querySelectorAll('line[marker-end]').length;
+for (const line of document.querySelectorAll('line[marker-end]')) {
+  const m = line.getScreenCTM(), svg = line.ownerSVGElement;
+  const p = svg.createSVGPoint();
+  p.x = +line.getAttribute('x2'); p.y = +line.getAttribute('y2');
+  const tip = p.matrixTransform(m);
+  for (const t of svg.querySelectorAll('text')) {
+    const b = t.getBoundingClientRect();
+    if (b.width > 0 && tip.x > b.left + 1 && tip.x < b.right - 1 && tip.y > b.top + 1
+        && tip.y < b.bottom - 1) out.covered.push(t.textContent);
+  }
 }
 const pre = document.createElement('pre');
 pre.id = 'measured';
@@ -81,6 +96,7 @@ def test_report_of_a_run_with_violations_reads_cleanly(tmp_path):
     assert m["page_overflow"] <= 0, m
     assert m["clipped"] == [], m["clipped"]
     assert m["overlaps"] == [], m["overlaps"][:20]
+    assert m["arrows"] > 0 and m["covered"] == [], (m["arrows"], m["covered"][:20])
 
 
 def test_report_tables_and_bins_read_as_written():
