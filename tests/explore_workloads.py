@@ -14,6 +14,7 @@ import signal
 from bus1py._lib import lib
 
 import killpoints as kp
+from segment import HANDLE_REFS, Segment
 
 from explore_rules import (check_receives, check_sends, drain, frame, let_go, payload, ident,
                            sends, SIZE)
@@ -264,10 +265,39 @@ class Gc(Workload):
         return found + check_sends(w, {1: both, 2: both, 3: both}, {1, 3}, {2})
 
 
+class Verify(Workload):
+    """A takeover's verification cut anywhere: s1's lock left by a sender dead inside it,
+    and under it a release cut short (z's handle to s1's node m still listed, its count
+    0).  The victim's gc takes that lock first, so it rebuilds s1's holder lists and
+    carries out the drop; the trial's gc finishes what the victim's death cut, and m's
+    NODE_RELEASE comes exactly once (the frame's rules)."""
+    shared = True
+
+    def more(self, bus, w):
+        s1, z = w["s1"], bus.peer()
+        m = s1.create_node()
+        w["owned"]["s1"].append(m)
+        h, to = s1.transfer(m, z), s1.transfer(w["n1"], z)
+        with Segment(bus) as seg:
+            seg.u32(seg.handle(h, HANDLE_REFS), 0)
+        kp.let_go(bus, z)
+        Gc.die(z, lib.B1_KILL_LOCKED, lambda: z.send([to], payload(20)))
+
+    def prepare(self, w):
+        pass
+
+    def run(self, w, log):
+        step(log, "gc", w["bus"].gc)
+
+    def check(self, bus, w, events):
+        found = drain(w, "v") + drain(w, "s1") + drain(w, "s2")
+        return found + check_sends(w, {20: ["s1"]}, set(), set())
+
+
 WORKLOADS = {
     "send": Send(), "multicast": Multicast(), "batch": Batch(),
     "recv": Receive("recv", 4), "recv_many": Receive("recv_many", 6), "zero_copy": Receive("slice", 5),
     "reserve_commit": Reserve(abort=False), "reserve_abort": Reserve(abort=True),
     "transfer": Transfer(), "release": Release(), "destroy": Destroy(), "disconnect": Disconnect(),
-    "gc": Gc(),
+    "gc": Gc(), "verify": Verify(),
 }

@@ -10,10 +10,8 @@ fails here loudly instead of scribbling the wrong word.
 from __future__ import annotations
 
 import errno
-import mmap
 import multiprocessing as mp
 import os
-import struct
 import subprocess
 import sys
 import textwrap
@@ -23,6 +21,9 @@ import pytest
 import bus1py
 from bus1py import MessageType
 from bus1py._b1 import ffi, lib
+
+from segment import (ENTRY_MSG, HANDLE_PENDING, HANDLE_REFS, MSG_NEXT_FREE, MSG_REFS, MSG_STAGER,
+                     PEER_FRONT, PEER_ROOT, Segment)
 
 FORK = mp.get_context("fork")
 LIMITS = dict(max_peers=8, max_nodes=64, max_handles=256, max_entries=1024, max_dests=4,
@@ -34,53 +35,6 @@ def _gc_only_when_called(monkeypatch):
     """These tests look at what a kill left before they call gc: no death watcher
     (bus1py/watch.py) may collect it first."""
     monkeypatch.setenv("BUS1PY_WATCH", "0")
-
-
-# csrc/bus/layout.h: struct b1_peer (x86-64 glibc: a 40-byte mutex first), struct b1_entry,
-# struct b1_msg
-PEER_ID, PEER_ROOT, PEER_FRONT, PEER_PIDS = 40, 52, 56, None
-ENTRY_MSG = 40
-HANDLE_REFS, HANDLE_PENDING = 24, 28
-MSG_REFS, MSG_LEN, MSG_NEXT_FREE, MSG_STAGER = 0, 4, 20, 32
-
-
-class Segment:
-    """A bus's segment mapped by the test, with the tables' offsets."""
-
-    def __init__(self, bus):
-        info = ffi.new("struct b1_bus_info *")
-        lib.b1_bus_info(bus.base(), info)
-        self.offs, self.sizes = list(info.table_offsets), list(info.slot_sizes)
-        self.f = open("/dev/shm" + bus.name, "r+b")
-        self.mm = mmap.mmap(self.f.fileno(), 0)
-
-    def close(self):
-        self.mm.close()
-        self.f.close()
-
-    def u32(self, off, value=None):
-        if value is not None:
-            self.mm[off:off + 4] = struct.pack("<I", value)
-        return struct.unpack_from("<I", self.mm, off)[0]
-
-    def u64(self, off, value=None):
-        if value is not None:
-            self.mm[off:off + 8] = struct.pack("<Q", value)
-        return struct.unpack_from("<Q", self.mm, off)[0]
-
-    def peer(self, p, field):
-        base = self.offs[0] + p._slot * self.sizes[0]
-        assert self.u64(base + PEER_ID) == p.id, "struct b1_peer moved: update PEER_* offsets"
-        return base + field
-
-    def entry(self, index, field):
-        return self.offs[3] + index * self.sizes[3] + field
-
-    def handle(self, handle_id, field):
-        return self.offs[2] + (handle_id & 0xFFFFFF) * self.sizes[2] + field
-
-    def record(self, unit, field):
-        return self.offs[4] + unit * 64 + field
 
 
 def _sender_and_receiver(bus):

@@ -207,9 +207,16 @@ int b1_handle_get_locked(void *base, uint32_t n, uint32_t slot, uint64_t id, uin
 
 /* ---- after a takeover of an owner's lock ---- */
 
-static uint32_t bump_of(_Atomic uint32_t *bump, uint32_t max) {
-    uint32_t b = atomic_load(bump);
-    return b > max + 1 ? max + 1 : b;
+/* drops[] grown by one; with no memory the drop is left undone (a leak for b1_gc_sole) and
+ * the walk goes on, so every list is still rebuilt */
+static void push_drop(uint32_t **drops, uint32_t *n, uint32_t *cap, uint32_t hi) {
+    if (*n == *cap) {
+        uint32_t want = 2 * *cap + 8, *more = realloc(*drops, want * sizeof *more);
+        if (!more) return;
+        *drops = more;
+        *cap = want;
+    }
+    (*drops)[(*n)++] = hi;
 }
 
 static int cmp_index(const void *a, const void *b) {
@@ -225,17 +232,13 @@ static int unheld(void *base, uint32_t hi, uint32_t n) {
 }
 
 /* The drop of handle hi carried out: it is on no list and has no counts (owner lock held).
- * The NODE_RELEASE it may owe is b1_gc's to queue (release_owner 0: no live owner). */
+ * The NODE_RELEASE it may owe was recorded when it was found, for b1_gc to queue
+ * (release_owner 0: no live owner). */
 static void finish_drop_locked(void *base, uint32_t hi) {
     struct b1_handle *hd = HANDLE(base, hi);
     uint32_t n = hd->node;
     struct b1_node *nd = NODE(base, n);
-    if (b1_handle_id(base, hi) == nd->owner_handle) {
-        nd->owner_handle_live = 0;
-    } else if (!nd->holders && nd->state == B1_NODE_ALIVE && !nd->release_pending) {
-        nd->release_pending = 1;
-        nd->release_owner = 0;
-    }
+    if (b1_handle_id(base, hi) == nd->owner_handle) nd->owner_handle_live = 0;
     /* a gone holder's slot this frees is reclaimed by b1_gc (one lock at a time here) */
     atomic_fetch_sub(&PEER(base, hd->peer_slot)->n_handles, 1);
     b1_handle_free(base, hi);
@@ -269,31 +272,30 @@ static void finish_destruction_locked(void *base, struct b1_node *nd) {
  * none is taken for one of these nodes. */
 static void verify_nodes_locked(void *base, uint32_t slot) {
     const struct b1_limits *l = &LIM(base);
-    uint32_t nodes = bump_of(&HDR(base)->nodes_bump, l->max_nodes);
-    uint32_t handles = bump_of(&HDR(base)->handles_bump, l->max_handles);
+    uint32_t nodes = b1_bounded(&HDR(base)->nodes_bump, l->max_nodes);
+    uint32_t handles = b1_bounded(&HDR(base)->handles_bump, l->max_handles);
     uint32_t *drops = NULL, n_drops = 0, cap = 0;
     for (uint32_t n = 1; n < nodes; n++) {
         struct b1_node *nd = NODE(base, n);
         if (nd->owner_slot != slot || nd->state == B1_NODE_FREE) continue;
         finish_destruction_locked(base, nd);
-        uint32_t own = (uint32_t)(nd->owner_handle & B1_HANDLE_INDEX_MASK), steps = 0;
-        if (nd->owner_handle_live && b1_handle_index(base, nd->owner_handle) && unheld(base, own, n)) {
-            if (n_drops == cap) { /* no memory: the drop stays undone, a leak (b1_gc_sole) */
-                uint32_t *more = realloc(drops, (cap = 2 * cap + 8) * sizeof *drops);
-                if (!more) break;
-                drops = more;
-            }
-            drops[n_drops++] = own;
-        }
+        uint32_t own = (uint32_t)(nd->owner_handle & B1_HANDLE_INDEX_MASK), steps = 0, dropped = 0, held = 0;
+        if (nd->owner_handle_live && b1_handle_index(base, nd->owner_handle) && unheld(base, own, n))
+            push_drop(&drops, &n_drops, &cap, own);
         for (uint32_t hi = nd->holders; hi && hi <= l->max_handles && b1_step(&steps, l->max_handles);
              hi = HANDLE(base, hi)->next_holder) {
-            if (!unheld(base, hi, n)) continue;
-            if (n_drops == cap) {
-                uint32_t *more = realloc(drops, (cap = 2 * cap + 8) * sizeof *drops);
-                if (!more) break;
-                drops = more;
+            if (unheld(base, hi, n)) {
+                push_drop(&drops, &n_drops, &cap, hi);
+                dropped = 1;
+            } else {
+                held = 1;
             }
-            drops[n_drops++] = hi;
+        }
+        /* the NODE_RELEASE the drops owe is recorded before the list that finds them is
+         * cleared: a verifier killed from here on leaves them a leak, never the notice lost */
+        if (dropped && !held && nd->state == B1_NODE_ALIVE && !nd->release_pending) {
+            nd->release_pending = 1;
+            nd->release_owner = 0;
         }
         nd->holders = 0;
         nd->holders_version++; /* a destruction collecting holders starts again */

@@ -338,6 +338,12 @@ static inline uint32_t b1_in_range(uint32_t i, uint32_t max) {
     return i;
 }
 
+/* a table's bump pointer, bounded by its size: the indices below it were ever carved */
+static inline uint32_t b1_bounded(_Atomic uint32_t *bump, uint32_t max) {
+    uint32_t b = atomic_load(bump);
+    return b > max + 1 ? max + 1 : b;
+}
+
 /* one more step of a walk over segment links; 0 (and b1_bad) past `max` steps */
 static inline int b1_step(uint32_t *steps, uint32_t max) {
     if (__builtin_expect(++*steps > max + 1, 0)) {

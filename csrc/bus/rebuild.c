@@ -63,14 +63,9 @@ static int peer_free(void *base, uint32_t i) {
     return __atomic_load_n(&PEER(base, i)->lock_initialised, __ATOMIC_ACQUIRE) && PEER(base, i)->state == B1_PEER_FREE;
 }
 
-static uint32_t bounded(_Atomic uint32_t *bump, uint32_t max) {
-    uint32_t b = atomic_load(bump);
-    return b > max + 1 ? max + 1 : b;
-}
-
 /* Is any connected peer still used by a live process other than this one? */
 static int others_alive(void *base) {
-    uint32_t bump = bounded(&HDR(base)->peers_bump, LIM(base).max_peers);
+    uint32_t bump = b1_bounded(&HDR(base)->peers_bump, LIM(base).max_peers);
     for (uint32_t s = 1; s < bump; s++) {
         struct b1_peer *p = PEER(base, s);
         if (!__atomic_load_n(&p->lock_initialised, __ATOMIC_ACQUIRE) || p->state == B1_PEER_FREE) continue;
@@ -86,8 +81,8 @@ static int others_alive(void *base) {
  * handle is freed and the owner notified. */
 static int recount_pending(void *base) {
     const struct b1_limits *l = &LIM(base);
-    uint32_t entries = bounded(&HDR(base)->entries_bump, l->max_entries);
-    uint32_t handles = bounded(&HDR(base)->handles_bump, l->max_handles);
+    uint32_t entries = b1_bounded(&HDR(base)->entries_bump, l->max_entries);
+    uint32_t handles = b1_bounded(&HDR(base)->handles_bump, l->max_handles);
     uint32_t *found = calloc((size_t)handles + 1, sizeof *found);
     if (!found) return -ENOMEM;
     for (uint32_t i = 1; i < entries; i++) {
@@ -125,9 +120,9 @@ static int recount_pending(void *base) {
  * names any more reclaimed. */
 static int recount_peer_uses(void *base) {
     const struct b1_limits *l = &LIM(base);
-    uint32_t peers = bounded(&HDR(base)->peers_bump, l->max_peers);
-    uint32_t handles = bounded(&HDR(base)->handles_bump, l->max_handles);
-    uint32_t nodes = bounded(&HDR(base)->nodes_bump, l->max_nodes);
+    uint32_t peers = b1_bounded(&HDR(base)->peers_bump, l->max_peers);
+    uint32_t handles = b1_bounded(&HDR(base)->handles_bump, l->max_handles);
+    uint32_t nodes = b1_bounded(&HDR(base)->nodes_bump, l->max_nodes);
     uint32_t *n_handles = calloc((size_t)peers + 1, sizeof *n_handles);
     uint32_t *n_nodes = calloc((size_t)peers + 1, sizeof *n_nodes);
     if (!n_handles || !n_nodes) {
@@ -162,7 +157,7 @@ int b1_gc_sole(void *base, struct b1_gc_stats *out) {
     if (recount_pending(base) || recount_peer_uses(base)) return -ENOMEM;
     struct b1_header *h = HDR(base);
     const struct b1_limits *l = &LIM(base);
-    uint32_t entries = bounded(&h->entries_bump, l->max_entries);
+    uint32_t entries = b1_bounded(&h->entries_bump, l->max_entries);
     uint64_t units = l->pool_size >> B1_POOL_MIN_SHIFT, end = atomic_load(&h->pool_bump);
     uint32_t *named = calloc(units + 1, sizeof *named);
     if (!named) return -ENOMEM;
@@ -220,11 +215,11 @@ int b1_gc_sole(void *base, struct b1_gc_stats *out) {
     relink(&h->free_entries, (char *)ENTRY(base, 0), sizeof(struct b1_entry), offsetof(struct b1_entry, next_free),
            entries, entry_free, base);
     relink(&h->free_nodes, (char *)NODE(base, 0), sizeof(struct b1_node), offsetof(struct b1_node, next_free),
-           bounded(&h->nodes_bump, l->max_nodes), node_free, base);
+           b1_bounded(&h->nodes_bump, l->max_nodes), node_free, base);
     relink(&h->free_handles, (char *)HANDLE(base, 0), sizeof(struct b1_handle), offsetof(struct b1_handle, next_free),
-           bounded(&h->handles_bump, l->max_handles), handle_free, base);
+           b1_bounded(&h->handles_bump, l->max_handles), handle_free, base);
     relink(&h->free_peers, (char *)PEER(base, 0), sizeof(struct b1_peer), offsetof(struct b1_peer, next_free),
-           bounded(&h->peers_bump, l->max_peers), peer_free, base);
+           b1_bounded(&h->peers_bump, l->max_peers), peer_free, base);
     for (int i = 0; i < B1_USAGE_SHARDS; i++) {
         atomic_store(&h->usage[i].entries, i ? 0 : used_entries);
         atomic_store(&h->usage[i].pool, i ? 0 : used_pool);
