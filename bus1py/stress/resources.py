@@ -155,7 +155,7 @@ class Sampler:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, (a, b) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+        fig, (a, b) = plt.subplots(2, 1, figsize=(12, 7), sharex=True)
         for ts, ys in self.series.values():
             a.plot(ts, [y / 2**20 for y in ys], color="0.6", lw=0.5)
         if self.mortal_peak:
@@ -164,19 +164,18 @@ class Sampler:
                       label="peak RSS of each mortal process (at its start time)")
         a.plot([], [], color="0.6", lw=0.5, label="RSS of each stable process")
         a.set_ylabel("RSS (MiB)")
-        a.legend(loc="upper left", fontsize=8)
         ts = self.seg[0]
-        for k in SEGMENT:
-            b.plot(ts, [100 * y / self.capacity[k] for y in self.seg[1][k]],
-                   label=f"{k} (of {self.capacity[k]:,})", lw=0.8)
+        every = max(1, len(ts) // 25)  # ~25 markers a line: the shape tells the series in grey print
+        for k, marker in zip(SEGMENT, "o^sDv"):
+            b.plot(ts, [100 * y / self.capacity[k] for y in self.seg[1][k]], marker=marker, ms=4,
+                   markevery=every, label=f"{k} (of {self.capacity[k]:,})", lw=0.8)
         b.set_ylabel("segment use (% of table)")
-        if self.t_end is not None:
-            for ax in (a, b):
-                ax.axvline(self.t_end, color="k", ls=":", lw=0.8)
-            b.annotate("workload ends, drain", (self.t_end, 0), fontsize=8, rotation=90,
-                       va="bottom", ha="right")
+        if self.t_end is not None:  # named in the legend: a label on the line would cross the series
+            a.axvline(self.t_end, color="k", ls=":", lw=0.8)
+            b.axvline(self.t_end, color="k", ls=":", lw=0.8, label="workload ends,\nthe drain follows")
         b.set_xlabel("seconds since the start")
-        b.legend(loc="upper left", fontsize=8)
+        for ax in (a, b):  # beside the panel, never over a series
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8, borderaxespad=0)
         cfg = self.run.cfg
         fig.suptitle(f"bus1py stress: memory and segment use over the run ({cfg.processes} "
                      f"processes" + (f", {cfg.churn_slots} of them mortal" if cfg.churn else "")
