@@ -265,7 +265,7 @@ static void finish_destruction_locked(void *base, struct b1_node *nd) {
 /* After a takeover of the slot's lock (held): destructions cut in their stamp finished
  * (above); the holder lists of every node of `slot` rebuilt from the handles' own fields (a
  * list is the node's handles with counts, other than the owner's), and the drops a killed
- * holder left listed carried out.  Handles of
+ * holder left listed carried out, the NODE_RELEASE they owe recorded first.  Handles of
  * other nodes change meanwhile under their owners' locks, but a handle being reused gets
  * its counts only after its fields name its new node (b1_handle_alloc zeroes them; the
  * counts are raised by callers in other files, after b1_handle_get_locked returns), so
@@ -284,11 +284,12 @@ static void verify_nodes_locked(void *base, uint32_t slot) {
             push_drop(&drops, &n_drops, &cap, own);
         for (uint32_t hi = nd->holders; hi && hi <= l->max_handles && b1_step(&steps, l->max_handles);
              hi = HANDLE(base, hi)->next_holder) {
+            struct b1_handle *hd = HANDLE(base, hi);
             if (unheld(base, hi, n)) {
                 push_drop(&drops, &n_drops, &cap, hi);
                 dropped = 1;
-            } else {
-                held = 1;
+            } else if (hd->node == n && hd->node_gen == nd->gen) {
+                held = 1; /* a stale link (another node's handle) is neither */
             }
         }
         /* the NODE_RELEASE the drops owe is recorded before the list that finds them is
