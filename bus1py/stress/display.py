@@ -206,11 +206,11 @@ def resources_lines(r: dict) -> list:
     mib = 2 ** 20
     w = r["rss"]["worst"]
     lines = [f"resources: {r['samples']:,} samples every {r['every_s']:g} s -> " + ", ".join(r["csv"])]
-    lines.append(f"  private memory (RSS - shared), stable processes and the coordinator (-1): {r['rss']['judged']} judged, "
+    lines.append(f"  RSS, stable processes and the coordinator (-1): {r['rss']['judged']} judged, "
                  + ("none judged" if w is None else
                     ("all flat" if r["rss"]["flat"] else "[red]NOT all flat[/red]")
                     + f"; largest rise: process {w['process']}, {judged(w, mib, '{:.1f} MiB')}"))
-    lines.append(f"  private memory peaks of the mortal processes, by generation: {judged(r['mortal_peak_rss'], mib, '{:.1f} MiB')}")
+    lines.append(f"  RSS peaks of the mortal processes, by generation: {judged(r['mortal_peak_rss'], mib, '{:.1f} MiB')}")
     for k, v in r["segment"].items():
         lines.append(f"  segment {k}: {judged(v)}")
     zero = "[green]all zero[/green]" if r["back_to_zero"] else f"[red]NOT zero: {r['final_use']}[/red]"

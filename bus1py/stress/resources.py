@@ -1,23 +1,18 @@
-"""Resource use over a stress run: memory of every process and the segment's use, sampled.
+"""Resource use over a stress run: RSS of every process and the segment's use, sampled.
 
 Invariants:
   - The coordinator samples every `every` seconds (between its other duties, so the period
-    is a floor): psutil RSS of every live stress process and of itself, with its shared
-    part, and `bus.info()`
+    is a floor): psutil RSS of every live stress process and of itself, and `bus.info()`
     (peers, nodes, handles, queue entries, pool bytes in use).  Rows go straight to two
     CSV files in the trace directory (`resources-rss.csv`, `resources-bus.csv`; CSV, so the
     checker, which reads every `*.parquet` there, never mistakes them for trace), so a long
     run's samples do not pile up in memory beyond a few numbers per sample.
-  - A process's memory is judged by its **private** part, RSS minus shared pages: the pool
-    pages a process touched count in its RSS, and it touches more of the pool the longer
-    it runs, so RSS rises without anything leaking; the pool's use is judged on its own
-    (`pool_used`).
   - **Flat**, precisely: over the last 80% of the workload (the first 20% is warm-up:
     imports, the first trace batches filling; the workload ends when the first stable
     process is done with its plan, before the drain and the exits), the least-squares line through a series' samples
-    rises by at most 10% of the series' median there plus a floor (memory: 4 MiB; a segment
-    table: 1% of its size).  Every stable process's private memory is one series; a mortal
-    lives too briefly for a slope, so the series of its generations' peak, in spawn order, is
+    rises by at most 10% of the series' median there plus a floor (RSS: 4 MiB; a segment
+    table: 1% of its size).  Every stable process's RSS is one series; a mortal lives too
+    briefly for a slope, so the series of its generations' peak RSS, in spawn order, is
     judged instead.  A series with fewer than 3 samples in the window is not judged.
   - `final_use` is `bus.info()` once every process is gone and the parent disconnected
     what it held: all five use counts must be zero (nothing leaked over the whole run).
@@ -72,14 +67,14 @@ class Sampler:
         self.paths = (os.path.join(d, "resources-rss.csv"), os.path.join(d, "resources-bus.csv"))
         self.rss_f = open(self.paths[0], "w", buffering=1)  # lines on disk as they come
         self.bus_f = open(self.paths[1], "w", buffering=1)
-        self.rss_f.write("t_s,process,pid,rss_bytes,shared_bytes\n")
+        self.rss_f.write("t_s,process,pid,rss_bytes\n")
         self.bus_f.write("t_s," + ",".join(SEGMENT) + "\n")
         lim, info = run.bus.limits, run.bus.info()
         self.capacity = {"peers": lim.max_peers, "nodes": lim.max_nodes, "handles": lim.max_handles,
                          "entries_in_use": lim.max_entries, "pool_used": info["pool_size"]}
         self.procs = {}       # pid -> psutil.Process
-        self.series = {}      # stable process -> ([t], [private bytes])
-        self.mortal_peak = {}  # mortal process -> [first t, peak private bytes]
+        self.series = {}      # stable process -> ([t], [rss])
+        self.mortal_peak = {}  # mortal process -> [first t, peak rss]
         self.seg = ([], {k: [] for k in SEGMENT})
         self.last = 0.0
         self.t_end = None     # end of the workload: the first sample with a stable process done
@@ -90,14 +85,12 @@ class Sampler:
             self.last = now
             self.sample(now - self.run.t_go)
 
-    def memory(self, pid):
-        """(rss, shared) bytes of a live process; None once it is gone."""
+    def rss(self, pid):
         p = self.procs.get(pid)
         try:
             if p is None:
                 p = self.procs[pid] = self.psutil.Process(pid)
-            m = p.memory_info()
-            return m.rss, m.shared
+            return p.memory_info().rss
         except self.psutil.Error:
             self.procs.pop(pid, None)
             return None
@@ -110,11 +103,10 @@ class Sampler:
         for i, pid in [(-1, os.getpid()), *stable, *mortal]:
             if not pid:
                 continue
-            m = self.memory(pid)
-            if not m or not m[0]:  # gone, or a zombie (RSS 0) not yet joined
+            r = self.rss(pid)
+            if not r:  # gone, or a zombie (RSS 0) not yet joined
                 continue
-            self.rss_f.write(f"{t:.3f},{i},{pid},{m[0]},{m[1]}\n")
-            r = m[0] - m[1]
+            self.rss_f.write(f"{t:.3f},{i},{pid},{r}\n")
             if i >= run.n_stable:
                 peak = self.mortal_peak.setdefault(i, [t, 0])
                 peak[1] = max(peak[1], r)
@@ -169,9 +161,9 @@ class Sampler:
         if self.mortal_peak:
             a.scatter([p[0] for p in self.mortal_peak.values()],
                       [p[1] / 2**20 for p in self.mortal_peak.values()], s=4, color="tab:red",
-                      label="peak private memory of each mortal process (at its start time)")
-        a.plot([], [], color="0.6", lw=0.5, label="private memory of each stable process")
-        a.set_ylabel("RSS - shared pages (MiB)")
+                      label="peak RSS of each mortal process (at its start time)")
+        a.plot([], [], color="0.6", lw=0.5, label="RSS of each stable process")
+        a.set_ylabel("RSS (MiB)")
         ts = self.seg[0]
         every = max(1, len(ts) // 25)  # ~25 markers a line: the shape tells the series in grey print
         for k, marker in zip(SEGMENT, "o^sDv"):
