@@ -271,17 +271,19 @@ class Churn:
                     del self.live[slot]
 
     def reap(self):
-        """Reap killed mortals' peers through the bus once their processes are gone (a
-        stable process may have reaped one already, on EDQUOT).  A peer still connected is
-        tried again on later ticks; one still connected REAP_WAIT s after its SIGKILL fails
-        the run."""
+        """Reap killed mortals' peers through the bus once their processes are gone (the
+        death watcher of any attached process, or a stable process on EDQUOT, may have
+        reaped one first: `reaped` counts the killed mortals whose peer is gone, by
+        whoever).  A peer still connected is tried again on later ticks; one still
+        connected REAP_WAIT s after its SIGKILL fails the run."""
         gone = [m for m in self.dying if m.proc.exitcode is not None]
         if not gone:
             return
-        self.stats["reaped"] += self.run.bus.gc()["peers_reaped"]
+        self.run.bus.gc()
         connected = {p["id"] for p in self.run.bus.peers() if p["state"] == "connected"}
         for m in gone:
             if m.peer_id not in connected:
+                self.stats["reaped"] += 1
                 m.proc.join()
                 self.dying.remove(m)
             elif time.monotonic() - m.killed_at > REAP_WAIT:

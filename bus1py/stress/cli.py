@@ -114,7 +114,7 @@ def run_and_report(cfg: StressConfig, console, progress: bool = True, verify: bo
     if res.churn:
         c = res.churn
         console.print(f"churn: {c['spawned']:,} mortal processes, {c['exited']:,} exited, "
-                      f"{c['killed']:,} SIGKILLed, {c['reaped']:,} peers reaped by bus.gc() "
+                      f"{c['killed']:,} SIGKILLed, {c['reaped']:,} of their peers reaped "
                       f"({c['reap_retries']:,} second tries)")
     if res.resources:
         from .display import resources_lines

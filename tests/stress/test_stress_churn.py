@@ -30,7 +30,7 @@ def test_churn_run_passes_the_checker_and_leaks_nothing(tmp_path):
     c = res.churn
     # every mortal left, by exit or by SIGKILL, and each killed one's peer was reaped
     assert c["exited"] >= 1 and c["killed"] >= 2, c
-    assert c["spawned"] == c["exited"] + c["killed"]
+    assert c["spawned"] == c["exited"] + c["killed"] and c["reaped"] == c["killed"], c
     mortal = [r for r in res.results if "departure" in r]
     assert len(mortal) == c["spawned"] and {r["departure"] for r in mortal} == {"exit", "kill"}
     # replaced processes are new trace processes: indices past the 8 slots (whether a mortal
