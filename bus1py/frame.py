@@ -4,8 +4,8 @@ Invariants:
   - A Frame belongs to one thread and one mapping: `Bus.scratch()` keeps one per thread in a
     thread-local that `Bus.close` drops, so no two threads share a buffer and no frame is
     handed out after the mapping is gone.
-  - `c` (struct b1_frame) points at the mapping and at `dests`, `handles`, the payload
-    buffer and, once a batch ran, `infos`: the Frame holds every cdata `c` points to, so
+  - `c` (struct b1_frame) points at the mapping and at `dests`, `handles`, `fds`, the
+    payload buffer and, once a batch ran, `infos`: the Frame holds every cdata `c` points to, so
     each lives exactly as long as the frame.
   - `address` is `c`'s address, as bus1py._messages takes it; `infos_cap` is how many
     message infos `infos` holds (0 before the first batch), read here rather than from
@@ -16,14 +16,14 @@ Invariants:
 """
 from __future__ import annotations
 
-from ._lib import ffi
+from ._lib import ffi, lib
 
 _NO_CLEAR = ffi.new_allocator(should_clear_after_alloc=False)
 _FIRST_INFOS = 64  # message infos of the first batch's array at least
 
 
 class Frame:
-    __slots__ = ("c", "address", "dests", "handles", "seq", "infos", "infos_cap", "held", "whole", "_buf")
+    __slots__ = ("c", "address", "dests", "handles", "fds", "seq", "infos", "infos_cap", "held", "whole", "_buf")
 
     def __init__(self, base, limits):
         c = self.c = ffi.new("struct b1_frame *")
@@ -31,7 +31,8 @@ class Frame:
         self.handles = ffi.new("uint64_t[]", max(limits.max_msg_handles, 1))
         c.buflen = max(limits.max_payload, 1)
         self._buf = _NO_CLEAR("char[]", c.buflen)
-        c.base, c.dests, c.handles, c.buf = base, self.dests, self.handles, self._buf
+        self.fds = ffi.new("int32_t[]", lib.B1_MAX_FDS)  # a receive's descriptors (fds.py)
+        c.base, c.dests, c.handles, c.buf, c.fds = base, self.dests, self.handles, self._buf, self.fds
         self.address = int(ffi.cast("uintptr_t", c))
         # the last send's sequence number, read without a cdata field lookup
         self.seq = memoryview(ffi.buffer(ffi.addressof(c[0], "seq"))).cast("Q")

@@ -31,6 +31,8 @@ class Message(NamedTuple):
     """Receiver-local handle ids carried by the message (HANDLE_INVALID for dead ones)."""
     stamp: tuple
     """(timestamp, sender peer id, transaction sequence): diagnostic, for traces."""
+    fds: tuple = ()
+    """File descriptors the message carried, new in this process: the receiver's to close."""
 
     def release(self) -> None:
         """Nothing to give back: the payload is a copy (see receive.SliceMessage)."""

@@ -26,7 +26,7 @@ import time
 from array import array
 from dataclasses import dataclass
 
-from . import _messages, args, holders, objects, receive, watch
+from . import _messages, args, fds as _fds, holders, objects, receive, watch
 from ._lib import ffi, lib
 from .errors import bus_error
 from .message import Message
@@ -112,6 +112,10 @@ class Peer:
         r = lib.b1_peer_attach(self._bus.base(), self._slot, self._id, os.getpid())
         self._attached = True
         watch.ensure(self._bus)  # a fork child's own watcher (watch.py)
+        try:
+            _fds.ensure(self)  # its descriptor store (fds.py)
+        except OSError:
+            pass  # a gone peer: its calls say so
         if r == 0:
             holders.held[(self._bus.name, self._slot, self._id)] = self
             holders.register_exit_hook()
@@ -231,9 +235,11 @@ class Peer:
 
     # ---- messages ----
 
-    def send(self, destinations, payload, handles=(), *, unreachable_error: bool = False) -> tuple:
+    def send(self, destinations, payload, handles=(), *, fds=(), unreachable_error: bool = False) -> tuple:
         """Send `payload` to every node in `destinations` (handle ids) in one transaction,
-        carrying `handles` (the sender's handle ids) to every receiver.
+        carrying `handles` (the sender's handle ids) to every receiver, and `fds` (at most
+        256 open file descriptors, EMSGSIZE past it, EBADF for a closed one): each
+        receiver gets its own copies in `msg.fds`, installed at its receive (fds.py).
 
         Returns the message's stamp (timestamp, sender id, sequence).  Never blocks; raises
         with nothing sent when a handle is unknown (ENXIO), the payload too large
@@ -242,6 +248,9 @@ class Peer:
         unreachable_error=True the send fails with EHOSTUNREACH instead when the sender has
         already received NODE_DESTROY for every destination.
         """
+        if fds:
+            with _fds.named(fds):
+                return self.send(destinations, payload, handles, unreachable_error=unreachable_error)
         bus = self._bus
         flags = _UNREACHABLE if unreachable_error else 0
         dest = destinations
@@ -319,7 +328,7 @@ class Peer:
             self._ready.sync()
         return m
 
-    def send_many(self, destinations, payloads, handles=(), *, unreachable_error: bool = False) -> int:
+    def send_many(self, destinations, payloads, handles=(), *, fds=(), unreachable_error: bool = False) -> int:
         """Send each of `payloads` to the same `destinations`, in one C call: one
         transaction per payload, each with its own stamp, exactly as a loop of
         `send(destinations, payload, handles)` in order would (`handles` are carried by
@@ -328,8 +337,12 @@ class Peer:
         Stops at the first failure and returns how many were sent; when the first payload
         already fails, raises that failure (the errors of `send`) with nothing sent.  A
         caller that gets fewer than len(payloads) retries the rest, typically after the
-        receiver drained its queue (EDQUOT or EXFULL would be the next error).
+        receiver drained its queue (EDQUOT or EXFULL would be the next error).  `fds`, like
+        `handles`, are carried by every message (each its own copies).
         """
+        if fds:
+            with _fds.named(fds):
+                return self.send_many(destinations, payloads, handles, unreachable_error=unreachable_error)
         bus = self._bus
         frame = self._frame()  # raises: closed
         if type(payloads) is not list and type(payloads) is not tuple:
@@ -370,13 +383,13 @@ class Peer:
             raise args.send_error(self, r, destinations, lens[0], n or 1, nh)
         return r
 
-    def reserve(self, destinations, length: int, handles=(), *, unreachable_error: bool = False):
+    def reserve(self, destinations, length: int, handles=(), *, fds=(), unreachable_error: bool = False):
         """Zero-copy send: a message of `length` bytes to write in place in the pool before
         it is sent.  `r.payload` is a writable memoryview of it; `r.commit()` sends it as
-        `send(destinations, <those bytes>, handles)` would at that moment and returns the
+        `send(destinations, <those bytes>, handles, fds=fds)` would at that moment and returns the
         stamp, `r.abort()` gives it back; as a context manager it commits unless the block
         raises.  Raises send's errors when the record cannot be taken (reserve.py)."""
-        return Reservation(self, destinations, length, handles, unreachable_error=unreachable_error)
+        return Reservation(self, destinations, length, handles, fds=fds, unreachable_error=unreachable_error)
 
     def send_obj(self, destinations, obj, handles=(), *, unreachable_error: bool = False) -> tuple:
         """Send a Python object, pickled with protocol 5, its out-of-band buffers (numpy
@@ -447,6 +460,7 @@ class Peer:
         (BrokenPipeError).  Messages it already sent stay valid."""
         r = lib.b1_peer_disconnect(self._bus.base(), self._slot, self._id)
         holders.held.pop((self._bus.name, self._slot, self._id), None)
+        _fds.forget(self)  # the descriptors of messages it never received close with it
         if r:
             raise bus_error(r, f"peer {self._id}")
 
@@ -464,6 +478,7 @@ class Peer:
         r = lib.b1_peer_reset(self._bus.base(), self._slot, self._id)
         if r:
             raise bus_error(r, f"resetting peer {self._id}")
+        _fds.sweep(self)  # the descriptors of the messages it dropped
         if self._ready is not None:
             self._ready.sync()
 

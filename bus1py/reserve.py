@@ -21,6 +21,8 @@ Invariants:
     nothing sent); later calls raise ValueError.  One dropped or garbage collected while
     open is aborted; one whose process dies is freed by the reaper (Bus.gc), as an
     unfinished send is.
+  - Descriptors (`fds`) are checked and counted at the reserve and posted at the commit,
+    which names the same ones again: they must stay open until then (EBADF otherwise).
   - A reservation belongs to the process that made it: a forked child's copy can neither
     commit nor abort it (ValueError), and dropping that copy leaves it alone.
 """
@@ -30,7 +32,9 @@ import errno
 import os
 import pickle
 
-from . import _messages, args
+import contextlib
+
+from . import _messages, args, fds as _fds
 from ._lib import ffi, lib
 from .errors import bus_error
 
@@ -48,12 +52,17 @@ def _whole(frame, bus) -> memoryview:
     return frame.whole
 
 
+def _named(fds):
+    """fds.named for a reservation's descriptors; nothing to name for none."""
+    return _fds.named(fds) if fds else contextlib.nullcontext(())
+
+
 class Reservation:
     """A message being written in place; see the module's invariants."""
 
-    __slots__ = ("_peer", "_res", "_dests", "_view", "_raw", "_state", "_pid", "stamp", "length")
+    __slots__ = ("_peer", "_res", "_dests", "_view", "_raw", "_state", "_pid", "_fds", "stamp", "length")
 
-    def __init__(self, peer, destinations, length: int, handles=(), *, unreachable_error: bool = False):
+    def __init__(self, peer, destinations, length: int, handles=(), *, fds=(), unreachable_error: bool = False):
         self._state = None  # not open until the record is taken (for __del__)
         if type(length) is not int or length < 0:
             raise ValueError(f"length must be an int >= 0, not {length!r}")
@@ -81,7 +90,8 @@ class Reservation:
         if n > 1:
             res.tx.dests = self._dests = ffi.new("struct b1_dest[]", n)
         flags = _UNREACHABLE if unreachable_error else 0
-        off = lib.b1_send_reserve(frame.c.base, res, peer._slot, peer._id, dests, n, length, carried, nh, flags)
+        with _named(fds) as self._fds:
+            off = lib.b1_send_reserve(frame.c.base, res, peer._slot, peer._id, dests, n, length, carried, nh, flags)
         if off < 0:
             raise args.send_error(peer, off, destinations, length, n, nh)
         self._peer, self.length, self.stamp = peer, length, None
@@ -122,7 +132,8 @@ class Reservation:
         does, or raises send's errors with nothing sent (the reservation ends either way)."""
         base = self._end("commit")
         res = self._res
-        ts = lib.b1_send_commit(base, res)
+        with _named(self._fds):
+            ts = lib.b1_send_commit(base, res)
         if ts < 0:
             self._state = _ABORTED
             dests = [res.one.handle] if res.tx.n == 1 else [d.handle for d in self._dests]

@@ -19,6 +19,7 @@ LAYERS = [
     ["view"],                # this process's validated copy of a bus's layout
     ["alloc"],               # lock-free slots, entries and pool records
     ["queue"],               # one peer's queue and its lock
+    ["fds"],                 # descriptors in messages: the store, posting and taking
     ["slot"],                # a peer slot named by (slot, id)
     ["handle"],              # handles and the node owner's lock; notices handed up
     ["message"],             # the handles a message carries

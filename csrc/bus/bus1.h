@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 /* cdef-begin */
-#define B1_VERSION 10
+#define B1_VERSION 11
 #define B1_HANDLE_INVALID 0xffffffffffffffff
 
 #define B1_MSG_DATA 0
@@ -61,7 +61,11 @@ enum b1_kill_point {
     B1_KILL_RELEASE = 7,  /* release: the handle dropped, the owner's NODE_RELEASE not queued */
     B1_KILL_TRANSFER = 8, /* transfer: the target's handle made, the id not yet returned */
     B1_KILL_RECV = 9,     /* recv: the entry taken out of the queue, not yet copied or freed */
-    B1_KILL_POINTS = 10
+    B1_KILL_FDS_SENT = 10,  /* send: its descriptors posted under the sender's lock, the stamp
+                               not yet stored */
+    B1_KILL_FDS_TAKEN = 11, /* recv: a message's descriptors taken from the store under the
+                               receiver's lock, the hold not yet over */
+    B1_KILL_POINTS = 12
 };
 
 struct b1_limits {
@@ -122,6 +126,9 @@ struct b1_msg_info {
                               from the segment base */
     uint64_t slice;        /* B1_RECV_NOCOPY: the token to give it back with (b1_slice_release);
                               0 when nothing is held */
+    uint64_t n_fds;        /* descriptors received with it: the frame's fds[fds_at..+n_fds),
+                              now the caller's to close */
+    uint64_t fds_at;
 };
 
 struct b1_peer_info {
@@ -287,6 +294,8 @@ struct b1_frame {
     struct b1_msg_info *infos; /* out of b1_frame_recv_many: room for infos_cap */
     uint32_t infos_cap;
     uint32_t n_handles;        /* out of b1_frame_recv_many: handles in f->handles, all told */
+    int32_t *fds;              /* room for B1_MAX_FDS received descriptors (NULL: a message's
+                                  descriptors are closed at its receive) */
 };
 /* Zero-copy send.  b1_send_reserve prepares b1_send's transaction in r->tx without
  * writing its payload, and returns where the caller writes it: `len` bytes at base + the
@@ -334,6 +343,21 @@ int b1_frame_recv_many(struct b1_frame *f, uint32_t slot, uint64_t id, uint32_t 
                        int64_t timeout_ns, uint32_t flags);
 /* give back a slice (info.slice) received by the peer (slot, id) */
 int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice);
+
+/* File descriptors in messages (fds.c, bus1py/fds.py).  b1_send_fds names the descriptors
+ * (at most B1_MAX_FDS, -EMSGSIZE) the calling thread's sends carry until it is called again
+ * with n = 0: b1_send, b1_frame_send*, b1_send_reserve (which records their count) and
+ * b1_send_commit (which posts them: the same ones must be named).  Each destination's
+ * receiver gets its own copies, installed at its receive (b1_msg_info n_fds).
+ * b1_fds_address: the abstract socket name (without its leading NUL) of the peer's store,
+ * which a holder binds and registers with b1_fds_register (sock -1: forget it); its length.
+ * b1_fds_sweep closes the descriptors in the store whose messages are no longer queued
+ * (after a reset). */
+#define B1_MAX_FDS 256
+int b1_send_fds(const int32_t *fds, uint32_t n);
+int b1_fds_address(void *base, uint32_t slot, uint64_t id, char *out, uint32_t cap);
+int b1_fds_register(void *base, uint32_t slot, uint64_t id, int32_t sock);
+int b1_fds_sweep(void *base, uint32_t slot, uint64_t id);
 
 /* arm (or with B1_KILL_NONE disarm) this process's kill point; -EINVAL for an unknown one */
 int b1_kill_at(uint32_t point, uint32_t after);

@@ -136,6 +136,8 @@ struct b1_peer {
                               latest when the peer is flushed (guarded by lock) */
     int32_t pids[B1_PEER_PIDS];       /* processes that used the peer (0: none) */
     uint64_t pid_starts[B1_PEER_PIDS]; /* their start times, so a reused pid is told apart */
+    uint64_t fd_nonce[2];  /* random, set when the slot gets a peer: names its descriptor
+                              store (fds.c), which only a process that maps the bus can know */
     _Atomic uint32_t n_handles; /* handle slots of this peer, held or in flight (quota_handles) */
     _Atomic uint64_t tx_seq;    /* the peer's next transaction sequence number */
     _Atomic uint64_t sent;
@@ -258,7 +260,7 @@ struct b1_msg {
     _Atomic uint32_t carved; /* B1_MSG_CARVED ^ unit once its header is written: a walk of
                                 the pool (fsck, rebuild.c) stops at a record cut short
                                 while it was carved, instead of misreading what follows */
-    uint32_t pad;
+    uint32_t n_fds;       /* descriptors the message carries (fds.c), at most B1_MAX_FDS */
 };
 #define B1_MSG_CARVED 0x62316d73u
 _Static_assert(sizeof(struct b1_msg) <= (1u << B1_POOL_MIN_SHIFT), "a record's header fits one unit");
@@ -424,7 +426,7 @@ static inline struct b1_name *NAME(void *base, uint32_t i) {
  * so a scribbler who changes the record after the check cannot move a copy or an index
  * out of bounds. */
 struct b1_shape {
-    uint32_t len, n_handles, n_dests;
+    uint32_t len, n_handles, n_dests, n_fds;
 };
 static inline struct b1_carried *shape_carried(struct b1_msg *m, const struct b1_shape *s) {
     return (struct b1_carried *)(msg_payload(m) + (((uint64_t)s->len + 7u) & ~(uint64_t)7u));
@@ -446,15 +448,16 @@ static inline __attribute__((always_inline)) int b1_msg_shape(void *base, uint32
     struct b1_msg *m = (struct b1_msg *)((char *)base + v->off_pool + at);
     struct b1_shape s = {__atomic_load_n(&m->len, __ATOMIC_RELAXED),
                          __atomic_load_n(&m->n_handles, __ATOMIC_RELAXED),
-                         __atomic_load_n(&m->n_dests, __ATOMIC_RELAXED)};
+                         __atomic_load_n(&m->n_dests, __ATOMIC_RELAXED),
+                         __atomic_load_n(&m->n_fds, __ATOMIC_RELAXED)};
     uint32_t cls = __atomic_load_n(&m->size_class, __ATOMIC_RELAXED);
     int ok = at && cls < B1_POOL_CLASSES && at + B1_CLASS_BYTES(cls) <= v->limits.pool_size &&
              s.len <= v->limits.max_payload && s.n_handles <= v->limits.max_msg_handles &&
-             idx < s.n_dests && atomic_load_explicit(&m->refs, memory_order_relaxed) != 0 &&
+             idx < s.n_dests && s.n_fds <= B1_MAX_FDS && atomic_load_explicit(&m->refs, memory_order_relaxed) != 0 &&
              msg_record_size(s.len, s.n_dests, s.n_handles) <= B1_CLASS_BYTES(cls);
     if (__builtin_expect(!ok, 0)) {
         b1_bad = 1;
-        s = (struct b1_shape){0, 0, 0};
+        s = (struct b1_shape){0, 0, 0, 0};
     }
     if (out) *out = s;
     return ok;

@@ -35,6 +35,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 #include "alloc.h"
 #include "message.h"
 #include "node.h"
@@ -65,6 +67,11 @@ static void reset_peer_locked(void *base, struct b1_peer *p, uint32_t quota_mess
     atomic_store(&p->resetter, 0);
     memset(p->pids, 0, sizeof p->pids);
     memset(p->pid_starts, 0, sizeof p->pid_starts);
+    /* a new store name for the new peer: the old peer's store cannot receive its posts */
+    if (getrandom(p->fd_nonce, sizeof p->fd_nonce, 0) != sizeof p->fd_nonce) {
+        p->fd_nonce[0] = b1_now_ns();
+        p->fd_nonce[1] ^= (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)p;
+    }
     atomic_store(&p->tx_seq, 0);
     atomic_store(&p->sent, 0);
     p->quota_messages = quota_messages ? quota_messages : LIM(base).quota_messages;

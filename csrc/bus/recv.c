@@ -12,6 +12,10 @@
  *   - A slice keeps its record and the receiver's quota charged until it is given back,
  *     or until the peer is flushed (peer.c), whichever is first.
  *   - A waiter registers in `waiters` before it reads wake_seq (queue.c): no wake is lost.
+ *   - A data message's descriptors leave the peer's store (fds.c) in the hold that takes
+ *     its entry, after the entry is claimed (or made a slice): into the caller's room when
+ *     it is delivered, closed when it is dropped.  A process without the store takes no
+ *     message that carries descriptors (-EPERM), so none is delivered without them.
  *
  * Lock rules: the receiving peer's lock for the dequeue, released before anything is
  * copied; carried handles are resolved under their owners' locks after it (message.c);
@@ -23,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "alloc.h"
+#include "fds.h"
 #include "kill.h"
 #include "message.h"
 #include "node.h"
@@ -40,6 +45,7 @@ struct recv_req {
     uint64_t buflen;
     uint64_t *handles;    /* room for max_msg_handles */
     uint32_t n_handles;   /* out: how many of them the taken messages carried */
+    int32_t *fds;         /* room for B1_MAX_FDS descriptors; NULL: close them */
 };
 
 #define TAKE_ON_STACK 64
@@ -74,7 +80,8 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
         struct b1_peer *p;
         r = b1_lock_live(base, slot, id, &p);
         if (r) break;
-        uint32_t n = 0, delivered = 0, nh = 0, steps = 0;
+        uint32_t n = 0, delivered = 0, nh = 0, steps = 0, nfd = 0;
+        int store = -2; /* looked up at the first message that carries descriptors */
         uint64_t used = 0;
         int woke = 0;
         r = 0;
@@ -91,9 +98,17 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
                 break;
             }
             int copied = !nocopy || type != B1_MSG_DATA;
-            if ((copied && used + t->shape.len > q->buflen) || nh + t->shape.n_handles > max_nh) {
+            if ((copied && used + t->shape.len > q->buflen) || nh + t->shape.n_handles > max_nh ||
+                (q->fds && nfd + t->shape.n_fds > B1_MAX_FDS)) {
                 if (!n) r = -EMSGSIZE; /* only a buffer smaller than max_payload */
                 break;
+            }
+            if (type == B1_MSG_DATA && t->shape.n_fds) {
+                if (store == -2) store = b1_fds_store(base, slot, id);
+                if (store < 0) {
+                    if (!n) r = -EPERM;
+                    break;
+                }
             }
             woke |= b1_queue_remove_locked(base, p, ei);
             if (b1_bad || p->front == ei) { /* still linked: a cycle in a scribbled tree */
@@ -124,6 +139,7 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
                 info->type = type;
                 info->len = t->shape.len;
                 info->n_handles = t->shape.n_handles;
+                info->n_fds = info->fds_at = 0;
                 if (copied) {
                     used += t->shape.len;
                     info->slice = 0;
@@ -141,6 +157,16 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
             }
             t->type = type;
             if (!t->held) b1_entry_claim(e); /* a slice is its peer's */
+            if (type == B1_MSG_DATA && t->shape.n_fds) {
+                int32_t *room = deliver && q->fds ? q->fds + nfd : NULL;
+                uint32_t got = b1_fds_take_locked(base, p, store, &t->key, t->shape.n_fds, room);
+                if (room) {
+                    q->infos[delivered - 1].n_fds = got;
+                    q->infos[delivered - 1].fds_at = nfd;
+                    nfd += got;
+                }
+                B1_KILL_POINT(B1_KILL_FDS_TAKEN);
+            }
         }
         p->received += delivered;
         b1_unlock(p);
@@ -297,14 +323,27 @@ int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice) {
 }
 
 int b1_frame_recv(struct b1_frame *f, uint32_t slot, uint64_t id, int64_t timeout_ns) {
-    return b1_recv_wait(f->base, slot, id, &f->info, f->buf, f->buflen, f->handles, timeout_ns);
+    struct recv_req q = {.infos = &f->info, .max = 1, .buf = f->buf, .buflen = f->buflen,
+                         .handles = f->handles, .fds = f->fds};
+    int r = recv_wait(f->base, slot, id, &q, timeout_ns);
+    return r > 0 ? 0 : r;
+}
+
+int b1_fds_sweep(void *base, uint32_t slot, uint64_t id) {
+    struct b1_peer *p;
+    int store = b1_fds_store(base, slot, id), r;
+    if (store < 0) return 0;
+    if ((r = b1_lock_live(base, slot, id, &p))) return r;
+    b1_fds_sweep_locked(base, p, store);
+    b1_unlock(p);
+    return 0;
 }
 
 int b1_frame_recv_many(struct b1_frame *f, uint32_t slot, uint64_t id, uint32_t max,
                        int64_t timeout_ns, uint32_t flags) {
     if (!max || max > f->infos_cap) return -EINVAL;
     struct recv_req q = {.infos = f->infos, .max = max, .flags = flags, .buf = f->buf,
-                         .buflen = f->buflen, .handles = f->handles};
+                         .buflen = f->buflen, .handles = f->handles, .fds = f->fds};
     int r = recv_wait(f->base, slot, id, &q, timeout_ns);
     f->n_handles = r > 0 ? q.n_handles : 0;
     return r;

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "alloc.h"
+#include "fds.h"
 #include "message.h"
 #include "node.h"
 #include "slot.h"
@@ -59,6 +60,7 @@ int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,
             return -EDQUOT;
     }
     int r = b1_tx_prepare_raw(base, tx, B1_MSG_DATA, payload, len, n_handles);
+    if (!r) MSG(base, tx->msg)->n_fds = b1_fds_staged();
     if (!r && n_handles) {
         B1_NOTICES(nt);
         r = b1_tx_register_handles(base, tx, handles, n_handles, &nt);
@@ -149,7 +151,7 @@ int b1_frame_send_iov(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t d
                       const char *const *payloads, const uint32_t *lens, uint32_t count,
                       uint32_t n_handles, uint32_t flags) {
     void *base = f->base;
-    if (n_handles || LIM(base).inject) {
+    if (n_handles || LIM(base).inject || b1_fds_staged()) { /* a batch posts no descriptors */
         for (uint32_t i = 0; i < count; i++) {
             int64_t r = b1_frame_send(f, slot, id, dest, n, payloads[i], lens[i], n_handles, flags);
             if (r < 0) return i ? (int)i : (int)r;

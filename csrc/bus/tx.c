@@ -39,7 +39,9 @@
 #include <errno.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "alloc.h"
+#include "fds.h"
 #include "kill.h"
 #include "message.h"
 #include "queue.h"
@@ -97,6 +99,7 @@ int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *p
     struct b1_msg *m = MSG(base, tx->msg);
     m->n_handles = n_handles;
     m->n_dests = n;
+    m->n_fds = 0; /* a send's own are recorded by b1_tx_prepare */
     m->type = type;
     if (len && payload) memcpy(msg_payload(m), payload, len); /* NULL: written in place (send.c) */
     for (uint32_t i = 0; i < n; i++) {
@@ -206,26 +209,43 @@ int b1_tx_stamp_as(void *base, struct b1_tx *tx, int allow_disconnecting,
     if (tx->ts) return -EINVAL;
     for (uint32_t i = 0; i < tx->n; i++)
         if (tx->dests[i].state == B1_DEST_PREPARED) return -EINVAL;
+    /* descriptors: the ones this thread names, as many as the prepare recorded */
+    uint32_t n_fds = tx->msg && tx->type == B1_MSG_DATA ? MSG(base, tx->msg)->n_fds : 0;
+    int sock = -1;
+    if (n_fds) {
+        if (n_fds != b1_fds_staged()) return -EINVAL;
+        if ((sock = b1_fds_sender()) < 0) return sock;
+    }
     struct b1_peer *p = PEER(base, tx->sender_slot);
     int r = b1_lock(base, p);
-    if (r) return r;
+    if (r) goto out;
     int ok = p->state == B1_PEER_ACTIVE || (allow_disconnecting && p->state == B1_PEER_DISCONNECTING);
     if (p->id != tx->sender_id || !ok) {
         b1_unlock(p);
-        return -ESHUTDOWN;
+        r = -ESHUTDOWN;
+        goto out;
     }
     uint64_t ts = next_stamp(p, tx);
     tx->ts = ts;
     if (check && (r = check(base, tx, arg))) {
         tx->ts = 0;
         b1_unlock(p);
-        return r;
+        goto out;
     }
+    /* posted under this lock, just before the stamp is stored: in stamp order (fds.c) */
+    if (n_fds && (r = b1_fds_post(base, sock, tx))) {
+        tx->ts = 0;
+        b1_unlock(p);
+        goto out;
+    }
+    if (n_fds) B1_KILL_POINT(B1_KILL_FDS_SENT);
     p->clock = ts;
     if (tx->msg) MSG(base, tx->msg)->ts = ts;
     b1_unlock(p);
     B1_KILL_POINT(B1_KILL_STAMP);
-    return 0;
+out:
+    if (sock >= 0) close(sock);
+    return r;
 }
 
 int b1_tx_stamp(void *base, struct b1_tx *tx) { return b1_tx_stamp_as(base, tx, 0, NULL, NULL); }

@@ -74,11 +74,27 @@ static void ints_clear(struct ints *c) {
     Py_CLEAR(c->dest_obj);
 }
 
+/* The descriptors a message brought, fds[at..at+n) of the frame, as a tuple of ints (()
+ * when none): the receiver's from here on (bus1py/fds.py). */
+static PyObject *fds_of(const int32_t *fds, const struct b1_msg_info *in) {
+    if (!in->n_fds) {
+        Py_INCREF(S.empty);
+        return S.empty;
+    }
+    PyObject *t = PyTuple_New((Py_ssize_t)in->n_fds);
+    for (uint64_t i = 0; t && i < in->n_fds; i++) {
+        PyObject *x = PyLong_FromLong(fds[in->fds_at + i]);
+        if (!x) Py_CLEAR(t);
+        else PyTuple_SET_ITEM(t, (Py_ssize_t)i, x);
+    }
+    return t;
+}
+
 /* One Message of type `tp` from an info record; steals `payload` and `handles`. */
 static PyObject *new_message(PyTypeObject *tp, const struct b1_msg_info *in, PyObject *payload,
-                             PyObject *handles, struct ints *c) {
-    PyObject *m = NULL, *stamp = NULL;
-    if (!payload || !handles) goto fail;
+                             PyObject *handles, const int32_t *fds, struct ints *c) {
+    PyObject *m = NULL, *stamp = NULL, *carried_fds = fds_of(fds, in);
+    if (!payload || !handles || !carried_fds) goto fail;
     if (in->type >= (uint64_t)PyTuple_GET_SIZE(S.types)) {
         PyErr_Format(PyExc_ValueError, "unknown message type %llu", (unsigned long long)in->type);
         goto fail;
@@ -95,11 +111,12 @@ static PyObject *new_message(PyTypeObject *tp, const struct b1_msg_info *in, PyO
     PyObject *dest = int_of(in->destination, &c->dest, &c->dest_obj);
     if (!dest) goto fail;
     /* what tuple.__new__(tp, items) does for a subclass: tp_alloc, then the items */
-    m = tp->tp_alloc(tp, 5);
+    m = tp->tp_alloc(tp, 6);
     if (!m) {
         Py_DECREF(dest);
         goto fail;
     }
+    PyTuple_SET_ITEM(m, 5, carried_fds);
     PyObject *kind = PyTuple_GET_ITEM(S.types, (Py_ssize_t)in->type);
     Py_INCREF(kind);
     PyTuple_SET_ITEM(m, 0, kind);
@@ -112,6 +129,7 @@ fail:
     Py_XDECREF(payload);
     Py_XDECREF(handles);
     Py_XDECREF(stamp);
+    Py_XDECREF(carried_fds);
     return NULL;
 }
 
@@ -220,7 +238,7 @@ static PyObject *py_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     const struct b1_msg_info *in = &f->info;
     struct ints c = {0};
     PyObject *m = new_message(S.message, in, PyBytes_FromStringAndSize(f->buf, (Py_ssize_t)in->len),
-                              handles_of(f->handles, in->n_handles), &c);
+                              handles_of(f->handles, in->n_handles), f->fds, &c);
     ints_clear(&c);
     return m;
 }
@@ -283,7 +301,7 @@ static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t 
                 Py_INCREF(view);
             else
                 PyErr_NoMemory(); /* the slice or its export could not be made */
-            m = new_message(S.slice, in, view, carried, &c);
+            m = new_message(S.slice, in, view, carried, f->fds, &c);
             int bad = !m || PyObject_SetAttr(m, S.slice_attr, sl) < 0;
             Py_DECREF(sl);
             if (bad) {
@@ -292,7 +310,7 @@ static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t 
             }
         } else {
             m = new_message(S.message, in, PyBytes_FromStringAndSize(f->buf + in->offset,
-                                                                      (Py_ssize_t)in->len), carried, &c);
+                                                                      (Py_ssize_t)in->len), carried, f->fds, &c);
             if (!m) goto fail;
         }
         PyList_SET_ITEM(out, i, m);

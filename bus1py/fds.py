@@ -1,0 +1,149 @@
+"""File descriptors in messages: what a send names, and each peer's descriptor store.
+
+A send's descriptors are posted, as SCM_RIGHTS datagrams, to the store of every receiving
+peer under the sender's lock at the stamp; a receive takes its message's from the store
+in the lock hold that takes the message (csrc/bus/fds.c has the matching rules).
+
+Invariants:
+  - What a send carries is checked before anything is staged: a sequence of at most
+    B1_MAX_FDS ints (TypeError otherwise, EMSGSIZE past the limit), each an open
+    descriptor (EBADF).  `named(fds)` names them to the C helper for the calls made inside
+    it and names none again when it ends, however it ends: no later send of the thread
+    carries them by mistake.
+  - A peer's store is one AF_UNIX datagram socket bound at the abstract address its record
+    names: bound by the process that creates the peer, inherited by a fork, taken from a
+    live holder (pidfd_getfd) by a process that joins otherwise, or bound afresh when no
+    process holds it any more.  A process has at most one per peer (`_stores`), registered
+    with the C helper; one without it cannot receive a message that carries descriptors
+    (EPERM), so none is ever delivered without them.
+  - Received descriptors (`Message.fds`) are the receiver's to close: nothing here does.
+  - Disconnecting a peer closes this process's store; once no holder has it open the
+    kernel closes every descriptor still queued in it (a disconnected receiver drops them).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import socket
+
+from ._lib import ffi, lib
+from .errors import bus_error
+
+MAX_FDS: int = lib.B1_MAX_FDS
+_stores = {}  # (bus name, peer id) -> this process's socket of the peer's store
+_SYS_PIDFD_GETFD = 438  # the same number on every architecture (the generic syscall table)
+
+
+def check(fds) -> list:
+    """`fds` as a list of open descriptors, or the one error that says what is wrong."""
+    if isinstance(fds, int):
+        raise TypeError(f"fds must be a sequence of ints, not one int ({fds!r}): pass ({fds},)")
+    try:
+        out = list(fds)
+    except TypeError:
+        raise TypeError(f"fds must be a sequence of ints, not {type(fds).__name__}") from None
+    if len(out) > MAX_FDS:
+        raise bus_error(errno.EMSGSIZE, f"{len(out)} descriptors exceed the {MAX_FDS} a message carries")
+    for fd in out:
+        if type(fd) is not int:
+            raise TypeError(f"fds must be ints (file descriptors), not {type(fd).__name__} {fd!r}")
+        try:
+            os.fstat(fd)
+        except (OSError, OverflowError):
+            raise bus_error(errno.EBADF, f"fd {fd} is not an open file descriptor") from None
+    return out
+
+
+@contextlib.contextmanager
+def named(fds):
+    """The checked `fds` named to the C helper as what this thread's sends carry, for the
+    duration of the block."""
+    fds = check(fds)
+    r = lib.b1_send_fds(ffi.new("int32_t[]", fds), len(fds))
+    if r:
+        raise bus_error(r, f"naming {len(fds)} descriptors")
+    try:
+        yield fds
+    finally:
+        lib.b1_send_fds(ffi.NULL, 0)
+
+
+def _address(peer) -> bytes:
+    out = ffi.new("char[]", 108)
+    n = lib.b1_fds_address(peer._bus.base(), peer._slot, peer._id, out, 108)
+    if n < 0:
+        raise bus_error(n, f"the descriptor store of peer {peer._id}")
+    return ffi.buffer(out, n)[:]
+
+
+def _register(peer, sock) -> None:
+    r = lib.b1_fds_register(peer._bus.base(), peer._slot, peer._id, sock.fileno())
+    if r:
+        sock.close()
+        raise bus_error(r, f"registering the descriptor store of peer {peer._id}")
+    _stores[(peer._bus.name, peer._id)] = sock
+
+
+def ensure(peer) -> None:
+    """This process holds `peer`'s store, if any process can give it one: kept, bound
+    afresh, or taken from a live holder."""
+    if (peer._bus.name, peer._id) in _stores:
+        return
+    name = _address(peer)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        sock.bind(b"\0" + name)
+    except OSError as e:
+        sock.close()
+        if e.errno != errno.EADDRINUSE:
+            raise
+        sock = _take(peer, name)
+        if sock is None:
+            return  # receiving a message with descriptors raises EPERM
+    _register(peer, sock)
+
+
+def _take(peer, name: bytes):
+    """A copy of the store a live holder of `peer` has bound at `name` (pidfd_getfd,
+    which needs the right to ptrace it), or None."""
+    inode = None
+    with open("/proc/net/unix") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 8 and parts[7] == "@" + name.decode():
+                inode = parts[6]
+    if inode is None:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    for pid in peer.query().pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") != f"socket:[{inode}]":
+                    continue
+                pidfd = os.pidfd_open(pid)
+                try:
+                    got = libc.syscall(_SYS_PIDFD_GETFD, pidfd, int(fd), 0)
+                finally:
+                    os.close(pidfd)
+                if got >= 0:
+                    os.set_inheritable(got, False)
+                    return socket.socket(fileno=got)
+        except OSError:
+            continue
+    return None
+
+
+def forget(peer) -> None:
+    """This process lets go of `peer`'s store (the peer was disconnected)."""
+    sock = _stores.pop((peer._bus.name, peer._id), None)
+    if sock is not None:
+        lib.b1_fds_register(peer._bus.base(), peer._slot, peer._id, -1)
+        sock.close()
+
+
+def sweep(peer) -> None:
+    """Close the descriptors in the store whose messages are no longer queued (a reset
+    dropped them)."""
+    lib.b1_fds_sweep(peer._bus.base(), peer._slot, peer._id)
