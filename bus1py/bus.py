@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, fields
 
 import posix_ipc
 
-from . import watch as _watch
+from . import fds as _fds, watch as _watch
 from ._lib import ffi, lib
 from .errors import bus_error
 from .frame import Frame
@@ -397,6 +397,8 @@ class Bus:
                                    "rebuilds only a bus held alone")
         else:
             lib.b1_gc(self.base(), out)
+        if out.peers_reaped or out.blocks_completed or out.blocks_removed:
+            _fds.tidy(self)  # the descriptors of what it dropped, the stores of whom it reaped
         return {"peers_reaped": out.peers_reaped, "blocks_completed": out.blocks_completed,
                 "blocks_removed": out.blocks_removed, "live_peers": out.live_peers}
 
@@ -453,6 +455,7 @@ class Bus:
         if self._base is None:
             return
         _watch.stop(self)  # it maps the bus through its own export: gone before the unmap
+        _fds.forget_bus(self)  # the peers' descriptor stores this process holds
         ffi.release(self._base)
         self._base = None
         self._tls = threading.local()

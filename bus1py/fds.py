@@ -32,8 +32,9 @@ from ._lib import ffi, lib
 from .errors import bus_error
 
 MAX_FDS: int = lib.B1_MAX_FDS
-_stores = {}  # (bus name, peer id) -> this process's socket of the peer's store
+_stores = {}  # (bus name, peer id) -> (slot, this process's socket of the peer's store)
 _SYS_PIDFD_GETFD = 438  # the same number on every architecture (the generic syscall table)
+_ACTIVE = 1  # b1_peer_info.state of a connected peer (B1_PEER_ACTIVE, csrc/bus/layout.h)
 
 
 def check(fds) -> list:
@@ -83,7 +84,7 @@ def _register(peer, sock) -> None:
     if r:
         sock.close()
         raise bus_error(r, f"registering the descriptor store of peer {peer._id}")
-    _stores[(peer._bus.name, peer._id)] = sock
+    _stores[(peer._bus.name, peer._id)] = (peer._slot, sock)
 
 
 def ensure(peer) -> None:
@@ -137,10 +138,34 @@ def _take(peer, name: bytes):
 
 def forget(peer) -> None:
     """This process lets go of `peer`'s store (the peer was disconnected)."""
-    sock = _stores.pop((peer._bus.name, peer._id), None)
+    _close(peer._bus, (peer._bus.name, peer._id))
+
+
+def forget_bus(bus) -> None:
+    """This process lets go of every store of `bus` (it is being closed here)."""
+    for key in [k for k in _stores if k[0] == bus.name]:
+        _close(bus, key)
+
+
+def _close(bus, key) -> None:
+    slot, sock = _stores.pop(key, (0, None))
     if sock is not None:
-        lib.b1_fds_register(peer._bus.base(), peer._slot, peer._id, -1)
+        if bus._base is not None:
+            lib.b1_fds_register(bus._base, slot, key[1], -1)
         sock.close()
+
+
+def tidy(bus) -> None:
+    """After gc: the stores this process holds of peers gc disconnected are closed, the
+    others swept (gc dropped messages whose descriptors they hold)."""
+    out = ffi.new("struct b1_peer_info *")
+    for key, (slot, _) in list(_stores.items()):
+        if key[0] != bus.name:
+            continue
+        if lib.b1_peer_query(bus.base(), slot, key[1], out) or out.state != _ACTIVE:
+            _close(bus, key)
+        else:
+            lib.b1_fds_sweep(bus.base(), slot, key[1])
 
 
 def sweep(peer) -> None:

@@ -248,7 +248,7 @@ class Peer:
         unreachable_error=True the send fails with EHOSTUNREACH instead when the sender has
         already received NODE_DESTROY for every destination.
         """
-        if fds:
+        if fds or type(fds) is not tuple:  # () is the default; anything else is checked
             with _fds.named(fds):
                 return self.send(destinations, payload, handles, unreachable_error=unreachable_error)
         bus = self._bus
@@ -340,7 +340,7 @@ class Peer:
         receiver drained its queue (EDQUOT or EXFULL would be the next error).  `fds`, like
         `handles`, are carried by every message (each its own copies).
         """
-        if fds:
+        if fds or type(fds) is not tuple:  # () is the default; anything else is checked
             with _fds.named(fds):
                 return self.send_many(destinations, payloads, handles, unreachable_error=unreachable_error)
         bus = self._bus

@@ -54,7 +54,7 @@ def _whole(frame, bus) -> memoryview:
 
 def _named(fds):
     """fds.named for a reservation's descriptors; nothing to name for none."""
-    return _fds.named(fds) if fds else contextlib.nullcontext(())
+    return _fds.named(fds) if fds or type(fds) is not tuple else contextlib.nullcontext(())
 
 
 class Reservation:

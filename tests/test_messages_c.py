@@ -35,7 +35,8 @@ def _check(m, dest, payload, handles, stamp, zero_copy=False):
     assert type(m.handles) is tuple and len(m.handles) == len(handles)
     assert all(type(x) is int for x in m.handles)
     assert type(m.stamp) is tuple and m.stamp == stamp and all(type(x) is int for x in m.stamp)
-    assert m == (MessageType.DATA, dest, m.payload, m.handles, stamp)
+    assert type(m.fds) is tuple and m.fds == ()
+    assert m == (MessageType.DATA, dest, m.payload, m.handles, stamp, ())
     assert m.release() is None
 
 

@@ -229,13 +229,14 @@ static int same(const struct fd_dgram *a, const struct fd_dgram *b) {
            a->first == b->first;
 }
 
-/* Back to the store's tail (p's lock held); closed when that fails: it is then lost. */
+/* Back to the store's tail (p's lock held), this process's copies closed either way:
+ * when the send fails the datagram is lost (whether it was sent back). */
 static int send_back(int store, struct b1_peer *p, const struct fd_dgram *h, const int32_t *fds, uint32_t n) {
     struct sockaddr_un self;
     socklen_t len = store_address(p, p->id, &self);
-    if (send_dgram(store, &self, len, h, fds) == 0) return 1;
+    int ok = send_dgram(store, &self, len, h, fds) == 0;
     close_fds(fds, n);
-    return 0;
+    return ok;
 }
 
 /* One walk over the store for take (e set) or sweep (e NULL). */

@@ -1,0 +1,290 @@
+"""File descriptors in messages (Peer.send(..., fds=...), Message.fds; bus1py/fds.py,
+csrc/bus/fds.c).
+
+Invariants checked:
+  - a pipe's write end sent through the bus by a process that then exits is received and
+    written by another process: the descriptor outlives its sender;
+  - each receiver of a multicast gets its own new descriptors, installed at its receive;
+  - bad input (257 descriptors, a closed one, a non-int) fails with its one error and
+    nothing sent, by send, send_many and reserve alike;
+  - a message dropped unreceived (its node destroyed, its queue reset, its receiver
+    disconnected) closes its descriptors: the pipe's reader sees end-of-file, and no
+    descriptor was installed in the receiver (/proc/self/fd);
+  - the receiver's store bounds what is in flight to it (EDQUOT, nothing sent);
+  - a sender and a receiver SIGKILLed at each step (the named kill points around the post
+    and the take): no descriptor left open in any surviving process or in the store
+    (end-of-file), none delivered twice, a message stamped before the kill delivered
+    with its descriptors.
+"""
+from __future__ import annotations
+
+import errno
+import multiprocessing as mp
+import os
+import select
+
+import pytest
+
+from bus1py import MessageType
+from bus1py._lib import lib
+
+import killpoints as kp
+
+FORK = mp.get_context("fork")
+
+
+@pytest.fixture
+def bus(make_bus):
+    return make_bus(max_peers=16, max_nodes=64, max_handles=256, pool_size=1 << 20, spin_ns=0)
+
+
+@pytest.fixture(autouse=True)
+def _gc_only_when_called(monkeypatch):
+    """The kill tests reap their victims with gc themselves: no death watcher may be first."""
+    monkeypatch.setenv("BUS1PY_WATCH", "0")
+
+
+def _pair(bus):
+    """receiver r owning a node, sender s holding a handle to it"""
+    r, s = bus.peer(), bus.peer()
+    node = r.create_node()
+    return r, s, node, r.transfer(node, s)
+
+
+def _open_fds() -> set:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def _eof(read_end, timeout=5.0) -> bool:
+    """Every write end of the pipe is closed: the reader sees end-of-file in time."""
+    ready, _, _ = select.select([read_end], [], [], timeout)
+    return bool(ready) and os.read(read_end, 64) == b""
+
+
+def _close_all(msgs):
+    for m in msgs:
+        for fd in m.fds:
+            os.close(fd)
+
+
+def _pipe():
+    rd, wr = os.pipe()
+    return rd, wr
+
+
+# ---- the descriptor outlives its sender ----
+
+def _send_and_exit(s, h, wr):
+    s.send([h], b"a pipe", fds=(wr,))
+    os._exit(0)
+
+
+def _receive_and_write(r, out):
+    m = r.recv(timeout=10)
+    os.write(m.fds[0], b"written by the receiver")
+    os.close(m.fds[0])
+    out.put((m.payload, len(m.fds)))
+
+
+@pytest.mark.timeout(60)
+def test_a_pipe_sent_by_an_exited_process_is_written_by_the_receiver(bus):
+    r, s, _, h = _pair(bus)
+    rd, wr = _pipe()
+    sender = FORK.Process(target=_send_and_exit, args=(s, h, wr))
+    sender.start()
+    os.close(wr)  # only the sender, then the message, holds the write end
+    sender.join(30)
+    assert sender.exitcode == 0
+    out = FORK.SimpleQueue()
+    receiver = FORK.Process(target=_receive_and_write, args=(r, out))
+    receiver.start()
+    receiver.join(30)
+    assert receiver.exitcode == 0
+    assert out.get() == (b"a pipe", 1)
+    assert os.read(rd, 64) == b"written by the receiver"
+    assert _eof(rd)  # and nobody else holds it: not the store, not the sender
+    os.close(rd)
+
+
+def test_each_receiver_of_a_multicast_gets_its_own(bus):
+    r1, s, _, h1 = _pair(bus)
+    r2 = bus.peer()
+    h2 = r2.transfer(r2.create_node(), s)
+    rd, wr = _pipe()
+    s.send([h1, h2], b"both", fds=(wr, wr))
+    os.close(wr)
+    m1, m2 = r1.recv(timeout=1), r2.recv(timeout=1)
+    assert len(m1.fds) == len(m2.fds) == 2 and len(set(m1.fds) | set(m2.fds)) == 4
+    assert {os.fstat(fd).st_ino for fd in m1.fds + m2.fds} == {os.fstat(rd).st_ino}
+    _close_all([m1])
+    os.write(m2.fds[1], b"x")  # the other receiver's are untouched
+    _close_all([m2])
+    assert os.read(rd, 8) == b"x" and _eof(rd)
+    os.close(rd)
+
+
+def test_send_many_and_reserve_carry_them_too(bus):
+    r, s, _, h = _pair(bus)
+    rd, wr = _pipe()
+    assert s.send_many([h], [b"1", b"2"], fds=(wr,)) == 2
+    with s.reserve([h], 1, fds=(wr,)) as res:
+        res.payload[:] = b"3"
+    os.close(wr)
+    got = r.recv_many(8, timeout=1)
+    assert [(m.payload, len(m.fds)) for m in got] == [(b"1", 1), (b"2", 1), (b"3", 1)]
+    _close_all(got)
+    assert _eof(rd)
+    os.close(rd)
+
+
+def test_at_most_256_and_as_many_as_that(bus):
+    r, s, _, h = _pair(bus)
+    rd, wr = _pipe()
+    s.send([h], b"full", fds=[wr] * 256)  # more than one datagram carries (253)
+    os.close(wr)
+    m = r.recv(timeout=1)
+    assert len(m.fds) == 256 and len(set(m.fds)) == 256
+    _close_all([m])
+    assert _eof(rd)
+    os.close(rd)
+
+
+# ---- bad input: one clear error, nothing sent ----
+
+@pytest.mark.parametrize("how", ["send", "send_many", "reserve"])
+@pytest.mark.parametrize("fds, error", [([0] * 257, errno.EMSGSIZE), ("closed", errno.EBADF),
+                                        (["0"], TypeError), (0, TypeError)])
+def test_bad_descriptors_send_nothing(bus, how, fds, error):
+    r, s, _, h = _pair(bus)
+    if fds == "closed":
+        rd, wr = _pipe()
+        os.close(rd)
+        os.close(wr)
+        fds = [0, wr]
+    send = {"send": lambda: s.send([h], b"x", fds=fds),
+            "send_many": lambda: s.send_many([h], [b"x", b"y"], fds=fds),
+            "reserve": lambda: s.reserve([h], 1, fds=fds).commit()}[how]
+    with pytest.raises(TypeError if error is TypeError else OSError) as e:
+        send()
+    if error is TypeError:
+        assert "fds must be" in str(e.value)
+    else:
+        assert e.value.errno == error and ("descriptor" in str(e.value))
+    assert r.query().queued_messages == 0 and s.query().sent == 0
+    s.send([h], b"after")  # the thread names no descriptors any more
+    assert r.recv(timeout=1).fds == ()
+
+
+# ---- dropped unreceived: closed ----
+
+@pytest.mark.parametrize("drop", ["destroyed node", "reset", "disconnect"])
+def test_a_dropped_message_closes_its_descriptors(bus, drop):
+    r, s, node, h = _pair(bus)
+    rd, wr = _pipe()
+    if drop == "destroyed node":
+        r.destroy(node)  # the message is ordered after the destruction: dropped at the front
+    s.send([h], b"never read", fds=(wr,))
+    os.close(wr)
+    before = _open_fds()
+    if drop == "destroyed node":
+        m = r.recv(timeout=1)
+        assert (m.type, m.fds) == (MessageType.NODE_DESTROY, ())
+        with pytest.raises(BlockingIOError):
+            r.recv(timeout=0)
+    elif drop == "reset":
+        r.reset()
+    else:
+        r.disconnect()
+    assert _eof(rd)
+    assert _open_fds() <= before  # nothing installed here on the way
+    os.close(rd)
+
+
+def test_the_store_bounds_what_is_in_flight(bus):
+    r, s, _, h = _pair(bus)
+    with open("/proc/sys/net/unix/max_dgram_qlen") as f:
+        room = int(f.read()) + 1  # the kernel's bound on a datagram socket's queue
+    for i in range(room):
+        s.send([h], b"%d" % i, fds=(0,))
+    with pytest.raises(OSError) as e:
+        s.send([h], b"one too many", fds=(0,))
+    assert e.value.errno == errno.EDQUOT and "descriptors" in str(e.value)
+    assert r.query().queued_messages == room
+    s.send([h], b"without descriptors is not refused")
+    _close_all([r.recv(timeout=1)])
+    s.send([h], b"room again", fds=(0,))
+    got = r.recv_many(room + 8, timeout=1)
+    assert len(got) == room + 1 and [len(m.fds) for m in got] == [1] * (room - 1) + [0, 1]
+    _close_all(got)
+
+
+# ---- kills at each step ----
+
+def _die_at(point, call):
+    def child():
+        lib.b1_kill_at(kp.POINTS[point], 0)
+        call()
+        os._exit(3)
+    p = FORK.Process(target=child)
+    p.start()
+    p.join(timeout=30)
+    assert p.exitcode == -9, p.exitcode
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("point, delivered", [("fds_sent", False), ("stamp", True), ("commit", True)])
+def test_a_sender_killed_at_each_step(bus, point, delivered):
+    r, s, _, h = _pair(bus)
+    kp.let_go(bus, s)  # the child is the sender's only holder
+    rd, wr = _pipe()
+    before = _open_fds()
+    _die_at(point, lambda: s.send([h], b"in flight", fds=(wr,)))
+    os.close(wr)
+    bus.gc()
+    got = []
+    try:
+        while True:
+            got.append(r.recv(timeout=0))
+    except BlockingIOError:
+        pass
+    data = [m for m in got if m.type == MessageType.DATA]
+    assert [(m.payload, len(m.fds)) for m in data] == ([(b"in flight", 1)] if delivered else [])
+    _close_all(got)
+    assert _eof(rd)  # not in the store, not in this process
+    assert _open_fds() <= before | {str(rd)}
+    # the store still serves the next message
+    rd2, wr2 = _pipe()
+    s2 = bus.peer()
+    s2.send([r.transfer(r.create_node(), s2)], b"next", fds=(wr2,))
+    os.close(wr2)
+    m = r.recv(timeout=1)
+    assert len(m.fds) == 1
+    _close_all([m])
+    assert _eof(rd2)
+    os.close(rd)
+    os.close(rd2)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("point", ["fds_taken", "recv"])
+def test_a_receiver_killed_at_each_step(bus, point):
+    r, s, _, h = _pair(bus)  # this process holds r too, and receives after the kill
+    rd, wr = _pipe()
+    s.send([h], b"taken by the victim", fds=(wr,))
+    s.send([h], b"left for the survivor", fds=(wr,))
+    os.close(wr)
+    before = _open_fds()
+    _die_at(point, lambda: r.recv(timeout=5))
+    bus.gc()
+    got = []
+    try:
+        while True:
+            got.append(r.recv(timeout=0))
+    except BlockingIOError:
+        pass
+    # the victim's message is gone with it (never twice), the next one is whole
+    assert [(m.payload, len(m.fds)) for m in got] == [(b"left for the survivor", 1)]
+    _close_all(got)
+    assert _eof(rd)
+    assert _open_fds() <= before
+    os.close(rd)
