@@ -26,7 +26,7 @@ import select
 import pytest
 
 from bus1py import MessageType
-from bus1py._lib import lib
+from bus1py._lib import ffi, lib
 
 import killpoints as kp
 
@@ -288,3 +288,41 @@ def test_a_receiver_killed_at_each_step(bus, point):
     assert _eof(rd)
     assert _open_fds() <= before
     os.close(rd)
+
+
+def test_a_store_out_of_receive_order_is_matched(bus):
+    """Datagrams reach a store in each sender's stamp order, not in the queue's order:
+    here B is posted before A but A is received first (the same stamp, the lower sender
+    id), so A's take meets B's datagram, sends it back to the store's tail, and B's take
+    finds it."""
+    r, s1, _, h1 = _pair(bus)
+    s2 = bus.peer()
+    h2 = r.transfer(r.create_node(), s2)
+    base = bus.base()
+    pipes = {name: _pipe() for name in "AB"}
+    txs = {}
+    for name, s, h in (("A", s1, h1), ("B", s2, h2)):
+        tx = txs[name] = ffi.new("struct b1_tx *")
+        tx.dests = dests = ffi.new("struct b1_dest[]", 1)
+        txs[name + "dests"] = dests
+        assert lib.b1_send_fds(ffi.new("int32_t[]", [pipes[name][1]]), 1) == 0
+        assert lib.b1_tx_prepare(base, tx, s._slot, s._id, ffi.new("uint64_t[]", [h]), 1,
+                                 name.encode(), 1, ffi.NULL, 0, 0) == 0
+        assert lib.b1_tx_stage(base, tx, 0) == 0
+    for name in "BA":
+        assert lib.b1_send_fds(ffi.new("int32_t[]", [pipes[name][1]]), 1) == 0
+        assert lib.b1_tx_stamp(base, txs[name]) == 0
+    lib.b1_send_fds(ffi.NULL, 0)
+    for name in "AB":
+        assert lib.b1_tx_commit(base, txs[name], 0) == 0
+    assert (txs["A"].ts, s1.id) < (txs["B"].ts, s2.id)
+    for name in "AB":
+        os.close(pipes[name][1])
+    got = [r.recv(timeout=1), r.recv(timeout=1)]
+    assert [m.payload for m in got] == [b"A", b"B"]
+    for m in got:
+        assert len(m.fds) == 1 and os.fstat(m.fds[0]).st_ino == os.fstat(pipes[m.payload.decode()][0]).st_ino
+    _close_all(got)
+    for rd, _ in pipes.values():
+        assert _eof(rd)
+        os.close(rd)
