@@ -20,6 +20,11 @@ Invariants checked, each an assertion of `run_trial`:
   - No queue is stuck (each survivor receives the other's last message), and once every
     peer is gone the bus holds zero peers, nodes, handles, entries and pool bytes, and
     `Bus.check()` (fsck) finds every invariant of the segment whole.
+  - Descriptors: some messages carry the write end of a canary pipe (fds=); a message
+    brings at most the one it was sent with, a survivor ends with the descriptors it
+    started with (/proc/self/fd: every one it received closed, none installed behind its
+    back), and once the trial's processes and the bus are gone the canary's reader sees
+    end-of-file: no descriptor is left in flight in any store or process.
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import select
 import struct
 import time
 from collections import Counter
@@ -107,6 +113,28 @@ def let_go(bus, peer):
     holders.held.pop((bus.name, peer._slot, peer._id), None)
 
 
+def _fds(rng, w):
+    """What a send of the trial carries: the canary's write end, now and then."""
+    return (w["canary"],) if rng.random() < 0.3 else ()
+
+
+def _fd_links() -> list:
+    """What this process's descriptors refer to (the ones open while it is listed aside)."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    return out
+
+
+def _close_fds(m):
+    assert len(m.fds) <= 1, m  # at most the one it was sent with: none delivered twice
+    for fd in m.fds:
+        os.close(fd)
+
+
 def victim(w, point, after, seed, log_path, sig_w, seconds):
     """The victim's workload until it dies at the point (or `seconds` pass).  Every row
     and every operation it starts is written to log_path before the call, so the parent
@@ -126,7 +154,7 @@ def victim(w, point, after, seed, log_path, sig_w, seconds):
         tr.record("send", msg, dests=sorted(dests), op="send")
         to = [w["v_to"][i] if peer is va else vb_to[i] for i in dests]
         try:
-            peer.send(to, _pack(msg, labels), handles=handles)
+            peer.send(to, _pack(msg, labels), handles=handles, fds=_fds(rng, w))
             tr.log(done=msg)
         except OSError as e:
             tr.log(failed=msg, errno=e.errno)
@@ -184,6 +212,7 @@ def victim(w, point, after, seed, log_path, sig_w, seconds):
                 tr.log(op="recv")
                 m = va.recv(timeout=0)
                 tr.log(done="recv")
+                _close_fds(m)
                 if m.type == MessageType.DATA:
                     msg, _ = _unpack(m.payload)
                     tr.record("deliver", msg)
@@ -215,13 +244,16 @@ def survivor(w, i, seed, sig_r, sig_w, dead, quiet, stop, report_path):
     mine = {}  # owner handle of a node handed to the victim -> its label
     fin = {"sent": None}
     delivered = set()  # data messages received: the other's last one may come early
+    fds_at_start = _fd_links()
 
     def send(dests, handles=(), labels=()):
         msg = tr.new_id()
         to = [w["s_to"][i] if d == other else w["s_to_v"][i] for d in dests]
         tr.record("send", msg, dests=sorted(dests))
         try:
-            me.send(to, _pack(msg, labels), handles=handles)
+            # a node handed over must arrive: its send carries no descriptors, which a full
+            # store (the dead victim's) would refuse
+            me.send(to, _pack(msg, labels), handles=handles, fds=() if handles else _fds(rng, w))
         except OSError as e:
             if e.errno not in TOLERATED:
                 raise
@@ -231,6 +263,7 @@ def survivor(w, i, seed, sig_r, sig_w, dead, quiet, stop, report_path):
         return msg
 
     def take(m):
+        _close_fds(m)
         if m.type == MessageType.DATA:
             msg, labels = _unpack(m.payload)
             tr.record("deliver", msg)
@@ -318,7 +351,8 @@ def survivor(w, i, seed, sig_r, sig_w, dead, quiet, stop, report_path):
     drain_signals()
     out = {"rows": tr.rows, "destroys": destroys, "unknown": unknown, "releases": releases,
            "held": sorted(set(label_of.values())), "fin": fin["other"] in delivered, "fin_sent": bool(fin["sent"]),
-           "recoveries": me.query().lock_recoveries}
+           "recoveries": me.query().lock_recoveries,
+           "fds_left": sorted((Counter(_fd_links()) - Counter(fds_at_start)).elements())}
     with open(report_path, "w") as f:
         json.dump(out, f)
 
@@ -386,22 +420,32 @@ def run_trial(point, seed, after, tmpdir, seconds=1.5):
     for r, _ in pipes:
         os.set_blocking(r, False)
     sig_w = [w for _, w in pipes]
+    canary = os.pipe()  # its write end travels in messages (fds=)
     # the parent reaps the victim itself, after the survivors went quiet: no death watcher
     # may do it earlier (bus1py/watch.py), in this process or the forked ones
     watch_was = os.environ.get("BUS1PY_WATCH")
     os.environ["BUS1PY_WATCH"] = "0"
     try:
-        return _run_trial(point, seed, after, tmpdir, seconds, tag, log_path, reports, pipes, sig_w)
+        try:
+            out = _run_trial(point, seed, after, tmpdir, seconds, tag, log_path, reports, pipes, sig_w,
+                             canary[1])
+        finally:
+            os.close(canary[1])
+        ready, _, _ = select.select([canary[0]], [], [], 10)
+        assert ready and os.read(canary[0], 8) == b"", "a descriptor stayed in flight after the trial"
+        return out
     finally:
+        os.close(canary[0])
         if watch_was is None:
             del os.environ["BUS1PY_WATCH"]
         else:
             os.environ["BUS1PY_WATCH"] = watch_was
 
 
-def _run_trial(point, seed, after, tmpdir, seconds, tag, log_path, reports, pipes, sig_w):
+def _run_trial(point, seed, after, tmpdir, seconds, tag, log_path, reports, pipes, sig_w, canary):
     with bus1py.Bus.create(**LIMITS) as bus:
         w = setup(bus)
+        w["canary"] = canary
         dead, stop = FORK.Event(), FORK.Event()
         quiet = [FORK.Event() for _ in range(2)]
         procs = [FORK.Process(target=survivor, args=(w, i, seed, pipes[i][0], sig_w, dead, quiet[i],
@@ -432,6 +476,7 @@ def _run_trial(point, seed, after, tmpdir, seconds, tag, log_path, reports, pipe
         for path in reports:
             with open(path) as f:
                 reps.append(json.load(f))
+        assert [r["fds_left"] for r in reps] == [[], []], (point, seed, after, [r["fds_left"] for r in reps])
         vrows, failed, pending = _victim_log(log_path)
         rule = check(point, killed, reps, vrows, failed, pending)
         bus.gc(sole=True)  # every process of the trial has exited

@@ -28,7 +28,7 @@ long_run = pytest.mark.skipif(os.environ.get("BUS1PY_LONG") != "1",
                               reason="full-count run: set BUS1PY_LONG=1 (docs/RELIABILITY.md)")
 # how many passes of each point a victim makes before it dies: up to a few workload rounds
 MAX_AFTER = {"stage": 40, "locked": 40, "stamp": 40, "sync": 20, "commit": 40, "destroy": 8,
-             "release": 8, "transfer": 8, "recv": 30}
+             "release": 8, "transfer": 8, "recv": 30, "fds_sent": 10, "fds_taken": 6}
 
 
 @pytest.fixture(autouse=True)
