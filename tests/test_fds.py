@@ -326,3 +326,28 @@ def test_a_store_out_of_receive_order_is_matched(bus):
     for rd, _ in pipes.values():
         assert _eof(rd)
         os.close(rd)
+
+
+def _spawned_receiver(r, out):
+    m = r.recv(timeout=10)
+    os.write(m.fds[0], b"from a spawned holder")
+    os.close(m.fds[0])
+    out.put(len(m.fds))
+
+
+@pytest.mark.timeout(60)
+def test_a_process_that_joins_by_spawn_takes_the_store_from_a_holder(bus):
+    """Not forked, the child has no store of its own: attaching the peer, it takes a copy
+    from this process (pidfd_getfd), and receives through it."""
+    r, s, _, h = _pair(bus)
+    rd, wr = _pipe()
+    s.send([h], b"to whoever holds r", fds=(wr,))
+    os.close(wr)
+    spawn = mp.get_context("spawn")
+    out = spawn.SimpleQueue()
+    p = spawn.Process(target=_spawned_receiver, args=(r, out))
+    p.start()
+    p.join(40)
+    assert p.exitcode == 0 and out.get() == 1
+    assert os.read(rd, 64) == b"from a spawned holder" and _eof(rd)
+    os.close(rd)
