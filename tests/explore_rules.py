@@ -94,6 +94,11 @@ def drain(w, name):
             m = peer.recv(timeout=0)
         except BlockingIOError:
             return found
+        for fd in m.fds:
+            os.close(fd)
+        if m.type == MessageType.DATA and len(m.fds) != w.get("fds_each", 0):
+            found.append(f"{name} received message {ident(m.payload)} with {len(m.fds)} descriptors, "
+                         f"not {w.get('fds_each', 0)}")
         if m.type == MessageType.DATA and ident(m.payload) is None:
             found.append(f"{name} received a corrupted payload {bytes(m.payload[:16]).hex()}...")
             continue

@@ -21,10 +21,12 @@ from explore_rules import (check_receives, check_sends, drain, frame, let_go, pa
 
 
 def vsend(w, log, ids, to, carry=()):
-    """The victim sends message ids[0] to the survivors named in `to`."""
+    """The victim sends message ids[0] to the survivors named in `to` (with the canary's
+    write end when the workload carries descriptors)."""
     log(op="send", ids=ids, to=to)
     try:
-        w["v"].send([w["to"][n] for n in to], payload(ids[0]), handles=carry)
+        w["v"].send([w["to"][n] for n in to], payload(ids[0]), handles=carry,
+                    fds=(w["canary"][1],) * w.get("fds_each", 0))
     except OSError as e:
         log(failed=ids, errno=e.errno)
         return
@@ -59,6 +61,30 @@ class Workload:
         found += check_sends(w, *sends(events))
         for name in ("s1", "s2"):  # a handle carried by the victim: its node dies with it
             w["destroyed"] += [(name, h) for t, _, i, hs in w["drained"][name] if i for h in hs]
+        return found
+
+
+class Canary:
+    """Descriptors in messages: each data message carries the write end of a pipe made
+    for the trial.  Every one received is checked (explore_rules.drain) and closed; once
+    the trial closed its own, the pipe's reader must see end-of-file: no descriptor left
+    in a store or a process."""
+
+    def more(self, bus, w):
+        w["canary"], w["fds_each"] = os.pipe(), 1
+        super().more(bus, w)
+
+    def check(self, bus, w, events):
+        found = super().check(bus, w, events)
+        rd, wr = w["canary"]
+        os.close(wr)
+        os.set_blocking(rd, False)
+        try:
+            if os.read(rd, 8) != b"":
+                found.append("the canary pipe was written to")
+        except BlockingIOError:
+            found.append("a descriptor stayed in flight after the kill (a store or a process holds it)")
+        os.close(rd)
         return found
 
 
@@ -113,17 +139,25 @@ class Receive(Workload):
     victim receives them, `how` it says."""
     shared = True
 
+    fds_each = 0
+
     def __init__(self, how, n):
         self.how, self.n = how, n
 
     def more(self, bus, w):
+        super().more(bus, w)
         to_v = w["probe"]["v"][1]
         for i in range(1, self.n + 1):
-            w["s1"].send(to_v, payload(i), handles=[w["n1"]] if i == 2 else ())
+            w["s1"].send(to_v, payload(i), handles=[w["n1"]] if i == 2 else (),
+                         fds=(w["canary"][1],) * w.get("fds_each", 0))
 
     def got(self, log, m):
         i = ident(m.payload)
         log(**({"got": i} if i is not None else {"bad": bytes(m.payload[:16]).hex()}))
+        if len(m.fds) != self.fds_each:
+            log(error=f"message {i} came with {len(m.fds)} descriptors, not {self.fds_each}")
+        for fd in m.fds:
+            os.close(fd)
 
     def run(self, w, log):
         v = w["v"]
@@ -287,10 +321,20 @@ class Verify(Workload):
         step(log, "release", lambda: w["v"].release(w["to"]["s1"]))
 
 
+class SendFds(Canary, Multicast):
+    """Multicast's sends, each carrying a descriptor."""
+
+
+class ReceiveFds(Canary, Receive):
+    """Receive's messages, each carrying a descriptor, taken by the victim."""
+    fds_each = 1
+
+
 WORKLOADS = {
     "send": Send(), "multicast": Multicast(), "batch": Batch(),
     "recv": Receive("recv", 4), "recv_many": Receive("recv_many", 6), "zero_copy": Receive("slice", 5),
     "reserve_commit": Reserve(abort=False), "reserve_abort": Reserve(abort=True),
     "transfer": Transfer(), "release": Release(), "destroy": Destroy(), "disconnect": Disconnect(),
     "gc": Gc(), "verify": Verify(),
+    "send_fds": SendFds(), "recv_fds": ReceiveFds("recv", 4),
 }
