@@ -245,6 +245,10 @@ def survivor(w, i, seed, sig_r, sig_w, dead, quiet, stop, report_path):
     fin = {"sent": None}
     delivered = set()  # data messages received: the other's last one may come early
     fds_at_start = _fd_links()
+    # the parent reaps the victim, after the survivors went quiet: a send refused with
+    # EDQUOT (a dead victim's full descriptor store) must not reap it earlier, or a node
+    # handed to it meanwhile would owe no NODE_RELEASE
+    bus1py.peer._last_reap[me.bus.name] = float("inf")
 
     def send(dests, handles=(), labels=()):
         msg = tr.new_id()
