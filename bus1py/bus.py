@@ -397,8 +397,7 @@ class Bus:
                                    "rebuilds only a bus held alone")
         else:
             lib.b1_gc(self.base(), out)
-        if out.peers_reaped or out.blocks_completed or out.blocks_removed:
-            _fds.tidy(self)  # the descriptors of what it dropped, the stores of whom it reaped
+        _fds.tidy(self.name, self.base(), out)  # the descriptors of what it dropped, the stores of whom it reaped
         return {"peers_reaped": out.peers_reaped, "blocks_completed": out.blocks_completed,
                 "blocks_removed": out.blocks_removed, "live_peers": out.live_peers}
 

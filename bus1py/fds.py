@@ -138,34 +138,38 @@ def _take(peer, name: bytes):
 
 def forget(peer) -> None:
     """This process lets go of `peer`'s store (the peer was disconnected)."""
-    _close(peer._bus, (peer._bus.name, peer._id))
+    _close(peer._bus._base, (peer._bus.name, peer._id))
 
 
 def forget_bus(bus) -> None:
     """This process lets go of every store of `bus` (it is being closed here)."""
     for key in [k for k in _stores if k[0] == bus.name]:
-        _close(bus, key)
+        _close(bus._base, key)
 
 
-def _close(bus, key) -> None:
+def _close(base, key) -> None:
     slot, sock = _stores.pop(key, (0, None))
     if sock is not None:
-        if bus._base is not None:
-            lib.b1_fds_register(bus._base, slot, key[1], -1)
+        if base is not None:
+            lib.b1_fds_register(base, slot, key[1], -1)
         sock.close()
 
 
-def tidy(bus) -> None:
-    """After gc: the stores this process holds of peers gc disconnected are closed, the
-    others swept (gc dropped messages whose descriptors they hold)."""
+def tidy(name, base, stats) -> None:
+    """After a gc of bus `name` (mapped at `base`) that did something (its b1_gc_stats):
+    the stores this process holds of peers no longer connected are closed, the others
+    swept (gc dropped messages whose descriptors they hold).  Bus.gc and the death
+    watcher (watch.py) both call it."""
+    if not (stats.peers_reaped or stats.blocks_completed or stats.blocks_removed):
+        return
     out = ffi.new("struct b1_peer_info *")
     for key, (slot, _) in list(_stores.items()):
-        if key[0] != bus.name:
+        if key[0] != name:
             continue
-        if lib.b1_peer_query(bus.base(), slot, key[1], out) or out.state != _ACTIVE:
-            _close(bus, key)
+        if lib.b1_peer_query(base, slot, key[1], out) or out.state != _ACTIVE:
+            _close(base, key)
         else:
-            lib.b1_fds_sweep(bus.base(), slot, key[1])
+            lib.b1_fds_sweep(base, slot, key[1])
 
 
 def sweep(peer) -> None:

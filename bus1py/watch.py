@@ -26,6 +26,9 @@ Invariants:
     valid while it runs; Bus.close wakes it (an eventfd) and joins it before unmapping.
   - Bus.gc(sole=True) pauses this process's watcher (paused()): the rebuild of a bus
     held alone must be the only call touching it.
+  - After a gc that did something, the descriptor stores this process holds of peers
+    no longer connected are closed and the others swept (fds.tidy), as Bus.gc does: the
+    descriptors in flight to a dead receiver close within the same second.
   - BUS1PY_WATCH=0 in the environment starts no watcher (gc then runs only when called,
     or when a send meets EDQUOT), for benchmarks and tests that time gc themselves.
 """
@@ -39,6 +42,7 @@ import select
 import threading
 import time
 
+from . import fds
 from ._lib import ffi, lib
 
 RESCAN = 0.5  # seconds between looks at the holders' epoch (a rescan when it moved)
@@ -117,6 +121,7 @@ class Watcher:
         out = ffi.new("struct b1_gc_stats *")
         with self.busy:
             lib.b1_gc(self.base, out)
+            fds.tidy(self.bus.name, self.base, out)  # the descriptor stores of whom it reaped
         self.gcs += 1
 
     def _rescan(self, pids, dead) -> bool:

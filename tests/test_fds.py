@@ -351,3 +351,31 @@ def test_a_process_that_joins_by_spawn_takes_the_store_from_a_holder(bus):
     assert p.exitcode == 0 and out.get() == 1
     assert os.read(rd, 64) == b"from a spawned holder" and _eof(rd)
     os.close(rd)
+
+
+def _hold_and_die(r, ready):
+    r._attach()  # this process holds r (recorded in the segment)
+    ready.set()
+    os.kill(os.getpid(), 9)
+
+
+@pytest.mark.timeout(60)
+def test_descriptors_in_flight_to_a_dead_receiver_close_without_gc(make_bus, monkeypatch):
+    """The README's pattern: the parent makes a peer and hands it to a child, which dies
+    with descriptors queued to it.  The parent's death watcher reaps the peer and closes
+    the parent's copy of its store: the pipe's reader sees end-of-file, nobody calling gc."""
+    monkeypatch.delenv("BUS1PY_WATCH")
+    bus = make_bus(max_peers=16, max_nodes=64, max_handles=256, pool_size=1 << 20, spin_ns=0)
+    r, s, _, h = _pair(bus)
+    kp.let_go(bus, r)  # the child becomes its only holder
+    rd, wr = _pipe()
+    ready = FORK.Event()
+    child = FORK.Process(target=_hold_and_die, args=(r, ready))
+    child.start()
+    assert ready.wait(30)
+    s.send([h], b"to a receiver about to die", fds=(wr,))
+    os.close(wr)
+    child.join(30)
+    assert child.exitcode == -9
+    assert _eof(rd, timeout=10)
+    os.close(rd)
