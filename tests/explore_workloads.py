@@ -20,13 +20,18 @@ from explore_rules import (check_receives, check_sends, drain, frame, let_go, pa
                            sends, SIZE)
 
 
+def carried_fds(w) -> tuple:
+    """The descriptors each message of the workload carries (Canary): none, or the
+    canary's write end."""
+    return (w["canary"][1],) * w["fds_each"] if w.get("fds_each") else ()
+
+
 def vsend(w, log, ids, to, carry=()):
     """The victim sends message ids[0] to the survivors named in `to` (with the canary's
     write end when the workload carries descriptors)."""
     log(op="send", ids=ids, to=to)
     try:
-        w["v"].send([w["to"][n] for n in to], payload(ids[0]), handles=carry,
-                    fds=(w["canary"][1],) * w.get("fds_each", 0))
+        w["v"].send([w["to"][n] for n in to], payload(ids[0]), handles=carry, fds=carried_fds(w))
     except OSError as e:
         log(failed=ids, errno=e.errno)
         return
@@ -148,8 +153,7 @@ class Receive(Workload):
         super().more(bus, w)
         to_v = w["probe"]["v"][1]
         for i in range(1, self.n + 1):
-            w["s1"].send(to_v, payload(i), handles=[w["n1"]] if i == 2 else (),
-                         fds=(w["canary"][1],) * w.get("fds_each", 0))
+            w["s1"].send(to_v, payload(i), handles=[w["n1"]] if i == 2 else (), fds=carried_fds(w))
 
     def got(self, log, m):
         i = ident(m.payload)
@@ -330,6 +334,74 @@ class ReceiveFds(Canary, Receive):
     fds_each = 1
 
 
+class Publish(Workload):
+    """The victim names its node, twice, and takes one name back: its names go with it
+    (the reaping after the kill), and a lookup of one finds nothing."""
+
+    def more(self, bus, w):
+        w["vn"] = w["v"].create_node()
+
+    def run(self, w, log):
+        v, n = w["v"], w["vn"]
+        step(log, "publish", lambda: v.publish("a", n))
+        step(log, "publish", lambda: v.publish("b", n))
+        step(log, "unpublish", lambda: v.unpublish("a"))
+
+    def check(self, bus, w, events):
+        found = drain(w, "s1") + drain(w, "s2")
+        if bus.names():
+            found.append(f"names outlived their owner: {bus.names()}")
+        for name in ("a", "b"):
+            try:
+                found.append(f"s1 looked up {name!r}: handle {w['s1'].lookup(name)}")
+            except FileNotFoundError:
+                pass
+        return found
+
+
+class Lookup(Workload):
+    """s1 published its node; the victim looks it up (one more reference each time),
+    sends to it and releases one reference.  The name stays s1's; what the victim held
+    goes back to s1 as one NODE_RELEASE (explore_rules.leave)."""
+
+    def more(self, bus, w):
+        w["s1"].publish("svc", w["n1"])
+
+    def run(self, w, log):
+        v = w["v"]
+        h = step(log, "lookup", lambda: v.lookup("svc"))
+        vsend(w, log, [1], ["s1"])
+        step(log, "lookup", lambda: v.lookup("svc"))
+        step(log, "release", lambda: v.release(h))
+
+    def check(self, bus, w, events):
+        found = drain(w, "s1") + drain(w, "s2")
+        if bus.names() != {"svc": w["s1"].id}:
+            found.append(f"the name table is {bus.names()}, not s1's 'svc' alone")
+        return found
+
+
+class Reset(Workload):
+    """The victim resets its peer: its node (held by s1) destroyed, its queue (two
+    messages from s1, one carrying s1's node) flushed, its handles released.  A reset cut
+    short is finished by gc."""
+
+    def more(self, bus, w):
+        v, s1 = w["v"], w["s1"]
+        hd = v.transfer(v.create_node(), s1)
+        w["destroyed"].append(("s1", hd))
+        m1 = s1.create_node()
+        w["owned"]["s1"].append(m1)
+        s1.send(hd, payload(1))
+        s1.send(hd, payload(2), handles=[m1])
+
+    def run(self, w, log):
+        step(log, "reset", w["v"].reset)
+
+    def check(self, bus, w, events):
+        return drain(w, "s1") + drain(w, "s2")
+
+
 WORKLOADS = {
     "send": Send(), "multicast": Multicast(), "batch": Batch(),
     "recv": Receive("recv", 4), "recv_many": Receive("recv_many", 6), "zero_copy": Receive("slice", 5),
@@ -337,4 +409,5 @@ WORKLOADS = {
     "transfer": Transfer(), "release": Release(), "destroy": Destroy(), "disconnect": Disconnect(),
     "gc": Gc(), "verify": Verify(),
     "send_fds": SendFds(), "recv_fds": ReceiveFds("recv", 4),
+    "publish": Publish(), "lookup": Lookup(), "reset": Reset(),
 }
