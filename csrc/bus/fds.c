@@ -82,11 +82,16 @@ int b1_fds_address(void *base, uint32_t slot, uint64_t id, char *out, uint32_t c
     return (int)len;
 }
 
-/* this process's stores, by nonce (unique per peer, so per bus and mapping alike) */
+/* this process's stores, by nonce (unique per peer, so per bus and mapping alike); a
+ * fork child starts with the lock free (a thread of the parent may have held it) */
 struct store { uint64_t nonce[2]; int sock; };
 static struct store *stores;
 static uint32_t n_stores;
 static pthread_mutex_t stores_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t stores_once = PTHREAD_ONCE_INIT;
+
+static void stores_after_fork(void) { pthread_mutex_init(&stores_lock, NULL); }
+static void stores_init(void) { pthread_atfork(NULL, NULL, stores_after_fork); }
 
 int b1_fds_register(void *base, uint32_t slot, uint64_t id, int32_t sock) {
     if (!slot || slot > LIM(base).max_peers) return -EINVAL;
@@ -94,6 +99,7 @@ int b1_fds_register(void *base, uint32_t slot, uint64_t id, int32_t sock) {
     if (__atomic_load_n(&p->id, __ATOMIC_ACQUIRE) != id) return -ESHUTDOWN;
     uint64_t nonce[2] = {p->fd_nonce[0], p->fd_nonce[1]};
     int r = 0;
+    pthread_once(&stores_once, stores_init);
     pthread_mutex_lock(&stores_lock);
     uint32_t i = 0;
     while (i < n_stores && memcmp(stores[i].nonce, nonce, sizeof nonce)) i++;
