@@ -303,6 +303,16 @@ class Gc(Workload):
         return found + check_sends(w, {1: both, 2: both, 3: both}, {1, 3}, {2})
 
 
+class Create(Workload):
+    """Nodes made by the victim: a kill inside b1_node_create leaves at most a node and a
+    handle taken from their free lists and not yet ALIVE, which the victim's reaping or a
+    sole gc gives back."""
+
+    def run(self, w, log):
+        for _ in range(2):
+            step(log, "create_node", w["v"].create_node)
+
+
 class Verify(Workload):
     """A takeover's verification cut anywhere: s1's lock left by a sender dead inside it,
     and under it a release cut short (z's handle to s1's node m still listed, its count
@@ -407,7 +417,7 @@ WORKLOADS = {
     "recv": Receive("recv", 4), "recv_many": Receive("recv_many", 6), "zero_copy": Receive("slice", 5),
     "reserve_commit": Reserve(abort=False), "reserve_abort": Reserve(abort=True),
     "transfer": Transfer(), "release": Release(), "destroy": Destroy(), "disconnect": Disconnect(),
-    "gc": Gc(), "verify": Verify(),
+    "gc": Gc(), "verify": Verify(), "create": Create(),
     "send_fds": SendFds(), "recv_fds": ReceiveFds("recv", 4),
     "publish": Publish(), "lookup": Lookup(), "reset": Reset(),
 }

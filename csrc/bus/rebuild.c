@@ -116,6 +116,22 @@ static int recount_pending(void *base) {
     return 0;
 }
 
+/* A handle with counts whose node is free or of another generation names nothing: a node
+ * creation cut between counting its owner's handle and making the node ALIVE (node.c) left
+ * it.  With nobody else attached no creation is under way, so its counts go (the relink
+ * below frees it, the recount below stops charging its peer). */
+static void drop_orphan_handles(void *base) {
+    const struct b1_limits *l = &LIM(base);
+    uint32_t handles = b1_bounded(&HDR(base)->handles_bump, l->max_handles);
+    for (uint32_t i = 1; i < handles; i++) {
+        struct b1_handle *hd = HANDLE(base, i);
+        if (!hd->refs && !hd->pending) continue;
+        uint32_t n = hd->node;
+        if (!n || n > l->max_nodes || NODE(base, n)->state == B1_NODE_FREE || NODE(base, n)->gen != hd->node_gen)
+            hd->refs = hd->pending = 0;
+    }
+}
+
 /* Each peer slot's n_handles and n_nodes set to what names it, and the gone peers nothing
  * names any more reclaimed. */
 static int recount_peer_uses(void *base) {
@@ -154,7 +170,9 @@ static int recount_peer_uses(void *base) {
 int b1_gc_sole(void *base, struct b1_gc_stats *out) {
     if (others_alive(base)) return -EBUSY;
     b1_gc(base, out);
-    if (recount_pending(base) || recount_peer_uses(base)) return -ENOMEM;
+    if (recount_pending(base)) return -ENOMEM;
+    drop_orphan_handles(base);
+    if (recount_peer_uses(base)) return -ENOMEM;
     struct b1_header *h = HDR(base);
     const struct b1_limits *l = &LIM(base);
     uint32_t entries = b1_bounded(&h->entries_bump, l->max_entries);
