@@ -105,7 +105,7 @@ static int handle_id(PyObject *o, uint64_t *out) {
 }
 
 PyDoc_STRVAR(send_doc,
-"send(destinations, payload, handles=(), *, unreachable_error=False) -> stamp\n\n"
+"send($self, destinations, payload, handles=(), *, unreachable_error=False)\n--\n\n"
 "Send `payload` to every node in `destinations` (handle ids) in one transaction,\n"
 "carrying `handles` (the sender's handle ids) to every receiver.\n\n"
 "Returns the message's stamp (timestamp, sender id, sequence).  Never blocks; raises\n"
@@ -187,7 +187,7 @@ static int timeout_ns(PyObject *t, int64_t *ns) {
 }
 
 PyDoc_STRVAR(recv_doc,
-"recv(timeout=None, copy=True) -> Message\n\n"
+"recv($self, /, timeout=None, copy=True)\n--\n\n"
 "The next message: waits for one (None), fails at once (0, BlockingIOError), or\n"
 "waits at most `timeout` seconds (TimeoutError).\n\n"
 "With copy=False a data message's payload is a read-only memoryview into the pool\n"
