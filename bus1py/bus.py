@@ -459,8 +459,9 @@ class Bus:
         ffi.release(self._base)
         self._base = None
         self._tls = threading.local()
-        for frame in list(self._frames):
+        for frame in list(self._frames):  # a Peer may keep one (csrc/py/peer.c): none maps the bus now
             frame.c.base = ffi.NULL
+            frame.held = frame.whole = None
         if self._pool_view is not None:
             self._pool_view.release()  # its slices (zero-copy payloads) still hold the mapping
             self._pool_view = None

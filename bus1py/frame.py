@@ -7,8 +7,9 @@ Invariants:
   - `c` (struct b1_frame) points at the mapping and at `dests`, `handles`, the payload
     buffer and, once a batch ran, `infos`: the Frame holds every cdata `c` points to, so
     each lives exactly as long as the frame.
-  - A frame of a closed bus has `c.base` NULL (Bus.close sets it), which the C methods
-    of the Peer (csrc/py/peer.c) check before they use a frame they keep.
+  - A frame of a closed bus has `c.base` NULL and no `held` or `whole` (Bus.close drops
+    them), so a frame a Peer keeps (csrc/py/peer.c checks `c.base` before each use) neither
+    reaches the old mapping nor keeps it mapped.
   - `address` is `c`'s address, as bus1py._messages takes it; `infos_cap` is how many
     message infos `infos` holds (0 before the first batch), read here rather than from
     `c`, where a field read costs a cdata lookup.

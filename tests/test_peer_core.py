@@ -151,3 +151,19 @@ def test_the_c_methods_have_the_python_signatures():
         "self", "destinations", "payload", "handles", "unreachable_error"]
     assert list(inspect.signature(bus1py.Peer.recv).parameters) == ["self", "timeout", "copy"]
     assert "EDQUOT" in bus1py.Peer.send.__doc__ and "copy=False" in bus1py.Peer.recv.__doc__
+
+
+def test_a_kept_frame_does_not_keep_a_closed_bus_mapped(make_bus):
+    """After zero-copy receives and a reservation, with no message or reservation left,
+    close unmaps the bus although the peers' C methods kept this thread's frame."""
+    bus = make_bus(spin_ns=0)
+    a, b = bus.peer(), bus.peer()
+    h = b.transfer(b.create_node(), a)
+    with a.reserve([h], 8) as r:
+        r.payload[:] = b"reserved"
+    a.send([h], b"x")
+    assert bytes(b.recv(0, copy=False).payload) == b"reserved"
+    b.recv(0, copy=False).release()
+    mm = bus._mmap
+    bus.close()
+    assert mm.closed
