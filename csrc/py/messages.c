@@ -16,8 +16,8 @@
  *   - A Message built here equals, field for field and type for type, what the Python
  *     code of receive.py and peer.py builds: (MessageType, destination, payload, handles,
  *     (ts, sender, seq)) as an instance of the Message (or SliceMessage) class that
- *     `setup` was given; a zero-copy payload is `pool[offset:offset + len]`, a slice of
- *     the read-only view of the whole mapping, so it keeps the mapping alive.
+ *     `setup` was given; a zero-copy payload is a read-only view of its record's bytes in
+ *     the mapping, which it keeps mapped (slice.c).
  *   - The GIL is released around every call into the bus (as cffi does): a receive may
  *     wait, and other threads run meanwhile.  Nothing Python-visible is touched while it
  *     is released.
@@ -261,10 +261,9 @@ static PyObject *message_at(struct b1_frame *f, int i, const uint64_t *h, PyObje
         Py_XDECREF(carried);
         return NULL;
     }
-    PyObject *raw = PySequence_GetSlice(pool, (Py_ssize_t)in->offset, (Py_ssize_t)(in->offset + in->len));
     /* the Slice first: made, it gives the record back however this ends */
-    PyObject *sl = b1py_slice_new(PyTuple_GET_ITEM(held, 1), raw, f->base, slot, id, in->slice);
-    Py_XDECREF(raw);
+    PyObject *sl = b1py_slice_new(PyTuple_GET_ITEM(held, 1), pool, in->offset, in->len, f->base, slot,
+                                  id, in->slice);
     if (!sl) {
         Py_XDECREF(carried);
         return NULL;
@@ -306,7 +305,7 @@ PyObject *b1py_taken(struct b1_frame *f, uint32_t slot, uint64_t id, PyObject *h
 
 /* recv_many(frame, slot, id, max, timeout_ns, flags, held) -> [Message], or -errno:
  * b1_frame_recv_many and its batch.  `held` is None for copies, or (pool, bus) for
- * B1_RECV_NOCOPY: a slice's payload is pool[offset:offset + len] and its message gets
+ * B1_RECV_NOCOPY: a slice's payload views its record's bytes (slice.c) and its message gets
  * `_slice`, a Slice (receive.SliceMessage). */
 static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     NEED_ARGS(7);
