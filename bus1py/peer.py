@@ -81,11 +81,7 @@ class Peer(_messages.PeerCore):
     __slots__ = ("__weakref__",)
 
     def __init__(self, bus, slot: int, peer_id: int):
-        self._bus = bus
-        self._slot = slot
-        self._id = peer_id
-        self._ready = None
-        self._attached = False
+        super().__init__(bus, slot, peer_id)  # _bus, _slot, _id; not _attached, no _ready
         holders.peers.add(self)
 
     @property

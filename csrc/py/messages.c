@@ -249,7 +249,7 @@ static PyObject *py_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 /* The Message of f->infos[i], whose carried handles start at h; `pool` and `held` as
  * recv_many's.  *owned is set once a slice of it belongs to a Slice object (which gives
  * it back however this ends); until then the caller gives it back on failure. */
-static PyObject *message_at(struct b1_frame *f, int i, const uint64_t *h, PyObject *held,
+static inline __attribute__((always_inline)) PyObject *message_at(struct b1_frame *f, int i, const uint64_t *h, PyObject *held,
                             PyObject *pool, uint32_t slot, uint64_t id, struct ints *c, int *owned) {
     const struct b1_msg_info *in = &f->infos[i];
     PyObject *carried = handles_of(h, in->n_handles);

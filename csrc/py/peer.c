@@ -30,13 +30,17 @@
 #include <structmember.h>
 #include "messages.h"
 
+/* Python sees every field as an object member (`_bus`, `_slot`, `_id`, `_ready`,
+ * `_attached`): those are the attributes its interpreter reads fastest (as __slots__). */
 typedef struct {
     PyObject_HEAD
     PyObject *bus;      /* Peer._bus */
+    PyObject *slot_obj; /* Peer._slot, as `slot` */
+    PyObject *id_obj;   /* Peer._id, as `id` */
     PyObject *ready;    /* Peer._ready: its ReadyPipe, or None */
-    uint64_t id;        /* Peer._id */
-    uint32_t slot;      /* Peer._slot */
-    char attached;      /* Peer._attached: this process is recorded as a holder */
+    PyObject *attached; /* Peer._attached: True once this process is recorded as a holder */
+    uint64_t id;
+    uint32_t slot;
     uint32_t max_dests; /* the bus's, read with the frame */
     uint64_t tid;       /* the thread of `frame` (0: none) */
     PyObject *frame;    /* that thread's Frame */
@@ -52,7 +56,7 @@ static struct {
 
 /* this thread's frame, when the cache holds it and the peer is attached; else NULL */
 static inline struct b1_frame *cached(PeerCore *self) {
-    if (self->f && self->attached && self->tid == PyThreadState_GetID(PyThreadState_Get()) &&
+    if (self->f && self->attached == Py_True && self->tid == PyThreadState_GetID(PyThreadState_Get()) &&
         self->f->base)
         return self->f;
     return NULL;
@@ -269,16 +273,53 @@ static PyMethodDef peer_methods[] = {
 };
 
 static PyMemberDef peer_members[] = {
-    {"_bus", T_OBJECT_EX, offsetof(PeerCore, bus), 0, NULL},
-    {"_ready", T_OBJECT, offsetof(PeerCore, ready), 0, NULL},
-    {"_id", T_ULONGLONG, offsetof(PeerCore, id), 0, NULL},
-    {"_slot", T_UINT, offsetof(PeerCore, slot), 0, NULL},
-    {"_attached", T_BOOL, offsetof(PeerCore, attached), 0, NULL},
+    {"_bus", T_OBJECT_EX, offsetof(PeerCore, bus), READONLY, NULL},
+    {"_slot", T_OBJECT_EX, offsetof(PeerCore, slot_obj), READONLY, NULL},
+    {"_id", T_OBJECT_EX, offsetof(PeerCore, id_obj), READONLY, NULL},
+    {"_ready", T_OBJECT_EX, offsetof(PeerCore, ready), 0, NULL},
+    {"_attached", T_OBJECT_EX, offsetof(PeerCore, attached), 0, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
+/* PeerCore(bus, slot, id): not attached, no readiness pipe */
+static int peer_init(PeerCore *self, PyObject *args, PyObject *kwds) {
+    PyObject *bus, *slot, *id;
+    if (kwds && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "PeerCore takes (bus, slot, id)");
+        return -1;
+    }
+    if (!PyArg_UnpackTuple(args, "PeerCore", 3, 3, &bus, &slot, &id)) return -1;
+    if (!PyLong_Check(slot) || !PyLong_Check(id)) {
+        PyErr_SetString(PyExc_TypeError, "a peer's slot and id are ints");
+        return -1;
+    }
+    unsigned long sv = PyLong_AsUnsignedLong(slot);
+    unsigned long long iv = PyLong_AsUnsignedLongLong(id);
+    if (PyErr_Occurred()) return -1;
+    if (sv > UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "a peer's slot fits in 32 bits");
+        return -1;
+    }
+    self->slot = (uint32_t)sv;
+    self->id = iv;
+    Py_INCREF(bus);
+    Py_INCREF(slot);
+    Py_INCREF(id);
+    Py_INCREF(Py_None);
+    Py_INCREF(Py_False);
+    Py_XSETREF(self->bus, bus);
+    Py_XSETREF(self->slot_obj, slot);
+    Py_XSETREF(self->id_obj, id);
+    Py_XSETREF(self->ready, Py_None);
+    Py_XSETREF(self->attached, Py_False);
+    return 0;
+}
+
 static int peer_traverse(PeerCore *self, visitproc visit, void *arg) {
     Py_VISIT(self->bus);
+    Py_VISIT(self->slot_obj);
+    Py_VISIT(self->id_obj);
+    Py_VISIT(self->attached);
     Py_VISIT(self->ready);
     Py_VISIT(self->frame);
     Py_VISIT(self->held);
@@ -287,6 +328,9 @@ static int peer_traverse(PeerCore *self, visitproc visit, void *arg) {
 
 static int peer_clear(PeerCore *self) {
     Py_CLEAR(self->bus);
+    Py_CLEAR(self->slot_obj);
+    Py_CLEAR(self->id_obj);
+    Py_CLEAR(self->attached);
     Py_CLEAR(self->ready);
     Py_CLEAR(self->held);
     self->f = NULL;
@@ -308,6 +352,7 @@ static PyTypeObject PeerType = {
     .tp_basicsize = sizeof(PeerCore),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)peer_init,
     .tp_dealloc = (destructor)peer_dealloc,
     .tp_traverse = (traverseproc)peer_traverse,
     .tp_clear = (inquiry)peer_clear,
