@@ -18,6 +18,7 @@ import os
 import secrets
 import stat
 import threading
+import weakref
 from dataclasses import asdict, dataclass, fields
 
 import posix_ipc
@@ -216,6 +217,7 @@ class Bus:
         lib.b1_bus_info(self._base, info)
         self.limits = Limits(**{f.name: getattr(info.limits, f.name) for f in fields(Limits)})
         self._tls = threading.local()  # .frame: this thread's Frame (scratch); dropped by close
+        self._frames = weakref.WeakSet()  # every Frame of it: close marks them closed (frame.py)
 
     # ---- creating and opening ----
 
@@ -447,6 +449,7 @@ class Bus:
             return self._tls.frame
         except AttributeError:
             frame = self._tls.frame = Frame(self.base(), self.limits)  # base() raises: closed
+            self._frames.add(frame)
             return frame
 
     def close(self) -> None:
@@ -458,6 +461,9 @@ class Bus:
         ffi.release(self._base)
         self._base = None
         self._tls = threading.local()
+        for frame in list(self._frames):  # a Peer may keep one (csrc/py/peer.c): none maps the bus now
+            frame.c.base = ffi.NULL
+            frame.held = frame.whole = None
         if self._pool_view is not None:
             self._pool_view.release()  # its slices (zero-copy payloads) still hold the mapping
             self._pool_view = None

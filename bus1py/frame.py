@@ -7,6 +7,9 @@ Invariants:
   - `c` (struct b1_frame) points at the mapping and at `dests`, `handles`, `fds`, the
     payload buffer and, once a batch ran, `infos`: the Frame holds every cdata `c` points to, so
     each lives exactly as long as the frame.
+  - A frame of a closed bus has `c.base` NULL and no `held` or `whole` (Bus.close drops
+    them), so a frame a Peer keeps (csrc/py/peer.c checks `c.base` before each use) neither
+    reaches the old mapping nor keeps it mapped.
   - `address` is `c`'s address, as bus1py._messages takes it; `infos_cap` is how many
     message infos `infos` holds (0 before the first batch), read here rather than from
     `c`, where a field read costs a cdata lookup.
@@ -23,11 +26,13 @@ _FIRST_INFOS = 64  # message infos of the first batch's array at least
 
 
 class Frame:
-    __slots__ = ("c", "address", "dests", "handles", "fds", "seq", "infos", "infos_cap", "held", "whole", "_buf")
+    __slots__ = ("c", "address", "dests", "handles", "fds", "max_dests", "seq", "infos", "infos_cap", "held",
+                 "whole", "_buf", "__weakref__")
 
     def __init__(self, base, limits):
         c = self.c = ffi.new("struct b1_frame *")
         self.dests = ffi.new("uint64_t[]", max(limits.max_dests, 1))
+        self.max_dests = limits.max_dests
         self.handles = ffi.new("uint64_t[]", max(limits.max_msg_handles, 1))
         c.buflen = max(limits.max_payload, 1)
         self._buf = _NO_CLEAR("char[]", c.buflen)

@@ -7,8 +7,10 @@ Invariants:
     every one that unpickled it, and a forked child once it uses it.  When the last of them
     exits (or dies, noticed by `Bus.gc`), the peer is disconnected, like a file descriptor
     closed by its last holder.
-  - `send` and `recv` are one C call each; the Python side only converts arguments, using
-    the bus's frame of this thread (frame.py), so concurrent threads never share buffers.
+  - `send` and `recv` are methods in C of the base class PeerCore (csrc/py/peer.c), on
+    the bus's frame of this thread (frame.py), so concurrent threads never share buffers;
+    the forms and failures they leave to Python are `_send_general`, `_send_failed`,
+    `_recv_general` and `_recv_failed` here, which raise every error the API promises.
   - A send refused with EDQUOT is tried once more after dead peers were reaped (at most
     once a second per process and bus): a receiver at its quota may be a peer whose
     processes died.
@@ -38,7 +40,7 @@ _EAGAIN = -errno.EAGAIN
 _EDQUOT = -errno.EDQUOT
 _UNREACHABLE = lib.B1_SEND_UNREACHABLE_ERROR
 _send = lib.b1_frame_send
-_csend, _crecv = _messages.send, _messages.recv  # the hot forms, their results built in C
+_crecv = _messages.recv  # its Message built in C
 _csend_many = _messages.send_many
 _send_many = lib.b1_frame_send_many
 _lengths = functools.partial(array, "I")  # the lengths as uint32_t, handed to C without a per-item conversion
@@ -74,15 +76,12 @@ class PeerInfo:
                    lock_recoveries=out.lock_recoveries, pids=tuple(p for p in out.pids if p))
 
 
-class Peer:
-    __slots__ = ("_bus", "_slot", "_id", "_ready", "_attached", "__weakref__")
+class Peer(_messages.PeerCore):
+    # _bus, _slot, _id, _ready and _attached are PeerCore's
+    __slots__ = ("__weakref__",)
 
     def __init__(self, bus, slot: int, peer_id: int):
-        self._bus = bus
-        self._slot = slot
-        self._id = peer_id
-        self._ready = None
-        self._attached = False
+        super().__init__(bus, slot, peer_id)  # _bus, _slot, _id; not _attached, no _ready
         holders.peers.add(self)
 
     @property
@@ -235,53 +234,19 @@ class Peer:
 
     # ---- messages ----
 
-    def send(self, destinations, payload, handles=(), *, fds=(), unreachable_error: bool = False) -> tuple:
-        """Send `payload` to every node in `destinations` (handle ids) in one transaction,
-        carrying `handles` (the sender's handle ids) to every receiver, and `fds` (at most
-        256 open file descriptors, EMSGSIZE past it, EBADF for a closed one): each
-        receiver gets its own copies in `msg.fds`, installed at its receive (fds.py).
-
-        Returns the message's stamp (timestamp, sender id, sequence).  Never blocks; raises
-        with nothing sent when a handle is unknown (ENXIO), the payload too large
-        (EMSGSIZE), the pool full (EXFULL) or a receiver's quota exhausted (EDQUOT).  A
-        message to a destroyed node is silently dropped, as bus1 does; with
-        unreachable_error=True the send fails with EHOSTUNREACH instead when the sender has
-        already received NODE_DESTROY for every destination.
-        """
+    def _send_general(self, destinations, payload, handles=(), *, fds=(), unreachable_error: bool = False) -> tuple:
+        """`send` in every form (its docstring is PeerCore.send's): what the C method does
+        not take itself, with every check and error of the API."""
         if fds or type(fds) is not tuple:  # () is the default; anything else is checked
             with _fds.named(fds):
-                return self.send(destinations, payload, handles, unreachable_error=unreachable_error)
+                return self._send_general(destinations, payload, handles, unreachable_error=unreachable_error)
         bus = self._bus
         flags = _UNREACHABLE if unreachable_error else 0
-        dest = destinations
-        if type(dest) is list and len(dest) == 1:
-            dest = dest[0]
-        if type(dest) is int and not handles and type(payload) is bytes and self._attached:
-            # the common unicast: one call into C, which also builds the stamp
-            try:
-                addr = bus._tls.frame.address
-            except AttributeError:
-                addr = bus.scratch().address  # raises: closed
-            try:
-                r = _csend(addr, self._slot, self._id, dest, payload, flags)
-            except (TypeError, OverflowError):
-                raise args.bad_ids(destinations, handles) from None
-            if type(r) is int:
-                r = _reap_and_retry(bus, r, _csend, addr, self._slot, self._id, dest, payload, flags)
-                if type(r) is int:
-                    raise args.send_error(self, r, destinations, len(payload), 1, 0)
-            return r
         frame = self._frame()  # raises: closed
         if type(payload) is not bytes:
             payload = args.as_bytes(payload)
         try:
-            # the unicast forms inline: a call to args.destinations costs as much as a field
-            if type(destinations) is int:
-                dest, n = destinations, 0  # n == 0: the one destination is `dest`
-            elif type(destinations) is list and len(destinations) == 1 and type(destinations[0]) is int:
-                dest, n = destinations[0], 0
-            else:
-                dest, n = args.destinations(destinations, frame.dests, bus.limits.max_dests)
+            dest, n = args.destinations(destinations, frame.dests, bus.limits.max_dests)
             nh = args.fill(frame.handles, handles, bus.limits.max_msg_handles, "handles") if handles else 0
             ts = _send(frame.c, self._slot, self._id, dest, n, payload, len(payload), nh, flags)
         except (TypeError, OverflowError):  # cffi's words for a bad id: say it for the user
@@ -293,27 +258,16 @@ class Peer:
                 raise args.send_error(self, ts, destinations, len(payload), n or 1, nh)
         return (ts, self._id, frame.seq[0])
 
-    def recv(self, timeout: float | None = None, copy: bool = True) -> Message:
-        """The next message: waits for one (None), fails at once (0, BlockingIOError), or
-        waits at most `timeout` seconds (TimeoutError).
-
-        With copy=False a data message's payload is a read-only memoryview into the pool
-        instead of bytes: no copy at any size, but the message's pool record and this
-        peer's quota stay charged until `msg.release()` or until the message is garbage
-        collected, and the view raises ValueError once released (receive.py)."""
+    def _recv_general(self, timeout: float | None = None, copy: bool = True) -> Message:
+        """`recv` in every form (its docstring is PeerCore.recv's): what the C method does
+        not take itself, with every check and error of the API."""
         if not copy:
             if timeout is None:
                 return receive.recv_slice(self, -1, None)
             if type(timeout) in (int, float) and timeout >= 0:
                 return receive.recv_slice(self, args.timeout_ns(timeout), timeout)
             return self.recv_many(1, timeout, copy=False)[0]  # raises the timeout's error
-        bus = self._bus
-        try:
-            addr = bus._tls.frame.address
-        except AttributeError:
-            addr = bus.scratch().address  # raises: closed
-        if not self._attached:
-            self._attach()
+        addr = self._frame().address  # raises: closed
         if timeout is None:
             m = _crecv(addr, self._slot, self._id, -1)
         elif type(timeout) in (int, float) and timeout >= 0:
@@ -429,6 +383,24 @@ class Peer:
         the peer is disconnected."""
         from . import aio
         return aio.messages(self, copy)
+
+    def _send_failed(self, r, destinations, payload: bytes) -> tuple:
+        """PeerCore.send of `payload` (no handles, no flags) failed with -errno `r`: once
+        more after reaping (EDQUOT), else its error."""
+        r = _reap_and_retry(self._bus, r, self._send_general, destinations, payload)
+        if type(r) is int:
+            n = 1 if type(destinations) is int else len(destinations)
+            raise args.send_error(self, r, destinations, len(payload), n, 0)
+        return r
+
+    def _recv_failed(self, r, timeout, copy: bool) -> Message:
+        """PeerCore.recv failed with -errno `r`: EINTR waits out the time left, anything
+        else is raised (as the Python forms do)."""
+        if copy:
+            return self._recv_slow(r, timeout)
+        frame = self._bus.scratch()
+        ns = -1 if timeout is None else args.timeout_ns(timeout)
+        return receive.retry(self, r, frame, 1, ns, lib.B1_RECV_NOCOPY, frame.held, timeout)[0]
 
     def _recv_slow(self, r, timeout) -> Message:
         """A receive interrupted by a signal (EINTR: its Python handler has run by now, so

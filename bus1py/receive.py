@@ -69,7 +69,7 @@ def recv_many(peer, max_messages, timeout_ns, copy, timeout) -> list:
         flags, held = _NOCOPY, frame.held or _hold(frame, bus)
     out = _recv_many(frame.address, peer._slot, peer._id, n, timeout_ns, flags, held)
     if type(out) is int:
-        out = _retry(peer, out, frame, n, timeout_ns, flags, held, timeout)
+        out = retry(peer, out, frame, n, timeout_ns, flags, held, timeout)
     if peer._ready is not None:
         peer._ready.sync()
     return out
@@ -89,7 +89,7 @@ def recv_slice(peer, timeout_ns, timeout):
         peer._attach()
     out = _recv_many(frame.address, peer._slot, peer._id, 1, timeout_ns, _NOCOPY, held)
     if type(out) is int:
-        out = _retry(peer, out, frame, 1, timeout_ns, _NOCOPY, held, timeout)
+        out = retry(peer, out, frame, 1, timeout_ns, _NOCOPY, held, timeout)
     if peer._ready is not None:
         peer._ready.sync()
     return out[0]
@@ -106,7 +106,7 @@ def _hold(frame, bus) -> tuple:
     return frame.held
 
 
-def _retry(peer, out, frame, n, timeout_ns, flags, held, timeout) -> list:
+def retry(peer, out, frame, n, timeout_ns, flags, held, timeout) -> list:
     """After a receive failed with -errno `out`: EINTR (the signal's Python handler has run)
     waits out the time the helper left; anything else is raised."""
     while type(out) is int:

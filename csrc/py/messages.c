@@ -16,8 +16,8 @@
  *   - A Message built here equals, field for field and type for type, what the Python
  *     code of receive.py and peer.py builds: (MessageType, destination, payload, handles,
  *     (ts, sender, seq)) as an instance of the Message (or SliceMessage) class that
- *     `setup` was given; a zero-copy payload is `pool[offset:offset + len]`, a slice of
- *     the read-only view of the whole mapping, so it keeps the mapping alive.
+ *     `setup` was given; a zero-copy payload is a read-only view of its record's bytes in
+ *     the mapping, which it keeps mapped (slice.c).
  *   - The GIL is released around every call into the bus (as cffi does): a receive may
  *     wait, and other threads run meanwhile.  Nothing Python-visible is touched while it
  *     is released.
@@ -25,16 +25,16 @@
  *     Python caller keeps its error handling (EINTR, timeouts, reaping) in one place.
  *   - State set by `setup` is process-wide and set once before the first call (bus1py
  *     imports this module from one place); it holds strong references to what it names.
+ *   - A receive that cannot wait (timeout 0) keeps the GIL, as a send does: it waits for
+ *     nothing but a peer lock, whose holder needs no GIL to let go of it.
+ *
+ * The Peer's own send and recv, which call into this file, are peer.c's.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include "bus1.h"
+#include "messages.h"
 #include "slice.h"
 
-typedef int (*recv_many_fn)(struct b1_frame *, uint32_t, uint64_t, uint32_t, int64_t, uint32_t);
-typedef int (*recv_fn)(struct b1_frame *, uint32_t, uint64_t, int64_t);
-typedef int64_t (*send_fn)(struct b1_frame *, uint32_t, uint64_t, uint64_t, uint32_t,
-                           const char *, uint32_t, uint32_t, uint32_t);
 typedef int (*send_iov_fn)(struct b1_frame *, uint32_t, uint64_t, uint64_t, uint32_t,
                            const char *const *, const uint32_t *, uint32_t, uint32_t, uint32_t);
 
@@ -44,12 +44,13 @@ static struct {
     PyObject *types;         /* message.MESSAGE_TYPES, indexed by B1_MSG_* */
     PyObject *empty;         /* () */
     PyObject *slice_attr;    /* "_slice" */
-    recv_many_fn recv_many;
     b1py_slice_release_fn slice_release;
-    recv_fn recv;
-    send_fn send;
     send_iov_fn send_iov;
 } S;
+
+b1py_recv_many_fn b1py_recv_many;
+b1py_recv_fn b1py_recv;
+b1py_send_fn b1py_send;
 
 /* The ints of a batch's senders and destinations, which repeat from message to message:
  * the last one's object is handed out again (ints are immutable). */
@@ -178,7 +179,7 @@ static int as_u32(PyObject *o, uint32_t *out) {
         PyErr_Format(PyExc_TypeError, "expected %d arguments, got %zd", (k), nargs); \
         return NULL;                                                        \
     }                                                                       \
-    if (!S.recv) {                                                          \
+    if (!b1py_recv) {                                                          \
         PyErr_SetString(PyExc_RuntimeError, "bus1py._messages.setup was not called"); \
         return NULL;                                                        \
     }
@@ -210,13 +211,34 @@ static PyObject *py_setup(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_XSETREF(S.message, (PyTypeObject *)args[0]);
     Py_XSETREF(S.slice, (PyTypeObject *)args[1]);
     Py_XSETREF(S.types, args[2]);
-    S.recv_many = (recv_many_fn)(uintptr_t)a[0];
-    S.recv = (recv_fn)(uintptr_t)a[1];
-    S.send = (send_fn)(uintptr_t)a[2];
+    b1py_recv_many = (b1py_recv_many_fn)(uintptr_t)a[0];
+    b1py_recv = (b1py_recv_fn)(uintptr_t)a[1];
+    b1py_send = (b1py_send_fn)(uintptr_t)a[2];
     S.slice_release = (b1py_slice_release_fn)(uintptr_t)a[3];
     S.send_iov = (send_iov_fn)(uintptr_t)a[4];
     b1py_slice_setup(S.slice_release);
     Py_RETURN_NONE;
+}
+
+PyObject *b1py_copied(const struct b1_frame *f) {
+    const struct b1_msg_info *in = &f->info;
+    struct ints c = {0};
+    PyObject *m = new_message(S.message, in, PyBytes_FromStringAndSize(f->buf, (Py_ssize_t)in->len),
+                              handles_of(f->handles, in->n_handles), f->fds, &c);
+    ints_clear(&c);
+    return m;
+}
+
+PyObject *b1py_stamp(int64_t ts, uint64_t id, uint64_t seq) {
+    PyObject *stamp = PyTuple_New(3);
+    if (!stamp) return NULL;
+    PyObject *a = PyLong_FromLongLong(ts), *b = PyLong_FromUnsignedLongLong(id),
+             *c = PyLong_FromUnsignedLongLong(seq);
+    PyTuple_SET_ITEM(stamp, 0, a);
+    PyTuple_SET_ITEM(stamp, 1, b);
+    PyTuple_SET_ITEM(stamp, 2, c);
+    if (!a || !b || !c) Py_CLEAR(stamp);
+    return stamp;
 }
 
 /* recv(frame, slot, id, timeout_ns) -> Message, or -errno: b1_frame_recv and the Message
@@ -231,88 +253,108 @@ static PyObject *py_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     struct b1_frame *f = (struct b1_frame *)(uintptr_t)addr;
     int r;
-    Py_BEGIN_ALLOW_THREADS
-    r = S.recv(f, slot, id, ns);
-    Py_END_ALLOW_THREADS
+    if (ns == 0) {
+        r = b1py_recv(f, slot, id, 0);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        r = b1py_recv(f, slot, id, ns);
+        Py_END_ALLOW_THREADS
+    }
     if (r) return PyLong_FromLong(r);
-    const struct b1_msg_info *in = &f->info;
+    return b1py_copied(f);
+}
+
+/* The Message of f->infos[i], whose carried handles start at h; `pool` and `held` as
+ * recv_many's.  *owned is set once a slice of it belongs to a Slice object (which gives
+ * it back however this ends); until then the caller gives it back on failure. */
+static inline __attribute__((always_inline)) PyObject *message_at(struct b1_frame *f, int i, const uint64_t *h, PyObject *held,
+                            PyObject *pool, uint32_t slot, uint64_t id, struct ints *c, int *owned) {
+    const struct b1_msg_info *in = &f->infos[i];
+    PyObject *carried = handles_of(h, in->n_handles);
+    if (!in->slice)
+        return new_message(S.message, in, PyBytes_FromStringAndSize(f->buf + in->offset,
+                                                                    (Py_ssize_t)in->len), carried, f->fds, c);
+    if (!pool) {
+        PyErr_SetString(PyExc_ValueError, "a slice received without a pool to view it in");
+        Py_XDECREF(carried);
+        return NULL;
+    }
+    /* the Slice first: made, it gives the record back however this ends */
+    PyObject *sl = b1py_slice_new(PyTuple_GET_ITEM(held, 1), pool, in->offset, in->len, f->base, slot,
+                                  id, in->slice);
+    if (!sl) {
+        Py_XDECREF(carried);
+        return NULL;
+    }
+    *owned = 1;
+    PyObject *view = b1py_slice_view(sl);
+    if (view)
+        Py_INCREF(view);
+    else
+        PyErr_NoMemory(); /* the slice or its export could not be made */
+    PyObject *m = new_message(S.slice, in, view, carried, f->fds, c);
+    if (m && PyObject_SetAttr(m, S.slice_attr, sl) < 0) Py_CLEAR(m);
+    Py_DECREF(sl);
+    return m;
+}
+
+/* `held` checked: NULL (with TypeError set) unless None or (pool, bus); *pool set */
+static int held_pool(PyObject *held, PyObject **pool) {
+    *pool = NULL;
+    if (held == Py_None) return 1;
+    if (!PyTuple_Check(held) || PyTuple_GET_SIZE(held) != 2) {
+        PyErr_SetString(PyExc_TypeError, "held must be None or (pool, bus)");
+        return 0;
+    }
+    *pool = PyTuple_GET_ITEM(held, 0);
+    return 1;
+}
+
+PyObject *b1py_taken(struct b1_frame *f, uint32_t slot, uint64_t id, PyObject *held) {
+    PyObject *pool;
+    int owned = 0;
     struct ints c = {0};
-    PyObject *m = new_message(S.message, in, PyBytes_FromStringAndSize(f->buf, (Py_ssize_t)in->len),
-                              handles_of(f->handles, in->n_handles), f->fds, &c);
+    PyObject *m = held_pool(held, &pool) ? message_at(f, 0, f->handles, held, pool, slot, id, &c, &owned)
+                                         : NULL;
     ints_clear(&c);
+    if (!m && !owned && f->infos[0].slice) S.slice_release(f->base, slot, id, f->infos[0].slice);
     return m;
 }
 
 /* recv_many(frame, slot, id, max, timeout_ns, flags, held) -> [Message], or -errno:
  * b1_frame_recv_many and its batch.  `held` is None for copies, or (pool, bus) for
- * B1_RECV_NOCOPY: a slice's payload is pool[offset:offset + len] and its message gets
+ * B1_RECV_NOCOPY: a slice's payload views its record's bytes (slice.c) and its message gets
  * `_slice`, a Slice (receive.SliceMessage). */
 static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     NEED_ARGS(7);
     uint64_t addr, id;
     uint32_t slot, max, flags;
     int64_t ns;
+    PyObject *pool;
     if (!as_u64(args[0], &addr) || !as_u32(args[1], &slot) || !as_u64(args[2], &id) ||
-        !as_u32(args[3], &max) || !as_i64(args[4], &ns) || !as_u32(args[5], &flags))
+        !as_u32(args[3], &max) || !as_i64(args[4], &ns) || !as_u32(args[5], &flags) ||
+        !held_pool(args[6], &pool))
         return NULL;
-    PyObject *held = args[6], *pool = NULL;
-    if (held != Py_None) {
-        if (!PyTuple_Check(held) || PyTuple_GET_SIZE(held) != 2) {
-            PyErr_SetString(PyExc_TypeError, "held must be None or (pool, bus)");
-            return NULL;
-        }
-        pool = PyTuple_GET_ITEM(held, 0);
-    }
     struct b1_frame *f = (struct b1_frame *)(uintptr_t)addr;
     int r;
-    Py_BEGIN_ALLOW_THREADS
-    r = S.recv_many(f, slot, id, max, ns, flags);
-    Py_END_ALLOW_THREADS
+    if (ns == 0) {
+        r = b1py_recv_many(f, slot, id, max, 0, flags);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        r = b1py_recv_many(f, slot, id, max, ns, flags);
+        Py_END_ALLOW_THREADS
+    }
     if (r < 0) return PyLong_FromLong(r);
     PyObject *out = PyList_New(r);
     if (!out) return NULL;
     const uint64_t *h = f->handles;
     struct ints c = {0};
-    int owned = 0; /* the slices of infos[0..owned) belong to Slice objects */
-    for (int i = 0; i < r; i++) {
-        owned = i;
-        const struct b1_msg_info *in = &f->infos[i];
-        PyObject *m, *carried = handles_of(h, in->n_handles);
-        h += in->n_handles;
-        if (in->slice) {
-            if (!pool) {
-                PyErr_SetString(PyExc_ValueError, "a slice received without a pool to view it in");
-                Py_XDECREF(carried);
-                goto fail;
-            }
-            PyObject *raw = PySequence_GetSlice(pool, (Py_ssize_t)in->offset,
-                                                (Py_ssize_t)(in->offset + in->len));
-            /* the Slice first: made, it gives the record back however this ends (and
-             * until it is, the fail path below does) */
-            PyObject *sl = b1py_slice_new(PyTuple_GET_ITEM(held, 1), raw, f->base, slot, id, in->slice);
-            Py_XDECREF(raw);
-            if (!sl) {
-                Py_XDECREF(carried);
-                goto fail;
-            }
-            owned = i + 1;
-            PyObject *view = b1py_slice_view(sl);
-            if (view)
-                Py_INCREF(view);
-            else
-                PyErr_NoMemory(); /* the slice or its export could not be made */
-            m = new_message(S.slice, in, view, carried, f->fds, &c);
-            int bad = !m || PyObject_SetAttr(m, S.slice_attr, sl) < 0;
-            Py_DECREF(sl);
-            if (bad) {
-                Py_XDECREF(m);
-                goto fail;
-            }
-        } else {
-            m = new_message(S.message, in, PyBytes_FromStringAndSize(f->buf + in->offset,
-                                                                      (Py_ssize_t)in->len), carried, f->fds, &c);
-            if (!m) goto fail;
-        }
+    int i = 0, owned = 0; /* the slices of infos[0..i + owned) belong to Slice objects */
+    for (; i < r; i++) {
+        owned = 0;
+        PyObject *m = message_at(f, i, h, args[6], pool, slot, id, &c, &owned);
+        if (!m) goto fail;
+        h += f->infos[i].n_handles;
         PyList_SET_ITEM(out, i, m);
     }
     ints_clear(&c);
@@ -320,46 +362,11 @@ static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t 
 fail:
     /* the list's unset items are NULL, which list_dealloc skips; the slices nothing holds
      * yet go back now, not at the peer's disconnect */
-    for (int j = owned; j < r; j++)
+    for (int j = i + owned; j < r; j++)
         if (f->infos[j].slice) S.slice_release(f->base, slot, id, f->infos[j].slice);
     ints_clear(&c);
     Py_DECREF(out);
     return NULL;
-}
-
-/* send(frame, slot, id, dest, payload, flags) -> (ts, id, seq), or -errno: b1_frame_send
- * of a bytes payload to one destination, carrying no handles. */
-static PyObject *py_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    NEED_ARGS(6);
-    uint64_t addr, id, dest;
-    uint32_t slot, flags;
-    if (!as_u64(args[0], &addr) || !as_u32(args[1], &slot) || !as_u64(args[2], &id) ||
-        !as_u64(args[3], &dest) || !as_u32(args[5], &flags))
-        return NULL;
-    PyObject *payload = args[4];
-    if (!PyBytes_CheckExact(payload)) {
-        PyErr_SetString(PyExc_TypeError, "payload must be bytes");
-        return NULL;
-    }
-    Py_ssize_t len = PyBytes_GET_SIZE(payload);
-    if (len > UINT32_MAX) return PyLong_FromLong(-EMSGSIZE);
-    struct b1_frame *f = (struct b1_frame *)(uintptr_t)addr;
-    int64_t ts;
-    /* the bytes object is immutable and referenced by the caller for the whole call */
-    const char *data = PyBytes_AS_STRING(payload);
-    /* the GIL stays held: a send never waits but for a peer lock, whose holder needs no
-     * GIL to let go of it, and giving the GIL up and back costs as much as the arguments */
-    ts = S.send(f, slot, id, dest, 0, data, (uint32_t)len, 0, flags);
-    if (ts < 0) return PyLong_FromLongLong(ts);
-    PyObject *stamp = PyTuple_New(3);
-    if (!stamp) return NULL;
-    PyObject *a = PyLong_FromLongLong(ts), *b = PyLong_FromUnsignedLongLong(id),
-             *c = PyLong_FromUnsignedLongLong(f->seq);
-    PyTuple_SET_ITEM(stamp, 0, a);
-    PyTuple_SET_ITEM(stamp, 1, b);
-    PyTuple_SET_ITEM(stamp, 2, c);
-    if (!a || !b || !c) Py_CLEAR(stamp);
-    return stamp;
 }
 
 /* send_many(frame, slot, id, dest, n, payloads, n_handles, flags) -> how many were sent, or
@@ -381,7 +388,7 @@ static PyObject *py_send_many(PyObject *self, PyObject *const *args, Py_ssize_t 
     for (Py_ssize_t i = 0; i < count; i++)
         if (!PyBytes_CheckExact(items[i]) || PyBytes_GET_SIZE(items[i]) > UINT32_MAX) Py_RETURN_NONE;
     struct b1_frame *f = (struct b1_frame *)(uintptr_t)addr;
-    /* the GIL stays held (see py_send): no other thread can change the list meanwhile */
+    /* the GIL stays held (as in the Peer's send, peer.c): no other thread can change the list meanwhile */
     const char *ptrs[32];
     uint32_t lens[32];
     Py_ssize_t done = 0;
@@ -413,7 +420,6 @@ static PyMethodDef methods[] = {
     {"recv", (PyCFunction)(void (*)(void))py_recv, METH_FASTCALL, "recv(frame, slot, id, timeout_ns) -> Message | -errno"},
     {"recv_many", (PyCFunction)(void (*)(void))py_recv_many, METH_FASTCALL,
      "recv_many(frame, slot, id, max, timeout_ns, flags, held) -> list | -errno"},
-    {"send", (PyCFunction)(void (*)(void))py_send, METH_FASTCALL, "send(frame, slot, id, dest, payload, flags) -> stamp | -errno"},
     {"send_many", (PyCFunction)(void (*)(void))py_send_many, METH_FASTCALL,
      "send_many(frame, slot, id, dest, n, payloads, n_handles, flags) -> count | -errno | None"},
     {NULL, NULL, 0, NULL},
@@ -427,13 +433,11 @@ PyMODINIT_FUNC PyInit__messages(void) {
     S.empty = PyTuple_New(0);
     S.slice_attr = PyUnicode_InternFromString("_slice");
     if (!S.empty || !S.slice_attr) return NULL;
-    PyTypeObject *slice_type = b1py_slice_type();
-    if (!slice_type) return NULL;
+    PyTypeObject *slice_type = b1py_slice_type(), *peer_type = b1py_peer_type();
+    if (!slice_type || !peer_type) return NULL;
     PyObject *mod = PyModule_Create(&module);
     if (!mod) return NULL;
-    Py_INCREF(slice_type);
-    if (PyModule_AddObject(mod, "Slice", (PyObject *)slice_type) < 0) {
-        Py_DECREF(slice_type);
+    if (PyModule_AddType(mod, slice_type) < 0 || PyModule_AddType(mod, peer_type) < 0) {
         Py_DECREF(mod);
         return NULL;
     }

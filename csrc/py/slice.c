@@ -5,13 +5,15 @@
  * Invariants: a Slice is held from its making until its release.  The payload is not a
  * slice of the pool's view (whose exports the pool's view counts, so an array made from it
  * -- numpy takes a new memoryview sharing the payload's buffer -- would outlive a release
- * unseen) but an export of `raw`, a slice of its own, with a buffer of its own: every
- * buffer taken from the payload, however indirectly, is counted on that buffer.  Releasing
- * refuses (BufferError, nothing changed) while one lives; else it releases the payload
- * view and `raw`, then gives the record back -- only in the process that received it, and only while its bus is mapped
- * (bus._base is not None).  A Slice still held when it is collected releases itself, or,
- * its view still exported, warns and leaves the record charged (bytes someone still reads
- * must not go back to the pool). */
+ * unseen) but the only memoryview made directly of a Span, an object of its own that
+ * exports the record's bytes read-only: every buffer taken from the payload, however
+ * indirectly, is counted on the payload's buffer.  A Span holds an export of the bus's
+ * mmap, so the mapping stays while anything reads it, even after the bus is closed.
+ * Releasing refuses (BufferError, nothing changed) while one lives; else it releases the
+ * payload view (its Span goes with it), then gives the record back -- only in the process
+ * that received it, and only while its bus is mapped (bus._base is not None).  A Slice
+ * still held when it is collected releases itself, or, its view still exported, warns and
+ * leaves the record charged (bytes someone still reads must not go back to the pool). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
@@ -29,8 +31,7 @@ static struct {
 typedef struct {
     PyObject_HEAD
     PyObject *bus;
-    PyObject *view;     /* the message's payload: a memoryview exporting raw */
-    PyObject *raw;      /* the record's bytes, a slice of the pool's view */
+    PyObject *view;     /* the message's payload: a memoryview of a Span */
     uint64_t base;      /* the bus's mapping in the receiving process */
     uint64_t id;
     uint64_t token;     /* b1_msg_info.slice */
@@ -39,17 +40,15 @@ typedef struct {
     pid_t pid;          /* the receiving process */
 } Slice;
 
-static PyTypeObject SliceType;
+static PyTypeObject SliceType, SpanType;
 
 /* 1 given back (or nothing left to give), 0 refused with BufferError set, -1 another error */
 static int slice_give_back(Slice *sl) {
     if (!sl->held) return 1;
     if (sl->view && b1py_exported(sl->view)) return 0;
-    /* none when making them failed: nobody can read the record then */
-    PyObject *views[2] = {sl->view, sl->raw};
-    for (int i = 0; i < 2; i++) {
-        if (!views[i]) continue;
-        PyObject *r = PyObject_CallMethodNoArgs(views[i], S.release_name);
+    /* none when making it failed: nobody can read the record then */
+    if (sl->view) {
+        PyObject *r = PyObject_CallMethodNoArgs(sl->view, S.release_name);
         if (!r) return PyErr_ExceptionMatches(PyExc_BufferError) ? 0 : -1;
         Py_DECREF(r);
     }
@@ -93,7 +92,6 @@ static void slice_dealloc(Slice *sl) {
     }
     Py_XDECREF(sl->bus);
     Py_XDECREF(sl->view);
-    Py_XDECREF(sl->raw);
     Py_TYPE(sl)->tp_free((PyObject *)sl);
 }
 
@@ -136,7 +134,7 @@ PyTypeObject *b1py_slice_type(void) {
         PyErr_NoMemory();
         return NULL;
     }
-    return PyType_Ready(&SliceType) < 0 ? NULL : &SliceType;
+    return PyType_Ready(&SliceType) < 0 || PyType_Ready(&SpanType) < 0 ? NULL : &SliceType;
 }
 
 int b1py_exported(PyObject *mv) {
@@ -146,25 +144,70 @@ int b1py_exported(PyObject *mv) {
     return v->exports > 0 || v->mbuf->exports > 1;
 }
 
-PyObject *b1py_export_of(PyObject *raw) {
-    if (!raw) return NULL;
-    PyObject *pb = PyPickleBuffer_FromObject(raw); /* its buffer is raw's, exported afresh */
-    if (!pb) return NULL;
-    PyObject *view = PyMemoryView_FromObject(pb);
-    Py_DECREF(pb);
+/* A record's bytes, exported read-only; holding an export of the mapping (`map`). */
+typedef struct {
+    PyObject_HEAD
+    Py_buffer map;
+    char *ptr;
+    Py_ssize_t len;
+} Span;
+
+static int span_getbuffer(Span *sp, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)sp, sp->ptr, sp->len, 1, flags);
+}
+
+static void span_dealloc(Span *sp) {
+    if (sp->map.obj) PyBuffer_Release(&sp->map);
+    Py_TYPE(sp)->tp_free((PyObject *)sp);
+}
+
+static PyBufferProcs span_as_buffer = {.bf_getbuffer = (getbufferproc)span_getbuffer};
+
+static PyTypeObject SpanType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bus1py._messages.Span",
+    .tp_basicsize = sizeof(Span),
+    .tp_dealloc = (destructor)span_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A zero-copy payload's bytes in the pool (the buffer of its memoryview).",
+    .tp_as_buffer = &span_as_buffer,
+};
+
+/* the payload view of bytes [offset, offset + len) of the mapping under the read-only
+ * view `pool` (its mmap exports them to the Span), or NULL with an exception set */
+static PyObject *payload_of(PyObject *pool, uint64_t offset, uint64_t len) {
+    if (!PyMemoryView_Check(pool) || (((PyMemoryViewObject *)pool)->flags & _Py_MEMORYVIEW_RELEASED) ||
+        !PyMemoryView_GET_BASE(pool)) {
+        PyErr_SetString(PyExc_ValueError, "the pool must be a live memoryview of the mapping");
+        return NULL;
+    }
+    Span *sp = PyObject_New(Span, &SpanType);
+    if (!sp) return NULL;
+    sp->map.obj = NULL;
+    if (PyObject_GetBuffer(PyMemoryView_GET_BASE(pool), &sp->map, PyBUF_SIMPLE) < 0) {
+        Py_DECREF(sp);
+        return NULL;
+    }
+    if (offset > (uint64_t)sp->map.len || len > (uint64_t)sp->map.len - offset) {
+        PyErr_SetString(PyExc_ValueError, "a slice beyond the mapping");
+        Py_DECREF(sp);
+        return NULL;
+    }
+    sp->ptr = (char *)sp->map.buf + offset;
+    sp->len = (Py_ssize_t)len;
+    PyObject *view = PyMemoryView_FromObject((PyObject *)sp);
+    Py_DECREF(sp); /* the view's buffer holds it */
     return view;
 }
 
-PyObject *b1py_slice_new(PyObject *bus, PyObject *raw, void *base, uint32_t slot, uint64_t id,
-                         uint64_t token) {
+PyObject *b1py_slice_new(PyObject *bus, PyObject *pool, uint64_t offset, uint64_t len, void *base,
+                         uint32_t slot, uint64_t id, uint64_t token) {
     Slice *sl = PyObject_New(Slice, &SliceType);
     if (!sl) return NULL;
     Py_INCREF(bus);
-    Py_XINCREF(raw);
     sl->bus = bus;
-    sl->raw = raw;
-    sl->view = b1py_export_of(raw);
-    if (raw && !sl->view) PyErr_Clear(); /* the message then has no payload: made below */
+    sl->view = payload_of(pool, offset, len);
+    if (!sl->view) PyErr_Clear(); /* the message then has no payload: made below */
     sl->base = (uint64_t)(uintptr_t)base;
     sl->id = id;
     sl->token = token;
