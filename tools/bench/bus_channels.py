@@ -1,9 +1,8 @@
-"""bus1py's channels: per-message (Peer.send / Peer.recv), and the hooks for the
-batch and zero-copy calls, which run only once this build of bus1py has them."""
+"""bus1py's channels: per-message (Peer.send / Peer.recv), batch (send_many / recv_many)
+and zero-copy (recv(copy=False), reserve/commit)."""
 from __future__ import annotations
 
 import functools
-import inspect
 
 import bus1py
 
@@ -69,20 +68,8 @@ class BusChannel(Channel):
             self.bus.__exit__(None, None, None)
 
 
-def bus_has_batches():
-    return all(hasattr(bus1py.Peer, f) for f in ("send_many", "recv_many"))
-
-
-def bus_has_zero_copy():
-    try:
-        return "copy" in inspect.signature(bus1py.Peer.recv).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 class BusBatchChannel(BusChannel):
-    """bus1py through `Peer.send_many` / `Peer.recv_many`.  Registered only
-    when the Peer has both calls; the API it is written against:
+    """bus1py through `Peer.send_many` / `Peer.recv_many`:
     `send_many(destinations, payloads) -> int` (how many were sent, raising if none could be)
     and `recv_many(max_messages) -> list[Message]`."""
 
@@ -115,8 +102,7 @@ class BusBatchChannel(BusChannel):
 
 class BusZeroCopyChannel(BusChannel):
     """bus1py receiving with `Peer.recv(copy=False)`: the payload is a view
-    into the pool, released after use as a real consumer would.  Registered only when
-    `Peer.recv` takes `copy`."""
+    into the pool, released after use as a real consumer would."""
 
     def receiver(self, i=0):
         recv = functools.partial(self.rx[i].recv, copy=False)
@@ -127,10 +113,6 @@ class BusZeroCopyChannel(BusChannel):
             m.release()
             return n
         return r
-
-
-def bus_has_reserve():
-    return hasattr(bus1py.Peer, "reserve")
 
 
 class BusReserveChannel(BusZeroCopyChannel):

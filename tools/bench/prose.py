@@ -37,10 +37,6 @@ def _vs(target, measured_ratio, thr, b, p, bkey, pkey):
             f"{label(pkey)} {fmt_rate(p['rate'])}msg/s{spread(b, p)}", measured_ratio >= thr)
 
 
-def _missing(uni, name):
-    return next((why for n, why in (uni or {}).get("missing", ()) if n == name), None)
-
-
 def batch_targets(uni, sweep, mc, prof, drain=None):
     """[(target, measured, ok or None)] for the targets of batches, zero-copy receive and a fair benchmark, each judged against the best
     row (placement) of each peer."""
@@ -54,23 +50,21 @@ def batch_targets(uni, sweep, mc, prof, drain=None):
                      bb[1], pp[1], bb[0], pp[0]))
     bm = best(rows, 64, peer="bus1py", api="batch")
     fm = best(rows, 64, peer="faster_fifo", api="batch")
-    why = _missing(uni, "bus1py send_many/recv_many")
     for thr, other, what in ((3, pp, "os.pipe"), (2, fm, "faster-fifo get_many")):
         name = f"64 B one-way with send_many/recv_many >= {thr}x {what}"
         if bm and other:
             t.append(_vs(name, bm[1]["rate"] / other[1]["rate"], thr, bm[1], other[1], bm[0], other[0]))
         else:
-            t.append((name, f"not measured: {why or 'no row'}"
+            t.append((name, "not measured: no row"
                       + (f"; {label(other[0])} ran {fmt_rate(other[1]['rate'])}msg/s" if other else ""), None))
     zc = best(srows, 65536, name="bus1py recv(copy=False)")
     p64k = best(srows, 65536, peer="os.pipe")
-    why = _missing(uni, "bus1py recv(copy=False)")
     name = "64 KiB one-way with zero-copy receive >= 3x os.pipe"
     if zc and p64k:
         t.append(_vs(name, zc[1]["rate"] / p64k[1]["rate"], 3, zc[1], p64k[1], zc[0], p64k[0]))
     else:
         cp = best(srows, 65536, name="bus1py")
-        t.append((name, f"not measured: {why or 'no row'}"
+        t.append((name, "not measured: no row"
                   + (f"; the copying recv: {fmt_ratio(cp[1]['rate'] / p64k[1]['rate'])} os.pipe"
                      if cp and p64k else ""), None))
     name = "receive CPU per message within 2x from 64 B to 1 MiB (zero-copy)"
@@ -92,7 +86,7 @@ def batch_targets(uni, sweep, mc, prof, drain=None):
         t.append((name, f"{x:.2f}x ({lo[1]['rx_cpu_ns']:.0f} -> {hi[1]['rx_cpu_ns']:.0f} ns)", x <= 2))
     else:
         clo, chi = best(srows, 64, name="bus1py"), best(srows, 1 << 20, name="bus1py")
-        t.append((name, f"not measured: {why or 'no row'}"
+        t.append((name, "not measured: no row"
                   + (f"; the copying recv: {clo[1]['rx_cpu_ns']:.0f} ns at 64 B, {chi[1]['rx_cpu_ns']:.0f} ns "
                      f"at 1 MiB ({chi[1]['rx_cpu_ns'] / clo[1]['rx_cpu_ns']:.1f}x)" if clo and chi else ""), None))
     br = best(rows, 64, name="bus1py", key="rtt_med")
@@ -119,7 +113,7 @@ def batch_targets(uni, sweep, mc, prof, drain=None):
         elif r8 and r1:
             x = r8["rate"] / r1["rate"]
             t.append(("multicast to 8 with recv_many: per receiver >= 1/2 unicast",
-                      f"not measured with recv_many ({_missing(uni, 'bus1py send_many/recv_many') or 'no row'}); "
+                      "not measured with recv_many (no row); "
                       f"with Peer.recv {x:.2f} of unicast"
                       + (f", CPU bound {fmt_rate(bound[8])}msg/s vs half of k=1 {fmt_rate(r1['rate'] / 2)}msg/s"
                          if bound else ""), None))

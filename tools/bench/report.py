@@ -110,10 +110,6 @@ def _unicast(add, uni, cfg):
                 f"{fmt_ratio(b[1]['rate'] / r['rate']) if b else '-'} | {fmt_rate(r['send_rate'])} | {rtt} |")
         add("")
     floor_section(add, uni)
-    if uni["missing"]:
-        add("Rows not measured in this run (the bus1py calls they use do not exist in this build; the rows "
-            "run as soon as they do): " + "; ".join(f"`{n}`: {why}" for n, why in uni["missing"]) + ".")
-        add("")
     if uni["failed"]:
         add("Rows that failed: " + "; ".join(f"{n} ({p}, {fmt_size(s)}): `{why}`" for (n, p, s), why in uni["failed"].items()) + ".")
         add("")

@@ -34,7 +34,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     cfg = Config()
     names = a.rows.split(",")
-    ts = [t for t in unicast_transports(cfg.batch) if t.name in names and not t.missing]
+    ts = [t for t in unicast_transports(cfg.batch) if t.name in names]
     print("load", " ".join(f"{x:.1f}" for x in os.getloadavg()))
     for size in (int(s) for s in a.sizes.split(",")):
         n = a.n or cfg.n_for(size)

@@ -1,12 +1,11 @@
 """The rows the two-process sections run: which transport, in which placements, through
-which API, and the bus1py rows still waiting for their calls."""
+which API."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-from .bus_channels import (BusBatchChannel, BusChannel, BusReserveChannel, BusZeroCopyChannel, bus_has_batches,
-                           bus_has_reserve, bus_has_zero_copy)
+from .bus_channels import BusBatchChannel, BusChannel, BusReserveChannel, BusZeroCopyChannel
 from .transports import FasterFifoChannel, MPPipeChannel, MPQueueChannel, MQChannel, OsPipeChannel, SocketChannel
 from .transports import faster_fifo, posix_ipc
 from .peer_libs import IceoryxChannel, ZmqChannel, iox2, zmq
@@ -17,15 +16,13 @@ class Transport:
     """One row family of the two-process sections.
 
     `peer` groups the rows judged together (a target compares bus1py's best row with each
-    peer's best row); `api` is "per-message", "batch" or "zero-copy"; `missing` says why a
-    row cannot run against this build of bus1py (the row is listed, not measured)."""
+    peer's best row); `api` is "per-message", "batch" or "zero-copy"."""
     name: str
     peer: str
     make: Callable
     api: str = "per-message"
     rtt: bool = True
     placements: tuple = ("pinned", "unpinned")
-    missing: str | None = None
 
 
 def unicast_transports(batch=64):
@@ -37,11 +34,10 @@ def unicast_transports(batch=64):
         Transport("bus1py", "bus1py", lambda s: BusChannel(s)),
         Transport("bus1py spin_ns=0", "bus1py", lambda s: BusChannel(s, spin_ns=0), placements=("pinned",)),
         Transport("bus1py send_many/recv_many", "bus1py", lambda s: BusBatchChannel(s, batch), api="batch",
-                  rtt=False, missing=None if bus_has_batches() else "Peer has no send_many/recv_many yet"),
-        Transport("bus1py recv(copy=False)", "bus1py", lambda s: BusZeroCopyChannel(s), api="zero-copy", rtt=False,
-                  missing=None if bus_has_zero_copy() else "Peer.recv has no copy= parameter yet"),
+                  rtt=False),
+        Transport("bus1py recv(copy=False)", "bus1py", lambda s: BusZeroCopyChannel(s), api="zero-copy", rtt=False),
         Transport("bus1py reserve/commit + recv(copy=False)", "bus1py", lambda s: BusReserveChannel(s),
-                  api="zero-copy", rtt=False, missing=None if bus_has_reserve() else "Peer has no reserve yet"),
+                  api="zero-copy", rtt=False),
         Transport("mp.Queue", "mp.Queue", MPQueueChannel),
         Transport("mp.Pipe", "mp.Pipe", MPPipeChannel),
         Transport("os.pipe", "os.pipe", OsPipeChannel),
@@ -70,9 +66,8 @@ def unicast_transports(batch=64):
 def multicast_variants(batch=64):
     out = {"bus1py multicast": lambda s, k: BusChannel(s, k, multicast=True),
            "bus1py multicast spin_ns=0": lambda s, k: BusChannel(s, k, multicast=True, spin_ns=0),
-           "bus1py k x unicast": lambda s, k: BusChannel(s, k, multicast=False)}
-    if bus_has_batches():
-        out["bus1py multicast send_many/recv_many"] = lambda s, k: BusBatchChannel(s, batch, k=k, multicast=True)
+           "bus1py k x unicast": lambda s, k: BusChannel(s, k, multicast=False),
+           "bus1py multicast send_many/recv_many": lambda s, k: BusBatchChannel(s, batch, k=k, multicast=True)}
     if posix_ipc is not None:
         out["posix_ipc MQ k x unicast"] = lambda s, k: MQChannel(s, k)
     if zmq is not None:

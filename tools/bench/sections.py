@@ -16,12 +16,12 @@ from .rows import multicast_variants, object_variants, unicast_transports
 RUN_KEYS = ("wall_ns", "tx_cpu_ns", "rx_cpu_ns", "tx_invol", "rx_invol", "tx_vol", "rx_vol")
 
 
-def runnable(cfg):
-    """(the transports this build can run, [(name, why not)] for the hook rows)."""
+def placed(cfg):
+    """The two-process transports, each with the placements this run measures."""
     ts = unicast_transports(cfg.batch)
     if not cfg.pin or NCPU < 2:  # nothing to pin to: every row runs once, placed by the scheduler
         ts = [replace(t, placements=("unpinned",)) for t in ts]
-    return [t for t in ts if not t.missing], [(t.name, t.missing) for t in ts if t.missing]
+    return ts
 
 
 def _summarise(acc, n, with_rtt):
@@ -88,7 +88,7 @@ def _oneway_rows(cfg, transports, sizes, reps, lat_reps, progress=None, task=Non
 
 
 def unicast_jobs(cfg):
-    ts, _ = runnable(cfg)
+    ts = placed(cfg)
     per_size = sum(len(t.placements) for t in ts)
     return {"unicast": len(SIZES) * per_size * (cfg.reps + cfg.lat_reps),
             "sweep": len([s for s in cfg.sweep_sizes if s not in SIZES]) * per_size * cfg.sweep_reps}
@@ -97,17 +97,17 @@ def unicast_jobs(cfg):
 def bench_unicast(cfg, progress=None, task=None):
     """Section 1: every transport at 64 B and 4 KiB, in each of its placements, one-way and
     round trip, and the one-CPU floor of bus1py's 64 B rows (floor.py).  Returns {"rows",
-    "failed", "missing", "transports", "floor"}."""
-    ts, missing = runnable(cfg)
+    "failed", "transports", "floor"}."""
+    ts = placed(cfg)
     rows, failed = _oneway_rows(cfg, ts, SIZES, cfg.reps, cfg.lat_reps, progress, task)
-    return {"rows": rows, "failed": failed, "missing": missing, "transports": ts,
+    return {"rows": rows, "failed": failed, "transports": ts,
             "floor": bench_floor(ts, max(3, 3 * cfg.reps))}
 
 
 def bench_sweep(cfg, uni=None, progress=None, task=None):
     """Section 1b: one-way msg/s and MB/s from 64 B to 1 MiB, every transport and placement,
     fewer messages as the payload grows (cfg.n_for).  Sizes section 1 measured come from it."""
-    ts, missing = runnable(cfg)
+    ts = placed(cfg)
     sizes = [s for s in cfg.sweep_sizes if not (uni and s in SIZES)]
     rows, failed = _oneway_rows(cfg, ts, sizes, cfg.sweep_reps, 0, progress, task)
     if uni:
@@ -115,7 +115,7 @@ def bench_sweep(cfg, uni=None, progress=None, task=None):
             if key[2] in cfg.sweep_sizes:
                 rows[key] = r
         failed.update({k: v for k, v in uni["failed"].items() if k[2] in cfg.sweep_sizes})
-    return {"rows": rows, "failed": failed, "missing": missing, "transports": ts,
+    return {"rows": rows, "failed": failed, "transports": ts,
             "sizes": sorted(cfg.sweep_sizes), "reused": sorted(s for s in SIZES if uni and s in cfg.sweep_sizes)}
 
 
