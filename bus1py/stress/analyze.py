@@ -6,8 +6,7 @@ Invariants:
   - `wellformed` checks only what the *producer* promises (per-process seq 0..n-1 with no
     gap, unique send ids, every deliver matches a send to that process, every destination
     of every send delivered exactly once, signals paired).  It is not the ordering checker
-    (`bus1py check`); `quick_order_check` is a small stand-in for it used while tuning
-    fault injection, exact but quadratic-ish, meant for runs of a few processes.
+    (`bus1py check`), which alone decides the ordering properties.
 """
 from __future__ import annotations
 
@@ -108,88 +107,4 @@ def wellformed(trace_dir: str, events=None) -> list:
         if m not in sig_got:
             problems.append(f"signal {m:#x} from {p} to {ds} never received")
     return problems
-
-
-def quick_order_check(trace_dir: str, events=None, limit: int = 20) -> dict:
-    """Consistency and causality violations, found from the rows alone.
-
-    causality: happened-before is process order + send->deliver + signal_send->signal_recv,
-    computed as vector clocks; a violation is a process delivering b before a although
-    send(a) happened before send(b).  consistency: two processes deliver a and b in opposite
-    orders (checked on adjacent pairs of one process's deliveries, which finds at least
-    one witness whenever any exists for that process pair)."""
-    per = events if events is not None else load_events(trace_dir)
-    procs = sorted(per)
-    ix = {p: i for i, p in enumerate(procs)}
-    n = len(procs)
-    # vector clocks by a worklist over processes (an event waits for its cause)
-    vc_of_send = {}
-    vc_of_sig = {}
-    pos = {p: 0 for p in procs}
-    vc = {p: [0] * n for p in procs}  # vc[p][q] = 1 + last seq of q known at p (0 = none)
-    pending = set(procs)
-    while pending:
-        progressed = False
-        for p in list(pending):
-            evs, i, v = per[p], pos[p], vc[p]
-            me = ix[p]
-            while i < len(evs):
-                s, k, m, ds, *_ = evs[i]
-                if k == "deliver" and m is not None:
-                    src = vc_of_send.get(m)
-                    if src is None:
-                        break  # its send is not processed yet: come back later
-                    v[:] = [max(a, b) for a, b in zip(v, src)]
-                elif k == "signal_recv":
-                    src = vc_of_sig.get(m)
-                    if src is None:
-                        break
-                    v[:] = [max(a, b) for a, b in zip(v, src)]
-                v[me] = s + 1
-                if k in ("send", "destroy"):
-                    vc_of_send[m] = list(v)
-                elif k == "signal_send":
-                    vc_of_sig[m] = list(v)
-                i += 1
-            if i != pos[p]:
-                progressed = True
-            pos[p] = i
-            if i == len(evs):
-                pending.discard(p)
-        if not progressed:
-            break  # a deliver without a send: wellformed() reports it
-    sender = {m: (p, s) for p in procs for s, k, m, ds, *_ in per[p] if k in ("send", "destroy")}
-    causal, consistent = [], []
-    for q in procs:
-        dl = [e for e in per[q] if e[1] == "deliver" and e[2] in sender]
-        # scan from the end: min_later[p] = smallest send seq at p among later deliveries
-        min_later = {}
-        for s, k, m, ds, *_ in reversed(dl):
-            v = vc_of_send.get(m)
-            if v is not None:
-                for p, (later, ls) in min_later.items():
-                    if ls < v[ix[p]]:  # that later-delivered send is in m's causal past
-                        causal.append(f"process {q} delivered {m:#x} (seq {s}) before {later:#x}, "
-                                      f"whose send (process {p}, seq {ls}) happened before "
-                                      f"{m:#x}'s send")
-                        break
-            sp, ss = sender[m]
-            if sp not in min_later or ss < min_later[sp][1]:
-                min_later[sp] = (m, ss)
-            if len(causal) >= limit:
-                break
-    # consistency: a global position per process; compare adjacent common deliveries
-    rank = {q: {e[2]: i for i, e in enumerate(x for x in per[q] if x[1] == "deliver")} for q in procs}
-    for a in range(n):
-        for b in range(a + 1, n):
-            ra, rb = rank[procs[a]], rank[procs[b]]
-            common = sorted((m for m in ra if m in rb), key=ra.get)
-            for x, y in zip(common, common[1:]):
-                if rb[x] > rb[y]:
-                    consistent.append(f"processes {procs[a]} and {procs[b]} delivered {x:#x} and "
-                                      f"{y:#x} in opposite orders")
-                    break
-            if len(consistent) >= limit:
-                break
-    return {"causality": causal, "consistency": consistent}
 

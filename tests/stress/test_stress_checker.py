@@ -5,8 +5,8 @@ Invariants: the checker is driven only through its command line (exit status 0 o
 1 violated / 2 malformed, and its --json summary), so these tests do not depend on its
 Python internals.  They run by default (about 5 minutes in all on an idle 2-core machine:
 one JVM per trace); BUS1PY_STRESS_CHECKER=0 skips them for quick local runs, where the same
-traces are still judged in seconds by test_stress_run/test_stress_inject with the
-in-package quick check.
+traces are still judged in seconds by test_stress_run/test_stress_inject through the
+checker's array engine.
 """
 from __future__ import annotations
 

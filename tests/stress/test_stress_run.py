@@ -2,8 +2,8 @@
 
 Invariant: the trace is judged from its rows alone -- the producer-side self-check
 (seq without gaps, every deliver matches a send, every destination delivered exactly once,
-signals paired) and the quick consistency/causality check.  The full Spark checker runs
-in test_stress_checker.py (opt-in: it needs minutes per trace on a 2-core machine).
+signals paired) and the checker's array engine (check_local).  The Spark checker runs in
+test_stress_checker.py (opt-in: it needs minutes per trace on a 2-core machine).
 """
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import os
 
 import pytest
 
-from bus1py.stress.analyze import latency_stats, load_events, quick_order_check, wellformed
+from bus1py.check.arrays.whole import check_local
+from bus1py.check.load import read_footers
+from bus1py.stress.analyze import latency_stats, load_events, wellformed
 from bus1py.stress.runner import StressConfig, run_stress
 from bus1py.stress.trace import read_trace
 
@@ -35,8 +37,8 @@ def test_stress_small_run_trace_is_wellformed_and_ordered(trace_dir):
 
     events = load_events(trace_dir)
     assert wellformed(trace_dir, events) == []
-    found = quick_order_check(trace_dir, events)
-    assert found == {"causality": [], "consistency": []}
+    summary, _ = check_local(read_footers(trace_dir))
+    assert summary["ok"], {k: v["violations"] for k, v in summary["properties"].items()}
 
     lat = latency_stats(trace_dir)
     assert lat["unmatched_deliveries"] == 0
