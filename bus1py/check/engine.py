@@ -50,16 +50,13 @@ def stamps_cannot_witness(trace) -> bool:
 def whole_trace(trace, exact, max_rows=ONE_TASK_MAX_ROWS) -> bool:
     """Is the exact path certain for this trace (--exact, or stamps that cannot witness
     anything), and do its rows fit one whole check in one process?"""
-    from .arrays.walk import available
-    return (0 < trace.rows <= max_rows and available()
-            and (exact or stamps_cannot_witness(trace)))
+    return 0 < trace.rows <= max_rows and (exact or stamps_cannot_witness(trace))
 
 
 def on_driver(trace, exact, spark_asked) -> bool:
     """Does the array engine on the driver take this trace (footers read)? The process
     count is known only after reading: see walk_on_driver."""
-    from .arrays.walk import available
-    if spark_asked or not available():
+    if spark_asked:
         return False
     return trace.rows < LOCAL_MAX_ROWS or whole_trace(trace, exact)
 

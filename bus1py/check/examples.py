@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import deque
 
-MAX_MEMBERS, MAX_ROWS = 20_000, 200_000   # of one component, collected for its example
+MAX_ROWS = 200_000   # rows of one component, collected for its example
 # the problems of an exactly_once example
 LOST, DUPLICATED, NOT_A_DESTINATION = "lost", "duplicated", "not a destination"
 

@@ -9,7 +9,7 @@ receive reaches its origin without a join) for the compiled kernels of
 bus1py.check._walk. Vector clocks come from one topological walk, or from a producer's
 `vclock` column once it has verified against the rows (never trusted: every event's clock
 must be exactly the join of its predecessors' plus its own step). Definitions are the
-Spark formulations' (causal.py, consistent.py) and the reference's. A causality cycle
+Spark rounds' (spark/causal.py) and the reference's. A causality cycle
 leaves the walk unfinished and `causal` undecided. Nothing here imports pyspark.
 """
 from __future__ import annotations
@@ -90,15 +90,6 @@ class Layout:
             o = (self.process_at(self.src[k]), self.seq_at(self.src[k]))
         return event(self.process_at(k), self.seq_at(k), K.NAMES[code],
                      None if code == K.INTERNAL else int(self.msg[k]), origin=o)
-
-
-def available():
-    """Is the compiled kernel module importable (it is whenever the package is installed)?"""
-    try:
-        from .. import _walk  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _ptr(ffi, a, ctype):

@@ -22,8 +22,8 @@
 # (persisted MEMORY_AND_DISK, so big traces spill instead of exhausting memory).
 # This module owns one check's state and its order of phases: the screen (screen.py), the
 # main pass (main_pass.py), exactly_once/fifo/node_rules (direct.py), the stamp witness
-# (witness.py), then exact causal and consistent in one job (walk_task.py), or in Spark rounds
-# (causal.py, consistent.py) side by side for what it leaves; explain.py puts the
+# (witness.py), then exact causal and consistent in one job (walk_task.py), and causal in
+# Spark rounds (causal.py) when the walk meets a causality cycle; explain.py puts the
 # counterexamples into words.
 from __future__ import annotations
 
@@ -40,7 +40,6 @@ from ..arrays import walk as arrays_walk
 from ..summary import PROPERTIES, all_hold, build
 from . import direct, main_pass, one_task, walk_task
 from .causal import causal_exact
-from .consistent import consistent_exact
 from .screen import screen
 from .witness import MAX_ROUNDS_FACTOR, witness
 
@@ -197,47 +196,40 @@ class Checker:
         else:
             self.phase("checking the stamp witness")
             cons_ok, caus_ok, wmsg = self.timed("witness", witness, self)
-        exact = {}
-        for name, ok, fn in (("causal", caus_ok, causal_exact),
-                             ("consistent", cons_ok, consistent_exact)):
+        exact = []
+        for name, ok in (("causal", caus_ok), ("consistent", cons_ok)):
             if ok:
                 props[name] = {"ok": True, "violations": 0, "examples": [],
                                "method": "stamp witness"}
                 if self.keep_details:
                     self.details[name] = None
             else:
-                exact[name] = fn
+                exact.append(name)
         if exact:
             self.phase(f"checking {' and '.join(exact)} (exact)")
             self._exact(exact, props)
         return self._summary(t0, props, wmsg)
 
     def _exact(self, exact, props):
-        """Decide the properties of `exact` ({name: its Spark-rounds formulation}) exactly:
-        by the compiled walk (walk_task.py) when it is built, and by the rounds what it leaves
-        (causal in a history with a causality cycle) or without it."""
-        found, notes = {}, {}
-        if walk_task.available():
-            for name, (v, n, ex, extra) in self.timed("exact", walk_task.exact, self,
-                                                       set(exact)).items():
-                verified = extra.get("vclock") == "holds"
-                notes[name] = dict(extra, method="vector-clock witness" if verified
-                                   else "exact")
-                if v is not None:
-                    found[name] = (v, n, ex, notes[name])
-        rest = {name: fn for name, fn in exact.items() if name not in found}
-        if rest:
-            # Rounds join tables laid out once by key with tables partitioned by process:
-            # co-partitioning on a subset of the join keys avoids a shuffle per round, and
-            # without adaptive execution both sides keep the same partition count.
-            # The two formulations share nothing but the main pass's table, so they run
-            # side by side: each round has stretches (planning, a stage's last tasks, the
-            # driver between rounds) where the other one's tasks fill the idle core.
-            with self.conf(requireAllClusterKeysForCoPartition="false",
-                            adaptive__enabled="false"):
-                rounds = self.side_by_side({name: (fn, self) for name, fn in rest.items()})
-            found.update({name: (*r, dict(notes.get(name, {}), method="exact"))
-                          for name, r in rounds.items()})
+        """Decide the properties of `exact` (names) exactly: by the compiled walk
+        (walk_task.py), and causal by the Spark rounds (causal.py) when the history has a
+        causality cycle (the walk cannot finish; Tarjan's components decide consistent on
+        any graph)."""
+        found = {}
+        for name, (v, n, ex, extra) in self.timed("exact", walk_task.exact, self,
+                                                   set(exact)).items():
+            verified = extra.get("vclock") == "holds"
+            extra = dict(extra, method="vector-clock witness" if verified else "exact")
+            if v is None:
+                # Rounds join tables laid out once by key with tables partitioned by
+                # process: co-partitioning on a subset of the join keys avoids a shuffle per
+                # round, and without adaptive execution both sides keep the same partition
+                # count.
+                with self.conf(requireAllClusterKeysForCoPartition="false",
+                                adaptive__enabled="false"):
+                    v, n, ex = self.timed(name, causal_exact, self)
+                extra["method"] = "exact"
+            found[name] = (v, n, ex, extra)
         for name, (v, n, ex, extra) in found.items():
             props[name] = dict({"ok": n == 0, "violations": int(n), "examples": ex}, **extra)
             if self.keep_details:

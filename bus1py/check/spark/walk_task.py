@@ -16,7 +16,7 @@ import time
 from pyspark.sql import functions as F
 
 from .. import vclock
-from ..arrays.walk import COLUMNS, available  # noqa: F401
+from ..arrays.walk import COLUMNS
 
 OUT_SCHEMA = "rec string, process int, info string"
 
