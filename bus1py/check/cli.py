@@ -275,7 +275,7 @@ def _with_spark(args, trace, t0, mode) -> int:
             return _refuse(f"malformed trace: {e}")
         if args.report:
             prog.set_phase("summarising the run for the report")
-            from .overview import overview
+            from .spark.overview import overview
             summary["overview"] = overview(checker)
         if args.shiviz:
             prog.set_phase("exporting ShiViz log")

@@ -26,7 +26,7 @@ def check_local(trace, exact=False, max_examples=3, keep_details=False, overview
     """(summary, details) of a trace from load.read_footers, or None when Spark must
     decide (the walk does not fit and the exact path is not certain, or a causality
     cycle). details: property -> the process of each violation (keep_details; tests count
-    them). overview: the summary gets the report's "overview" (overview.py).
+    them). overview: the summary gets the report's "overview" (arrays/overview.py).
     driver_max_cells: as Checker's (tests lower it to send small traces past the walk on
     the driver)."""
     t0 = time.perf_counter()
@@ -109,5 +109,6 @@ def _timed(into, name, fn, *args, rounded=False):
 
 
 def _overview(trace, ev):
-    from ..overview import empty_overview, overview_local
-    return overview_local(ev) if ev is not None else empty_overview(trace.path)
+    from ..overview import empty_overview
+    from .overview import overview
+    return overview(ev) if ev is not None else empty_overview(trace.path)

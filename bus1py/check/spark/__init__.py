@@ -5,5 +5,6 @@ does what needs the rows spread out (the screen, the main pass's validation and 
 the witness, the rounds for cyclic histories), and wherever the rows fit one task the
 array engine (bus1py.check.arrays) does the deciding inside it: the whole check as one
 task (one_task.py), the exact walk as one task (walk_task.py), the walk on the collected
-main pass (Checker._on_driver). session.py starts and sizes the session.
+main pass (Checker._on_driver). session.py starts and sizes the session; overview.py
+counts the run's overview.
 """

@@ -26,7 +26,7 @@ from __future__ import annotations
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
-from ... import schema as N
+from ... import schema as S
 from .. import kinds as K
 from ..engine import NO_STAMPS
 from ..load import row_problem_code
@@ -42,13 +42,13 @@ SIGNAL_KEY = 1 << 34     # every row of a signal id (counts signal_sends)
 def pair_problems(ev, T):
     """S1: the number of (id, key) groups that break it (one shuffle, one aggregation)."""
     k = F.col("kind")
-    origin = k.isin(N.SEND, N.DESTROY)
+    origin = k.isin(S.SEND, S.DESTROY)
     key = (F.when(origin, F.concat(F.array(F.lit(ORIGIN_KEY)),
                                    F.array_distinct("dests").cast("array<bigint>")))
-           .when(k.isin(N.SIGNAL_SEND, N.SIGNAL_RECV), F.array(F.lit(SIGNAL_KEY)))
-           .when(k == N.DELIVER, F.array(F.col("process").cast("long"))))
+           .when(k.isin(S.SIGNAL_SEND, S.SIGNAL_RECV), F.array(F.lit(SIGNAL_KEY)))
+           .when(k == S.DELIVER, F.array(F.col("process").cast("long"))))
     rows = ev.select("msg", F.explode(key).alias("key"),
-                     (origin | (k == N.SIGNAL_SEND)).cast("int").alias("o"), T.alias("T"))
+                     (origin | (k == S.SIGNAL_SEND)).cast("int").alias("o"), T.alias("T"))
     g = rows.groupBy("msg", "key").agg(
         F.sum("o").alias("o"), F.count(F.lit(1)).alias("n"), F.count("T").alias("nt"),
         F.min("T").alias("tmin"), F.max("T").alias("tmax"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
-from ... import schema as N
+from ... import schema as S
 from ..engine import ABSENT, TOO_WIDE
 
 MAX_ROUNDS_FACTOR = 4      # rounds cap = 4*P + 16; convergence comes far earlier (docs)
@@ -35,14 +35,14 @@ def witness(c):
                             "its destinations"
     if not st["signals"]:
         return True, True, "holds"
-    local = c.rows.where(F.col("kind") != N.INTERNAL)
+    local = c.rows.where(F.col("kind") != S.INTERNAL)
     if not c.tier1_failed:   # the screen may have tried tier 1 already
         k = F.col("kind")
         ok = c.timed(
             "witness_tier1", scalar_signal_witness, c,
-            local.where(k.isin(N.SIGNAL_SEND, N.SIGNAL_RECV))
+            local.where(k.isin(S.SIGNAL_SEND, S.SIGNAL_RECV))
             .select("process", "seq", "kind", "msg", "seen", "sends_before"),
-            local.where(k.isin(N.SEND, N.DESTROY)).select("process", "sends_before", "stamp"))
+            local.where(k.isin(S.SEND, S.DESTROY)).select("process", "sends_before", "stamp"))
         if ok:
             return True, True, "holds"
     ok, why = signal_witness(c, local, wall_ok=st["wall_fails"] == 0)
@@ -60,16 +60,16 @@ def scalar_signal_witness(c, sig, sends):
     sends_before, stamp) of at least every send that is the first after a signal_recv."""
     k = F.col("kind")
     sig = c.persist(sig)
-    sent = sig.where(k == N.SIGNAL_SEND).select("msg", F.col("seen").alias("V_sent"))
+    sent = sig.where(k == S.SIGNAL_SEND).select("msg", F.col("seen").alias("V_sent"))
     upto = (Window.partitionBy("process").orderBy("seq")
             .rowsBetween(Window.unboundedPreceding, 0))
     rec = None
     for rnd in range(1, 9):
         rec = sig.join(sent.withColumnRenamed("V_sent", "brought"), "msg", "left").withColumn(
-            "brought", F.when(k == N.SIGNAL_RECV, F.col("brought")))
+            "brought", F.when(k == S.SIGNAL_RECV, F.col("brought")))
         rec = rec.withColumn("V", F.greatest("seen", F.max("brought").over(upto)))
         rec = c.checkpoint(rec)
-        sent_now = rec.where(k == N.SIGNAL_SEND).select("msg", F.col("V").alias("V_sent"))
+        sent_now = rec.where(k == S.SIGNAL_SEND).select("msg", F.col("V").alias("V_sent"))
         changed = (sent_now.join(sent.withColumnRenamed("V_sent", "old"), "msg")
                    .where(~F.col("V_sent").eqNullSafe(F.col("old"))).limit(1).count())
         sent = sent_now
@@ -78,7 +78,7 @@ def scalar_signal_witness(c, sig, sends):
     else:
         return False
     c.rounds["witness_tier1_rounds"] = rnd
-    arrivals = rec.where((k == N.SIGNAL_RECV) & F.col("brought").isNotNull()).select(
+    arrivals = rec.where((k == S.SIGNAL_RECV) & F.col("brought").isNotNull()).select(
         "process", "sends_before", "brought")
     bad = (sends.join(F.broadcast(arrivals), ["process", "sends_before"])
            .where(F.col("stamp") <= F.col("brought")).limit(1).count())
@@ -154,10 +154,10 @@ def signal_witness(c, local, wall_ok):
     and signal_sends forward what is still alive to their receivers."""
     k = F.col("kind")
     P = c.P
-    sent = local.where(k == N.SIGNAL_SEND).select(
+    sent = local.where(k == S.SIGNAL_SEND).select(
         "msg", F.col("process").alias("x_process"), F.col("seq").alias("x_seq"),
         F.col("seen").alias("x_seen"), F.col("wall").alias("x_wall"))
-    received = local.where(k == N.SIGNAL_RECV).select(
+    received = local.where(k == S.SIGNAL_RECV).select(
         "msg", F.col("process").alias("y_process"), F.col("seq").alias("y_seq"),
         F.col("seen").alias("y_seen"), F.col("wall").alias("y_wall"))
     pairs = c.persist(sent.join(received, "msg"))
@@ -165,11 +165,11 @@ def signal_witness(c, local, wall_ok):
     if seeds is None:
         c.rounds["witness_signal_rounds"] = 0
         return True, "holds"
-    reads = local.where(k.isin(N.SEND, N.DESTROY, N.SIGNAL_SEND)).select(
+    reads = local.where(k.isin(S.SEND, S.DESTROY, S.SIGNAL_SEND)).select(
         F.col("process").alias("p"), F.col("seq").alias("s"), "kind", "msg", "stamp", "dests",
-        F.when(k == N.SIGNAL_SEND, F.col("seen")).otherwise(F.col("seen_before"))
+        F.when(k == S.SIGNAL_SEND, F.col("seen")).otherwise(F.col("seen_before"))
         .alias("threshold"))
-    deliveries = local.where(k == N.DELIVER).select(
+    deliveries = local.where(k == S.DELIVER).select(
         "msg", F.col("process").alias("p"), F.col("seq").alias("s"), "seen")
     arrivals = pairs.select("msg", "y_process", "y_seq", "y_seen")
     cols = [f"c{i}" for i in range(P)]
@@ -204,12 +204,12 @@ def signal_witness(c, local, wall_ok):
         x = c.checkpoint(x)
         ent = x.select("p", "kind", "msg", "stamp", F.posexplode("X").alias("i", "excess")).where(
             F.col("excess").isNotNull()
-            & ((k == N.SIGNAL_SEND) | (F.col("excess") > F.col("stamp"))))
+            & ((k == S.SIGNAL_SEND) | (F.col("excess") > F.col("stamp"))))
         ent = ent.select("kind", "msg", _dest_of(c, F.col("i"), F.col("p")).alias("d"),
                          "excess")
-        via_message = (ent.where(k != N.SIGNAL_SEND).join(deliveries, "msg")
+        via_message = (ent.where(k != S.SIGNAL_SEND).join(deliveries, "msg")
                        .where(F.col("excess") > F.col("seen")).select("p", "s", "d", "excess"))
-        via_signal = (ent.where(k == N.SIGNAL_SEND).join(arrivals, "msg")
+        via_signal = (ent.where(k == S.SIGNAL_SEND).join(arrivals, "msg")
                       .where(F.col("y_seen").isNull() | (F.col("excess") > F.col("y_seen")))
                       .select(F.col("y_process").alias("p"), F.col("y_seq").alias("s"), "d",
                               "excess"))
@@ -225,7 +225,7 @@ def signal_witness(c, local, wall_ok):
         return False, "inconclusive: signal knowledge did not settle"
     c.rounds["witness_signal_rounds"] = rnd
     # W3 on the settled sweep: a send to d must be stamped above what is known for d.
-    bad = x.where(k.isin(N.SEND, N.DESTROY)).where(F.exists(
+    bad = x.where(k.isin(S.SEND, S.DESTROY)).where(F.exists(
         "dests", lambda d: F.when(c.pidx(d) >= 0,
                                   F.element_at("X", c.pidx(d) + 1) >= F.col("stamp"))
         .otherwise(F.lit(False)))).limit(1).count()
