@@ -15,7 +15,7 @@ from collections import defaultdict
 import numpy as np
 
 from .trace import read_trace
-from .worker import DESTROY_BIT
+from .ids import DESTROY_BIT
 
 
 def latency_stats(trace_dir: str) -> dict:

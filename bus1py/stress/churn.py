@@ -40,8 +40,9 @@ from types import SimpleNamespace
 
 from ..message import MessageType
 from .ids import node_id
-from .worker import (CTL_ABORT, CTL_LEAVE, PID, ST_DONE, ST_FAILED, STATE, STRIDE, BusWorker,
-                     close_others, finish)
+from .bus_worker import BusWorker
+from .child import close_others, finish
+from .slots import CTL_ABORT, CTL_LEAVE, PID, ST_DONE, ST_FAILED, STATE, STRIDE
 from .workload import Action, Planner
 
 REAP_WAIT = 60  # seconds a killed mortal's peer may stay connected (its exit, a busy lock)

@@ -17,8 +17,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from .worker import (ACTIONS, DELIVERED, ERRORS, MAX_DEPTH, PID, SENT, SIG_RECV, SIG_SENT, STATE,
-                     STRIDE, ST_DONE, ST_FAILED, ST_RUN, ST_SENT, ST_START)
+from .slots import (ACTIONS, DELIVERED, ERRORS, MAX_DEPTH, PID, SENT, SIG_RECV, SIG_SENT, STATE,
+                    STRIDE, ST_DONE, ST_FAILED, ST_RUN, ST_SENT, ST_START)
 
 STATE_NAMES = {ST_START: "starting", ST_RUN: "running", ST_SENT: "draining", ST_DONE: "done",
                ST_FAILED: "failed"}

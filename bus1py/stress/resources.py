@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 
-from .worker import PID, ST_SENT, STRIDE
+from .slots import PID, ST_SENT, STRIDE
 
 SEGMENT = ("peers", "nodes", "handles", "entries_in_use", "pool_used")
 WARMUP = 0.2       # fraction of the run left out of the flatness window

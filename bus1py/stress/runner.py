@@ -34,9 +34,10 @@ from types import SimpleNamespace
 
 from ..bus import Bus
 from .config import StressConfig, bus_limits, default_timeout
+from .child import child_main
+from .slots import (CTL_ABORT, CTL_DRAIN, ST_DONE, ST_FAILED, ST_SENT, ST_START, STATE, STRIDE,
+                    WIRES_IN, WIRES_OUT)
 from .workload import Topology, bus_mix, transport_mix
-from .worker import (CTL_ABORT, CTL_DRAIN, ST_DONE, ST_FAILED, ST_SENT, ST_START, STATE, STRIDE,
-                     WIRES_IN, WIRES_OUT, child_main)
 
 
 @dataclass
@@ -194,7 +195,7 @@ class Run:
     def wait_ready(self, timeout):
         """Every child has its peer and planner and waits at the start line."""
         deadline = time.monotonic() + timeout
-        from .worker import PID
+        from .slots import PID
         while time.monotonic() < deadline:
             if all(self.counters[i * STRIDE + PID] for i in range(self.n_stable)):
                 return True
