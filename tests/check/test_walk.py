@@ -129,6 +129,30 @@ def test_kernel_agrees_with_reference_and_relaxed_clocks():
         assert len(examples) == min(3, len(comps)), case
 
 
+def test_column_blocks_decide_as_one_walk(monkeypatch):
+    # every block count from 2 to one column a block: the same violations and examples
+    monkeypatch.setattr(W, "BLOCK_MIN_EVENTS", 0)
+    monkeypatch.setattr(W, "BLOCK_MIN_COLUMNS", 1)
+    split = 0
+    for case in gather(60, traces):
+        rows = _make(*case)
+        if not rows:
+            continue
+        lay = _layout(rows)
+        row, clocks, complete = W.walk(lay)
+        for cpus in (2, 3, 6):
+            parts = W.blocks(lay, cpus)
+            assert len(parts) == max(1, min(cpus, lay.ncols)), case
+            split += parts[0] is not None
+            done, bad, examples = W.causal_by_blocks(lay, 3, cpus)
+            assert done == complete, case
+            if complete:
+                whole_bad, whole_examples = W.causal(lay, row, clocks, 3)
+                assert bad.tolist() == whole_bad.tolist(), case
+                assert examples == whole_examples, case
+    assert split > 20
+
+
 def test_every_changed_clock_entry_is_caught():
     cases = gather(40, st.tuples(traces, st.integers(0, 10 ** 6), st.integers(0, 10 ** 6),
                                  st.sampled_from([-2, -1, 1, 3])))

@@ -15,7 +15,6 @@ import pyarrow.compute as pc
 from .. import kinds as K
 from ..load import ROW_RULES, TraceError, fmt_row, read_arrow, stamp_layout
 from ...schema import STAMPS
-from .walk import COLUMNS
 
 
 def _codes():
@@ -186,12 +185,6 @@ class Events:
             packed += (_np(t, c, fill=offset) - offset) << shift
         o = np.where(self.origin >= 0, self.origin, 0)
         return np.where(is_msg | (self.code == K.DELIVER), packed[o], 0)
-
-    def walk_table(self):
-        """The columns the exact walk reads (walk.COLUMNS), in (process, seq) order."""
-        cols = (self.process, self.seq, self.code, self.msg,
-                self.first, self.sender, self.send_seq, self.is_destroy)
-        return pa.table(dict(zip(COLUMNS, cols)))
 
 
 def _starts(keys):

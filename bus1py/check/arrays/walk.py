@@ -25,6 +25,13 @@ from ..examples import MAX_ROWS, cycle_example, event, inversion, shortest_cycle
 # million); a search that runs out leaves the example without a path.
 PATH_BUDGET = 2_000_000
 
+# The causal walk's column blocks (blocks()): one per core above BLOCK_MIN_EVENTS events,
+# more when one block's origin clocks would pass BLOCK_BYTES, none under BLOCK_MIN_COLUMNS
+# columns wide.
+BLOCK_MIN_EVENTS = 1_000_000
+BLOCK_BYTES = 1 << 30
+BLOCK_MIN_COLUMNS = 4
+
 # The columns the kernel reads (vclock only when the trace carries one).
 COLUMNS = ("process", "seq", "kind_code", "msg", "first_delivery", "sender_process",
            "send_seq", "is_destroy")
@@ -35,40 +42,56 @@ class Layout:
     tests' group_span (clock columns shared by process id modulo span) or None."""
 
     def __init__(self, table, procs, span):
-        self.procs = np.asarray(procs, dtype=np.int64)
-        P = len(self.procs)
-        self.col = (self.procs % span if span else np.arange(P)).astype(np.int32)
-        self.ncols = int(self.col.max()) + 1 if P else 0
         proc = table.column("process").to_numpy(zero_copy_only=False).astype(np.int64)
         seq = table.column("seq").to_numpy(zero_copy_only=False).astype(np.int64)
-        slot = np.searchsorted(self.procs, proc)
-        counts = np.bincount(slot, minlength=P)
-        self.start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self.n = n = int(self.start[-1])
-        pos = self.start[slot] + seq
-        if n and (seq.max() >= 2 ** 31 - 1 or np.any(seq >= counts[slot])):
-            raise ValueError("rows are not numbered 0,1,2,... per process below 2^31")
+        pos = self._frame(procs, span, proc, seq)
 
         def place(name, dtype, fill=0):
-            out = np.full(n, fill, dtype=dtype)
+            out = np.full(self.n, fill, dtype=dtype)
             arr = table.column(name).fill_null(fill).to_numpy(zero_copy_only=False)
             out[pos] = arr
             return out
 
-        self.pos = pos
-        self.kind = place("kind_code", np.int8, K.INTERNAL)
-        self.msg = place("msg", np.int64)
-        self.first = place("first_delivery", np.bool_, False).astype(np.int8)
-        self.is_destroy = place("is_destroy", np.bool_, False)
-        sender = place("sender_process", np.int64, -1)
-        self.send_seq = place("send_seq", np.int64, -1)
-        recv = (self.kind == K.DELIVER) | (self.kind == K.SIGNAL_RECV)
-        sslot = np.searchsorted(self.procs, sender)
-        sslot[~recv] = 0
-        self.src = np.where(recv, self.start[sslot] + self.send_seq, -1).astype(np.int64)
-        self.sender_col = np.where(recv, self.col[sslot], 0).astype(np.int32)
+        self._link(place("kind_code", np.int8, K.INTERNAL), place("msg", np.int64),
+                   place("first_delivery", np.bool_, False).astype(np.int8),
+                   place("is_destroy", np.bool_, False), place("sender_process", np.int64, -1),
+                   place("send_seq", np.int64, -1))
+
+    @classmethod
+    def of_events(cls, ev, span=None):
+        """The layout of events.Events (validated, in (process, seq) order, so position k
+        is row k): Events' own arrays, not copies."""
+        lay = cls.__new__(cls)
+        lay._frame([int(p) for p in ev.procs], span, ev.process, ev.seq)
+        lay._link(ev.code, ev.msg, ev.first.view(np.int8), ev.is_destroy, ev.sender,
+                  ev.send_seq)
+        return lay
+
+    def _frame(self, procs, span, proc, seq):
+        """Processes, their columns and where each one's events start; returns each
+        row's position."""
+        self.procs = np.asarray(procs, dtype=np.int64)
+        P = len(self.procs)
+        self.col = (self.procs % span if span else np.arange(P)).astype(np.int32)
+        self.ncols = int(self.col.max()) + 1 if P else 0
+        slot = np.searchsorted(self.procs, proc)
+        counts = np.bincount(slot, minlength=P)
+        self.start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.n = int(self.start[-1])
+        if self.n and (seq.max() >= 2 ** 31 - 1 or np.any(seq >= counts[slot])):
+            raise ValueError("rows are not numbered 0,1,2,... per process below 2^31")
         self.slot_of = np.repeat(np.arange(P), counts)
         self.receivers = self.origins = None    # for path(), built on first use
+        return self.start[slot] + seq
+
+    def _link(self, kind, msg, first, is_destroy, sender, send_seq):
+        self.kind, self.msg, self.first, self.is_destroy = kind, msg, first, is_destroy
+        self.send_seq = send_seq
+        recv = (kind == K.DELIVER) | (kind == K.SIGNAL_RECV)
+        sslot = np.searchsorted(self.procs, sender)
+        sslot[~recv] = 0
+        self.src = np.where(recv, self.start[sslot] + send_seq, -1).astype(np.int64)
+        self.sender_col = np.where(recv, self.col[sslot], 0).astype(np.int32)
 
     def positions(self, table):
         """The positions of other rows of the same trace (process, seq columns)."""
@@ -96,21 +119,63 @@ def _ptr(ffi, a, ctype):
     return ffi.cast(ctype + " *", a.ctypes.data) if a.size else ffi.NULL
 
 
-def walk(lay, row=None):
+def origin_rows(lay):
+    """row[k]: the row of position k's clock when only the origins' clocks are kept."""
+    origin = lay.kind <= K.SIGNAL_SEND
+    return np.where(origin, np.cumsum(origin) - 1, -1).astype(np.int64)
+
+
+def walk(lay, row=None, block=None):
     """(row, clocks, complete) by the walk: row[k] is the row of position k's clock in
-    `clocks` (-1: not kept); by default only the origins' clocks are kept."""
+    `clocks` (-1: not kept); by default only the origins' clocks are kept. block: a
+    Block, whose columns alone are walked (each column of a vector clock is a join of
+    the same column only, so a block's columns are exact by themselves)."""
     from .._walk import ffi, lib
     if row is None:
-        origin = lay.kind <= K.SIGNAL_SEND
-        row = np.where(origin, np.cumsum(origin) - 1, -1).astype(np.int64)
-    clocks = np.zeros(max(1, (int(row.max(initial=-1)) + 1) * lay.ncols), dtype=np.int32)
-    walked = lib.walk_clocks(lay.n, lay.ncols, len(lay.procs), _ptr(ffi, lay.start, "int64_t"),
-                             _ptr(ffi, lay.col, "int32_t"), _ptr(ffi, lay.kind, "int8_t"),
+        row = origin_rows(lay)
+    col, ncols = (lay.col, lay.ncols) if block is None else (block.col, block.ncols)
+    clocks = np.zeros(max(1, (int(row.max(initial=-1)) + 1) * ncols), dtype=np.int32)
+    walked = lib.walk_clocks(lay.n, ncols, len(lay.procs), _ptr(ffi, lay.start, "int64_t"),
+                             _ptr(ffi, col, "int32_t"), _ptr(ffi, lay.kind, "int8_t"),
                              _ptr(ffi, lay.src, "int64_t"), _ptr(ffi, row, "int64_t"),
                              _ptr(ffi, clocks, "int32_t"))
     if walked < 0:
         raise MemoryError("the vector-clock walk could not allocate its state")
     return row, clocks, walked == lay.n
+
+
+class Block:
+    """Clock columns lo..hi-1 of a layout, walked and scanned on their own: they become
+    columns 0..hi-lo-1, and every other process shares one more column whose entries are
+    never read (a delivery whose sender is outside the block is not judged by it)."""
+
+    def __init__(self, lay, lo, hi):
+        self.lo, self.hi, self.ncols = lo, hi, hi - lo + 1
+        inside = (lay.col >= lo) & (lay.col < hi)
+        self.col = np.where(inside, lay.col - lo, hi - lo).astype(np.int32)
+        self.sender_col = np.where((lay.sender_col >= lo) & (lay.sender_col < hi),
+                                   lay.sender_col - lo, hi - lo).astype(np.int32)
+
+    def judges(self, lay, k):
+        return (lay.sender_col[k] >= self.lo) & (lay.sender_col[k] < self.hi)
+
+
+def blocks(lay, cpus=None):
+    """The column blocks of the causal walk ([None]: one walk of every column): one per core for a trace of more than
+    BLOCK_MIN_EVENTS events (the blocks walk side by side, the kernels release the GIL),
+    more when one block's origin clocks would pass BLOCK_BYTES; never narrower than
+    BLOCK_MIN_COLUMNS columns."""
+    import math
+    import os
+    cpus = cpus or os.cpu_count() or 1
+    origins = int((lay.kind <= K.SIGNAL_SEND).sum())
+    want = max(cpus if lay.n > BLOCK_MIN_EVENTS else 1,
+               math.ceil(origins * lay.ncols * 4 / BLOCK_BYTES))
+    count = max(1, min(want, lay.ncols // BLOCK_MIN_COLUMNS))
+    if count == 1:
+        return [None]       # every column at once
+    edges = np.linspace(0, lay.ncols, count + 1).round().astype(int)
+    return [Block(lay, int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
 
 def verify(lay, claimed):
@@ -153,12 +218,14 @@ def decide(lay, want, max_examples, claimed=None):
     out = {}
     if "causal" in want:
         t = time.perf_counter()
-        complete = True
         if clocks is None:
-            clock_rows, clocks, complete = walk(lay)
+            complete, bad, examples = causal_by_blocks(lay, max_examples)
+        else:
+            complete = True
+            bad, examples = causal(lay, clock_rows, clocks, max_examples)
         info["walk_complete"] = complete
         if complete:
-            bad, info["causal_examples"] = causal(lay, clock_rows, clocks, max_examples)
+            info["causal_examples"] = examples
             out["causal"] = lay.procs[lay.slot_of[bad]].tolist()
         info["seconds"]["causal"] = round(time.perf_counter() - t, 3)
     if "consistent" in want:
@@ -192,33 +259,72 @@ def entries(lay, max_examples, props, details, claimed=None, vstatus=None):
     return True, info
 
 
-def causal(lay, row, clocks, max_examples):
-    """(violating positions, examples) of the causal test on the origins' clocks."""
+def causal(lay, row, clocks, max_examples, block=None):
+    """(violating positions, examples) of the causal test on the origins' clocks (of
+    `block`'s columns: then only deliveries whose sender is in the block are judged)."""
     from .._walk import ffi, lib
+    ncols, sender_col = ((lay.ncols, lay.sender_col) if block is None
+                         else (block.ncols, block.sender_col))
     out = np.empty(max(1, int((lay.kind == K.DELIVER).sum())), dtype=np.int64)
-    n = lib.causal_scan(lay.n, lay.ncols, len(lay.procs), _ptr(ffi, lay.start, "int64_t"),
+    n = lib.causal_scan(lay.n, ncols, len(lay.procs), _ptr(ffi, lay.start, "int64_t"),
                         _ptr(ffi, lay.kind, "int8_t"), _ptr(ffi, lay.first, "int8_t"),
-                        _ptr(ffi, lay.src, "int64_t"), _ptr(ffi, lay.sender_col, "int32_t"),
+                        _ptr(ffi, lay.src, "int64_t"), _ptr(ffi, sender_col, "int32_t"),
                         _ptr(ffi, row, "int64_t"), _ptr(ffi, clocks, "int32_t"),
                         _ptr(ffi, out, "int64_t"))
     if n < 0:
         raise MemoryError("the causal scan could not allocate its state")
     bad = out[:n]
+    if block is not None:
+        bad = bad[block.judges(lay, bad)]
     examples = []
-    if not n:
-        return bad, examples
-    clk = clocks.reshape(-1, lay.ncols)
+    clk = clocks.reshape(-1, ncols)
     for k in bad[:max_examples]:
         k = int(k)
-        q = lay.sender_col[k]
+        q = sender_col[k]
         need = clk[row[lay.src[k]], q]
         s0 = int(lay.start[lay.slot_of[k]])
         earlier = s0 + np.flatnonzero((lay.kind[s0:k] == K.DELIVER) & (lay.first[s0:k] == 1))
         later = int(earlier[clk[row[lay.src[earlier]], q] >= need][0])
-        ex = inversion(_delivery(lay, k), _delivery(lay, later), lay.process_at(k))
-        ex["path"] = path(lay, int(lay.src[k]), int(lay.src[later]))
-        examples.append(ex)
-    return bad, examples
+        examples.append((k, later))
+    if block is not None:
+        return bad, examples
+    return bad, [_inversion(lay, k, later) for k, later in examples]
+
+
+def causal_by_blocks(lay, max_examples, cpus=None):
+    """(complete, violating positions, examples) of the causal test, the walk run block
+    by block (blocks()), side by side; complete False: a causality cycle, nothing
+    decided. Every delivery is judged by the one block holding its sender's column, so
+    the positions and examples are the whole walk's."""
+    from concurrent.futures import ThreadPoolExecutor
+    row = origin_rows(lay)
+    parts = blocks(lay, cpus)
+
+    def one(block):
+        _, clocks, complete = walk(lay, row, block)
+        if not complete:
+            return False, None, None
+        return (True, *causal(lay, row, clocks, max_examples, block))
+
+    if len(parts) == 1:
+        got = [one(parts[0])]
+    else:
+        import os
+        with ThreadPoolExecutor(min(len(parts), cpus or os.cpu_count() or 1)) as pool:
+            got = list(pool.map(one, parts))
+    if not all(complete for complete, _, _ in got):
+        return False, None, None
+    bad = np.sort(np.concatenate([b for _, b, _ in got]))
+    chosen = sorted(e for _, _, ex in got for e in ex)[:max_examples]
+    return True, bad, [_inversion(lay, k, later) for k, later in chosen]
+
+
+def _inversion(lay, k, later):
+    """The causal example of a delivery at position k preceded by the first delivery at
+    `later` of a message whose send knew k's send."""
+    ex = inversion(_delivery(lay, k), _delivery(lay, later), lay.process_at(k))
+    ex["path"] = path(lay, int(lay.src[k]), int(lay.src[later]))
+    return ex
 
 
 def path(lay, start, goal, budget=PATH_BUDGET):

@@ -68,8 +68,7 @@ def check(trace, span, max_examples, driver_max_cells, witness, vclock, ev=None)
     props, details = direct_properties(ev, max_examples,
                                        lambda *a: _timed(seconds, *a, rounded=True))
     info["properties"] = props
-    lay = _timed(seconds, "kernel_layout", Layout, ev.walk_table(),
-                 [int(p) for p in ev.procs], span, rounded=True)
+    lay = _timed(seconds, "kernel_layout", Layout.of_events, ev, span, rounded=True)
     if engine.walk_on_driver(ev.n, len(ev.procs), driver_max_cells):
         info["witness"] = engine.WALKED
         complete, walked = entries(lay, max_examples, props, details)
