@@ -30,9 +30,10 @@ SCREEN_MIN_ROWS = 1_000_000
 # rows x processes up to which causal and consistent are decided by the walk on the driver
 # after Spark's main pass, and without a witness on the driver path.
 DRIVER_MAX_CELLS = 20_000_000
-# The arrays of the whole check take about 310 bytes an event (3.1 GB at 10M): larger
+# The arrays of the whole check take about 290 bytes an event (8.6 GB at 30M, 64
+# processes; the walk's clocks are bounded by its column blocks, arrays/walk.py): larger
 # traces take the main pass, whose exact phase holds about 40 bytes an event.
-ONE_TASK_MAX_ROWS = 12_000_000
+ONE_TASK_MAX_ROWS = 32_000_000
 
 NO_STAMPS = "no stamps to screen with"
 SKIPPED = "skipped (--exact)"
