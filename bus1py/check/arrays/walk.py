@@ -259,9 +259,16 @@ def entries(lay, max_examples, props, details, claimed=None, vstatus=None):
     return True, info
 
 
-def causal(lay, row, clocks, max_examples, block=None):
-    """(violating positions, examples) of the causal test on the origins' clocks (of
-    `block`'s columns: then only deliveries whose sender is in the block are judged)."""
+def causal(lay, row, clocks, max_examples):
+    """(violating positions, examples) of the causal test on the origins' clocks."""
+    bad, pairs = _scan(lay, row, clocks, max_examples)
+    return bad, [_inversion(lay, k, later) for k, later in pairs]
+
+
+def _scan(lay, row, clocks, max_examples, block=None):
+    """(violating positions, [(position, its partner)] of the first max_examples) of the
+    causal test on the origins' clocks (of `block`'s columns: then only deliveries whose
+    sender is in the block are judged)."""
     from .._walk import ffi, lib
     ncols, sender_col = ((lay.ncols, lay.sender_col) if block is None
                          else (block.ncols, block.sender_col))
@@ -286,9 +293,7 @@ def causal(lay, row, clocks, max_examples, block=None):
         earlier = s0 + np.flatnonzero((lay.kind[s0:k] == K.DELIVER) & (lay.first[s0:k] == 1))
         later = int(earlier[clk[row[lay.src[earlier]], q] >= need][0])
         examples.append((k, later))
-    if block is not None:
-        return bad, examples
-    return bad, [_inversion(lay, k, later) for k, later in examples]
+    return bad, examples
 
 
 def causal_by_blocks(lay, max_examples, cpus=None):
@@ -304,7 +309,7 @@ def causal_by_blocks(lay, max_examples, cpus=None):
         _, clocks, complete = walk(lay, row, block)
         if not complete:
             return False, None, None
-        return (True, *causal(lay, row, clocks, max_examples, block))
+        return (True, *_scan(lay, row, clocks, max_examples, block))
 
     if len(parts) == 1:
         got = [one(parts[0])]
