@@ -106,7 +106,7 @@ class Events:
         for signal, oi, om in spaces:
             self.origin[oi] = oi
             ri = np.flatnonzero(code == (K.SIGNAL_RECV if signal else K.DELIVER))
-            pos = np.minimum(np.searchsorted(om, msg[ri]), max(len(om) - 1, 0))
+            pos = np.minimum(locate(om, msg[ri]), max(len(om) - 1, 0))
             found = (om[pos] == msg[ri]) if len(om) else np.zeros(len(ri), bool)
             if not found.all():
                 self._dangling(signal, ri[~found])
@@ -201,11 +201,22 @@ def distinct_sorted(x):
     return s[_starts(s)]
 
 
+def locate(sorted_b, a):
+    """np.searchsorted(sorted_b, a), the queries searched in ascending order: binary
+    searches in order stay in cache, random ones miss (20x slower on a few million)."""
+    if len(a) > 1 and not np.all(a[1:] >= a[:-1]):
+        order = np.argsort(a)
+        out = np.empty(len(a), np.int64)
+        out[order] = np.searchsorted(sorted_b, a[order])
+        return out
+    return np.searchsorted(sorted_b, a)
+
+
 def member(a, sorted_b):
     """a[i] in sorted_b, for each i (sorted_b ascending)."""
     if not len(sorted_b):
         return np.zeros(len(a), bool)
-    at = np.minimum(np.searchsorted(sorted_b, a), len(sorted_b) - 1)
+    at = np.minimum(locate(sorted_b, a), len(sorted_b) - 1)
     return sorted_b[at] == a
 
 

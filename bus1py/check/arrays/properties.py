@@ -61,8 +61,9 @@ def exactly_once(ev, k):
         lost = lost[np.array(keep, bool)]
     first = deliv[ev.first[deliv]]
     first_key = recv_key[ev.first[deliv]]
-    not_dest = first[~member(first_key, dest_key)]
-    dup = first[ev.dup[first] & member(first_key, dest_key)]
+    to_dest = member(first_key, dest_key)
+    not_dest = first[~to_dest]
+    dup = first[ev.dup[first] & to_dest]
     # (msg, process, origin row, problem) of every violation, in Spark's example order
     rows = [(ev.msg[lost[:, 0]], lost[:, 1], lost[:, 0], LOST),
             (ev.msg[not_dest], ev.process[not_dest], ev.origin[not_dest], NOT_A_DESTINATION),
