@@ -391,19 +391,10 @@ class Lookup(Workload):
         return found
 
 
-class Reset(Workload):
-    """The victim resets its peer: its node (held by s1) destroyed, its queue (two
-    messages from s1, one carrying s1's node) flushed, its handles released.  A reset cut
-    short is finished by gc."""
-
-    def more(self, bus, w):
-        v, s1 = w["v"], w["s1"]
-        hd = v.transfer(v.create_node(), s1)
-        w["destroyed"].append(("s1", hd))
-        m1 = s1.create_node()
-        w["owned"]["s1"].append(m1)
-        s1.send(hd, payload(1))
-        s1.send(hd, payload(2), handles=[m1])
+class Reset(Disconnect):
+    """The victim resets its peer (Disconnect's setup): its node (held by s1) destroyed,
+    its queue (two messages from s1, one carrying s1's node) flushed, its handles
+    released.  A reset cut short is finished by gc."""
 
     def run(self, w, log):
         step(log, "reset", w["v"].reset)
