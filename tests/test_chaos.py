@@ -13,7 +13,7 @@ import time
 import pytest
 
 import bus1py
-from bus1py import HANDLE_INVALID, MessageType
+from bus1py import HANDLE_INVALID
 from bus1py._b1 import lib
 
 FORK = mp.get_context("fork")

@@ -18,9 +18,8 @@ import textwrap
 
 import pytest
 
-import bus1py
 from bus1py import MessageType
-from bus1py._b1 import ffi, lib
+from bus1py._b1 import lib
 
 from segment import (ENTRY_MSG, HANDLE_PENDING, HANDLE_REFS, MSG_NEXT_FREE, MSG_REFS, MSG_STAGER,
                      PEER_FRONT, PEER_ROOT, Segment)

@@ -14,7 +14,6 @@ Invariants checked:
 """
 from __future__ import annotations
 
-import errno
 import json
 import mmap
 import os

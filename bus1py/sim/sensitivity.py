@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import math
 
-from .report import label
-
 PAPER = ("rst", "prs", "jpcy")
 
 

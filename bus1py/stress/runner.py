@@ -35,7 +35,7 @@ from types import SimpleNamespace
 from ..bus import Bus
 from .config import StressConfig, bus_limits, default_timeout
 from .child import child_main
-from .slots import (CTL_ABORT, CTL_DRAIN, ST_DONE, ST_FAILED, ST_SENT, ST_START, STATE, STRIDE,
+from .slots import (CTL_ABORT, CTL_DRAIN, ST_DONE, ST_FAILED, ST_SENT, STATE, STRIDE,
                     WIRES_IN, WIRES_OUT)
 from .workload import Topology, bus_mix, transport_mix
 
@@ -106,7 +106,7 @@ class Run:
     # ---- setup ----
 
     def setup(self):
-        cfg, n = self.cfg, self.cfg.processes
+        cfg = self.cfg
         if cfg.trace_dir:
             os.makedirs(cfg.trace_dir, exist_ok=True)
             stale = [f for f in os.listdir(cfg.trace_dir) if f.endswith(".parquet")]

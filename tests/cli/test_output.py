@@ -2,8 +2,6 @@
 pipe, progress off a terminal is timestamped lines, and --properties judges what is promised."""
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 
