@@ -13,17 +13,11 @@ from bus1py.causal import WireCost, WireError
 from bus1py.causal.jpcy import Jpcy
 from bus1py.sim import fast
 from harness import random_run as _random_run
+from harness import bits, one, held_wire, truncated_wires_raise_and_change_nothing
 
 
 def procs(n):
     return [Jpcy(i, n) for i in range(n)]
-
-
-def bits(*ids):
-    m = 0
-    for x in ids:
-        m |= 1 << x
-    return m
 
 
 def jw(j, tau, dests, ci=(), dc=(), payload=b""):
@@ -38,11 +32,6 @@ def jw(j, tau, dests, ci=(), dc=(), payload=b""):
     ctl += struct.pack(f"<{len(dc)}H", *(k for k, _ in dc))
     ctl += struct.pack(f"<{len(dc)}I", *(t for _, t in dc))
     return head + ctl + payload
-
-
-def one(step):
-    (dest, data), = step.wires
-    return data
 
 
 def state(p):
@@ -247,23 +236,8 @@ def test_receive_order_respects_causality_per_sender():
     assert out == [(0, bytes([i])) for i in range(6)]
 
 
-def held_wire(make=procs):
-    """Process 2 of 3 holding nothing yet, and a wire to it that must be held."""
-    p0, p1, p2 = make(3)
-    m = dict(p0.send([1, 2], b"M").wires)
-    p1.receive(0, m[1])
-    return p2, one(p1.send([2], b"M2")), m[2]
-
-
 def test_truncated_wires_raise_and_change_nothing():
-    p2, m2, m = held_wire()
-    hdr, ctl, _ = parse_cost(m2)
-    for cut in range(hdr + ctl):
-        before = state(p2)
-        with pytest.raises(WireError):
-            p2.receive(1, m2[:cut])
-        assert state(p2) == before
-    assert p2.receive(1, m2).delivered == [] and p2.held == 1
+    truncated_wires_raise_and_change_nothing(procs, parse_cost, state)
 
 
 def corrupt(data, offset, fmt, value):
@@ -294,7 +268,7 @@ BAD_WIRES = [
 
 @pytest.mark.parametrize("make", BAD_WIRES)
 def test_bad_wires_raise_and_change_nothing(make):
-    p2, m2, m = held_wire()
+    p2, m2, m = held_wire(procs)
     p2.receive(0, m)                            # some state to keep; 1's wires are all new
     before = state(p2)
     with pytest.raises(WireError) as e:
@@ -305,7 +279,7 @@ def test_bad_wires_raise_and_change_nothing(make):
 
 
 def test_duplicates_raise_and_change_nothing():
-    p2, m2, m = held_wire()
+    p2, m2, m = held_wire(procs)
     p2.receive(1, m2)
     before = state(p2)
     with pytest.raises(WireError, match="duplicate"):
@@ -375,7 +349,7 @@ def both(py, cc, call, *args):
 @twin
 @pytest.mark.parametrize("make", BAD_WIRES)
 def test_twin_refuses_bad_wires(make):
-    p2, m2, m = held_wire()
+    p2, m2, m = held_wire(procs)
     c2, _, cm = held_wire(cprocs)
     both(p2, c2, "receive", 0, m)
     assert both(p2, c2, "receive", 1, make(m2)) is None

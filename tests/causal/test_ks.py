@@ -14,17 +14,11 @@ from bus1py.causal import WireCost, WireError
 from bus1py.causal.ks import Ks
 from bus1py.sim import fast
 from harness import random_run as _random_run
+from harness import bits, one, held_wire, truncated_wires_raise_and_change_nothing
 
 
 def procs(n):
     return [Ks(i, n) for i in range(n)]
-
-
-def bits(*ids):
-    m = 0
-    for x in ids:
-        m |= 1 << x
-    return m
 
 
 def kw(k, t, dests, om=(), payload=b""):
@@ -37,11 +31,6 @@ def kw(k, t, dests, om=(), payload=b""):
     ctl += struct.pack(f"<{len(om)}I", *(c for _, c, _ in om))
     ctl += struct.pack(f"<{len(allids)}H", *allids)
     return head + ctl + payload
-
-
-def one(step):
-    (dest, data), = step.wires
-    return data
 
 
 def state(p):
@@ -174,22 +163,8 @@ def test_invariants_bytes_and_liveness_after_random_runs(seed, multicast):
     random_run(5 + seed % 3, 150, seed, multicast)
 
 
-def held_wire():
-    p0, p1, p2 = procs(3)
-    m = dict(p0.send([1, 2], b"M").wires)
-    p1.receive(0, m[1])
-    return p2, one(p1.send([2], b"M2")), m[2]
-
-
 def test_truncated_wires_raise_and_change_nothing():
-    p2, m2, _ = held_wire()
-    hdr, ctl, _ = parse_cost(m2)
-    for cut in range(hdr + ctl):
-        before = state(p2)
-        with pytest.raises(WireError):
-            p2.receive(1, m2[:cut])
-        assert state(p2) == before
-    assert p2.receive(1, m2).delivered == [] and p2.held == 1
+    truncated_wires_raise_and_change_nothing(procs, parse_cost, state)
 
 
 BAD_WIRES = [
@@ -210,7 +185,7 @@ BAD_WIRES = [
 
 @pytest.mark.parametrize("wire", BAD_WIRES)
 def test_bad_wires_raise_and_change_nothing(wire):
-    p2, m2, m = held_wire()
+    p2, m2, m = held_wire(procs)
     p2.receive(0, m)                            # some state to keep; 1's wires are all new
     before = state(p2)
     with pytest.raises(WireError) as e:
@@ -232,7 +207,7 @@ def test_entry_listing_another_destination_of_m_is_refused():
 
 
 def test_duplicates_raise_and_change_nothing():
-    p2, m2, m = held_wire()
+    p2, m2, m = held_wire(procs)
     p2.receive(1, m2)
     before = state(p2)
     with pytest.raises(WireError, match="duplicate"):

@@ -9,6 +9,7 @@ from bus1py import causal
 from bus1py.causal import WireCost, WireError
 from bus1py.causal.prs import Prs
 from harness import random_run as _random_run
+from harness import one, held_wire, truncated_wires_raise_and_change_nothing
 
 
 def procs(n):
@@ -25,11 +26,6 @@ def pw(j, sn, dests, cb=(), payload=b""):
     ctl = struct.pack(f"<{len(entries)}H", *(s for s, _ in entries))
     ctl += struct.pack(f"<{len(entries)}I", *(x for _, x in entries))
     return head + ctl + payload
-
-
-def one(step):
-    (dest, data), = step.wires
-    return data
 
 
 def state(p):
@@ -151,22 +147,8 @@ def test_invariants_bytes_and_liveness_after_random_runs(seed, multicast):
     random_run(5 + seed % 3, 150, seed, multicast)
 
 
-def held_wire():
-    p0, p1, p2 = procs(3)
-    m = dict(p0.send([1, 2], b"M").wires)
-    p1.receive(0, m[1])
-    return p2, one(p1.send([2], b"M2")), m[2]
-
-
 def test_truncated_wires_raise_and_change_nothing():
-    p2, m2, _ = held_wire()
-    hdr, ctl, _ = parse_cost(m2)
-    for cut in range(hdr + ctl):
-        before = state(p2)
-        with pytest.raises(WireError):
-            p2.receive(1, m2[:cut])
-        assert state(p2) == before
-    assert p2.receive(1, m2).delivered == [] and p2.held == 1
+    truncated_wires_raise_and_change_nothing(procs, parse_cost, state)
 
 
 @pytest.mark.parametrize("wire", [
@@ -189,7 +171,7 @@ def test_truncated_wires_raise_and_change_nothing():
     pw(1, 2, [2], [(2, [(1, 1), (0, 1)])]),           # entries not in sender order
 ])
 def test_bad_wires_raise_and_change_nothing(wire):
-    p2, m2, m = held_wire()
+    p2, m2, m = held_wire(procs)
     p2.receive(0, m)                            # some state to keep; 1's wires are all new
     before = state(p2)
     with pytest.raises(WireError) as e:
@@ -200,7 +182,7 @@ def test_bad_wires_raise_and_change_nothing(wire):
 
 
 def test_duplicates_raise_and_change_nothing():
-    p2, m2, m = held_wire()
+    p2, m2, m = held_wire(procs)
     p2.receive(1, m2)
     before = state(p2)
     with pytest.raises(WireError, match="duplicate"):
