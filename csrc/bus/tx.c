@@ -22,7 +22,9 @@
  *     entry of that queue from being received: nothing can overtake a message in flight.
  *   - The message record holds one reference per destination not yet received or dropped.
  *   - A destination that disconnects mid-transaction flushes its queue; the transaction
- *     notices at its next step (peer no longer active) and frees its entry itself.
+ *     notices at its next step (peer no longer active) and frees its entry itself.  One
+ *     that resets hands a data block back (queue 0): its commit drops it, as bus1's reset
+ *     drops what is in flight.
  *   - Quotas are charged at the stage, under the destination's lock, so a commit never
  *     fails; a send that would exceed one fails with EDQUOT and unwinds what it staged.
  *   - At the front of a queue an entry may still be dropped rather than delivered: a data
@@ -69,23 +71,17 @@ static void drop_dest(void *base, struct b1_tx *tx, struct b1_dest *d, uint32_t 
     b1_entry_free(base, d->entry); /* with it, the copy's reference to the record */
 }
 
+/* Has d's block been handed back to the transaction (a reset's flush took it, reset.c)? */
+static int given_back(void *base, const struct b1_dest *d) {
+    return stages_block(base) && d->state != B1_DEST_COMMITTED && ENTRY(base, d->entry)->queue == 0;
+}
+
 /* Take a staged copy out of a queue that is still its own (the peer's lock is held).
- * A DISCONNECTED queue was flushed already: the copy is no longer in it. */
-static int unstage_locked(void *base, struct b1_tx *tx, struct b1_peer *p, struct b1_dest *d) {
-    if (p->id != d->peer_id || p->state == B1_PEER_DISCONNECTED) return 0;
-    int woke = 0;
-    if (stages_block(base) || d->state == B1_DEST_COMMITTED) woke = b1_queue_remove_locked(base, p, d->entry);
-    /* out of the queue, the copy is its transaction's again (ts 0, layout.h): gc frees it
-     * if the sender dies before drop_dest does */
-    ENTRY(base, d->entry)->ts = 0;
-    ENTRY(base, d->entry)->queue = 0;
-    if (tx->type == B1_MSG_DATA) {
-        struct b1_shape sh;
-        b1_msg_shape(base, tx->msg, 0, &sh);
-        p->n_messages--;
-        p->n_bytes -= sh.len;
-    }
-    return woke;
+ * A DISCONNECTED queue was flushed already, and a given-back copy taken out by a reset:
+ * neither is in it any more. */
+static int unstage_locked(void *base, struct b1_peer *p, struct b1_dest *d) {
+    if (p->id != d->peer_id || p->state == B1_PEER_DISCONNECTED || given_back(base, d)) return 0;
+    return b1_queue_give_back_locked(base, p, d->entry, stages_block(base) || d->state == B1_DEST_COMMITTED);
 }
 
 /* Allocate the record and one entry per destination (tx->dests filled, n > 0). */
@@ -144,11 +140,9 @@ int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *p
 static inline __attribute__((always_inline)) int stage_locked(void *base, struct b1_tx *tx, struct b1_peer *p, struct b1_dest *d,
                         int *woke) {
     if (tx->type == B1_MSG_DATA) {
-        uint32_t len = MSG(base, tx->msg)->len;
-        if (p->n_messages + 1 > p->quota_messages || p->n_bytes + len > p->quota_bytes)
-            return -EDQUOT;
-        p->n_messages++;
-        p->n_bytes += len;
+        struct b1_msg *m = MSG(base, tx->msg);
+        int r = b1_charge_locked(p, m->len, m->n_fds);
+        if (r) return r;
     }
     uint64_t t = b1_sync_clock(p, tx->max_ts);
     if (stages_block(base)) {
@@ -275,9 +269,9 @@ int b1_tx_commit_nt(void *base, struct b1_tx *tx, uint32_t i, struct b1_notices 
     struct b1_peer *p = PEER(base, d->peer_slot);
     int r = b1_lock(base, p);
     if (r) return r;
-    if (p->id != d->peer_id || p->state != B1_PEER_ACTIVE) {
-        /* the peer left since staging: take the copy back out and drop it */
-        int woke = unstage_locked(base, tx, p, d);
+    if (p->id != d->peer_id || p->state != B1_PEER_ACTIVE || given_back(base, d)) {
+        /* the peer left since staging, or reset: take the copy back out and drop it */
+        int woke = unstage_locked(base, p, d);
         b1_unlock(p);
         if (woke) b1_wake(p);
         drop_dest(base, tx, d, i, nt);
@@ -300,7 +294,7 @@ void b1_tx_abort_nt(void *base, struct b1_tx *tx, struct b1_notices *nt) {
             struct b1_peer *p = PEER(base, d->peer_slot);
             int woke = 0;
             if (b1_lock(base, p) == 0) {
-                woke = unstage_locked(base, tx, p, d);
+                woke = unstage_locked(base, p, d);
                 b1_unlock(p);
             }
             if (woke) b1_wake(p);
@@ -408,11 +402,11 @@ uint32_t b1_tx_run_batch(void *base, struct b1_tx *tx, uint32_t count, int *err,
             for (uint32_t j = 0; j < ran; j++) b1_tx_commit_nt(base, &tx[j], i, nt);
             continue;
         }
-        int woke = 0, gone = p->id != d0->peer_id || p->state != B1_PEER_ACTIVE;
+        int woke = 0, gone = p->id != d0->peer_id || p->state != B1_PEER_ACTIVE || given_back(base, d0);
         /* last first: each block then moves up to its stamp in place (queue.c) */
         for (uint32_t j = ran; j-- > 0;) {
             struct b1_dest *d = &tx[j].dests[i];
-            woke |= gone ? unstage_locked(base, &tx[j], p, d) : commit_locked(base, &tx[j], p, d);
+            woke |= gone ? unstage_locked(base, p, d) : commit_locked(base, &tx[j], p, d);
         }
         b1_unlock(p);
         if (woke) b1_wake(p);
