@@ -64,6 +64,7 @@ class Limits:
     inject: int = 0
     inject_pause_ns: int = 0
     max_names: int = 1024
+    quota_fds: int = 64
 
     def check(self) -> None:
         """Raise ValueError naming the first limit that cannot work and its bound (the rules

@@ -65,6 +65,8 @@ class PeerInfo:
     received: int
     lock_recoveries: int
     pids: tuple = ()
+    n_fds: int = 0       # descriptors in flight to it, not yet received
+    quota_fds: int = 0
 
     @classmethod
     def from_c(cls, out) -> "PeerInfo":
@@ -73,7 +75,8 @@ class PeerInfo:
                    held_handles=out.n_handles, quota_messages=out.quota_messages,
                    quota_bytes=out.quota_bytes, quota_handles=out.quota_handles,
                    front_ts=out.front_ts, sent=out.sent, received=out.received,
-                   lock_recoveries=out.lock_recoveries, pids=tuple(p for p in out.pids if p))
+                   lock_recoveries=out.lock_recoveries, pids=tuple(p for p in out.pids if p),
+                   n_fds=out.n_fds, quota_fds=out.quota_fds)
 
 
 class Peer(_messages.PeerCore):

@@ -35,7 +35,7 @@ FORK = mp.get_context("fork")
 
 @pytest.fixture
 def bus(make_bus):
-    return make_bus(max_peers=16, max_nodes=64, max_handles=256, pool_size=1 << 20, spin_ns=0)
+    return make_bus(max_peers=16, max_nodes=64, max_handles=256, pool_size=1 << 20, spin_ns=0, quota_fds=256)
 
 
 @pytest.fixture(autouse=True)
@@ -365,7 +365,7 @@ def test_descriptors_in_flight_to_a_dead_receiver_close_without_gc(make_bus, mon
     with descriptors queued to it.  The parent's death watcher reaps the peer and closes
     the parent's copy of its store: the pipe's reader sees end-of-file, nobody calling gc."""
     monkeypatch.delenv("BUS1PY_WATCH")
-    bus = make_bus(max_peers=16, max_nodes=64, max_handles=256, pool_size=1 << 20, spin_ns=0)
+    bus = make_bus(max_peers=16, max_nodes=64, max_handles=256, pool_size=1 << 20, spin_ns=0, quota_fds=256)
     r, s, _, h = _pair(bus)
     kp.let_go(bus, r)  # the child becomes its only holder
     rd, wr = _pipe()

@@ -7,18 +7,24 @@ Invariants checked:
     (owners get NODE_RELEASE), removes its names, and leaves it connected and usable;
   - a reset whose process is SIGKILLed mid-way (before or after the destruction's stamp)
     is finished by gc: the same outcome, the bus sound (Bus.check);
+  - a data message in flight at the reset (staged before it, stamped before or after it,
+    committed after it, or its sender SIGKILLed between stamp and commit and rolled
+    forward by gc) is dropped, as bus1 drops it: never received, its descriptors closed
+    (the pipe's reader sees end-of-file), its carried handle released (its owner gets
+    NODE_RELEASE), its quota charge given back; one staged after the reset arrives;
   - destroy(release=True) drops one reference of the owner's handle, not all.
 """
 from __future__ import annotations
 
 import errno
 import os
+import select
 
 import pytest
 
 import bus1py
 from bus1py import MessageType
-from bus1py._b1 import lib
+from bus1py._b1 import ffi, lib
 
 
 @pytest.fixture
@@ -105,6 +111,107 @@ def test_reset_killed_midway_is_finished_by_gc(point, monkeypatch):
         assert any("resetter" in line for line in bus.check())
         bus.gc()
         _check_reset(bus, a, c, mine, c_to_held, a_to_mine)
+    finally:
+        bus.close()
+        bus.unlink()
+
+
+# ---- messages in flight at the reset ----
+
+def _staged(bus, s, h, payload, fds=(), handles=()):
+    """s's send of payload to h, prepared and staged (a block at the receiver), no further."""
+    tx = ffi.new("struct b1_tx *")
+    tx.dests = dests = ffi.new("struct b1_dest[]", 1)
+    assert lib.b1_send_fds(ffi.new("int32_t[]", list(fds)), len(fds)) == 0
+    hs = ffi.new("uint64_t[]", list(handles))
+    assert lib.b1_tx_prepare(bus.base(), tx, s._slot, s._id, ffi.new("uint64_t[]", [h]), 1,
+                             payload, len(payload), hs, len(handles), 0) == 0
+    assert lib.b1_tx_stage(bus.base(), tx, 0) == 0
+    return tx, dests, fds
+
+
+def _finish(bus, tx, step):
+    fds = tx[2]
+    if step in ("stamp", "all"):
+        assert lib.b1_send_fds(ffi.new("int32_t[]", list(fds)), len(fds)) == 0
+        assert lib.b1_tx_stamp(bus.base(), tx[0]) == 0
+        lib.b1_send_fds(ffi.NULL, 0)
+    if step in ("commit", "all"):
+        assert lib.b1_tx_commit(bus.base(), tx[0], 0) == 0
+
+
+def _eof(rd, timeout=5.0):
+    ready, _, _ = select.select([rd], [], [], timeout)
+    return bool(ready) and os.read(rd, 8) == b""
+
+
+@pytest.mark.parametrize("stamped", [False, True], ids=["stamped-after", "stamped-before"])
+def test_a_message_in_flight_at_the_reset_is_dropped(bus, stamped):
+    a, c = bus.peer(), bus.peer()
+    to_a = a.transfer(a.create_node(), c)
+    carried = c.create_node()
+    rd, wr = os.pipe()
+    tx = _staged(bus, c, to_a, b"in flight", fds=(wr,), handles=(carried,))
+    os.close(wr)
+    if stamped:
+        _finish(bus, tx, "stamp")
+    assert a.query().queued_messages == 1 and a.query().n_fds == 1
+    a.reset()
+    assert a.query().queued_messages == 0 and a.query().n_fds == 0
+    _finish(bus, tx, "commit" if stamped else "all")
+    assert drain(a) == []
+    # a's node destroyed; the handle the message carried released with it
+    assert sorted((m.type, m.destination) for m in drain(c)) == [(MessageType.NODE_DESTROY, to_a),
+                                                                (MessageType.NODE_RELEASE, carried)]
+    to_a2 = a.transfer(a.create_node(), c)
+    c.send([to_a2], b"after the reset")  # and the peer receives what is sent after it
+    assert [m.payload for m in drain(a)] == [b"after the reset"]
+    lib.b1_fds_sweep(bus.base(), a._slot, a._id)
+    assert _eof(rd)
+    os.close(rd)
+    assert bus.check() == []
+
+
+def test_a_message_staged_after_the_reset_arrives(bus):
+    a, c = bus.peer(), bus.peer()
+    to_a = a.transfer(a.create_node(), c)
+    before = _staged(bus, c, to_a, b"before")
+    a.reset()
+    to_a = a.transfer(a.create_node(), c)
+    after = _staged(bus, c, to_a, b"after")
+    _finish(bus, after, "all")
+    _finish(bus, before, "all")
+    assert [m.payload for m in drain(a)] == [b"after"]
+    assert bus.check() == []
+
+
+@pytest.mark.timeout(60)
+def test_a_sender_killed_between_stamp_and_commit_then_a_reset(monkeypatch):
+    """The sender dies after its stamp (the kill point `stamp`); the receiver resets; gc
+    would roll the message forward, but it was in flight at the reset: dropped, its
+    descriptor closed."""
+    monkeypatch.setenv("BUS1PY_WATCH", "0")  # the gc below reaps the sender
+    bus = bus1py.Bus.create(max_peers=8, max_nodes=64, max_handles=256, pool_size=1 << 20)
+    try:
+        a, c = bus.peer(), bus.peer()
+        to_a = a.transfer(a.create_node(), c)
+        rd, wr = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child dies between its stamp and its commit
+            lib.b1_kill_at(lib.B1_KILL_STAMP, 0)
+            c.send([to_a], b"stamped, never committed", fds=(wr,))
+            os._exit(3)
+        os.close(wr)
+        _, status = os.waitpid(child, 0)
+        assert os.WIFSIGNALED(status), status
+        assert a.query().queued_entries == 1  # its block
+        a.reset()
+        bus.gc()
+        assert drain(a) == [] and a.query().queued_entries == 0 and a.query().n_fds == 0
+        lib.b1_fds_sweep(bus.base(), a._slot, a._id)
+        assert _eof(rd)
+        os.close(rd)
+        assert bus.check() == []
     finally:
         bus.close()
         bus.unlink()

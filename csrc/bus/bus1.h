@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 /* cdef-begin */
-#define B1_VERSION 11
+#define B1_VERSION 12
 #define B1_HANDLE_INVALID 0xffffffffffffffff
 
 #define B1_MSG_DATA 0
@@ -84,6 +84,7 @@ struct b1_limits {
     uint32_t inject;           /* B1_INJECT_*: 0 for the correct algorithm */
     uint32_t inject_pause_ns;  /* pause between destinations in injected modes */
     uint32_t max_names;        /* well-known names (names.c); 0: no name table */
+    uint32_t quota_fds;        /* per-peer quota of descriptors in flight to it (fds.c) */
 };
 
 /* One destination of a transaction, filled by b1_tx_prepare. */
@@ -148,6 +149,8 @@ struct b1_peer_info {
     uint32_t lock_recoveries;  /* times a lock was taken over from a dead holder */
     uint32_t pinned;           /* used by more processes than are recorded: never reaped */
     int32_t pids[8];           /* processes that used the peer (0: none) */
+    uint32_t n_fds;            /* descriptors in flight to it, charged against quota_fds */
+    uint32_t quota_fds;
 };
 
 struct b1_gc_stats {

@@ -138,6 +138,9 @@ struct b1_peer {
     uint64_t pid_starts[B1_PEER_PIDS]; /* their start times, so a reused pid is told apart */
     uint64_t fd_nonce[2];  /* random, set when the slot gets a peer: names its descriptor
                               store (fds.c), which only a process that maps the bus can know */
+    uint32_t n_fds;        /* descriptors of the data messages queued or staged here, not yet
+                              taken (quota_fds; guarded by lock) */
+    uint32_t quota_fds;
     _Atomic uint32_t n_handles; /* handle slots of this peer, held or in flight (quota_handles) */
     _Atomic uint64_t tx_seq;    /* the peer's next transaction sequence number */
     _Atomic uint64_t sent;

@@ -55,7 +55,7 @@ static void reset_peer_locked(void *base, struct b1_peer *p, uint32_t quota_mess
     p->clock = 0;
     p->n_bytes = 0;
     p->received = 0;
-    p->n_entries = p->n_messages = 0;
+    p->n_entries = p->n_messages = p->n_fds = 0;
     atomic_store(&p->front_ts, 0);
     p->lock_recoveries = 0;
     p->fifo_counter = 0;
@@ -77,6 +77,7 @@ static void reset_peer_locked(void *base, struct b1_peer *p, uint32_t quota_mess
     p->quota_messages = quota_messages ? quota_messages : LIM(base).quota_messages;
     p->quota_handles = quota_handles ? quota_handles : LIM(base).quota_handles;
     p->quota_bytes = quota_bytes ? quota_bytes : LIM(base).quota_bytes;
+    p->quota_fds = LIM(base).quota_fds;
     /* a stale caller compares the id first, the state after: the new id goes first */
     __atomic_store_n(&p->id, atomic_fetch_add(&HDR(base)->next_peer_id, 1), __ATOMIC_SEQ_CST);
     __atomic_store_n(&p->state, B1_PEER_ACTIVE, __ATOMIC_SEQ_CST);
@@ -230,6 +231,7 @@ static void flush_queue(void *base, struct b1_peer *p) {
     }
     p->n_messages = 0;
     p->n_bytes = 0;
+    p->n_fds = 0;
     /* the slices its processes still hold go with it: claimed here, freed below */
     uint32_t held = p->held, n_held = 0;
     p->held = 0;
@@ -339,6 +341,8 @@ static void fill_info(struct b1_peer *p, struct b1_peer_info *out) {
     out->quota_messages = p->quota_messages;
     out->quota_handles = p->quota_handles;
     out->quota_bytes = p->quota_bytes;
+    out->n_fds = p->n_fds;
+    out->quota_fds = p->quota_fds;
     out->front_ts = atomic_load(&p->front_ts);
     out->sent = atomic_load(&p->sent);
     out->received = p->received;

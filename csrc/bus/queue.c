@@ -329,10 +329,12 @@ static int check_subtree(void *base, uint32_t t, const struct b1_entry *lo,
 /* ---- verifying and repairing after a takeover ---- */
 
 /* The counters a queue's entries imply: data copies queued, staged or held as slices
- * (n_messages, n_bytes). */
+ * (n_messages, n_bytes), and the descriptors of those not yet taken (n_fds: a slice's
+ * left with its take). */
 struct queue_sums {
     uint32_t slot;
     uint32_t entries, messages, strangers; /* strangers: linked entries naming another queue */
+    uint32_t fds;
     uint64_t bytes;
 };
 
@@ -341,6 +343,7 @@ static void add_entry(void *base, const struct b1_entry *e, struct queue_sums *s
     if ((e->type & 0xff) == B1_MSG_DATA && b1_msg_shape(base, e->msg, e->idx, &sh)) {
         s->messages++;
         s->bytes += sh.len;
+        if (e->ts != B1_TS_HELD) s->fds += sh.n_fds;
     }
 }
 
@@ -396,7 +399,7 @@ static int verify_locked(void *base, struct b1_peer *p) {
     /* injected modes charge a copy at its stage but insert it only at its commit */
     uint32_t inject = LIM(base).inject;
     if (!bad && inject != B1_INJECT_NO_BLOCK && inject != B1_INJECT_FIFO)
-        bad = s.messages != p->n_messages || s.bytes != p->n_bytes;
+        bad = s.messages != p->n_messages || s.bytes != p->n_bytes || s.fds != p->n_fds;
     bad |= b1_bad;
     b1_bad = saved;
     return bad;
@@ -431,10 +434,21 @@ static int repair_locked(void *base, struct b1_peer *p) {
         add_entry(base, ENTRY(base, i), &s);
     p->n_messages = s.messages;
     p->n_bytes = s.bytes;
+    p->n_fds = s.fds;
     if (p->clock & 1) p->clock++;
     b1_queue_publish_front(base, p);
     b1_bad = saved;
     return verify_locked(base, p);
+}
+
+int b1_queue_give_back_locked(void *base, struct b1_peer *p, uint32_t ei, int linked) {
+    struct b1_entry *e = ENTRY(base, ei);
+    int woke = linked ? b1_queue_remove_locked(base, p, ei) : 0;
+    e->ts = 0;
+    e->queue = 0;
+    struct b1_shape sh;
+    if (e->type == B1_MSG_DATA && b1_msg_shape(base, e->msg, e->idx, &sh)) b1_uncharge_locked(p, sh.len, sh.n_fds);
+    return woke;
 }
 
 int b1_queue_check(void *base, uint32_t slot) {

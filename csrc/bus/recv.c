@@ -119,10 +119,10 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
             int deliver = 1;
             if (type == B1_MSG_DATA) {
                 deliver = !b1_data_dropped_locked(base, e);
-                if (!deliver || copied) { /* a slice keeps its quota until it is given back */
-                    p->n_messages--;
-                    p->n_bytes -= t->shape.len;
-                }
+                if (!deliver || copied) /* a slice keeps its quota until it is given back */
+                    b1_uncharge_locked(p, t->shape.len, t->shape.n_fds);
+                else
+                    p->n_fds -= t->shape.n_fds; /* its descriptors leave with this take */
             } else if (type == B1_MSG_NODE_DESTROY) {
                 b1_destroy_delivered(base, p, e);
             } else {
@@ -315,8 +315,7 @@ int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice) {
     else
         p->held = right;
     if (right) ENTRY(base, right)->left = left;
-    p->n_messages--;
-    p->n_bytes -= sh.len;
+    b1_uncharge_locked(p, sh.len, 0); /* its descriptors left with its take */
     b1_unlock(p);
     b1_entry_free(base, ei);
     return 0;

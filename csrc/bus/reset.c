@@ -13,11 +13,14 @@
  *   - Each step can be run again: a reset whose resetter died is finished by gc
  *     (b1_peer_resume_resets), which claims it anew and runs every step; a node the dead
  *     resetter left DESTROYING is rolled back by gc first (node.c) or taken by the rerun.
- *   - Blocks (staged copies not yet committed) stay in the queue: their transactions are
- *     in flight and commit after the flush, so they are sent after the reset; a data
- *     message among them to a node the reset destroyed is dropped at the front, being
- *     ordered after the destruction.  gc removes the blocks of dead stagers, as always.
- *   - Flushed entries are claimed in the lock hold that unlinks them, and freed (with
+ *   - A data message in flight (its copy a block, staged before the flush) is dropped, as
+ *     bus1's reset drops it: the flush hands the block back to its transaction (queue 0,
+ *     ts 0, its quota charge released; layout.h), whose commit then drops the copy -- its
+ *     handle registrations undone, its descriptors left in the store as an orphan (fds.c)
+ *     -- and gc frees it if the stager died.  A copy staged after the flush is sent after
+ *     the reset.  Notices in flight (NODE_DESTROY, NODE_RELEASE) stay and are delivered:
+ *     their bookkeeping (node.c) expects each to arrive.
+ *   - Flushed committed entries are claimed in the lock hold that unlinks them, and freed (with
  *     their handle registrations and record references) after it (layout.h).
  *   - Zero-copy slices the peer's processes hold stay theirs until they give them back.
  *   - What another thread of the same peer makes while the reset runs (a node, a handle)
@@ -54,10 +57,11 @@ static uint32_t collect_nodes(void *base, struct b1_peer *p, uint32_t slot, uint
     return n;
 }
 
-/* Take every committed entry out of p's queue (p locked), claiming each; unlocks, then
- * frees them.  Returns 0 or -ENOMEM (nothing taken). */
+/* Take every committed entry out of p's queue (p locked), claiming each, and hand every
+ * data block back to its transaction (which drops it at its commit); unlocks, then frees
+ * the committed ones.  Returns 0 or -ENOMEM (nothing taken). */
 static int flush_committed(void *base, struct b1_peer *p) {
-    uint32_t max = LIM(base).max_entries, cap = p->n_entries, n = 0, top = 0, steps = 0;
+    uint32_t max = LIM(base).max_entries, cap = p->n_entries, n = 0, nb = 0, top = 0, steps = 0;
     if (cap > max) cap = max;
     uint32_t *stack = malloc(((size_t)cap + 1) * sizeof *stack), *taken = malloc(((size_t)cap + 1) * sizeof *taken);
     if (!stack || !taken) {
@@ -71,20 +75,22 @@ static int flush_committed(void *base, struct b1_peer *p) {
     while (top && b1_step(&steps, max)) {
         uint32_t i = stack[--top];
         struct b1_entry *e = ENTRY(base, i);
-        if (!(e->ts & 1) && n < cap) taken[n++] = i;
+        /* committed ones from the front of taken[], data blocks from its back */
+        if (!(e->ts & 1) && n + nb < cap) taken[n++] = i;
+        else if ((e->ts & 1) && e->type == B1_MSG_DATA && n + nb < cap) taken[cap - ++nb] = i;
         if (e->left && top < cap) stack[top++] = e->left;
         if (e->right && top < cap) stack[top++] = e->right;
     }
     int woke = 0;
     uint32_t kept = 0;
+    for (uint32_t k = 0; k < nb && !b1_bad; k++) woke |= b1_queue_give_back_locked(base, p, taken[cap - 1 - k], 1);
     for (uint32_t k = 0; k < n && !b1_bad; k++) {
         struct b1_entry *e = ENTRY(base, taken[k]);
         struct b1_shape sh;
         if (!b1_msg_shape(base, e->msg, e->idx, &sh)) break; /* scribbled: leave the rest */
         woke |= b1_queue_remove_locked(base, p, taken[k]);
         if (e->type == B1_MSG_DATA) {
-            p->n_messages--;
-            p->n_bytes -= sh.len;
+            b1_uncharge_locked(p, sh.len, sh.n_fds);
         } else if (e->type == B1_MSG_NODE_DESTROY) {
             b1_destroy_delivered(base, p, e); /* read, as far as the node's freeing goes */
         } else if (e->type == B1_MSG_NODE_RELEASE) {
