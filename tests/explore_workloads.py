@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 
-from bus1py._lib import lib
+from bus1py._lib import ffi, lib
 
 import killpoints as kp
 from segment import HANDLE_REFS, Segment
@@ -344,6 +344,40 @@ class ReceiveFds(Canary, Receive):
     fds_each = 1
 
 
+class ReceiveFdsCrossed(ReceiveFds):
+    """ReceiveFds with the store out of the queue's order: s1's message 2 and s2's message 3
+    are staged together (the same stamp, s1's id the lower: 2 is received first), 3 is
+    stamped (its descriptors posted) before 2.  The victim's take of 2 meets 3's datagram
+    first: a receiver killed there must not cost 3 a descriptor."""
+
+    def __init__(self):
+        super().__init__("recv", 1)
+
+    def more(self, bus, w):
+        super().more(bus, w)
+        base, v = bus.base(), w["v"]
+        fds = carried_fds(w)
+        txs = {}
+        for name, i, to in (("s1", self.n + 1, w["probe"]["v"][1]), ("s2", self.n + 2, v.transfer(w["nv"], w["s2"]))):
+            s, tx = w[name], ffi.new("struct b1_tx *")
+            tx.dests = dests = ffi.new("struct b1_dest[]", 1)
+            txs[name] = (tx, dests)
+            assert lib.b1_send_fds(ffi.new("int32_t[]", fds), len(fds)) == 0
+            assert lib.b1_tx_prepare(base, tx, s._slot, s._id, ffi.new("uint64_t[]", [to]), 1,
+                                     payload(i), SIZE, ffi.NULL, 0, 0) == 0
+            assert lib.b1_tx_stage(base, tx, 0) == 0
+        for name in ("s2", "s1"):
+            assert lib.b1_send_fds(ffi.new("int32_t[]", fds), len(fds)) == 0
+            assert lib.b1_tx_stamp(base, txs[name][0]) == 0
+        lib.b1_send_fds(ffi.NULL, 0)
+        for name in ("s1", "s2"):
+            assert lib.b1_tx_commit(base, txs[name][0], 0) == 0
+
+    def check(self, bus, w, events):
+        found = drain(w, "v") + drain(w, "s1") + drain(w, "s2")
+        return found + check_receives(w, events, self.n + 2)
+
+
 class Publish(Workload):
     """The victim names its node, twice, and takes one name back: its names go with it
     (the reaping after the kill), and a lookup of one finds nothing."""
@@ -409,6 +443,6 @@ WORKLOADS = {
     "reserve_commit": Reserve(abort=False), "reserve_abort": Reserve(abort=True),
     "transfer": Transfer(), "release": Release(), "destroy": Destroy(), "disconnect": Disconnect(),
     "gc": Gc(), "verify": Verify(), "create": Create(),
-    "send_fds": SendFds(), "recv_fds": ReceiveFds("recv", 4),
+    "send_fds": SendFds(), "recv_fds": ReceiveFds("recv", 4), "recv_fds_crossed": ReceiveFdsCrossed(),
     "publish": Publish(), "lookup": Lookup(), "reset": Reset(),
 }
