@@ -1,8 +1,9 @@
 """File descriptors in messages: what a send names, and each peer's descriptor store.
 
 A send's descriptors are posted, as SCM_RIGHTS datagrams, to the store of every receiving
-peer under the sender's lock at the stamp; a receive takes its message's from the store
-in the lock hold that takes the message (csrc/bus/fds.c has the matching rules).
+peer under the sender's lock at the stamp; a receive installs copies of its message's,
+peeked from the store, in the lock hold that takes the message (csrc/bus/fds.c has the
+matching rules).
 
 Invariants:
   - What a send carries is checked before anything is staged: a sequence of at most
@@ -10,12 +11,13 @@ Invariants:
     descriptor (EBADF).  `named(fds)` names them to the C helper for the calls made inside
     it and names none again when it ends, however it ends: no later send of the thread
     carries them by mistake.
-  - A peer's store is one AF_UNIX datagram socket bound at the abstract address its record
-    names: bound by the process that creates the peer, inherited by a fork, taken from a
-    live holder (pidfd_getfd) by a process that joins otherwise, or bound afresh when no
-    process holds it any more.  A process has at most one per peer (`_stores`), registered
-    with the C helper; one without it cannot receive a message that carries descriptors
-    (EPERM), so none is ever delivered without them.
+  - A peer's store is its record's number of AF_UNIX datagram sockets, each bound at the
+    abstract address the record names for it: bound by the process that creates the
+    peer, inherited by a fork, taken from a live holder (pidfd_getfd) by a process that
+    joins otherwise, or bound afresh when no process holds them any more.  A process has
+    at most one store per peer (`_stores`), all its sockets or none, registered with the
+    C helper; one without it cannot receive a message that carries descriptors (EPERM),
+    so none is ever delivered without them.
   - Received descriptors (`Message.fds`) are the receiver's to close: nothing here does.
   - Disconnecting a peer closes this process's store; once no holder has it open the
     kernel closes every descriptor still queued in it (a disconnected receiver drops them).
@@ -32,7 +34,7 @@ from ._lib import ffi, lib
 from .errors import bus_error
 
 MAX_FDS: int = lib.B1_MAX_FDS
-_stores = {}  # (bus name, peer id) -> (slot, this process's socket of the peer's store)
+_stores = {}  # (bus name, peer id) -> (slot, this process's sockets of the peer's store)
 _SYS_PIDFD_GETFD = 438  # the same number on every architecture (the generic syscall table)
 _ACTIVE = 1  # b1_peer_info.state of a connected peer (B1_PEER_ACTIVE, csrc/bus/layout.h)
 
@@ -71,20 +73,26 @@ def named(fds):
         lib.b1_send_fds(ffi.NULL, 0)
 
 
-def _address(peer) -> bytes:
-    out = ffi.new("char[]", 108)
-    n = lib.b1_fds_address(peer._bus.base(), peer._slot, peer._id, out, 108)
-    if n < 0:
-        raise bus_error(n, f"the descriptor store of peer {peer._id}")
-    return ffi.buffer(out, n)[:]
+def _addresses(peer) -> list:
+    """The abstract names of the sockets of `peer`'s store, in order."""
+    out, names = ffi.new("char[]", 108), []
+    while True:
+        n = lib.b1_fds_address(peer._bus.base(), peer._slot, peer._id, len(names), out, 108)
+        if n == -errno.ERANGE:
+            return names
+        if n < 0:
+            raise bus_error(n, f"the descriptor store of peer {peer._id}")
+        names.append(ffi.buffer(out, n)[:])
 
 
-def _register(peer, sock) -> None:
-    r = lib.b1_fds_register(peer._bus.base(), peer._slot, peer._id, sock.fileno())
+def _register(peer, socks) -> None:
+    fds = [s.fileno() for s in socks]
+    r = lib.b1_fds_register(peer._bus.base(), peer._slot, peer._id, ffi.new("int32_t[]", fds), len(fds))
     if r:
-        sock.close()
+        for s in socks:
+            s.close()
         raise bus_error(r, f"registering the descriptor store of peer {peer._id}")
-    _stores[(peer._bus.name, peer._id)] = (peer._slot, sock)
+    _stores[(peer._bus.name, peer._id)] = (peer._slot, socks)
 
 
 def ensure(peer) -> None:
@@ -92,47 +100,62 @@ def ensure(peer) -> None:
     afresh, or taken from a live holder."""
     if (peer._bus.name, peer._id) in _stores:
         return
-    name = _address(peer)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    names, socks = _addresses(peer), []
     try:
-        sock.bind(b"\0" + name)
+        for name in names:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            socks.append(sock)
+            sock.bind(b"\0" + name)
     except OSError as e:
-        sock.close()
+        for sock in socks:
+            sock.close()
         if e.errno != errno.EADDRINUSE:
             raise
-        sock = _take(peer, name)
-        if sock is None:
+        socks = _take(peer, names)
+        if socks is None:
             return  # receiving a message with descriptors raises EPERM
-    _register(peer, sock)
+    _register(peer, socks)
 
 
-def _take(peer, name: bytes):
-    """A copy of the store a live holder of `peer` has bound at `name` (pidfd_getfd,
-    which needs the right to ptrace it), or None."""
-    inode = None
+def _take(peer, names: list):
+    """Copies of the sockets a live holder of `peer` has bound at `names` (pidfd_getfd,
+    which needs the right to ptrace it), or None unless every one was found."""
+    inodes = {}
+    wanted = {"@" + name.decode(): k for k, name in enumerate(names)}
     with open("/proc/net/unix") as f:
         for line in f:
             parts = line.split()
-            if len(parts) >= 8 and parts[7] == "@" + name.decode():
-                inode = parts[6]
-    if inode is None:
+            if len(parts) >= 8 and parts[7] in wanted:
+                inodes[f"socket:[{parts[6]}]"] = wanted[parts[7]]
+    if len(inodes) != len(names):
         return None
     libc = ctypes.CDLL(None, use_errno=True)
     for pid in peer.query().pids:
+        got = {}
         try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                if os.readlink(f"/proc/{pid}/fd/{fd}") != f"socket:[{inode}]":
-                    continue
-                pidfd = os.pidfd_open(pid)
-                try:
-                    got = libc.syscall(_SYS_PIDFD_GETFD, pidfd, int(fd), 0)
-                finally:
-                    os.close(pidfd)
-                if got >= 0:
-                    os.set_inheritable(got, False)
-                    return socket.socket(fileno=got)
+            pidfd = os.pidfd_open(pid)
         except OSError:
             continue
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    k = inodes.get(os.readlink(f"/proc/{pid}/fd/{fd}"))
+                except OSError:
+                    continue
+                if k is None or k in got:
+                    continue
+                new = libc.syscall(_SYS_PIDFD_GETFD, pidfd, int(fd), 0)
+                if new >= 0:
+                    os.set_inheritable(new, False)
+                    got[k] = socket.socket(fileno=new)
+        except OSError:
+            pass
+        finally:
+            os.close(pidfd)
+        if len(got) == len(names):
+            return [got[k] for k in range(len(names))]
+        for sock in got.values():
+            sock.close()
     return None
 
 
@@ -148,11 +171,12 @@ def forget_bus(bus) -> None:
 
 
 def _close(base, key) -> None:
-    slot, sock = _stores.pop(key, (0, None))
-    if sock is not None:
+    slot, socks = _stores.pop(key, (0, ()))
+    if socks:
         if base is not None:
-            lib.b1_fds_register(base, slot, key[1], -1)
-        sock.close()
+            lib.b1_fds_register(base, slot, key[1], ffi.NULL, 0)
+        for sock in socks:
+            sock.close()
 
 
 def tidy(name, base, stats) -> None:
@@ -173,6 +197,6 @@ def tidy(name, base, stats) -> None:
 
 
 def sweep(peer) -> None:
-    """Close the descriptors in the store whose messages are no longer queued (a reset
+    """Close the descriptors at the heads of the store whose messages are no longer queued (a reset
     dropped them)."""
     lib.b1_fds_sweep(peer._bus.base(), peer._slot, peer._id)

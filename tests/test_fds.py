@@ -10,7 +10,9 @@ Invariants checked:
   - a message dropped unreceived (its node destroyed, its queue reset, its receiver
     disconnected) closes its descriptors: the pipe's reader sees end-of-file, and no
     descriptor was installed in the receiver (/proc/self/fd);
-  - the receiver's store bounds what is in flight to it (EDQUOT, nothing sent);
+  - the receiver's quota bounds the descriptors in flight to it (EDQUOT, nothing sent, no
+    descriptor left behind), and 160 messages in flight to one receiver, far past one
+    datagram socket's queue, all arrive with their own;
   - a sender and a receiver SIGKILLed at each step (the named kill points around the post
     and the take): no descriptor left open in any surviving process or in the store
     (end-of-file), none delivered twice, a message stamped before the kill delivered
@@ -200,22 +202,55 @@ def test_a_dropped_message_closes_its_descriptors(bus, drop):
     os.close(rd)
 
 
-def test_the_store_bounds_what_is_in_flight(bus):
+def test_the_quota_bounds_what_is_in_flight(make_bus):
+    """The receiver pays for descriptors in flight to it (quota_fds): past it a send fails
+    with EDQUOT and nothing is sent; a receive gives the room back."""
+    bus = make_bus(max_peers=4, max_nodes=8, max_handles=32, pool_size=1 << 20, spin_ns=0, quota_fds=8)
     r, s, _, h = _pair(bus)
-    with open("/proc/sys/net/unix/max_dgram_qlen") as f:
-        room = int(f.read()) + 1  # the kernel's bound on a datagram socket's queue
-    for i in range(room):
-        s.send([h], b"%d" % i, fds=(0,))
-    with pytest.raises(OSError) as e:
-        s.send([h], b"one too many", fds=(0,))
-    assert e.value.errno == errno.EDQUOT and "descriptors" in str(e.value)
-    assert r.query().queued_messages == room
+    s2 = bus.peer()
+    h2 = r.transfer(r.create_node(), s2)
+    for i in range(4):
+        s.send([h], b"%d" % i, fds=(0, 1))
+    assert (r.query().n_fds, r.query().quota_fds) == (8, 8)
+    before = _open_fds()
+    for sender, dest in ((s, h), (s2, h2)):
+        with pytest.raises(OSError) as e:
+            sender.send([dest], b"one too many", fds=(0,))
+        assert e.value.errno == errno.EDQUOT
+    assert r.query().queued_messages == 4 and r.query().n_fds == 8 and _open_fds() == before
     s.send([h], b"without descriptors is not refused")
     _close_all([r.recv(timeout=1)])
-    s.send([h], b"room again", fds=(0,))
-    got = r.recv_many(room + 8, timeout=1)
-    assert len(got) == room + 1 and [len(m.fds) for m in got] == [1] * (room - 1) + [0, 1]
+    assert r.query().n_fds == 6
+    s2.send([h2], b"room again", fds=(0, 1))
+    got = r.recv_many(16, timeout=1)
+    assert [len(m.fds) for m in got] == [2, 2, 2, 0, 2] and r.query().n_fds == 0
     _close_all(got)
+
+
+@pytest.mark.timeout(60)
+def test_a_hundred_and_more_in_flight_all_arrive_with_their_own(bus):
+    """Far past a datagram socket's queue (net.unix.max_dgram_qlen + 1 = 11 by default):
+    two senders, 80 messages each, each carrying its own pipe's write end; the receiver
+    takes them afterwards, each with the descriptor that was sent with it."""
+    r, s1, _, h1 = _pair(bus)
+    s2 = bus.peer()
+    h2 = r.transfer(r.create_node(), s2)
+    pipes = {}
+    for i in range(160):
+        rd, wr = pipes[i] = _pipe()
+        (s1 if i % 2 else s2).send([h1 if i % 2 else h2], b"%d" % i, fds=(wr,))
+        os.close(wr)
+    assert r.query().n_fds == 160
+    got = r.recv_many(200, timeout=1)
+    assert sorted(int(m.payload) for m in got) == list(range(160))
+    for m in got:
+        rd = pipes[int(m.payload)][0]
+        assert len(m.fds) == 1 and os.fstat(m.fds[0]).st_ino == os.fstat(rd).st_ino
+    _close_all(got)
+    for rd, _ in pipes.values():
+        assert _eof(rd)
+        os.close(rd)
+    assert r.query().n_fds == 0
 
 
 # ---- kills at each step ----
@@ -291,10 +326,9 @@ def test_a_receiver_killed_at_each_step(bus, point):
 
 
 def test_a_store_out_of_receive_order_is_matched(bus):
-    """Datagrams reach a store in each sender's stamp order, not in the queue's order:
-    here B is posted before A but A is received first (the same stamp, the lower sender
-    id), so A's take meets B's datagram, sends it back to the store's tail, and B's take
-    finds it."""
+    """Datagrams reach a store in post order, not in the queue's order: here B is posted
+    before A but A is received first (the same stamp, the lower sender id), so A's take
+    peeks past B's datagram, which B's take then finds."""
     r, s1, _, h1 = _pair(bus)
     s2 = bus.peer()
     h2 = r.transfer(r.create_node(), s2)
@@ -365,7 +399,7 @@ def test_descriptors_in_flight_to_a_dead_receiver_close_without_gc(make_bus, mon
     with descriptors queued to it.  The parent's death watcher reaps the peer and closes
     the parent's copy of its store: the pipe's reader sees end-of-file, nobody calling gc."""
     monkeypatch.delenv("BUS1PY_WATCH")
-    bus = make_bus(max_peers=16, max_nodes=64, max_handles=256, pool_size=1 << 20, spin_ns=0, quota_fds=256)
+    bus = make_bus(max_peers=16, max_nodes=64, max_handles=256, pool_size=1 << 20, spin_ns=0)
     r, s, _, h = _pair(bus)
     kp.let_go(bus, r)  # the child becomes its only holder
     rd, wr = _pipe()

@@ -1,28 +1,35 @@
 /*
  * fds.c -- file descriptors carried by messages (bus1's SEND fds, installed at RECV).
  *
- * The store of a peer R is one AF_UNIX datagram socket bound at R's abstract address,
- * "\0bus1py-fds/<R's nonce, 32 hex digits>/<R's id>".  The nonce is random and lives in
- * R's record, so only a process that may map the bus can name the store (the trust
- * boundary stays the uid).  The socket belongs to R's holder processes: bus1py/fds.py
- * binds it and registers it here; a fork inherits both.  The kernel keeps descriptors
- * queued in it valid whatever becomes of their sender, and closes them when the last
- * holder closes the socket (a disconnected receiver drops them, as bus1 does).
+ * The store of a peer R is R's fd_socks AF_UNIX datagram sockets, socket k bound at R's
+ * abstract address "\0bus1py-fds/<R's nonce, 32 hex digits>/<R's id>/<k>".  The nonce is
+ * random and lives in R's record, so only a process that may map the bus can name the
+ * store (the trust boundary stays the uid).  The sockets belong to R's holder processes:
+ * bus1py/fds.py binds them and registers them here; a fork inherits them.  The kernel
+ * keeps descriptors queued in them valid whatever becomes of their sender, and closes
+ * them when the last holder closes the sockets (a disconnected receiver drops them).
+ * A datagram socket queues net.unix.max_dgram_qlen + 1 datagrams, so R has as many
+ * sockets as its quota of descriptors needs (b1_fds_socks), one more for orphans.
  *
  * Invariants:
+ *   - The quota is R's counter n_fds (queue.h): charged at the stage of a message to R,
+ *     released where its copy leaves R's queue.  A datagram is posted only for a charged
+ *     copy, so the store holds at most quota_fds datagrams of queued messages, plus
+ *     orphans; a post that finds every socket full fails with EDQUOT all the same.
  *   - A datagram names its message -- (sender id, stamp, transaction seq, destination
  *     index) -- and which of its descriptors it carries (first, count, of total); a
- *     message of more than SCM_MAX descriptors travels in several.
- *   - A sender posts under its own lock, with the stamp computed and not yet stored
- *     (tx.c): its datagrams reach a store in stamp order.  A post whose stamp is never
- *     stored (the sender killed in that hold, a later destination refused) leaves
- *     orphans whose key is at or below the stamp of every later message of that sender.
+ *     message of more than SCM_MAX descriptors travels in several, in any sockets.
+ *   - A sender posts under its own lock, with the stamp computed and not yet stored (tx.c).
  *   - A receiver takes a message's descriptors in the lock hold that takes its entry
- *     (recv.c), so two holder processes never take each other's.  Met on the way: an
- *     orphan of the same sender (key below) is closed; a datagram whose message is still
- *     in the queue (a block, or committed) goes back to the store's tail; any other is an
- *     orphan (its message was dropped where the store was not at hand) and is closed.
- *     The walk ends when the store is empty or a datagram it sent back comes round.
+ *     (recv.c) by peeking: it finds the message's datagrams wherever they are (SO_PEEK_OFF)
+ *     and installs copies of their descriptors (MSG_PEEK with room for them), leaving the
+ *     datagrams in the store.  Nothing of another message ever leaves the store in a
+ *     receive, so a receiver killed anywhere loses nothing but what it claimed.
+ *   - A datagram is removed only from the head of its socket and only when its message
+ *     is no longer in the queue (taken, dropped, flushed, never committed): an orphan.
+ *     Every take and sweep pops the orphans at the heads of the sockets; an orphan behind
+ *     a queued message's datagram waits until that one is taken (its descriptors stay in
+ *     flight meanwhile, charged to nobody).
  *   - Nothing here takes a lock: post runs under the sender's, take and sweep under the
  *     receiver's.
  */
@@ -38,12 +45,35 @@
 #include "fds.h"
 
 #define SCM_MAX 253     /* the kernel's SCM_MAX_FD: descriptors one datagram carries */
-#define WALK_MAX 4096   /* datagrams one take or sweep looks at, at most */
+#define WALK_MAX 4096   /* datagrams one take looks at in one socket, at most */
 
 struct fd_dgram {
     uint64_t sender, ts, seq;
     uint32_t idx, total, first, count;
 };
+
+/* ---- the size of a store ---- */
+
+/* datagrams a socket queues: net.unix.max_dgram_qlen + 1, read once */
+static uint32_t dgram_room(void) {
+    static _Atomic uint32_t room;
+    uint32_t r = atomic_load(&room);
+    if (r) return r;
+    r = 11; /* the kernel's default */
+    FILE *f = fopen("/proc/sys/net/unix/max_dgram_qlen", "r");
+    unsigned q;
+    if (f) {
+        if (fscanf(f, "%u", &q) == 1 && q < (1u << 20)) r = q + 1;
+        fclose(f);
+    }
+    atomic_store(&room, r);
+    return r;
+}
+
+uint32_t b1_fds_socks(uint32_t quota) {
+    uint32_t room = dgram_room(), n = (quota + room - 1) / room + 1;
+    return n > B1_FD_SOCKS_MAX ? B1_FD_SOCKS_MAX : n;
+}
 
 /* ---- the descriptors of this thread's next send ---- */
 
@@ -62,21 +92,27 @@ uint32_t b1_fds_staged(void) { return n_staged; }
 
 /* ---- the stores: addresses, and the ones this process holds ---- */
 
-static socklen_t store_address(const struct b1_peer *p, uint64_t id, struct sockaddr_un *a) {
+static uint32_t socks_of(const struct b1_peer *p) {
+    uint32_t n = __atomic_load_n(&p->fd_socks, __ATOMIC_RELAXED);
+    return n > B1_FD_SOCKS_MAX ? B1_FD_SOCKS_MAX : n;
+}
+
+static socklen_t store_address(const struct b1_peer *p, uint64_t id, uint32_t k, struct sockaddr_un *a) {
     memset(a, 0, sizeof *a);
     a->sun_family = AF_UNIX;
-    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "bus1py-fds/%016llx%016llx/%llu",
+    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "bus1py-fds/%016llx%016llx/%llu/%u",
                      (unsigned long long)p->fd_nonce[0], (unsigned long long)p->fd_nonce[1],
-                     (unsigned long long)id);
+                     (unsigned long long)id, k);
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
 }
 
-int b1_fds_address(void *base, uint32_t slot, uint64_t id, char *out, uint32_t cap) {
+int b1_fds_address(void *base, uint32_t slot, uint64_t id, uint32_t k, char *out, uint32_t cap) {
     if (!slot || slot > LIM(base).max_peers) return -EINVAL;
     struct b1_peer *p = PEER(base, slot);
     if (__atomic_load_n(&p->id, __ATOMIC_ACQUIRE) != id) return -ESHUTDOWN;
+    if (k >= socks_of(p)) return -ERANGE;
     struct sockaddr_un a;
-    socklen_t len = store_address(p, id, &a) - offsetof(struct sockaddr_un, sun_path) - 1;
+    socklen_t len = store_address(p, id, k, &a) - offsetof(struct sockaddr_un, sun_path) - 1;
     if (len > cap) return -ENOSPC;
     memcpy(out, a.sun_path + 1, len);
     return (int)len;
@@ -84,7 +120,7 @@ int b1_fds_address(void *base, uint32_t slot, uint64_t id, char *out, uint32_t c
 
 /* this process's stores, by nonce (unique per peer, so per bus and mapping alike); a
  * fork child starts with the lock free (a thread of the parent may have held it) */
-struct store { uint64_t nonce[2]; int sock; };
+struct store { uint64_t nonce[2]; uint32_t n; int socks[B1_FD_SOCKS_MAX]; };
 static struct store *stores;
 static uint32_t n_stores;
 static pthread_mutex_t stores_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -93,41 +129,51 @@ static pthread_once_t stores_once = PTHREAD_ONCE_INIT;
 static void stores_after_fork(void) { pthread_mutex_init(&stores_lock, NULL); }
 static void stores_init(void) { pthread_atfork(NULL, NULL, stores_after_fork); }
 
-int b1_fds_register(void *base, uint32_t slot, uint64_t id, int32_t sock) {
+int b1_fds_register(void *base, uint32_t slot, uint64_t id, const int32_t *socks, uint32_t n) {
     if (!slot || slot > LIM(base).max_peers) return -EINVAL;
     struct b1_peer *p = PEER(base, slot);
     if (__atomic_load_n(&p->id, __ATOMIC_ACQUIRE) != id) return -ESHUTDOWN;
+    if (n > socks_of(p) || (n && !socks)) return -EINVAL;
     uint64_t nonce[2] = {p->fd_nonce[0], p->fd_nonce[1]};
     int r = 0;
     pthread_once(&stores_once, stores_init);
     pthread_mutex_lock(&stores_lock);
     uint32_t i = 0;
     while (i < n_stores && memcmp(stores[i].nonce, nonce, sizeof nonce)) i++;
-    if (sock < 0) {
+    if (!n) {
         if (i < n_stores) stores[i] = stores[--n_stores];
-    } else if (i < n_stores) {
-        stores[i].sock = sock;
     } else {
-        struct store *grown = realloc(stores, (n_stores + 1) * sizeof *stores);
-        if (!grown) {
-            r = -ENOMEM;
-        } else {
-            stores = grown;
-            stores[n_stores++] = (struct store){{nonce[0], nonce[1]}, sock};
+        if (i == n_stores) {
+            struct store *grown = realloc(stores, (n_stores + 1) * sizeof *stores);
+            if (grown) {
+                stores = grown;
+                n_stores++;
+            } else {
+                r = -ENOMEM;
+            }
+        }
+        if (!r) {
+            stores[i].nonce[0] = nonce[0];
+            stores[i].nonce[1] = nonce[1];
+            stores[i].n = n;
+            memcpy(stores[i].socks, socks, n * sizeof *socks);
         }
     }
     pthread_mutex_unlock(&stores_lock);
     return r;
 }
 
-int b1_fds_store(void *base, uint32_t slot, uint64_t id) {
+uint32_t b1_fds_store(void *base, uint32_t slot, uint64_t id, int *socks) {
     struct b1_peer *p = PEER(base, slot);
-    int sock = -1;
+    uint32_t n = 0;
     pthread_mutex_lock(&stores_lock);
     for (uint32_t i = 0; i < n_stores; i++)
-        if (stores[i].nonce[0] == p->fd_nonce[0] && stores[i].nonce[1] == p->fd_nonce[1]) sock = stores[i].sock;
+        if (stores[i].nonce[0] == p->fd_nonce[0] && stores[i].nonce[1] == p->fd_nonce[1]) {
+            n = stores[i].n;
+            memcpy(socks, stores[i].socks, n * sizeof *socks);
+        }
     pthread_mutex_unlock(&stores_lock);
-    return p->id == id ? sock : -1;
+    return p->id == id ? n : 0;
 }
 
 /* ---- posting ---- */
@@ -157,6 +203,23 @@ static int send_dgram(int sock, const struct sockaddr_un *to, socklen_t tolen,
     return sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 ? -errno : 0;
 }
 
+/* One datagram into the first of r's sockets with room: 0, 1 when r has no store bound
+ * (no holder: none can receive), or -errno (-EDQUOT: every socket full). */
+static int post_one(int sock, const struct b1_peer *r, uint64_t id, const struct fd_dgram *h, const int32_t *fds) {
+    uint32_t n = socks_of(r);
+    for (uint32_t k = 0; k < n; k++) {
+        struct sockaddr_un to;
+        socklen_t tolen = store_address(r, id, k, &to);
+        int e = send_dgram(sock, &to, tolen, h, fds);
+        if (!e) return 0;
+        if ((e == -ECONNREFUSED || e == -ENOENT) && !k) return 1;
+        if (e == -EBADF) return e;
+        if (e == -ETOOMANYREFS) break; /* the user's descriptors in flight at their limit */
+        /* full (EAGAIN), or a socket not bound: the next one */
+    }
+    return -EDQUOT;
+}
+
 int b1_fds_post(void *base, int sock, const struct b1_tx *tx) {
     uint32_t n = n_staged;
     for (uint32_t i = 0; i < tx->n; i++) {
@@ -164,15 +227,12 @@ int b1_fds_post(void *base, int sock, const struct b1_tx *tx) {
         if (d->state == B1_DEST_DROPPED) continue;
         struct b1_peer *r = PEER(base, d->peer_slot);
         if (__atomic_load_n(&r->id, __ATOMIC_ACQUIRE) != d->peer_id) continue; /* gone: dropped */
-        struct sockaddr_un to;
-        socklen_t tolen = store_address(r, d->peer_id, &to);
         for (uint32_t first = 0; first < n; first += SCM_MAX) {
             struct fd_dgram h = {tx->sender_id, tx->ts, tx->seq, i, n, first,
                                  n - first < SCM_MAX ? n - first : SCM_MAX};
-            int e = send_dgram(sock, &to, tolen, &h, staged + first);
-            if (e == -ECONNREFUSED || e == -ENOENT) break; /* no holder has the store: none can receive */
-            if (e == -EBADF) return e;
-            if (e) return -EDQUOT; /* full (EAGAIN), or the user's descriptors in flight (ETOOMANYREFS) */
+            int e = post_one(sock, r, d->peer_id, &h, staged + first);
+            if (e == 1) break;
+            if (e) return e;
         }
     }
     return 0;
@@ -184,28 +244,40 @@ static void close_fds(const int32_t *fds, uint32_t n) {
     for (uint32_t i = 0; i < n; i++) close(fds[i]);
 }
 
-/* The next datagram of the store into *h and fds (*nfds of them): 0, or -errno (-EAGAIN:
- * empty).  A datagram of the wrong shape reads as total 0. */
-static int pop(int store, struct fd_dgram *h, int32_t *fds, uint32_t *nfds) {
+/* The datagram at position `at` of the socket into *h (peeked, left in place, at >= 0)
+ * or its head (taken, at < 0); with fds, its descriptors too (*nfds of them: copies when
+ * peeked), else none installed.  0, or -errno (-EAGAIN: no such datagram).  A datagram
+ * of the wrong shape reads as total 0. */
+static int read_dgram(int sock, int at, struct fd_dgram *h, int32_t *fds, uint32_t *nfds) {
     union {
         char buf[CMSG_SPACE(SCM_MAX * sizeof(int))];
         struct cmsghdr align;
     } ctl;
     struct iovec iov = {h, sizeof *h};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-                        .msg_controllen = sizeof ctl.buf};
-    ssize_t got = recvmsg(store, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    if (got < 0) return -errno;
-    *nfds = 0;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        uint32_t k = (uint32_t)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-        if (*nfds + k > SCM_MAX) k = SCM_MAX - *nfds;
-        memcpy(fds + *nfds, CMSG_DATA(c), k * sizeof(int));
-        *nfds += k;
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (fds) {
+        mh.msg_control = ctl.buf;
+        mh.msg_controllen = sizeof ctl.buf;
     }
-    if (got != sizeof *h || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || h->count != *nfds ||
-        h->total > B1_MAX_FDS || h->first + h->count > h->total)
+    int flags = MSG_DONTWAIT | MSG_CMSG_CLOEXEC;
+    if (at >= 0) {
+        int off = at * (int)sizeof *h; /* every datagram is one header long */
+        if (setsockopt(sock, SOL_SOCKET, SO_PEEK_OFF, &off, sizeof off)) return -errno;
+        flags |= MSG_PEEK;
+    }
+    ssize_t got = recvmsg(sock, &mh, flags);
+    if (got < 0) return -errno;
+    uint32_t k = 0;
+    for (struct cmsghdr *c = fds ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        uint32_t m = (uint32_t)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        if (k + m > SCM_MAX) m = SCM_MAX - k;
+        memcpy(fds + k, CMSG_DATA(c), m * sizeof(int));
+        k += m;
+    }
+    if (nfds) *nfds = k;
+    if (got != sizeof *h || h->total > B1_MAX_FDS || h->first + h->count > h->total || h->count > SCM_MAX ||
+        (fds && ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || h->count != k)))
         h->total = 0;
     return 0;
 }
@@ -230,61 +302,42 @@ static int queued_locked(void *base, struct b1_peer *p, const struct fd_dgram *h
     return 0;
 }
 
-static int same(const struct fd_dgram *a, const struct fd_dgram *b) {
-    return a->sender == b->sender && a->ts == b->ts && a->seq == b->seq && a->idx == b->idx &&
-           a->first == b->first;
-}
-
-/* Back to the store's tail (p's lock held), this process's copies closed either way:
- * when the send fails the datagram is lost (whether it was sent back). */
-static int send_back(int store, struct b1_peer *p, const struct fd_dgram *h, const int32_t *fds, uint32_t n) {
-    struct sockaddr_un self;
-    socklen_t len = store_address(p, p->id, &self);
-    int ok = send_dgram(store, &self, len, h, fds) == 0;
-    close_fds(fds, n);
-    return ok;
-}
-
-/* One walk over the store for take (e set) or sweep (e NULL). */
-static uint32_t walk_locked(void *base, struct b1_peer *p, int store, const struct b1_entry *e,
-                            uint32_t n, int32_t *out) {
+/* Pop the orphans at the head of the socket (p's lock held). */
+static void trim_locked(void *base, struct b1_peer *p, int sock) {
     int32_t fds[SCM_MAX];
-    struct fd_dgram h, first_back = {0};
-    uint32_t got = 0, nfds = 0, sent_back = 0;
-    for (uint32_t i = 0; i < WALK_MAX && (!e || got < n); i++) {
-        if (pop(store, &h, fds, &nfds)) break;
-        if (!h.total) {
-            close_fds(fds, nfds);
-            continue;
-        }
-        if (e && h.sender == e->sender && h.ts == e->ts && h.seq == e->seq && h.idx == e->idx &&
-            h.total == n) {
+    struct fd_dgram h;
+    uint32_t nfds;
+    for (uint32_t i = 0; i < WALK_MAX; i++) {
+        if (read_dgram(sock, 0, &h, NULL, NULL)) return;
+        if (h.total && queued_locked(base, p, &h)) return;
+        if (read_dgram(sock, -1, &h, fds, &nfds)) return;
+        close_fds(fds, nfds);
+    }
+}
+
+uint32_t b1_fds_take_locked(void *base, struct b1_peer *p, const int *socks, uint32_t n_socks,
+                            const struct b1_entry *e, uint32_t n, int32_t *out) {
+    int32_t fds[SCM_MAX];
+    uint8_t have[(B1_MAX_FDS + SCM_MAX - 1) / SCM_MAX] = {0};
+    struct fd_dgram h;
+    uint32_t got = 0, nfds;
+    if (out)
+        for (uint32_t i = 0; i < n; i++) out[i] = -1;
+    for (uint32_t s = 0; s < n_socks && got < n; s++) {
+        for (int at = 0; at < WALK_MAX && got < n; at++) {
+            if (read_dgram(socks[s], at, &h, NULL, NULL)) break;
+            if (!h.total || h.sender != e->sender || h.ts != e->ts || h.seq != e->seq || h.idx != e->idx ||
+                h.total != n || h.first % SCM_MAX || have[h.first / SCM_MAX])
+                continue;
+            if (read_dgram(socks[s], at, &h, fds, &nfds) || !h.total) continue;
+            have[h.first / SCM_MAX] = 1;
             if (out) memcpy(out + h.first, fds, nfds * sizeof *fds);
             else close_fds(fds, nfds);
             got += nfds;
-            continue;
         }
-        int orphan = e && h.sender == e->sender && (h.ts < e->ts || (h.ts == e->ts && h.seq != e->seq));
-        if (orphan || !queued_locked(base, p, &h)) {
-            close_fds(fds, nfds);
-            continue;
-        }
-        int round = sent_back && same(&h, &first_back);
-        if (send_back(store, p, &h, fds, nfds) && !sent_back) {
-            sent_back = 1;
-            first_back = h;
-        }
-        if (round) break;
     }
-    return got;
-}
-
-uint32_t b1_fds_take_locked(void *base, struct b1_peer *p, int store, const struct b1_entry *e,
-                            uint32_t n, int32_t *out) {
-    if (out)
-        for (uint32_t i = 0; i < n; i++) out[i] = -1;
-    uint32_t got = walk_locked(base, p, store, e, n, out);
-    if (out && got < n) { /* some were lost (a receiver killed mid-walk): the rest, packed */
+    for (uint32_t s = 0; s < n_socks; s++) trim_locked(base, p, socks[s]);
+    if (out && got < n) { /* some are missing (no holder had the store at the post): the rest, packed */
         uint32_t k = 0;
         for (uint32_t i = 0; i < n; i++)
             if (out[i] >= 0) out[k++] = out[i];
@@ -293,6 +346,6 @@ uint32_t b1_fds_take_locked(void *base, struct b1_peer *p, int store, const stru
     return got;
 }
 
-void b1_fds_sweep_locked(void *base, struct b1_peer *p, int store) {
-    walk_locked(base, p, store, NULL, 0, NULL);
+void b1_fds_sweep_locked(void *base, struct b1_peer *p, const int *socks, uint32_t n_socks) {
+    for (uint32_t s = 0; s < n_socks; s++) trim_locked(base, p, socks[s]);
 }

@@ -10,22 +10,28 @@
 #define BUS1PY_FDS_H
 #include "layout.h"
 
+#define B1_FD_SOCKS_MAX 64 /* sockets of one store, at most */
+
+/* the sockets of a store for a quota of `quota` descriptors (peer.c, at a peer's creation) */
+uint32_t b1_fds_socks(uint32_t quota);
 /* how many descriptors this thread's next send carries (b1_send_fds) */
 uint32_t b1_fds_staged(void);
-void b1_fds_unstage(void);
-/* this process's descriptor store of peer (slot, id), or -1 when it has none */
-int b1_fds_store(void *base, uint32_t slot, uint64_t id);
+/* this process's sockets of the descriptor store of peer (slot, id) into socks (room for
+ * B1_FD_SOCKS_MAX): how many, 0 when it has none */
+uint32_t b1_fds_store(void *base, uint32_t slot, uint64_t id, int *socks);
 /* a socket to post with (-errno): opened before the sender's lock is taken */
 int b1_fds_sender(void);
 /* Under the sender's lock, tx->ts the stamp about to be stored: one datagram (or more,
- * past the kernel's 253 a datagram) per live destination to its store.  0, or -EDQUOT
- * (a store full, or the user's descriptors in flight at their limit), -EBADF. */
+ * past the kernel's 253 a datagram) per live destination into a socket of its store with
+ * room.  0, or -EDQUOT (a store full, or the user's descriptors in flight at their
+ * limit), -EBADF. */
 int b1_fds_post(void *base, int sock, const struct b1_tx *tx);
-/* Under p's lock, e the data entry being taken, n its descriptors: move them from the
- * store into out[0..n) (out NULL: close them).  Returns how many were found. */
-uint32_t b1_fds_take_locked(void *base, struct b1_peer *p, int store, const struct b1_entry *e,
-                            uint32_t n, int32_t *out);
-/* Under p's lock: close every datagram in the store whose message is no longer queued. */
-void b1_fds_sweep_locked(void *base, struct b1_peer *p, int store);
+/* Under p's lock, e the data entry being taken (out of the queue already), n its
+ * descriptors: copies of them from the store (socks) into out[0..n) (out NULL: none
+ * installed), then the orphans at the sockets' heads popped.  Returns how many were found. */
+uint32_t b1_fds_take_locked(void *base, struct b1_peer *p, const int *socks, uint32_t n_socks,
+                            const struct b1_entry *e, uint32_t n, int32_t *out);
+/* Under p's lock: pop the orphans at the heads of the store's sockets. */
+void b1_fds_sweep_locked(void *base, struct b1_peer *p, const int *socks, uint32_t n_socks);
 
 #endif

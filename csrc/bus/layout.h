@@ -141,6 +141,7 @@ struct b1_peer {
     uint32_t n_fds;        /* descriptors of the data messages queued or staged here, not yet
                               taken (quota_fds; guarded by lock) */
     uint32_t quota_fds;
+    uint32_t fd_socks;     /* sockets of its descriptor store (fds.c), fixed at its creation */
     _Atomic uint32_t n_handles; /* handle slots of this peer, held or in flight (quota_handles) */
     _Atomic uint64_t tx_seq;    /* the peer's next transaction sequence number */
     _Atomic uint64_t sent;

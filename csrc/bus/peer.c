@@ -38,6 +38,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 #include "alloc.h"
+#include "fds.h"
 #include "message.h"
 #include "node.h"
 #include "peer.h"
@@ -78,6 +79,7 @@ static void reset_peer_locked(void *base, struct b1_peer *p, uint32_t quota_mess
     p->quota_handles = quota_handles ? quota_handles : LIM(base).quota_handles;
     p->quota_bytes = quota_bytes ? quota_bytes : LIM(base).quota_bytes;
     p->quota_fds = LIM(base).quota_fds;
+    p->fd_socks = b1_fds_socks(p->quota_fds);
     /* a stale caller compares the id first, the state after: the new id goes first */
     __atomic_store_n(&p->id, atomic_fetch_add(&HDR(base)->next_peer_id, 1), __ATOMIC_SEQ_CST);
     __atomic_store_n(&p->state, B1_PEER_ACTIVE, __ATOMIC_SEQ_CST);

@@ -12,9 +12,10 @@
  *   - A slice keeps its record and the receiver's quota charged until it is given back,
  *     or until the peer is flushed (peer.c), whichever is first.
  *   - A waiter registers in `waiters` before it reads wake_seq (queue.c): no wake is lost.
- *   - A data message's descriptors leave the peer's store (fds.c) in the hold that takes
- *     its entry, after the entry is claimed (or made a slice): into the caller's room when
- *     it is delivered, closed when it is dropped.  A process without the store takes no
+ *   - A data message's descriptors are copied from the peer's store (fds.c) in the hold
+ *     that takes its entry, after the entry is claimed (or made a slice): into the
+ *     caller's room when it is delivered, none when it is dropped; its datagrams, orphans
+ *     from then on, are popped from the store when they reach a socket's head.  A process without the store takes no
  *     message that carries descriptors (-EPERM), so none is delivered without them.
  *
  * Lock rules: the receiving peer's lock for the dequeue, released before anything is
@@ -81,7 +82,8 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
         r = b1_lock_live(base, slot, id, &p);
         if (r) break;
         uint32_t n = 0, delivered = 0, nh = 0, steps = 0, nfd = 0;
-        int store = -2; /* looked up at the first message that carries descriptors */
+        int socks[B1_FD_SOCKS_MAX];
+        int32_t n_socks = -1; /* the store, looked up at the first message that carries descriptors */
         uint64_t used = 0;
         int woke = 0;
         r = 0;
@@ -104,8 +106,8 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
                 break;
             }
             if (type == B1_MSG_DATA && t->shape.n_fds) {
-                if (store == -2) store = b1_fds_store(base, slot, id);
-                if (store < 0) {
+                if (n_socks < 0) n_socks = (int32_t)b1_fds_store(base, slot, id, socks);
+                if (!n_socks) {
                     if (!n) r = -EPERM;
                     break;
                 }
@@ -159,7 +161,7 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
             if (!t->held) b1_entry_claim(e); /* a slice is its peer's */
             if (type == B1_MSG_DATA && t->shape.n_fds) {
                 int32_t *room = deliver && q->fds ? q->fds + nfd : NULL;
-                uint32_t got = b1_fds_take_locked(base, p, store, &t->key, t->shape.n_fds, room);
+                uint32_t got = b1_fds_take_locked(base, p, socks, (uint32_t)n_socks, &t->key, t->shape.n_fds, room);
                 if (room) {
                     q->infos[delivered - 1].n_fds = got;
                     q->infos[delivered - 1].fds_at = nfd;
@@ -330,10 +332,11 @@ int b1_frame_recv(struct b1_frame *f, uint32_t slot, uint64_t id, int64_t timeou
 
 int b1_fds_sweep(void *base, uint32_t slot, uint64_t id) {
     struct b1_peer *p;
-    int store = b1_fds_store(base, slot, id), r;
-    if (store < 0) return 0;
+    int socks[B1_FD_SOCKS_MAX], r;
+    uint32_t n = b1_fds_store(base, slot, id, socks);
+    if (!n) return 0;
     if ((r = b1_lock_live(base, slot, id, &p))) return r;
-    b1_fds_sweep_locked(base, p, store);
+    b1_fds_sweep_locked(base, p, socks, n);
     b1_unlock(p);
     return 0;
 }
