@@ -428,13 +428,16 @@ class Lookup(Workload):
 class Reset(Disconnect):
     """The victim resets its peer (Disconnect's setup): its node (held by s1) destroyed,
     its queue (two messages from s1, one carrying s1's node) flushed, its handles
-    released.  A reset cut short is finished by gc."""
+    released.  A reset cut short is finished by gc.  Then, still usable, it creates a node
+    and sends it to s1 (whose handle dies with the victim)."""
 
     def run(self, w, log):
         step(log, "reset", w["v"].reset)
+        node = step(log, "create", w["v"].create_node)
+        vsend(w, log, [1], ["s1"], carry=[node])
 
     def check(self, bus, w, events):
-        return drain(w, "s1") + drain(w, "s2")
+        return Workload.check(self, bus, w, events)
 
 
 WORKLOADS = {
