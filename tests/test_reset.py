@@ -12,6 +12,11 @@ Invariants checked:
     forward by gc) is dropped, as bus1 drops it: never received, its descriptors closed
     (the pipe's reader sees end-of-file), its carried handle released (its owner gets
     NODE_RELEASE), its quota charge given back; one staged after the reset arrives;
+  - against a model (Hypothesis), in any interleaving of two senders' transaction steps
+    (prepare, stage, stamp, commit), the receiver's resets and receives: a message is
+    received iff no reset came between its prepare and its receive, exactly once, in key
+    order, with its own descriptor; once all is drained nothing is charged (n_fds 0) and
+    every descriptor of a dropped message is closed;
   - destroy(release=True) drops one reference of the owner's handle, not all.
 """
 from __future__ import annotations
@@ -21,6 +26,9 @@ import os
 import select
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule
 
 import bus1py
 from bus1py import MessageType
@@ -215,6 +223,142 @@ def test_a_sender_killed_between_stamp_and_commit_then_a_reset(monkeypatch):
     finally:
         bus.close()
         bus.unlink()
+
+
+class ResetInFlight(RuleBasedStateMachine):
+    """Senders 0 and 1 send to r step by step, r resets and receives at any point."""
+
+    def __init__(self):
+        super().__init__()
+        self.bus = bus1py.Bus.create(max_peers=4, max_nodes=64, max_handles=256, pool_size=1 << 20,
+                                     spin_ns=0, quota_fds=64)
+        self.r, self.senders = self.bus.peer(), [self.bus.peer(), self.bus.peer()]
+        self.resets = 0
+        self._node()
+        self.txs = []  # [mid, sender, epoch, step, tx, (rd, wr)]
+        self.got, self.last_key, self.mids = {}, None, 0
+
+    def _node(self):
+        node = self.r.create_node()
+        self.to_r = [self.r.transfer(node, s) for s in self.senders]
+
+    def teardown(self):
+        try:
+            self.finish()
+        finally:
+            for t in self.txs:
+                for fd in t[5]:
+                    if fd is not None:
+                        os.close(fd)
+            self.bus.close()
+            self.bus.unlink()
+
+    def _stamp(self, t):
+        assert lib.b1_send_fds(ffi.new("int32_t[]", [t[5][1]]), 1) == 0
+        assert lib.b1_tx_stamp(self.bus.base(), t[4][0]) == 0
+        lib.b1_send_fds(ffi.NULL, 0)
+        os.close(t[5][1])  # in flight now: the store holds it
+        t[5][1] = None
+        t[3] = "stamped"
+
+    def _pick(self, choice, step):
+        open_ = [t for t in self.txs if t[3] == step]
+        return open_[choice % len(open_)] if open_ else None
+
+    @rule(sender=st.integers(0, 1))
+    def prepare(self, sender):
+        if sum(t[3] != "done" for t in self.txs) >= 6:
+            return
+        self.mids += 1
+        rd, wr = os.pipe()
+        tx = ffi.new("struct b1_tx *")
+        dests = ffi.new("struct b1_dest[]", 1)
+        tx.dests = dests
+        assert lib.b1_send_fds(ffi.new("int32_t[]", [wr]), 1) == 0
+        payload = b"%d" % self.mids
+        assert lib.b1_tx_prepare(self.bus.base(), tx, self.senders[sender]._slot, self.senders[sender].id,
+                                 ffi.new("uint64_t[]", [self.to_r[sender]]), 1, payload, len(payload),
+                                 ffi.NULL, 0, 0) == 0
+        lib.b1_send_fds(ffi.NULL, 0)
+        self.txs.append([self.mids, sender, self.resets, "prepared", (tx, dests), [rd, wr]])
+
+    @rule(choice=st.integers(0, 99))
+    def stage(self, choice):
+        t = self._pick(choice, "prepared")
+        if t:
+            assert lib.b1_tx_stage(self.bus.base(), t[4][0], 0) == 0
+            t[3] = "staged"
+
+    @rule(choice=st.integers(0, 99))
+    def stamp(self, choice):
+        t = self._pick(choice, "staged")
+        if t:
+            self._stamp(t)
+
+    @rule(choice=st.integers(0, 99))
+    def commit(self, choice):
+        t = self._pick(choice, "stamped")
+        if t:
+            assert lib.b1_tx_commit(self.bus.base(), t[4][0], 0) == 0
+            t[3] = "done"
+
+    @rule()
+    def reset(self):
+        self.r.reset()
+        self.resets += 1
+        self.last_key = None
+        self._node()
+
+    @rule()
+    def recv(self):
+        try:
+            m = self.r.recv(0)
+        except BlockingIOError:
+            return
+        mid = int(m.payload)
+        t = next(t for t in self.txs if t[0] == mid)
+        assert t[2] == self.resets, f"message {mid} of before reset {t[2]} received after reset {self.resets}"
+        assert mid not in self.got and t[3] == "done"
+        assert len(m.fds) == 1 and os.fstat(m.fds[0]).st_ino == os.fstat(t[5][0]).st_ino
+        os.close(m.fds[0])
+        assert self.last_key is None or m.stamp > self.last_key
+        self.got[mid], self.last_key = self.resets, m.stamp
+
+    def finish(self):
+        for step in ("prepared", "staged", "stamped"):
+            for t in [t for t in self.txs if t[3] == step]:
+                if t[3] == "prepared":
+                    assert lib.b1_tx_stage(self.bus.base(), t[4][0], 0) == 0
+                    t[3] = "staged"
+                if t[3] == "staged":
+                    self._stamp(t)
+                assert lib.b1_tx_commit(self.bus.base(), t[4][0], 0) == 0
+                t[3] = "done"
+        while True:
+            try:
+                self.recv_one_more()
+            except BlockingIOError:
+                break
+        live = {t[0] for t in self.txs if t[2] == self.resets}
+        assert set(self.got) >= live and all(self.got[m] == self.resets for m in live)
+        assert self.r.query().n_fds == 0 and self.r.query().queued_messages == 0
+        lib.b1_fds_sweep(self.bus.base(), self.r._slot, self.r._id)
+        for t in self.txs:  # every descriptor received and closed, or dropped and closed
+            assert _eof(t[5][0], timeout=1), f"message {t[0]}'s descriptor is still in flight"
+            os.close(t[5][0])
+            t[5][0] = None
+        assert self.bus.check() == []
+
+    def recv_one_more(self):
+        before = len(self.got)
+        self.recv()
+        if len(self.got) == before:
+            raise BlockingIOError
+
+
+ResetInFlight.TestCase.settings = settings(max_examples=60, stateful_step_count=30, derandomize=True,
+                                           deadline=None, suppress_health_check=list(HealthCheck))
+test_reset_in_flight_model = ResetInFlight.TestCase
 
 
 def test_destroy_release_drops_one_reference(bus):
