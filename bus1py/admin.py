@@ -95,7 +95,7 @@ def cmd_ls(args, console=None) -> int:
         if info["inject"]:
             title += f"  [red]FAULT INJECTION {info['inject']}[/red]"
         table = Table(title=title, title_justify="left")
-        for col in ("peer", "state", "processes", "queued", "quota msgs", "bytes", "handles", "sent", "received"):
+        for col in ("peer", "state", "processes", "queued", "quota msgs", "bytes", "handles", "fds", "sent", "received"):
             table.add_column(col, justify="right" if col not in ("state", "processes") else "left")
         for p in peers:
             if p["state"] in ("disconnected", "free") and not args.all:
@@ -103,7 +103,8 @@ def cmd_ls(args, console=None) -> int:
             table.add_row(str(p["id"]), p["state"], _procs(p["pids"]) + (" (pinned)" if p["pinned"] else ""),
                           str(p["queued_entries"]), f"{p['queued_messages']}/{p['quota_messages']}",
                           f"{_fmt_bytes(p['queued_bytes'])}/{_fmt_bytes(p['quota_bytes'])}",
-                          f"{p['held_handles']}/{p['quota_handles']}", str(p["sent"]), str(p["received"]))
+                          f"{p['held_handles']}/{p['quota_handles']}", f"{p['n_fds']}/{p['quota_fds']}",
+                          str(p["sent"]), str(p["received"]))
         console.print(table)
         if info["names"]:
             console.print("names: " + ", ".join(f"{n} (peer {o})" for n, o in sorted(info["names"].items())),

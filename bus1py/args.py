@@ -91,8 +91,7 @@ def send_error(peer, r, destinations, length, n, nh):
                             f"(pool_size={limits.pool_size}, max_entries={limits.max_entries})")
     if code == errno.EDQUOT:
         return bus_error(r, f"a receiver among {destinations!r} is at its quota of queued "
-                            f"messages, bytes, handles or descriptors (a store holds net.unix.max_dgram_qlen + 1 "
-                            f"datagrams)")
+                            f"messages, bytes, handles or descriptors (quota_fds={limits.quota_fds})")
     if code == errno.EHOSTUNREACH:
         return bus_error(r, f"every destination in {destinations!r} is destroyed")
     if code == errno.EINVAL and n == 0:
