@@ -96,16 +96,66 @@ def _no_leaks_per_session():
     assert not left, f"test session left bus segments in {SHM_DIR}: {sorted(left)}"
 
 
-@pytest.fixture(scope="session")
-def spark():
-    """One real local SparkSession for the whole session (starting one costs seconds), with
-    2 shuffle partitions: the test traces are tiny and Spark's default of 200 partitions
-    makes every shuffle several times slower.  Whole-stage codegen and adaptive
-    re-planning are off for the same reason (results depend on neither).  Session-scoped
-    fixtures are set up before a test's own, so leak checks count its JVM as older."""
+def _start_spark():
     from bus1py.check.spark.session import get_session
     return get_session("local[2]", shuffle_partitions=2, extra_conf={
         "spark.sql.codegen.wholeStage": "false", "spark.sql.adaptive.enabled": "false"})
+
+
+def _answers(s) -> bool:
+    """Does the session answer each call with that call's answer? A test's timeout raised
+    inside a py4j call leaves the answer unread on this thread's connection (kept alive by
+    the failure's traceback), and every later call then reads the answer of the one before."""
+    try:
+        m = s._jvm.java.lang.Math
+        return m.max(3, 11) == 11 and m.max(7, 5) == 7 and not s._jsc.sc().isStopped()
+    except Exception:
+        return False
+
+
+def _revive(s):
+    """A session that answers: this thread's connection replaced (the timed-out test's job
+    cancelled), else, when the session itself is gone, a new JVM and session."""
+    client = s.sparkContext._gateway._gateway_client
+    conn = client.get_thread_connection()
+    if conn is not None:
+        conn.close()
+    client.thread_connection.connection = None
+    try:
+        s.sparkContext.cancelAllJobs()
+    except Exception:
+        pass
+    if _answers(s):
+        return s
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+    gateway = SparkContext._gateway
+    gateway.proc.kill()
+    gateway.proc.wait()
+    gateway.close()
+    SparkContext._gateway = SparkContext._jvm = SparkContext._active_spark_context = None
+    SparkSession._instantiatedSession = SparkSession._activeSession = None
+    return _start_spark()
+
+
+@pytest.fixture(scope="session")
+def _spark_holder():
+    """The session's one SparkSession, started before any test's own fixtures, so leak
+    checks count its JVM as older."""
+    return [_start_spark()]
+
+
+@pytest.fixture
+def spark(_spark_holder):
+    """One real local SparkSession for the whole session (starting one costs seconds), with
+    2 shuffle partitions: the test traces are tiny and Spark's default of 200 partitions
+    makes every shuffle several times slower.  Whole-stage codegen and adaptive
+    re-planning are off for the same reason (results depend on neither).  A session that
+    no longer answers (a test timed out inside a Spark call) is revived before the next
+    test, so one timeout fails one test, not every later one."""
+    if not _answers(_spark_holder[0]):
+        _spark_holder[0] = _revive(_spark_holder[0])
+    return _spark_holder[0]
 
 
 @pytest.fixture(scope="session")
