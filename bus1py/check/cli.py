@@ -55,7 +55,9 @@ def register(subparsers):
                         "implies --spark")
     p.add_argument("--spark", action="store_true",
                    help="check with Spark even a trace small enough for the driver alone "
-                        "(below 1M rows and 20M rows x processes, checked without a JVM)")
+                        "(below 1M rows and 20M rows x processes, checked without a JVM); "
+                        "a trace checked whole in one task stays on the driver, where a "
+                        "local master would run that task")
     p.add_argument("--json", metavar="FILE", help="write the JSON summary here ('-' = stdout)")
     p.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report")
     p.add_argument("--shiviz", metavar="FILE",
@@ -200,7 +202,8 @@ def run(args) -> int:
         return _refuse(f"malformed trace: {e}")
     mode = _progress_mode(args)
     from .engine import on_driver
-    if on_driver(trace, args.exact, spark_asked=bool(args.spark or args.master or args.shiviz)):
+    if on_driver(trace, args.exact, spark_asked=args.spark,
+                 cluster_asked=bool(args.master or args.shiviz)):
         from .arrays.whole import check_local
         if mode and trace.rows >= LONG_ROWS:
             _announce(trace, "on the driver", jvm=False)

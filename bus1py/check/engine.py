@@ -3,10 +3,10 @@
 count.
 
 Invariants:
-  - The array engine on the driver (arrays, no JVM) takes a trace unless Spark is asked
-    for (--spark, --master, --shiviz), when it has fewer than LOCAL_MAX_ROWS rows or its
-    exact path is certain (`whole_trace`). It hands a trace back to Spark only when the
-    walk cannot fit (rows x processes above DRIVER_MAX_CELLS, the exact path not certain)
+  - The array engine on the driver (arrays, no JVM) takes a trace whose exact path is
+    certain (`whole_trace`) unless a cluster or Spark's own work is asked for (--master,
+    --shiviz), and one of fewer than LOCAL_MAX_ROWS rows unless Spark is (--spark too).
+    It hands a trace back to Spark only when the walk cannot fit (rows x processes above DRIVER_MAX_CELLS, the exact path not certain)
     or meets a causality cycle.
   - On Spark: an empty trace holds vacuously; a trace whose exact path is certain and
     whose rows fit one task is checked whole in one task (the array engine's whole check);
@@ -54,12 +54,17 @@ def whole_trace(trace, exact, max_rows=ONE_TASK_MAX_ROWS) -> bool:
     return 0 < trace.rows <= max_rows and (exact or stamps_cannot_witness(trace))
 
 
-def on_driver(trace, exact, spark_asked) -> bool:
+def on_driver(trace, exact, spark_asked, cluster_asked=False) -> bool:
     """Does the array engine on the driver take this trace (footers read)? The process
-    count is known only after reading: see walk_on_driver."""
-    if spark_asked:
+    count is known only after reading: see walk_on_driver. spark_asked: --spark;
+    cluster_asked: --master or --shiviz (Spark's own work). A whole trace is taken with
+    --spark too: on a local master Spark's one task is this same check in the driver's
+    process (spark/one_task.py), so a JVM would add its start and nothing else."""
+    if cluster_asked:
         return False
-    return trace.rows < LOCAL_MAX_ROWS or whole_trace(trace, exact)
+    if whole_trace(trace, exact):
+        return True
+    return not spark_asked and trace.rows < LOCAL_MAX_ROWS
 
 
 def walk_on_driver(rows, processes, max_cells=DRIVER_MAX_CELLS) -> bool:
