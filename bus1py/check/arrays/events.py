@@ -8,6 +8,8 @@ loop runs over all rows. Nothing here imports pyspark: a small check never start
 """
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,20 +38,41 @@ class Events:
         t = read_arrow(trace)
         self.trace = trace
         self.n = t.num_rows
-        _check_rows(t, trace)
-        self.order = _order(_np(t, "process"), _np(t, "seq"))
-        if self.order is not None:
-            t = t.take(self.order)
-        self.files = _np(t, "file")
-        self.process = _np(t, "process").astype(np.int64)
-        self.seq = _np(t, "seq")
-        self.code = _np(pa.table({"c": pc.index_in(t.column("kind"), _codes())}), "c")
-        self.code = self.code.astype(np.int8)
-        self.msg, self.has_msg = _np(t, "msg", fill=0), _valid(t, "msg")
+        code = pc.index_in(t.column("kind"), _codes())    # null: a null or unknown kind
+        # the per-row rules run beside the rest (pyarrow computes without the GIL): when
+        # a row breaks one, that is the error raised, whatever the rest met meanwhile
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(1) as pool:
+            rows = pool.submit(_check_rows, t, code, trace)
+            try:
+                self._columns(t, code)
+            except Exception:
+                rows.result()
+                raise
+            rows.result()
+
+    def _columns(self, t, code):
+        """The per-event arrays from the table as read (rows in file order)."""
+        order = self.order = _order(_np(t, "process"), _np(t, "seq"))
+
+        def col(name, fill=None):
+            a = _np(t, name, fill)
+            return a if order is None else a[order]
+
+        def valid(name):
+            a = _valid(t, name)
+            return a if order is None else a[order]
+        self.files = col("file")
+        self.process = col("process").astype(np.int64)
+        self.seq = col("seq")
+        self.code = pc.fill_null(code, -1).to_numpy().astype(np.int8)
+        if order is not None:
+            self.code = self.code[order]
+        self.msg, self.has_msg = col("msg", fill=0), valid("msg")
         self._check_numbering()
         self.procs = self.process[_starts(self.process)]
-        self.wall, self.has_wall = _np(t, "wall_ns", fill=0), _valid(t, "wall_ns")
-        own_node, has_own = _np(t, "node", fill=0), _valid(t, "node")
+        self.wall, self.has_wall = col("wall_ns", fill=0), valid("wall_ns")
+        own_node, has_own = col("node", fill=0), valid("node")
         self._link_origins()
         o = np.where(self.origin >= 0, self.origin, 0)
         linked = self.origin >= 0
@@ -59,9 +82,9 @@ class Events:
         self.sender = np.where(linked, self.process[o], -1)
         self.send_seq = np.where(linked, self.seq[o], -1)
         self.is_destroy = linked & (self.code[o] == K.DESTROY)
-        self._dests(t)
+        self._dest_lists = t.column("dests")
         self._firsts()
-        self.stamp = self._stamps(t)
+        self.stamp = self._stamps(t, col, valid)
 
     def name_file(self, i) -> str:
         import os
@@ -97,7 +120,7 @@ class Events:
         for signal in (False, True):
             is_origin = (code == K.SIGNAL_SEND) if signal else (code <= K.DESTROY)
             oi = np.flatnonzero(is_origin)
-            oi = oi[np.argsort(msg[oi], kind="stable")]
+            oi = oi[stable_order(msg[oi])]
             om = msg[oi]
             again = np.flatnonzero(om[1:] == om[:-1])
             if len(again):
@@ -132,17 +155,20 @@ class Events:
         raise TraceError(f"{self.name_file(i)}: column 'msg': row {fmt_row(r)} {what} {m} "
                          f"({src} has that id)")
 
-    def _dests(self, t):
-        """dest_of: (origin row, destination) pairs of message origins, distinct."""
-        is_msg = self.code <= K.DESTROY
-        lists = t.column("dests").take(pa.array(np.flatnonzero(is_msg)))
+    @cached_property
+    def dest_of(self):
+        """(origin row, destination) pairs of message origins, distinct (built on first
+        use: only exactly_once reads them, beside the walk)."""
+        is_msg = np.flatnonzero(self.code <= K.DESTROY)
+        read_at = is_msg if self.order is None else self.order[is_msg]
+        lists = self._dest_lists.take(pa.array(read_at))
         counts = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
         values = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(np.int64)
-        rows = np.repeat(np.flatnonzero(is_msg), counts).astype(np.int64)
+        rows = np.repeat(is_msg, counts).astype(np.int64)
         # one sortable key per pair, (row, destination) in lexicographic order (a row
         # index is below 2^31, a destination an int32): sorted and deduplicated
         key = distinct_sorted((rows << 32) + (values + 2 ** 31))
-        self.dest_of = np.stack([key >> 32, (key & 0xFFFFFFFF) - 2 ** 31], axis=1)
+        return np.stack([key >> 32, (key & 0xFFFFFFFF) - 2 ** 31], axis=1)
 
     def _firsts(self):
         """first and dup for receives: sorted by (origin, process, seq)."""
@@ -152,7 +178,7 @@ class Events:
         ri = ri[self.code[ri] != K.INTERNAL]
         # ri is in (process, seq) order, so a stable sort by origin gives (origin,
         # process, seq) order
-        ri = ri[np.argsort(self.origin[ri], kind="stable")]
+        ri = ri[stable_order(self.origin[ri])]
         key_o, key_p = self.origin[ri], self.process[ri]
         new = np.ones(len(ri), bool)
         new[1:] = (key_o[1:] != key_o[:-1]) | (key_p[1:] != key_p[:-1])
@@ -162,7 +188,7 @@ class Events:
         self.dup[ri[new & again]] = True
         self.dup &= self.code == K.DELIVER
 
-    def _stamps(self, t):
+    def _stamps(self, t, col, valid):
         """Packed stamps of message origins, and of deliveries (their origin's), or None
         unless every send and destroy row is stamped and the stamps fit 62 bits."""
         ranges = self.trace.stamp_ranges
@@ -180,9 +206,9 @@ class Events:
             return None
         packed = np.zeros(self.n, np.int64)
         for c, offset, shift in layout:
-            if not _valid(t, c)[is_msg].all():
+            if not valid(c)[is_msg].all():
                 return None
-            packed += (_np(t, c, fill=offset) - offset) << shift
+            packed += (col(c, fill=offset) - offset) << shift
         o = np.where(self.origin >= 0, self.origin, 0)
         return np.where(is_msg | (self.code == K.DELIVER), packed[o], 0)
 
@@ -201,11 +227,42 @@ def distinct_sorted(x):
     return s[_starts(s)]
 
 
+def stable_order(key):
+    """np.argsort(key, kind="stable") of integer keys. When the key's range and the
+    positions fit 63 bits together, each position rides in the low bits of its key and
+    the values are sorted (numpy's vectorised sort of values is about ten times faster
+    than any argsort on tens of millions)."""
+    n = len(key)
+    if n < 2:
+        return np.arange(n)
+    lo, hi = int(key.min()), int(key.max())
+    bits = (n - 1).bit_length()
+    if (hi - lo) >> (63 - bits):
+        return np.argsort(key, kind="stable")
+    packed = (key.astype(np.int64) - lo) << bits
+    packed |= np.arange(n, dtype=np.int64)
+    packed.sort()
+    packed &= (1 << bits) - 1
+    return packed
+
+
+def lex_order(major, minor):
+    """np.lexsort((minor, major)): rows by (major, minor), ties in their order, by one
+    key when the two ranges multiply below 2^62."""
+    if len(major) < 2:
+        return np.arange(len(major))
+    mlo, nlo = int(major.min()), int(minor.min())
+    width = int(minor.max()) - nlo + 1
+    if (int(major.max()) - mlo + 1) * width >= 2 ** 62:
+        return np.lexsort((minor, major))
+    return stable_order((major.astype(np.int64) - mlo) * width + (minor.astype(np.int64) - nlo))
+
+
 def locate(sorted_b, a):
     """np.searchsorted(sorted_b, a), the queries searched in ascending order: binary
     searches in order stay in cache, random ones miss (20x slower on a few million)."""
     if len(a) > 1 and not np.all(a[1:] >= a[:-1]):
-        order = np.argsort(a)
+        order = stable_order(a)
         out = np.empty(len(a), np.int64)
         out[order] = np.searchsorted(sorted_b, a[order])
         return out
@@ -224,9 +281,9 @@ def _order(process, seq):
     """The permutation that sorts rows by (process, seq), or None when they already are
     (a producer writing each process's events in order: no sort, no copy)."""
     p, s = process, seq
-    if not (np.all(p[1:] >= p[:-1]) and np.all((p[1:] != p[:-1]) | (s[1:] > s[:-1]))):
-        return np.lexsort((s, p))
-    return None
+    if np.all(p[1:] >= p[:-1]) and np.all((p[1:] != p[:-1]) | (s[1:] > s[:-1])):
+        return None
+    return lex_order(p, s)
 
 
 def _np(t, name, fill=None):
@@ -240,11 +297,10 @@ def _valid(t, name):
     return pc.is_valid(t.column(name)).to_numpy(zero_copy_only=False)
 
 
-def _check_rows(t, trace):
+def _check_rows(t, code, trace):
     """The per-row rules (load.ROW_RULES, in order); the first failing row is named as
     Spark names it: the least (file, process, seq, kind, msg), nulls first."""
     kind = t.column("kind")
-    code = pc.index_in(kind, _codes())
     null = {n: pc.is_null(t.column(n)) for n in ("process", "seq", "kind", "msg", "dests",
                                                  "node")}
     is_msg = pc.or_(pc.equal(code, K.SEND), pc.equal(code, K.DESTROY))

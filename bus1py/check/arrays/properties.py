@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import kinds as K
 from ..examples import DUPLICATED, LOST, NOT_A_DESTINATION, event, inversion, origin_kind
-from .events import distinct_sorted, member
+from .events import distinct_sorted, lex_order, member
 
 
 def direct_properties(ev, max_examples, timed):
@@ -113,7 +113,7 @@ def fifo(ev, k):
     if ev.stamp is not None and _stamp_witness(ev):
         return "stamp witness", None, 0, []
     fd = np.flatnonzero((ev.code == K.DELIVER) & ev.first)
-    fd = fd[np.lexsort((ev.seq[fd], ev.sender[fd], ev.process[fd]))]
+    fd = fd[lex_order(ev.process[fd], ev.sender[fd])]   # fd is in (process, seq) order
     gid = _groups(ev.process[fd], ev.sender[fd])
     ss = ev.send_seq[fd]
     big = int(ss.max()) + 2 if len(ss) else 1
@@ -143,7 +143,7 @@ def node_rules(ev, k):
     if not (ev.code == K.DESTROY).any():
         return None, None, 0, []
     d = np.flatnonzero((ev.code == K.DELIVER) & ev.has_node)
-    d = d[np.lexsort((ev.seq[d], ev.node[d], ev.process[d]))]
+    d = d[lex_order(ev.process[d], ev.node[d])]   # d is in (process, seq) order
     gid = _groups(ev.process[d], ev.node[d])
     pos = np.arange(len(d))
     gone = ev.is_destroy[d]

@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import kinds as K
 from ..examples import MAX_ROWS, cycle_example, event, inversion, shortest_cycle, unwind_path
+from .events import stable_order
 
 # Receives a causal example's path search may look at (about a second of Python per
 # million); a search that runs out leaves the example without a path.
@@ -340,7 +341,7 @@ def path(lay, start, goal, budget=PATH_BUDGET):
     when goal is not reached after looking at `budget` receives."""
     if lay.receivers is None:     # receives grouped by origin, built on first use
         recv = np.flatnonzero(lay.src >= 0)
-        lay.receivers = recv[np.argsort(lay.src[recv], kind="stable")]
+        lay.receivers = recv[stable_order(lay.src[recv])]
         lay.origins = np.flatnonzero(lay.kind <= K.SIGNAL_SEND)
     rsrc = lay.src[lay.receivers]
     goal_slot = int(lay.slot_of[goal])
@@ -396,7 +397,7 @@ def consistent(lay, max_examples):
     kslot = lay.slot_of[kpos]
     same = kslot[:-1] == kslot[1:]
     u, v = node[:-1][same], node[1:][same]
-    order = np.argsort(u, kind="stable")
+    order = stable_order(u)
     succ = v[order].astype(np.int64)
     V = len(nodes)
     indptr = np.concatenate([[0], np.cumsum(np.bincount(u, minlength=V))]).astype(np.int64)
