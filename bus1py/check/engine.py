@@ -30,7 +30,7 @@ SCREEN_MIN_ROWS = 1_000_000
 # rows x processes up to which causal and consistent are decided by the walk on the driver
 # after Spark's main pass, and without a witness on the driver path.
 DRIVER_MAX_CELLS = 20_000_000
-# The arrays of the whole check take about 290 bytes an event (8.6 GB at 30M, 64
+# The arrays of the whole check take about 250 bytes an event (7.4 GB at 30M, 64
 # processes; the walk's clocks are bounded by its column blocks, arrays/walk.py): larger
 # traces take the main pass, whose exact phase holds about 40 bytes an event.
 ONE_TASK_MAX_ROWS = 32_000_000
