@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
+# bus1py from PYTHONPATH when it names a tree (the A/B: this bench against that tree's bus1py)
+sys.path.append(str(Path(__file__).resolve().parent.parent.parent))
 
 from bench.common import Config, cpus  # noqa: E402
 from bench.harness import run_oneway  # noqa: E402
