@@ -375,3 +375,57 @@ def test_an_array_or_slice_of_the_payload_holds_the_record(pair):
         del kept
     m.release()
     assert b.query().queued_messages == 0
+
+
+def _batch_sender(peer, dests, tag, rounds):
+    for r in range(rounds):
+        ds = dests[r % len(dests):] + dests[:r % len(dests)]  # a changing order and length
+        ds = ds[:1 + r % len(ds)]
+        done = 0
+        payloads = [b"%d %d %d" % (tag, r, i) for i in range(1 + r % 70)]
+        while done < len(payloads):
+            try:
+                done += peer.send_many(ds, payloads[done:])
+            except OSError as e:
+                if e.errno not in (errno.EXFULL, errno.EDQUOT):
+                    raise
+                os.sched_yield()
+
+
+def test_multicast_batches_of_processes_sharing_a_sender_keep_every_queue_in_order(make_bus):
+    """Batches whose commits hand each block its successor (tx.c) next to those that cannot:
+    three processes send from one peer (their sequence numbers interleave), to nodes of
+    which two share a peer, while another peer sends to the same queues.  Every queue stays
+    a treap in key order, and every receiver gets each process's messages to each of its nodes in the order sent."""
+    bus = make_bus(spin_ns=0, quota_messages=4096)
+    a, c = bus.peer(), bus.peer()
+    rx = [bus.peer() for _ in range(3)]
+    ha = [r.transfer(r.create_node(), a) for r in rx] + [rx[0].transfer(rx[0].create_node(), a)]
+    hc = [r.transfer(r.create_node(), c) for r in rx]
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_batch_sender, args=(a, ha, tag, 60)) for tag in range(3)]
+    procs.append(ctx.Process(target=_batch_sender, args=(c, hc, 3, 60)))
+    for p in procs:
+        p.start()
+    got = {i: [] for i in range(len(rx))}
+
+    def drain():
+        for i, r in enumerate(rx):
+            try:
+                got[i] += [(m.destination, m.payload) for m in r.recv_many(64, timeout=0)]
+            except BlockingIOError:
+                pass
+    while any(p.is_alive() for p in procs):
+        drain()
+    for p in procs:
+        p.join(timeout=60)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    drain()
+    assert bus.check() == []
+    for copies in got.values():
+        seen = {}
+        for node, p in copies:
+            tag, r, i = map(int, p.split())
+            assert (r, i) > seen.get((tag, node), (-1, -1)), "a process's messages to a node in the order sent"
+            seen[(tag, node)] = (r, i)
+    assert sum(map(len, got.values())) > 0

@@ -5,6 +5,8 @@ the unicast fast path of `send` fails as the general path does."""
 from __future__ import annotations
 
 import errno
+import gc
+import sys
 import threading
 import time
 
@@ -150,3 +152,51 @@ def test_a_closed_bus_refuses_the_fast_calls(make_bus):
     for call in (lambda: a.send(h, b"x"), lambda: b.recv(0), lambda: b.recv_many(4, 0)):
         with pytest.raises(ValueError, match="closed"):
             call()
+
+
+def test_freeing_messages_drops_exactly_what_they_hold(pair):
+    """Message's deallocator is messages.c's: every item and the class reference go once,
+    for a Message built in C or in Python, a SliceMessage and a subclass with a finalizer."""
+    bus, a, b, h = pair
+    payload = b"p" * 100
+    stamp = (1, 2, 3)
+
+    class Noted(Message):
+        deleted = 0
+
+        def __del__(self):
+            Noted.deleted += 1
+
+    classes = (Message, SliceMessage, Noted)
+    before = [sys.getrefcount(c) for c in classes] + [sys.getrefcount(payload), sys.getrefcount(stamp)]
+    for _ in range(3):
+        a.send_many([h], [b"x"] * 50)
+        got = b.recv_many(50, 0)
+        assert len(got) == 50 and not gc.is_tracked(got[0])
+        del got
+        a.send(h, b"z")
+        m = b.recv(0, copy=False)
+        m.release()
+        del m
+        made = [Message(MessageType.DATA, 1, payload, (), stamp) for _ in range(50)]
+        made += [Noted(MessageType.DATA, 1, payload, (), stamp) for _ in range(50)]
+        del made
+    assert Noted.deleted == 150
+    after = [sys.getrefcount(c) for c in classes] + [sys.getrefcount(payload), sys.getrefcount(stamp)]
+    assert after == before
+
+
+def test_a_deep_chain_of_messages_is_freed_without_recursing_the_stack():
+    m = None
+    for i in range(200_000):
+        m = Message(MessageType.DATA, i, m, (), (0, 0, 0))
+    del m  # the trashcan bounds the depth: no stack overflow
+
+
+def test_setup_refuses_a_message_class_that_is_more_than_a_tuple():
+    from bus1py import _messages
+
+    class WithDict(tuple):
+        pass
+    with pytest.raises(TypeError, match="tuple and nothing more"):
+        _messages.setup(WithDict, WithDict, (), 1, 1, 1, 1, 1)

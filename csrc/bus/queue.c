@@ -188,6 +188,18 @@ int b1_queue_insert_locked(void *base, struct b1_peer *p, uint32_t e) {
     /* before any link: a repair finds it */
     n->queue = (uint16_t)(p - (struct b1_peer *)((char *)base + v->off_peers));
     uint32_t *slot = &p->root, steps = 0;
+    if (p->back && key_less(base, ENTRY_V(v, base, p->back), n)) {
+        /* above every key (a send's usual case): the path runs down the right spine and
+         * the subtree found there is all below n, so it becomes n's left whole -- the tree
+         * the general path builds, without a key comparison per step or the split */
+        while (*slot && ENTRY_V(v, base, *slot)->prio >= n->prio && b1_step(&steps, v->limits.max_entries))
+            slot = &ENTRY_V(v, base, *slot)->right;
+        n->left = *slot;
+        *slot = e;
+        p->n_entries++;
+        p->back = e;
+        return b1_queue_publish_front(base, p);
+    }
     while (*slot && ENTRY_V(v, base, *slot)->prio >= n->prio && b1_step(&steps, v->limits.max_entries)) {
         struct b1_entry *t = ENTRY_V(v, base, *slot);
         slot = key_less(base, n, t) ? &t->left : &t->right;
@@ -257,15 +269,20 @@ static uint32_t successor(void *base, struct b1_peer *p, uint32_t e) {
 /* Give entry e (linked in p's tree) the timestamp ts > its current one.  An entry whose
  * new key stays below its successor's keeps its place (its priority ignores ts, and
  * everything before it is below its old key); any other moves.  Committing a batch's
- * blocks last first keeps each in place.  Returns whether the front changed. */
-int b1_queue_rekey_locked(void *base, struct b1_peer *p, uint32_t e, uint64_t ts) {
+ * blocks last first keeps each in place.  `next`, if not 0, is e's successor, known to
+ * the caller (0: found here).  Returns whether the front changed; *moved (if given):
+ * whether e left its place. */
+int b1_queue_rekey_locked(void *base, struct b1_peer *p, uint32_t e, uint64_t ts, uint32_t next,
+                          int *moved) {
     const struct b1_view *v = VIEW(base);
     struct b1_entry *n = ENTRY_V(v, base, e);
-    uint32_t next = e == p->back ? 0 : successor(base, p, e);
+    if (!next && e != p->back) next = successor(base, p, e);
     uint64_t old = n->ts;
     n->ts = ts;
+    if (moved) *moved = 0;
     if (!next || key_less(base, n, ENTRY_V(v, base, next)))
         return b1_queue_publish_front(base, p);
+    if (moved) *moved = 1;
     n->ts = old;
     int woke = b1_queue_remove_locked(base, p, e);
     ENTRY_V(v, base, e)->ts = ts;

@@ -18,7 +18,9 @@ void b1_unlock(struct b1_peer *p);
 /* insert, remove and rekey return 1 when the front changed (wake after unlocking) */
 int b1_queue_insert_locked(void *base, struct b1_peer *p, uint32_t e);
 int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e);
-int b1_queue_rekey_locked(void *base, struct b1_peer *p, uint32_t e, uint64_t ts);
+/* rekey: e's new ts; next, if not 0, is e's successor as the caller knows it (0: found) */
+int b1_queue_rekey_locked(void *base, struct b1_peer *p, uint32_t e, uint64_t ts, uint32_t next,
+                          int *moved);
 int b1_queue_contains_locked(void *base, struct b1_peer *p, uint32_t e);
 int b1_queue_publish_front(void *base, struct b1_peer *p);
 int b1_key_less(const struct b1_entry *a, const struct b1_entry *b);

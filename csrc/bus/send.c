@@ -24,9 +24,9 @@
 #include "slot.h"
 #include "tx.h"
 
-int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,
-                  const uint64_t *dests, uint32_t n, const char *payload, uint32_t len,
-                  const uint64_t *handles, uint32_t n_handles, uint32_t flags) {
+/* The checks every prepare makes first: the limits, and the sender still itself. */
+static int prepare_checks(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id, uint32_t n, uint32_t len,
+                          uint32_t n_handles) {
     tx->msg = 0;
     if (n == 0 || n > LIM(base).max_dests) return -EINVAL;
     if (len > LIM(base).max_payload || n_handles > LIM(base).max_msg_handles) return -EMSGSIZE;
@@ -34,22 +34,14 @@ int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,
     struct b1_peer *sender = PEER(base, slot);
     if (__atomic_load_n(&sender->id, __ATOMIC_ACQUIRE) != id) return b1_peer_gone(base, id);
     if (__atomic_load_n(&sender->state, __ATOMIC_ACQUIRE) != B1_PEER_ACTIVE) return -ESHUTDOWN;
+    return 0;
+}
 
-    tx->sender_slot = slot;
-    tx->sender_id = id;
-    tx->n = n;
-    uint32_t dead = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t hi = b1_handle_lookup(base, slot, id, dests[i]);
-        if (!hi) return -ENXIO;
-        struct b1_handle *hd = HANDLE(base, hi);
-        struct b1_node *nd = NODE(base, hd->node);
-        dead += atomic_load(&hd->dead) != 0;
-        tx->dests[i] = (struct b1_dest){.handle = dests[i], .peer_id = nd->owner_id,
-                                        .owner_handle = nd->owner_handle, .peer_slot = nd->owner_slot,
-                                        .node = hd->node, .node_gen = hd->node_gen};
-    }
-    if ((flags & B1_SEND_UNREACHABLE_ERROR) && dead == n) return -EHOSTUNREACH;
+/* The rest of a prepare once tx->dests are resolved: quotas, the record, the entries, the
+ * carried handles' registrations. */
+static int prepare_resolved(void *base, struct b1_tx *tx, const char *payload, uint32_t len,
+                            const uint64_t *handles, uint32_t n_handles) {
+    uint32_t n = tx->n;
     /* quotas of a multicast, read without the locks: a refusal found here touches nothing,
      * not even a clock; the stage re-checks under each lock (a race there unwinds the
      * blocks).  A unicast's stage checks before it changes anything. */
@@ -71,6 +63,42 @@ int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,
         }
     }
     return r;
+}
+
+int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,
+                  const uint64_t *dests, uint32_t n, const char *payload, uint32_t len,
+                  const uint64_t *handles, uint32_t n_handles, uint32_t flags) {
+    int r = prepare_checks(base, tx, slot, id, n, len, n_handles);
+    if (r) return r;
+    tx->sender_slot = slot;
+    tx->sender_id = id;
+    tx->n = n;
+    uint32_t dead = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t hi = b1_handle_lookup(base, slot, id, dests[i]);
+        if (!hi) return -ENXIO;
+        struct b1_handle *hd = HANDLE(base, hi);
+        struct b1_node *nd = NODE(base, hd->node);
+        dead += atomic_load(&hd->dead) != 0;
+        tx->dests[i] = (struct b1_dest){.handle = dests[i], .peer_id = nd->owner_id,
+                                        .owner_handle = nd->owner_handle, .peer_slot = nd->owner_slot,
+                                        .node = hd->node, .node_gen = hd->node_gen};
+    }
+    if ((flags & B1_SEND_UNREACHABLE_ERROR) && dead == n) return -EHOSTUNREACH;
+    return prepare_resolved(base, tx, payload, len, handles, n_handles);
+}
+
+/* Prepare tx as first was, to the destinations first resolved, with its own payload and no
+ * carried handles: a batch's next send, as if its handles were looked up when first's were. */
+static int prepare_like(void *base, struct b1_tx *tx, const struct b1_tx *first, const char *payload,
+                        uint32_t len) {
+    int r = prepare_checks(base, tx, first->sender_slot, first->sender_id, first->n, len, 0);
+    if (r) return r;
+    tx->sender_slot = first->sender_slot;
+    tx->sender_id = first->sender_id;
+    tx->n = first->n;
+    memcpy(tx->dests, first->dests, first->n * sizeof *tx->dests);
+    return prepare_resolved(base, tx, payload, len, NULL, 0);
 }
 
 int b1_tx_stage(void *base, struct b1_tx *tx, uint32_t i) {
@@ -137,16 +165,6 @@ int64_t b1_frame_send(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t d
  * hold per step and destination for the batch); with handles, each is b1_frame_send. */
 #define B1_BATCH 32
 
-/* Does tx name the same destination peers as first (a handle moved by another thread
- * between their prepares does not)? */
-static int same_dests(const struct b1_tx *tx, const struct b1_tx *first) {
-    for (uint32_t i = 0; i < tx->n; i++)
-        if (tx->dests[i].peer_slot != first->dests[i].peer_slot ||
-            tx->dests[i].peer_id != first->dests[i].peer_id)
-            return 0;
-    return 1;
-}
-
 int b1_frame_send_iov(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t dest, uint32_t n,
                       const char *const *payloads, const uint32_t *lens, uint32_t count,
                       uint32_t n_handles, uint32_t flags) {
@@ -170,15 +188,13 @@ int b1_frame_send_iov(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t d
     while (done < count) {
         uint32_t k = count - done < B1_BATCH ? count - done : B1_BATCH, ready = 0;
         int r = 0;
+        /* the handles are looked up once a batch: every send of it goes to the same peers */
         for (; ready < k; ready++) {
             tx[ready] = (struct b1_tx){.dests = &ds[ready * nd]};
-            r = b1_tx_prepare(base, &tx[ready], slot, id, dests, nd, payloads[done + ready],
-                              lens[done + ready], NULL, 0, flags);
+            r = ready ? prepare_like(base, &tx[ready], &tx[0], payloads[done + ready], lens[done + ready])
+                      : b1_tx_prepare(base, &tx[0], slot, id, dests, nd, payloads[done], lens[done], NULL, 0,
+                                      flags);
             if (r) break;
-            if (!same_dests(&tx[ready], &tx[0])) {
-                b1_tx_abort(base, &tx[ready]); /* the next batch starts with it */
-                break;
-            }
         }
         int err = 0;
         B1_NOTICES(nt);

@@ -158,13 +158,15 @@ static inline __attribute__((always_inline)) int stage_locked(void *base, struct
 }
 
 /* Under p's lock, p active: sync p's clock to the stamp (unicast: the sync round) and move
- * d's block to it.  Returns whether the front changed. */
-static inline __attribute__((always_inline)) int commit_locked(void *base, struct b1_tx *tx, struct b1_peer *p, struct b1_dest *d) {
+ * d's block to it; `next`, *moved as b1_queue_rekey_locked's.  Returns whether the front
+ * changed. */
+static inline __attribute__((always_inline)) int commit_locked(void *base, struct b1_tx *tx, struct b1_peer *p,
+                                                               struct b1_dest *d, uint32_t next, int *moved) {
     uint32_t inject = LIM(base).inject;
     if (inject != B1_INJECT_NO_SYNC) b1_sync_clock(p, tx->ts);
     uint64_t ts = inject == B1_INJECT_FIFO ? 2 * ++p->fifo_counter : tx->ts;
     d->state = B1_DEST_COMMITTED;
-    if (stages_block(base)) return b1_queue_rekey_locked(base, p, d->entry, ts);
+    if (stages_block(base)) return b1_queue_rekey_locked(base, p, d->entry, ts, next, moved);
     ENTRY(base, d->entry)->queue = (uint16_t)d->peer_slot; /* the queue's from here on */
     ENTRY(base, d->entry)->ts = ts;
     return b1_queue_insert_locked(base, p, d->entry);
@@ -277,7 +279,7 @@ int b1_tx_commit_nt(void *base, struct b1_tx *tx, uint32_t i, struct b1_notices 
         drop_dest(base, tx, d, i, nt);
         return 0;
     }
-    int woke = commit_locked(base, tx, p, d);
+    int woke = commit_locked(base, tx, p, d, 0, NULL);
     b1_unlock(p);
     if (woke) b1_wake(p);
     B1_KILL_POINT(B1_KILL_COMMIT);
@@ -317,6 +319,15 @@ int b1_tx_run(void *base, struct b1_tx *tx, struct b1_notices *nt) {
     if (tx->n > 1) /* a single destination is synced inside its commit */
         for (uint32_t i = 0; i < tx->n; i++) b1_tx_sync(base, tx, i);
     for (uint32_t i = 0; i < tx->n; i++) b1_tx_commit_nt(base, tx, i, nt);
+    return 0;
+}
+
+/* Does another of the n destinations name dests[i]'s peer?  (Answered "yes" past 16
+ * destinations, where asking would cost more than it saves.) */
+static int shares_peer(const struct b1_dest *dests, uint32_t n, uint32_t i) {
+    if (n > 16) return 1;
+    for (uint32_t k = 0; k < n; k++)
+        if (k != i && dests[k].peer_slot == dests[i].peer_slot) return 1;
     return 0;
 }
 
@@ -393,7 +404,9 @@ uint32_t b1_tx_run_batch(void *base, struct b1_tx *tx, uint32_t count, int *err,
         for (uint32_t j = 0; j < ran; j++) tx[j].dests[i].state = B1_DEST_SYNCED;
         B1_KILL_POINT(B1_KILL_SYNC);
     }
-    /* commit: each destination's blocks move up to their stamps */
+    /* commit: each destination's blocks move up to their stamps, last first */
+    int consecutive = 1;
+    for (uint32_t j = 1; j < ran; j++) consecutive &= tx[j].seq == tx[j - 1].seq + 1;
     for (uint32_t i = 0; i < n; i++) {
         struct b1_dest *d0 = &tx[0].dests[i];
         if (d0->state != B1_DEST_STAGED && d0->state != B1_DEST_SYNCED) continue;
@@ -403,10 +416,19 @@ uint32_t b1_tx_run_batch(void *base, struct b1_tx *tx, uint32_t count, int *err,
             continue;
         }
         int woke = 0, gone = p->id != d0->peer_id || p->state != B1_PEER_ACTIVE || given_back(base, d0);
-        /* last first: each block then moves up to its stamp in place (queue.c) */
+        /* Each block's successor is the next transaction's, once that one stayed in place
+         * (the last's is looked up): the blocks were staged in one hold at one timestamp,
+         * so only an entry of this sender with a sequence number between two of theirs, or
+         * another copy of theirs in this queue, could lie between them -- and neither
+         * exists when their sequence numbers are consecutive and no other destination of
+         * theirs is this peer. */
+        int run = consecutive && !shares_peer(tx[0].dests, n, i) &&
+                  ENTRY(base, d0->entry)->ts == ENTRY(base, tx[ran - 1].dests[i].entry)->ts;
+        int moved = 1;
         for (uint32_t j = ran; j-- > 0;) {
             struct b1_dest *d = &tx[j].dests[i];
-            woke |= gone ? unstage_locked(base, p, d) : commit_locked(base, &tx[j], p, d);
+            uint32_t next = run && !moved ? tx[j + 1].dests[i].entry : 0;
+            woke |= gone ? unstage_locked(base, p, d) : commit_locked(base, &tx[j], p, d, next, &moved);
         }
         b1_unlock(p);
         if (woke) b1_wake(p);

@@ -27,6 +27,10 @@
  *     imports this module from one place); it holds strong references to what it names.
  *   - A receive that cannot wait (timeout 0) keeps the GIL, as a send does: it waits for
  *     nothing but a peer lock, whose holder needs no GIL to let go of it.
+ *   - Message is a tuple and nothing more (no __dict__, weak references or finalizer:
+ *     `setup` refuses a class that is more), so it is freed by message_dealloc here, and a
+ *     plain Message built here is left untracked by the cycle collector (its items are a
+ *     MessageType, ints, bytes and tuples of ints, which hold no cycle).
  *
  * The Peer's own send and recv, which call into this file, are peer.c's.
  */
@@ -111,8 +115,10 @@ static PyObject *new_message(PyTypeObject *tp, const struct b1_msg_info *in, PyO
     if (!ts || !sender || !seq) goto fail;
     PyObject *dest = int_of(in->destination, &c->dest, &c->dest_obj);
     if (!dest) goto fail;
-    /* what tuple.__new__(tp, items) does for a subclass: tp_alloc, then the items */
-    m = tp->tp_alloc(tp, 6);
+    /* what tuple.__new__(tp, items) does for a subclass: tp_alloc, then the items.  A plain
+     * Message is allocated bare (every item is set just below) and left untracked (see the
+     * invariants); a SliceMessage has a __dict__ and takes tp_alloc's zeroed, tracked object. */
+    m = tp == S.message ? (PyObject *)PyObject_GC_NewVar(PyTupleObject, tp, 6) : tp->tp_alloc(tp, 6);
     if (!m) {
         Py_DECREF(dest);
         goto fail;
@@ -184,6 +190,29 @@ static int as_u32(PyObject *o, uint32_t *out) {
         return NULL;                                                        \
     }
 
+/* Message's deallocator (setup installs it): a Message is a tuple and nothing more (setup
+ * checked: no __dict__, no weak references, no finalizer), so freeing one is dropping its
+ * items, as tuple's own deallocator does, without subtype_dealloc's general walk.  A
+ * subclass's instances (SliceMessage) come here through subtype_dealloc, which has
+ * cleared what the subclass added; the type reference is dropped here, as a heap type's
+ * deallocator must. */
+static void message_dealloc(PyObject *op) {
+    PyTypeObject *tp = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
+    Py_TRASHCAN_BEGIN(op, message_dealloc)
+    for (Py_ssize_t i = Py_SIZE(op); --i >= 0;) Py_XDECREF(PyTuple_GET_ITEM(op, i));
+    tp->tp_free(op);
+    Py_DECREF(tp);
+    Py_TRASHCAN_END
+}
+
+/* Can `tp` (a tuple subclass) take message_dealloc: nothing but a tuple's items to free? */
+static int bare_tuple_type(PyTypeObject *tp) {
+    return (tp->tp_flags & Py_TPFLAGS_HEAPTYPE) && tp->tp_base == &PyTuple_Type &&
+           tp->tp_basicsize == PyTuple_Type.tp_basicsize && tp->tp_itemsize == PyTuple_Type.tp_itemsize &&
+           !tp->tp_dictoffset && !tp->tp_weaklistoffset && !tp->tp_finalize && !tp->tp_del;
+}
+
 /* setup(Message, SliceMessage, MESSAGE_TYPES, recv_many, recv, send, slice_release,
  * send_iov): the classes to build and the addresses of b1_frame_recv_many, b1_frame_recv,
  * b1_frame_send, b1_slice_release and b1_frame_send_iov. */
@@ -205,9 +234,14 @@ static PyObject *py_setup(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_ValueError, "a null function address");
         return NULL;
     }
+    if (!bare_tuple_type((PyTypeObject *)args[0])) {
+        PyErr_SetString(PyExc_TypeError, "setup needs a Message class that is a tuple and nothing more");
+        return NULL;
+    }
     Py_INCREF(args[0]);
     Py_INCREF(args[1]);
     Py_INCREF(args[2]);
+    ((PyTypeObject *)args[0])->tp_dealloc = message_dealloc;
     Py_XSETREF(S.message, (PyTypeObject *)args[0]);
     Py_XSETREF(S.slice, (PyTypeObject *)args[1]);
     Py_XSETREF(S.types, args[2]);

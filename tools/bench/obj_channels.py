@@ -21,7 +21,7 @@ import numpy as np
 
 from .bus_channels import BusChannel
 from .common import CTX, payload_of
-from .peer_libs import ZmqChannel, zmq
+from .peer_libs import ZmqChannel
 
 WINDOW = 16  # shared memory segments a sender has out before it waits for receivers
 

@@ -160,7 +160,7 @@ def _sweep(add, sweep):
     add("")
     names = list(dict.fromkeys(k[0] for k in rows))
     for unit in ("msg/s", "MB/s", "receiver CPU ns/msg"):
-        add(f"| transport | " + " | ".join(fmt_size(s) for s in sizes) + " |")
+        add("| transport | " + " | ".join(fmt_size(s) for s in sizes) + " |")
         add("|---|" + "---:|" * len(sizes))
         for name in names:
             cells = []

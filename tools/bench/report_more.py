@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .common import NCPU, fmt_rate, fmt_ratio
 from .perfprof import PERF_TITLES, PROFILE_FLAGS, short, what
-from .prose import multicast_cpu_bound
+from .prose import call_split, multicast_cpu_bound
 
 
 def mark(ok):
@@ -184,27 +184,25 @@ def inproc_sections(add, cfg, res):
         for k, v in prof.items():
             add(f"| {k} | {v:.0f} |")
         add("")
-        api_s = prof.get("send: Peer.send (API)")
-        raw_s = prof.get("send: lib.b1_send (raw cffi)")
-        api_r = prof.get("recv: Peer.recv() (API)")
-        raw_r = prof.get("recv: lib.b1_recv_wait (raw cffi)")
+        sp = call_split(prof)
         call = prof.get("timer: empty cffi call", 0)
         steps = [prof.get(f"send step: b1_tx_{x} (raw cffi)") for x in ("prepare", "stage", "stamp", "commit")]
-        if api_s and raw_s and api_r and raw_r:
-            add(f"- **per send**: {api_s:.0f} ns through `Peer.send`, of which {raw_s:.0f} ns is the "
-                f"`b1_send` call (an empty cffi call costs {call:.0f} ns of that) and {api_s - raw_s:.0f} ns "
-                "is Python in `Peer.send` (the per-thread frame lookup, the type checks of destinations and "
-                "payload, building the returned stamp tuple; `Peer.send` reaches the same C code through "
-                "`b1_frame_send`, with fewer arguments than the raw call converts)."
+        if sp:
+            (api_s, bus_s, rest_s), (api_r, bus_r, rest_r) = sp["send"], sp["recv"]
+            add(f"- **per send**: {api_s:.0f} ns through `Peer.send`, a C method (csrc/py/peer.c) calling "
+                f"`b1_frame_send`: the bus's work is ~{bus_s:.0f} ns (the raw cffi `b1_send` call "
+                f"{bus_s + call:.0f} ns minus an empty cffi call, {call:.0f} ns, which the method does not "
+                f"pay) and {rest_s:.0f} ns is the method's own (the call, the per-thread frame lookup, the "
+                "type checks of destinations and payload, building the returned stamp tuple)."
                 + (" Run step by step the same send costs prepare {:.0f} + stage {:.0f} + stamp {:.0f} + "
                    "commit {:.0f} ns (each with its own cffi call): resolving the handle and allocating "
                    "the entry and pool record, then one lock/unlock per queue operation "
                    "(destination, sender, destination).".format(*steps) if all(steps) else ""))
-            add(f"- **per recv**: {api_r:.0f} ns through `Peer.recv`, of which {raw_r:.0f} ns is the "
-                f"`b1_recv_wait` call (one lock/unlock, the tree removal, the payload copy, freeing the "
-                f"entry and record) and {api_r - raw_r:.0f} ns is Python in `Peer.recv` (timeout "
-                "handling, one `struct.unpack_from` of the frame's info words, slicing the payload out of "
-                "the frame's buffer, building the `Message`).")
+            add(f"- **per recv**: {api_r:.0f} ns through `Peer.recv`, a C method calling `b1_frame_recv`: "
+                f"the bus's work is ~{bus_r:.0f} ns (the raw cffi `b1_recv_wait` call {bus_r + call:.0f} ns "
+                "minus an empty cffi call: one lock/unlock, the tree removal, the payload copy, freeing "
+                f"the entry and record) and {rest_r:.0f} ns is the method's own (timeout handling, the "
+                "payload's bytes, building the `Message` and its stamp).")
             pair_api = prof.get("pair: Peer.send + Peer.recv (API), depth 0/1")
             bp = uni and uni["rows"].get(("bus1py", "pinned", 64))
             b = bp if bp and "rtt_med" in bp else None

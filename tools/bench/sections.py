@@ -130,7 +130,7 @@ def best(rows, size, *, peer=None, name=None, api=None, key="rate"):
     return pick(cand, key=lambda kr: kr[1][key])
 
 
-def _fanout(cfg, variants, ks, size, n, reps, progress=None, task=None):
+def fanout(cfg, variants, ks, size, n, reps, progress=None, task=None):
     """{(variant, k): {rate per receiver, aggregate, rates, CPU ns per message of each side}}:
     each variant to k receivers, repetitions interleaved across variants.  k + 1 processes
     on the machine's cores: nobody is pinned, the scheduler places them."""
@@ -155,7 +155,7 @@ def _fanout(cfg, variants, ks, size, n, reps, progress=None, task=None):
 
 def bench_multicast(cfg, progress=None, task=None, size=64):
     """Section 2: 64 B messages to k receivers, each multicast variant."""
-    return _fanout(cfg, multicast_variants(cfg.batch), cfg.mc_ks, size, cfg.mc_n, cfg.mc_reps, progress, task)
+    return fanout(cfg, multicast_variants(cfg.batch), cfg.mc_ks, size, cfg.mc_n, cfg.mc_reps, progress, task)
 
 
 OBJ_SIZE, OBJ_KS = 1 << 20, (1, 4)
@@ -163,7 +163,7 @@ OBJ_SIZE, OBJ_KS = 1 << 20, (1, 4)
 
 def bench_objects(cfg, progress=None, task=None):
     """Section 2b: a 1 MiB numpy array to 1 and to 4 receivers, each object variant."""
-    return _fanout(cfg, object_variants(), OBJ_KS, OBJ_SIZE, cfg.n_for(OBJ_SIZE), cfg.mc_reps, progress, task)
+    return fanout(cfg, object_variants(), OBJ_KS, OBJ_SIZE, cfg.n_for(OBJ_SIZE), cfg.mc_reps, progress, task)
 
 
 def bench_memory():
