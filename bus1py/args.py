@@ -103,4 +103,7 @@ def recv_error(peer, r, timeout):
         return bus_error(r, f"peer {peer._id} has no committed message at its front")
     if r == -errno.ETIMEDOUT:
         return bus_error(r, f"no message for peer {peer._id} within {timeout} s")
+    if r == -errno.EMFILE:
+        return OSError(errno.EMFILE, f"peer {peer._id} is out of file descriptors: close some and receive "
+                                     "again; the message stays queued")
     return bus_error(r, f"peer {peer._id}")

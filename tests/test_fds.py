@@ -13,6 +13,10 @@ Invariants checked:
   - the receiver's quota bounds the descriptors in flight to it (EDQUOT, nothing sent, no
     descriptor left behind), and 160 messages in flight to one receiver, far past one
     datagram socket's queue, all arrive with their own;
+  - a receiver out of descriptor numbers (RLIMIT_NOFILE) cannot take a message whose
+    descriptors it cannot all install: recv raises EMFILE with none installed and the
+    message stays queued, recv_many returns the messages before it; once descriptors are
+    closed the message arrives with all of them working;
   - a sender and a receiver SIGKILLed at each step (the named kill points around the post
     and the take): no descriptor left open in any surviving process or in the store
     (end-of-file), none delivered twice, a message stamped before the kill delivered
@@ -23,6 +27,7 @@ from __future__ import annotations
 import errno
 import multiprocessing as mp
 import os
+import resource
 import select
 
 import pytest
@@ -251,6 +256,84 @@ def test_a_hundred_and_more_in_flight_all_arrive_with_their_own(bus):
         assert _eof(rd)
         os.close(rd)
     assert r.query().n_fds == 0
+
+
+# ---- a receiver out of descriptors ----
+
+def _free_numbers() -> int:
+    """How many more descriptors this process can open (each probe closed again)."""
+    probes = []
+    try:
+        while True:
+            probes.append(os.dup(2))
+    except OSError as e:
+        assert e.errno == errno.EMFILE
+    for fd in probes:
+        os.close(fd)
+    return len(probes)
+
+
+def _receive_out_of_descriptors(r, out):
+    """Fill the table but 2 numbers: the 3-descriptor message cannot be installed."""
+    top = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (top + 32, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    fillers = []
+    try:
+        while True:
+            fillers.append(os.dup(2))
+    except OSError:
+        pass
+    os.close(fillers.pop())
+    os.close(fillers.pop())
+    report = {"first": [(m.payload, len(m.fds)) for m in r.recv_many(8, timeout=0)]}
+    try:
+        r.recv(timeout=0)
+    except OSError as e:
+        report["error"] = (e.errno, str(e))
+    report["free after"] = _free_numbers()  # the 2 copies it did install were closed
+    try:
+        r.recv_many(8, timeout=0)
+    except OSError as e:
+        report["again"] = e.errno  # still queued, still too many
+    for fd in fillers[:8]:
+        os.close(fd)
+    m = r.recv(timeout=0)
+    for i, fd in enumerate(m.fds):
+        os.write(fd, b"%d" % i)
+        os.close(fd)
+    report["then"] = (m.payload, len(m.fds))
+    for fd in fillers[8:]:
+        os.close(fd)
+    out.put(report)
+
+
+@pytest.mark.timeout(60)
+def test_a_receiver_out_of_descriptors_leaves_the_message_queued(bus):
+    r, s, _, h = _pair(bus)
+    rd, wr = _pipe()
+    s.send([h], b"before it")
+    s.send([h], b"three", fds=(wr, wr, wr))
+    os.close(wr)
+    out = FORK.SimpleQueue()
+    receiver = FORK.Process(target=_receive_out_of_descriptors, args=(r, out))
+    receiver.start()
+    receiver.join(30)
+    assert receiver.exitcode == 0
+    report = out.get()
+    assert report["first"] == [(b"before it", 0)]  # the batch stops before the message
+    code, text = report["error"]
+    assert code == errno.EMFILE and "the message stays queued" in text
+    assert report["free after"] == 2
+    assert report["again"] == errno.EMFILE
+    assert report["then"] == (b"three", 3)
+    assert os.read(rd, 8) == b"012"
+    # the child took it: nothing is left for this process
+    with pytest.raises(BlockingIOError):
+        r.recv(timeout=0)
+    lib.b1_fds_sweep(bus.base(), r._slot, r._id)
+    assert _eof(rd)  # its datagrams popped: no copy left in the store
+    assert r.query().n_fds == 0
+    os.close(rd)
 
 
 # ---- kills at each step ----

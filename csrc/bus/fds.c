@@ -21,10 +21,17 @@
  *     message of more than SCM_MAX descriptors travels in several, in any sockets.
  *   - A sender posts under its own lock, with the stamp computed and not yet stored (tx.c).
  *   - A receiver takes a message's descriptors in the lock hold that takes its entry
- *     (recv.c) by peeking: it finds the message's datagrams wherever they are (SO_PEEK_OFF)
- *     and installs copies of their descriptors (MSG_PEEK with room for them), leaving the
- *     datagrams in the store.  Nothing of another message ever leaves the store in a
- *     receive, so a receiver killed anywhere loses nothing but what it claimed.
+ *     (recv.c), before the entry leaves the queue, by peeking: it finds the message's
+ *     datagrams wherever they are (SO_PEEK_OFF) and installs copies of their descriptors
+ *     (MSG_PEEK with room for them), leaving the datagrams in the store.  Nothing of
+ *     another message ever leaves the store in a receive, so a receiver killed anywhere
+ *     loses nothing but what it claimed.
+ *   - A take installs all of a message's descriptors found, or none: a copy the kernel
+ *     cannot install (the receiver out of descriptor numbers: MSG_CTRUNC on one of the
+ *     message's datagrams) fails the take with -EMFILE, the copies installed closed.  The
+ *     copies are all a take changes, so the message stays queued as it was.  Datagrams
+ *     missing for any other reason (no holder had the store at the post) are not waited
+ *     for: the take returns the descriptors found, packed.
  *   - A datagram is removed only from the head of its socket and only when its message
  *     is no longer in the queue (taken, dropped, flushed, never committed): an orphan.
  *     Every take and sweep pops the orphans at the heads of the sockets; an orphan behind
@@ -246,8 +253,9 @@ static void close_fds(const int32_t *fds, uint32_t n) {
 
 /* The datagram at position `at` of the socket into *h (peeked, left in place, at >= 0)
  * or its head (taken, at < 0); with fds, its descriptors too (*nfds of them: copies when
- * peeked), else none installed.  0, or -errno (-EAGAIN: no such datagram).  A datagram
- * of the wrong shape reads as total 0. */
+ * peeked), else none installed (a taken datagram's close with it).  0, or -errno
+ * (-EAGAIN: no such datagram; -EMFILE: with fds, not all could be installed, and those
+ * that were are closed).  A datagram of the wrong shape reads as total 0. */
 static int read_dgram(int sock, int at, struct fd_dgram *h, int32_t *fds, uint32_t *nfds) {
     union {
         char buf[CMSG_SPACE(SCM_MAX * sizeof(int))];
@@ -275,9 +283,13 @@ static int read_dgram(int sock, int at, struct fd_dgram *h, int32_t *fds, uint32
         memcpy(fds + k, CMSG_DATA(c), m * sizeof(int));
         k += m;
     }
+    if (fds && (mh.msg_flags & MSG_CTRUNC)) { /* the room is SCM_MAX: the kernel ran out of numbers */
+        close_fds(fds, k);
+        return -EMFILE;
+    }
     if (nfds) *nfds = k;
     if (got != sizeof *h || h->total > B1_MAX_FDS || h->first + h->count > h->total || h->count > SCM_MAX ||
-        (fds && ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || h->count != k)))
+        (fds && ((mh.msg_flags & MSG_TRUNC) || h->count != k)))
         h->total = 0;
     return 0;
 }
@@ -304,46 +316,45 @@ static int queued_locked(void *base, struct b1_peer *p, const struct fd_dgram *h
 
 /* Pop the orphans at the head of the socket (p's lock held). */
 static void trim_locked(void *base, struct b1_peer *p, int sock) {
-    int32_t fds[SCM_MAX];
     struct fd_dgram h;
-    uint32_t nfds;
     for (uint32_t i = 0; i < WALK_MAX; i++) {
         if (read_dgram(sock, 0, &h, NULL, NULL)) return;
         if (h.total && queued_locked(base, p, &h)) return;
-        if (read_dgram(sock, -1, &h, fds, &nfds)) return;
-        close_fds(fds, nfds);
+        if (read_dgram(sock, -1, &h, NULL, NULL)) return;
     }
 }
 
-uint32_t b1_fds_take_locked(void *base, struct b1_peer *p, const int *socks, uint32_t n_socks,
-                            const struct b1_entry *e, uint32_t n, int32_t *out) {
+int b1_fds_take_locked(const int *socks, uint32_t n_socks, const struct b1_entry *e, uint32_t n, int32_t *out) {
     int32_t fds[SCM_MAX];
     uint8_t have[(B1_MAX_FDS + SCM_MAX - 1) / SCM_MAX] = {0};
     struct fd_dgram h;
     uint32_t got = 0, nfds;
-    if (out)
-        for (uint32_t i = 0; i < n; i++) out[i] = -1;
+    for (uint32_t i = 0; i < n; i++) out[i] = -1;
     for (uint32_t s = 0; s < n_socks && got < n; s++) {
         for (int at = 0; at < WALK_MAX && got < n; at++) {
             if (read_dgram(socks[s], at, &h, NULL, NULL)) break;
             if (!h.total || h.sender != e->sender || h.ts != e->ts || h.seq != e->seq || h.idx != e->idx ||
                 h.total != n || h.first % SCM_MAX || have[h.first / SCM_MAX])
                 continue;
-            if (read_dgram(socks[s], at, &h, fds, &nfds) || !h.total) continue;
+            int r = read_dgram(socks[s], at, &h, fds, &nfds);
+            if (r == -EMFILE) { /* all or none: the message stays queued */
+                for (uint32_t i = 0; i < n; i++)
+                    if (out[i] >= 0) close(out[i]);
+                return r;
+            }
+            if (r || !h.total) continue;
             have[h.first / SCM_MAX] = 1;
-            if (out) memcpy(out + h.first, fds, nfds * sizeof *fds);
-            else close_fds(fds, nfds);
+            memcpy(out + h.first, fds, nfds * sizeof *fds);
             got += nfds;
         }
     }
-    for (uint32_t s = 0; s < n_socks; s++) trim_locked(base, p, socks[s]);
-    if (out && got < n) { /* some are missing (no holder had the store at the post): the rest, packed */
+    if (got < n) { /* some are missing (no holder had the store at the post): the rest, packed */
         uint32_t k = 0;
         for (uint32_t i = 0; i < n; i++)
             if (out[i] >= 0) out[k++] = out[i];
         got = k;
     }
-    return got;
+    return (int)got;
 }
 
 void b1_fds_sweep_locked(void *base, struct b1_peer *p, const int *socks, uint32_t n_socks) {

@@ -26,11 +26,12 @@ int b1_fds_sender(void);
  * room.  0, or -EDQUOT (a store full, or the user's descriptors in flight at their
  * limit), -EBADF. */
 int b1_fds_post(void *base, int sock, const struct b1_tx *tx);
-/* Under p's lock, e the data entry being taken (out of the queue already), n its
- * descriptors: copies of them from the store (socks) into out[0..n) (out NULL: none
- * installed), then the orphans at the sockets' heads popped.  Returns how many were found. */
-uint32_t b1_fds_take_locked(void *base, struct b1_peer *p, const int *socks, uint32_t n_socks,
-                            const struct b1_entry *e, uint32_t n, int32_t *out);
+/* Under the receiver's lock, e the data entry about to be taken (still in the queue), n
+ * its descriptors: copies of them from the store (socks) into out[0..n).  Returns how many
+ * were found (packed: a datagram no holder received is missing), or -EMFILE when the
+ * process has no numbers for them all (none installed then).  Pops nothing: the caller
+ * sweeps once the entry is out of the queue. */
+int b1_fds_take_locked(const int *socks, uint32_t n_socks, const struct b1_entry *e, uint32_t n, int32_t *out);
 /* Under p's lock: pop the orphans at the heads of the store's sockets. */
 void b1_fds_sweep_locked(void *base, struct b1_peer *p, const int *socks, uint32_t n_socks);
 

@@ -13,10 +13,14 @@
  *     or until the peer is flushed (peer.c), whichever is first.
  *   - A waiter registers in `waiters` before it reads wake_seq (queue.c): no wake is lost.
  *   - A data message's descriptors are copied from the peer's store (fds.c) in the hold
- *     that takes its entry, after the entry is claimed (or made a slice): into the
- *     caller's room when it is delivered, none when it is dropped; its datagrams, orphans
- *     from then on, are popped from the store when they reach a socket's head.  A process without the store takes no
- *     message that carries descriptors (-EPERM), so none is delivered without them.
+ *     that takes its entry, before the entry leaves the queue: into the caller's room when
+ *     it is delivered, none when it is dropped; its datagrams, orphans from then on, are
+ *     popped from the store when they reach a socket's head.  A process without the store
+ *     takes no message that carries descriptors (-EPERM), so none is delivered without them.
+ *   - A message whose descriptors cannot all be installed (the process out of descriptor
+ *     numbers) is not taken: it and the messages after it stay queued, unclaimed, and the
+ *     call returns those before it, or fails with -EMFILE when it is the first.  The take
+ *     installed copies only, closed again, so the segment is as it was.
  *
  * Lock rules: the receiving peer's lock for the dequeue, released before anything is
  * copied; carried handles are resolved under their owners' locks after it (message.c);
@@ -112,15 +116,22 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
                     break;
                 }
             }
+            int deliver = type != B1_MSG_DATA || !b1_data_dropped_locked(base, e);
+            int got = 0;
+            if (type == B1_MSG_DATA && t->shape.n_fds && deliver && q->fds) {
+                got = b1_fds_take_locked(socks, (uint32_t)n_socks, &t->key, t->shape.n_fds, q->fds + nfd);
+                if (got < 0) { /* out of descriptors: this message stays, unclaimed */
+                    if (!n) r = got;
+                    break;
+                }
+            }
             woke |= b1_queue_remove_locked(base, p, ei);
             if (b1_bad || p->front == ei) { /* still linked: a cycle in a scribbled tree */
                 b1_bad = 1;
                 r = -EBADMSG;
                 break;
             }
-            int deliver = 1;
             if (type == B1_MSG_DATA) {
-                deliver = !b1_data_dropped_locked(base, e);
                 if (!deliver || copied) /* a slice keeps its quota until it is given back */
                     b1_uncharge_locked(p, t->shape.len, t->shape.n_fds);
                 else
@@ -141,7 +152,9 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
                 info->type = type;
                 info->len = t->shape.len;
                 info->n_handles = t->shape.n_handles;
-                info->n_fds = info->fds_at = 0;
+                info->n_fds = (uint32_t)got;
+                info->fds_at = nfd;
+                nfd += (uint32_t)got;
                 if (copied) {
                     used += t->shape.len;
                     info->slice = 0;
@@ -159,17 +172,9 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
             }
             t->type = type;
             if (!t->held) b1_entry_claim(e); /* a slice is its peer's */
-            if (type == B1_MSG_DATA && t->shape.n_fds) {
-                int32_t *room = deliver && q->fds ? q->fds + nfd : NULL;
-                uint32_t got = b1_fds_take_locked(base, p, socks, (uint32_t)n_socks, &t->key, t->shape.n_fds, room);
-                if (room) {
-                    q->infos[delivered - 1].n_fds = got;
-                    q->infos[delivered - 1].fds_at = nfd;
-                    nfd += got;
-                }
-                B1_KILL_POINT(B1_KILL_FDS_TAKEN);
-            }
+            if (type == B1_MSG_DATA && t->shape.n_fds) B1_KILL_POINT(B1_KILL_FDS_TAKEN);
         }
+        if (n_socks > 0) b1_fds_sweep_locked(base, p, socks, (uint32_t)n_socks);
         p->received += delivered;
         b1_unlock(p);
         if (woke) b1_wake(p);
