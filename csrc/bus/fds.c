@@ -34,9 +34,10 @@
  *     for: the take returns the descriptors found, packed.
  *   - A datagram is removed only from the head of its socket and only when its message
  *     is no longer in the queue (taken, dropped, flushed, never committed): an orphan.
- *     Every take and sweep pops the orphans at the heads of the sockets; an orphan behind
- *     a queued message's datagram waits until that one is taken (its descriptors stay in
- *     flight meanwhile, charged to nobody).
+ *     Every receive that met descriptors (at the end of its hold) and every sweep pops
+ *     the orphans at the heads of the sockets; an orphan behind a queued message's
+ *     datagram waits until that one is taken (its descriptors stay in flight meanwhile,
+ *     charged to nobody).
  *   - Nothing here takes a lock: post runs under the sender's, take and sweep under the
  *     receiver's.
  */
@@ -283,7 +284,9 @@ static int read_dgram(int sock, int at, struct fd_dgram *h, int32_t *fds, uint32
         memcpy(fds + k, CMSG_DATA(c), m * sizeof(int));
         k += m;
     }
-    if (fds && (mh.msg_flags & MSG_CTRUNC)) { /* the room is SCM_MAX: the kernel ran out of numbers */
+    /* the room holds SCM_MAX: a truncation is a copy the kernel could not install -- no
+     * number free (EMFILE), or one a security module refused, which reads the same */
+    if (fds && (mh.msg_flags & MSG_CTRUNC)) {
         close_fds(fds, k);
         return -EMFILE;
     }
