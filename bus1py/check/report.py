@@ -39,6 +39,10 @@ def _esc(x) -> str:
 _RECV = {"deliver": "send", "signal_recv": "signal_send"}
 COLUMN_DX, ROW_DY, LEFT, TOP = 120, 56, 90, 30   # COLUMN_DX: the narrowest column
 CHAR_PX = 7   # the most an 11px system-ui character takes: widths sized by it never clip
+# the baseline of the label under a dot: its box starts ~11 px below the dot's centre, past
+# the tip of any arrow, which stops at most 9 px short of the centre (_short_of), whatever
+# the arrow's angle
+LABEL_BELOW = 21
 
 
 def _origin_key(e):
@@ -156,7 +160,7 @@ def spacetime_svg(events, highlight=(), paths=()) -> str:
                    f'<title>{_esc(json.dumps(e))}</title></circle>'
                    f'<text x="{cx}" y="{cy - 11}" text-anchor="middle" fill="{fill}"{_HALO}>'
                    f'{_esc(_label(e))}</text>'
-                   f'<text x="{cx}" y="{cy + 17}" text-anchor="middle" fill="#777"{_HALO}>'
+                   f'<text x="{cx}" y="{cy + LABEL_BELOW}" text-anchor="middle" fill="#777"{_HALO}>'
                    f'p{_esc(e["process"])}:{_esc(e["seq"])}</text>')
     out.append("</svg>")
     return "".join(out)

@@ -114,3 +114,32 @@ def test_report_tables_and_bins_read_as_written():
     html = render_html({"ok": False, "trace": "t", "events": 2, "processes": 2,
                         "seconds": 0.1, "witness": "-", "properties": props})
     assert html.count("<tr><td>0</td><td>1</td><td>send</td>") == 1
+
+
+@pytest.mark.timeout(120)
+def test_no_arrowhead_lands_on_a_label_whatever_the_angle(tmp_path):
+    # a path's arrows from every row below and above into a column next to their sender:
+    # the steepest arrows a diagram of 8 processes draws, stopped short of a ringed dot
+    from bus1py.check.report import render_html
+    examples = []
+    for far in (1, 4, 7):
+        for down in (False, True):
+            src, dst = (0, far) if down else (far, 0)
+            send = {"process": src, "seq": 1, "kind": "send", "msg": far, "message": f"m{far}"}
+            deliver = {"process": dst, "seq": 2, "kind": "deliver", "msg": far,
+                       "message": f"m{far}"}
+            # the processes between them have events too, so their rows lie between
+            others = [{"process": q, "seq": 1, "kind": "send", "msg": 100 + q,
+                       "message": f"x{q}"} for q in range(1, far)]
+            examples.append({"why": "w", "events": [send, deliver] + others, "highlight": [far],
+                             "path": [send, deliver]})
+    props = {p: {"ok": True, "violations": 0, "examples": []} for p in
+             ("exactly_once", "fifo", "consistent", "node_rules")}
+    props["causal"] = {"ok": False, "violations": len(examples), "examples": examples}
+    report = tmp_path / "r.html"
+    report.write_text(render_html({"ok": False, "trace": "t", "events": 12, "processes": 8,
+                                   "seconds": 0.1, "witness": "-", "properties": props}))
+    m = measure(report, tmp_path)
+    assert m["arrows"] >= len(examples), m
+    assert m["covered"] == [], m["covered"]
+    assert m["overlaps"] == [] and m["clipped"] == [], m
