@@ -10,7 +10,8 @@ Invariants:
     or meets a causality cycle.
   - On Spark: an empty trace holds vacuously; a trace whose exact path is certain and
     whose rows fit one task is checked whole in one task (the array engine's whole check);
-    else the screen (`screen_skipped` says when not), the main pass, exactly_once, fifo
+    one whose exact path is certain without stamps, past one task, by the array engine in
+    tasks by message and the walk in one task (`by_message`); else the screen (`screen_skipped` says when not), the main pass, exactly_once, fifo
     and node_rules, then causal and consistent by the exact walk on the driver when
     `walk_on_driver`, else the stamp witness and the exact formulations.
   - LOCAL_MAX_ROWS <= SCREEN_MIN_ROWS: a trace the driver takes is one Spark's path too
@@ -52,6 +53,14 @@ def whole_trace(trace, exact, max_rows=ONE_TASK_MAX_ROWS) -> bool:
     """Is the exact path certain for this trace (--exact, or stamps that cannot witness
     anything), and do its rows fit one whole check in one process?"""
     return 0 < trace.rows <= max_rows and (exact or stamps_cannot_witness(trace))
+
+
+def by_message(trace, exact, min_rows=ONE_TASK_MAX_ROWS) -> bool:
+    """Is the exact path certain for this trace, without stamps that could witness (so
+    fifo too is decided exactly), and are its rows more than min_rows (by default: more
+    than one task holds)? Spark then links them in tasks by message and walks them in one
+    task (spark/by_message.py)."""
+    return trace.rows > min_rows and stamps_cannot_witness(trace)
 
 
 def on_driver(trace, exact, spark_asked, cluster_asked=False) -> bool:

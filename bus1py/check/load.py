@@ -222,7 +222,16 @@ def read_arrow(trace: Trace):
     """Every row of the trace as one Arrow table with exactly the SPEC columns and types
     (absent optional columns as nulls, producers' extra columns left out), plus `file`: the
     index in trace.files of each row's file. On the driver: for traces that fit there."""
+    return pa.concat_tables(read_files(trace, range(len(trace.files)))).combine_chunks()
+
+
+def read_files(trace: Trace, indexes, columns=None):
+    """The tables of trace.files[i] for i in indexes, as read_arrow's rows (only
+    `columns`, when given), read side by side (pyarrow decodes without the GIL); the
+    first file in order that fails is the one named."""
     target = schema()
+    if columns is not None:
+        target = pa.schema([target.field(n) for n in columns])
 
     def read(i):
         f = trace.files[i]
@@ -232,16 +241,14 @@ def read_arrow(trace: Trace):
                 else pa.nulls(t.num_rows, fld.type) for fld in target]
         cols.append(pa.array(np.full(t.num_rows, i, np.int32)))
         return pa.table(cols, names=[*target.names, "file"])
-    # files side by side (pyarrow decodes without the GIL); the first file in order that
-    # fails is the one named
     from concurrent.futures import ThreadPoolExecutor
+    indexes = list(indexes)
     try:
-        with ThreadPoolExecutor(min(4, max(1, len(trace.files)))) as pool:
-            parts = list(pool.map(read, range(len(trace.files))))
+        with ThreadPoolExecutor(min(4, max(1, len(indexes)))) as pool:
+            return list(pool.map(read, indexes))
     except Exception as e:  # a file that passed its footer check but fails to decode
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise TraceError(f"{trace.path}: cannot read trace rows: {first[:500]}") from None
-    return pa.concat_tables(parts).combine_chunks()
 
 
 def row_problem_code():

@@ -19,6 +19,14 @@ from ..load import ROW_RULES, TraceError, fmt_row, read_arrow, stamp_layout
 from ...schema import STAMPS
 
 
+class _Unnamed:
+    """The trace of rows read without their files (Events.of_messages)."""
+    files = ("",)
+
+
+_UNNAMED = _Unnamed()
+
+
 def _codes():
     """The kind names as an Arrow array whose index is the kind code."""
     return pa.array([K.NAMES[c] for c in range(K.INTERNAL + 1)])
@@ -51,6 +59,45 @@ class Events:
                 raise
             rows.result()
 
+    @classmethod
+    def of_messages(cls, t):
+        """The events of some messages and signals, every row naming one of their ids (and
+        any internal rows), for exactly_once by message (spark/by_message.py). t: process,
+        seq, kind_code, msg, dests, node, in any order, each row passing the per-row rules.
+        Not checked here: the seq numbering (a process's rows are spread over the
+        partitions) and the stamps (none). A broken rule raises TraceError without file
+        names: the caller lets the main pass name the row."""
+        ev = cls.__new__(cls)
+        ev.trace, ev.n = _UNNAMED, t.num_rows
+        order = ev.order = _order(_np(t, "process"), _np(t, "seq"))
+
+        def col(name, fill=None):
+            a = _np(t, name, fill)
+            return a if order is None else a[order]
+        ev.files = np.zeros(ev.n, np.int32)
+        ev.process, ev.seq = col("process").astype(np.int64), col("seq")
+        ev.code, ev.msg = col("kind_code").astype(np.int8), col("msg", fill=0)
+        ev.procs = ev.process[_starts(ev.process)]
+        own_node = col("node", fill=0)
+        has_own = _valid(t, "node") if order is None else _valid(t, "node")[order]
+        ev._link(own_node, has_own)
+        ev._dest_lists = t.column("dests")
+        ev._firsts()
+        ev.stamp = None
+        return ev
+
+    def _link(self, own_node, has_own):
+        """origin, node, has_node, sender, send_seq, is_destroy (rows validated)."""
+        self._link_origins()
+        o = np.where(self.origin >= 0, self.origin, 0)
+        linked = self.origin >= 0
+        self.node = np.where(has_own & (self.code == K.DELIVER), own_node, own_node[o])
+        self.has_node = np.where(self.code == K.DELIVER, has_own | has_own[o],
+                                 has_own[o] & linked)
+        self.sender = np.where(linked, self.process[o], -1)
+        self.send_seq = np.where(linked, self.seq[o], -1)
+        self.is_destroy = linked & (self.code[o] == K.DESTROY)
+
     def _columns(self, t, code):
         """The per-event arrays from the table as read (rows in file order)."""
         order = self.order = _order(_np(t, "process"), _np(t, "seq"))
@@ -72,16 +119,7 @@ class Events:
         self._check_numbering()
         self.procs = self.process[_starts(self.process)]
         self.wall, self.has_wall = col("wall_ns", fill=0), valid("wall_ns")
-        own_node, has_own = col("node", fill=0), valid("node")
-        self._link_origins()
-        o = np.where(self.origin >= 0, self.origin, 0)
-        linked = self.origin >= 0
-        self.node = np.where(has_own & (self.code == K.DELIVER), own_node, own_node[o])
-        self.has_node = np.where(self.code == K.DELIVER, has_own | has_own[o],
-                                 has_own[o] & linked)
-        self.sender = np.where(linked, self.process[o], -1)
-        self.send_seq = np.where(linked, self.seq[o], -1)
-        self.is_destroy = linked & (self.code[o] == K.DESTROY)
+        self._link(col("node", fill=0), valid("node"))
         self._dest_lists = t.column("dests")
         self._firsts()
         self.stamp = self._stamps(t, col, valid)

@@ -42,6 +42,16 @@ def _groups(*keys):
 def exactly_once(ev, k):
     """Lost (unless excused by a NODE_DESTROY of the send's node there), duplicated and
     not-a-destination (message, process) pairs, as direct.exactly_once."""
+    msg, proc, origin, problem = violations(ev)
+    return None, proc.tolist(), len(msg), examples(ev, msg, proc, origin, problem, k)
+
+
+def violations(ev, excuse=True):
+    """(msg, process, origin row, problem) arrays of exactly_once's violations: the lost
+    pairs, then the not-a-destination and the duplicated first deliveries (problem: 0, 1,
+    2, the index in PROBLEMS). excuse: drop the losses a NODE_DESTROY excuses; without it
+    every row of the messages' deliveries must be in ev, not the destroys' (the Spark
+    path's tasks by message excuse the losses after them, spark/by_message.py)."""
     pairs = ev.dest_of
     universe = distinct_sorted(np.concatenate([ev.procs, distinct_sorted(pairs[:, 1])]))
     width = len(universe)
@@ -50,40 +60,57 @@ def exactly_once(ev, k):
     deliv = np.flatnonzero(ev.code == K.DELIVER)
     recv_key = ev.origin[deliv] * width + np.searchsorted(universe, ev.process[deliv])
     lost = pairs[~member(dest_key, np.sort(recv_key))]
-    if len(lost) and (ev.code == K.DESTROY).any():
+    if excuse and len(lost) and (ev.code == K.DESTROY).any():
         # the bus drops data for a node its receiver saw destroyed: not a loss
         gone = deliv[ev.is_destroy[deliv] & ev.has_node[deliv]]
         destroyed = set(zip(ev.process[gone].tolist(), ev.node[gone].tolist()))
-        o, d = lost[:, 0], lost[:, 1]
-        keep = [od or not hn or (p, n) not in destroyed for od, hn, p, n in zip(
-            (ev.code[o] == K.DESTROY).tolist(), ev.has_node[o].tolist(), d.tolist(),
-            ev.node[o].tolist())]
-        lost = lost[np.array(keep, bool)]
+        lost = lost[excused(ev.code[lost[:, 0]] == K.DESTROY, ev.has_node[lost[:, 0]],
+                            lost[:, 1], ev.node[lost[:, 0]], destroyed) == 0]
     first = deliv[ev.first[deliv]]
     first_key = recv_key[ev.first[deliv]]
     to_dest = member(first_key, dest_key)
     not_dest = first[~to_dest]
     dup = first[ev.dup[first] & to_dest]
-    # (msg, process, origin row, problem) of every violation, in Spark's example order
-    rows = [(ev.msg[lost[:, 0]], lost[:, 1], lost[:, 0], LOST),
-            (ev.msg[not_dest], ev.process[not_dest], ev.origin[not_dest], NOT_A_DESTINATION),
-            (ev.msg[dup], ev.process[dup], ev.origin[dup], DUPLICATED)]
-    msg = np.concatenate([r[0] for r in rows])
-    proc = np.concatenate([r[1] for r in rows])
-    origin = np.concatenate([r[2] for r in rows])
-    problem = [r[3] for r in rows for _ in range(len(r[0]))]
-    examples = []
+    return (np.concatenate([ev.msg[lost[:, 0]], ev.msg[not_dest], ev.msg[dup]]),
+            np.concatenate([lost[:, 1], ev.process[not_dest], ev.process[dup]]),
+            np.concatenate([lost[:, 0], ev.origin[not_dest], ev.origin[dup]]),
+            np.repeat(np.arange(3, dtype=np.int8), [len(lost), len(not_dest), len(dup)]))
+
+
+PROBLEMS = (LOST, NOT_A_DESTINATION, DUPLICATED)
+
+
+def excused(origin_is_destroy, has_node, dest, node, destroyed):
+    """1 where a lost pair is excused: its origin is data for a node and its destination
+    delivered a NODE_DESTROY of that node ((process, node) in `destroyed`), else 0."""
+    return np.array([not od and hn and (p, n) in destroyed for od, hn, p, n in zip(
+        origin_is_destroy.tolist(), has_node.tolist(), dest.tolist(), node.tolist())],
+        np.int8)
+
+
+def examples(ev, msg, proc, origin, problem, k):
+    """The first k of violations' rows as examples, in Spark's order: by (message id,
+    process), a pair being one violation only."""
+    out = []
+    deliv = np.flatnonzero(ev.code == K.DELIVER)
     for j in np.lexsort((proc, msg))[:k]:
         o, m, p = int(origin[j]), int(msg[j]), int(proc[j])
-        at = (int(ev.process[o]), int(ev.seq[o]))
         seqs = []
-        if problem[j] != LOST:
+        if PROBLEMS[problem[j]] != LOST:
             seqs = ev.seq[deliv[(ev.origin[deliv] == o) & (ev.process[deliv] == p)]].tolist()
-        evs = [event(*at, origin_kind(ev.code[o] == K.DESTROY), m)]
-        evs += [event(p, s, "deliver", m, origin=at) for s in sorted(seqs)[:3]]
-        examples.append({"problem": problem[j], "process": p, "deliveries": len(seqs),
-                         "message": evs[0], "events": evs, "highlight": [m]})
-    return None, proc.tolist(), len(msg), examples
+        out.append(example(PROBLEMS[problem[j]], p, m, int(ev.process[o]), int(ev.seq[o]),
+                           ev.code[o] == K.DESTROY, seqs))
+    return out
+
+
+def example(problem, process, msg, o_process, o_seq, o_destroy, seqs):
+    """One exactly_once example: `seqs` are the seqs of the message's deliveries at
+    `process`."""
+    at = (o_process, o_seq)
+    evs = [event(*at, origin_kind(o_destroy), msg)]
+    evs += [event(process, s, "deliver", msg, origin=at) for s in sorted(seqs)[:3]]
+    return {"problem": problem, "process": process, "deliveries": len(seqs),
+            "message": evs[0], "events": evs, "highlight": [msg]}
 
 
 def _stamp_witness(ev):
@@ -164,3 +191,32 @@ def node_rules(ev, k):
         examples.append({"process": p, "node": node, "destroy": evs[0], "data": evs[2],
                          "events": evs, "highlight": [int(ev.msg[r])]})
     return None, ev.process[d[bad]].tolist(), len(bad), examples
+
+
+class ByPosition:
+    """The arrays fifo and node_rules read, by position from a walk Layout (walk.py) of
+    validated rows without stamps, computed where they are indexed instead of held (a
+    Layout of a hundred million events leaves little room for more). node, has_node: the
+    placed node column, or None when the trace has no destroy (node_rules then reads
+    neither)."""
+
+    stamp = None
+
+    def __init__(self, lay, node=None, has_node=None):
+        self.n, self.code, self.first = lay.n, lay.kind, lay.first.view(np.bool_)
+        self.msg, self.send_seq, self.is_destroy = lay.msg, lay.send_seq, lay.is_destroy
+        self.node, self.has_node = node, has_node
+        slot, start, procs, src = lay.slot_of, lay.start, lay.procs, lay.src
+        self.process = _Computed(lambda k: procs[slot[k]])
+        self.seq = _Computed(lambda k: k - start[slot[k]])
+        self.sender = _Computed(lambda k: np.where(src[k] >= 0, procs[slot[src[k]]], -1))
+
+
+class _Computed:
+    """An array computed where it is indexed: a[k] is f(k)."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def __getitem__(self, k):
+        return self.f(k)

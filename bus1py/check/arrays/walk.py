@@ -79,11 +79,19 @@ class Layout:
         counts = np.bincount(slot, minlength=P)
         self.start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.n = int(self.start[-1])
-        if self.n and (seq.max() >= 2 ** 31 - 1 or np.any(seq >= counts[slot])):
-            raise ValueError("rows are not numbered 0,1,2,... per process below 2^31")
+        bad = ValueError("rows are not numbered 0,1,2,... per process below 2^31")
+        if self.n and (seq.min() < 0 or seq.max() >= 2 ** 31 - 1 or np.any(seq >= counts[slot])):
+            raise bad
+        pos = self.start[slot] + seq
+        # every seq below its process's count: the numbering holds when no two rows share
+        # a position
+        filled = np.zeros(self.n, bool)
+        filled[pos] = True
+        if not filled.all():
+            raise bad
         self.slot_of = np.repeat(np.arange(P), counts)
         self.receivers = self.origins = None    # for path(), built on first use
-        return self.start[slot] + seq
+        return pos
 
     def _link(self, kind, msg, first, is_destroy, sender, send_seq):
         self.kind, self.msg, self.first, self.is_destroy = kind, msg, first, is_destroy

@@ -38,7 +38,7 @@ from pyspark.sql import functions as F
 from .. import engine
 from ..arrays import walk as arrays_walk
 from ..summary import PROPERTIES, all_hold, build
-from . import direct, main_pass, one_task, walk_task
+from . import by_message, direct, main_pass, one_task, walk_task
 from .causal import causal_exact
 from .screen import screen
 from .witness import MAX_ROUNDS_FACTOR, witness
@@ -52,12 +52,14 @@ class Checker:
                  keep_details=False, group_span=None,
                  screen_min_rows=engine.SCREEN_MIN_ROWS,
                  driver_max_cells=engine.DRIVER_MAX_CELLS,
-                 one_task_max_rows=engine.ONE_TASK_MAX_ROWS):
+                 one_task_max_rows=engine.ONE_TASK_MAX_ROWS,
+                 by_message_min_rows=engine.ONE_TASK_MAX_ROWS):
         self.spark = spark
         # The limits of engine.py (tests lower them to reach every path with small traces)
         self.screen_min_rows = screen_min_rows
         self.driver_max_cells = driver_max_cells
         self.one_task_max_rows = one_task_max_rows
+        self.by_message_min_rows = by_message_min_rows
         self.trace = trace
         self.force_exact = exact
         self.max_examples = max_examples
@@ -157,24 +159,33 @@ class Checker:
         if self.trace.rows == 0:  # an empty trace: every property holds vacuously
             return self._summary(t0, all_hold(()), "empty trace")
         whole = engine.whole_trace(self.trace, self.force_exact, self.one_task_max_rows)
-        self.screen = engine.screen_skipped(self.trace, self.force_exact, whole,
+        spread = not whole and engine.by_message(self.trace, self.force_exact,
+                                                 self.by_message_min_rows)
+        self.screen = engine.screen_skipped(self.trace, self.force_exact, whole or spread,
                                             self.screen_min_rows)
         if self.screen is None:
             self.phase("screen: by message and destination, by process")
             passed, self.screen = self.timed("screen", screen, self)
             if passed:
                 return self._summary(t0, all_hold(("fifo", "causal", "consistent")), "holds")
+        done = None
         if whole:
             self.phase("checking every property in one task")
             done = self.timed("one_task", one_task.run, self)
-            if done is not None:     # else a causality cycle: the phases below decide
-                props, wmsg, procs, details = done
-                self.trace.processes = procs
-                self.set_procs(procs)
-                if self.keep_details:
-                    self.details = {name: self.spark.createDataFrame(
-                        [(int(p),) for p in v], "process int") for name, v in details.items()}
-                return self._summary(t0, props, wmsg)
+        elif spread:
+            done = by_message.run(self)
+        if done is not None:   # else a broken rule or a causality cycle: the phases below
+            props, wmsg, procs, details = done
+            self.trace.processes = procs
+            self.set_procs(procs)
+            if self.keep_details:
+                self.details = {name: v if v is None or hasattr(v, "select")
+                                else self.spark.createDataFrame(
+                                    [(int(p),) for p in v], "process int")
+                                for name, v in details.items()}
+            return self._summary(t0, props, wmsg)
+        if spread:
+            self.unpersist()
         self.phase("main pass: by message, by process, one aggregation")
         self.timed("main_pass", self.main_pass)
         props = {}
@@ -293,8 +304,8 @@ class Checker:
 
 def check_trace(spark, trace, exact=False, max_examples=3, on_phase=None, keep_details=False,
                 group_span=None, **plan):
-    """Check one trace; `plan` may set Checker's screen_min_rows, driver_max_cells and
-    one_task_max_rows."""
+    """Check one trace; `plan` may set Checker's screen_min_rows, driver_max_cells,
+    one_task_max_rows and by_message_min_rows."""
     c = Checker(spark, trace, exact=exact, max_examples=max_examples, on_phase=on_phase,
                 keep_details=keep_details, group_span=group_span, **plan)
     try:

@@ -21,17 +21,25 @@ from ..arrays.walk import COLUMNS
 OUT_SCHEMA = "rec string, process int, info string"
 
 
+# properties the task decides beside the walk, from the same layout (arrays/properties.py)
+BESIDE = ("fifo", "node_rules")
+
+
 def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name):
     """The function mapInArrow runs on the one task: all rows in, violation and summary
-    rows out. vclock_files: the trace's files, read here for their clock column
-    `vclock_name` (with pyarrow: Spark's conversion of a list column to Arrow costs several
-    times the walk), or None. The task reads them where Spark's own scan would, so they
-    are as reachable."""
+    rows out. want: causal and consistent (the walk), and fifo and node_rules (BESIDE:
+    the rows then carry `node` too and have no stamps). vclock_files: the trace's files,
+    read here for their clock column `vclock_name` (with pyarrow: Spark's conversion of a
+    list column to Arrow costs several times the walk), or None. The task reads them where
+    Spark's own scan would, so they are as reachable. Rows not numbered 0, 1, 2, ... per
+    process give a summary with `malformed` and nothing decided."""
     def run(batches):
         import numpy as np
         import pyarrow as pa
 
+        from .. import kinds as K
         from .. import vclock as V
+        from ..arrays import properties as P
         from ..arrays import walk as W
         t0 = time.perf_counter()
         batches = list(batches)
@@ -40,7 +48,24 @@ def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name):
         table = pa.Table.from_batches(batches)
         del batches
         received = time.perf_counter() - t0
-        lay = W.Layout(table, procs, span)
+        try:
+            lay = W.Layout(table, procs, span)
+        except ValueError:
+            yield _summary({"malformed": True})
+            return
+        node = has_node = None
+        destroyed = []
+        beside = [name for name in BESIDE if name in want]
+        if beside and (lay.kind == K.DESTROY).any():
+            pos = lay.positions(table)
+            node, has_node = np.zeros(lay.n, np.int64), np.zeros(lay.n, bool)
+            node[pos] = table.column("node").fill_null(0).to_numpy()
+            has_node[pos] = table.column("node").is_valid().to_numpy(zero_copy_only=False)
+            del pos
+            # the (process, node) pairs that delivered a NODE_DESTROY: what excuses a loss
+            gone = np.flatnonzero((lay.kind == K.DELIVER) & lay.is_destroy & has_node)
+            pairs = np.unique(np.stack([lay.procs[lay.slot_of[gone]], node[gone]]), axis=1)
+            destroyed = pairs.T.tolist()
         del table
         layout = time.perf_counter() - t0 - received
 
@@ -55,41 +80,94 @@ def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name):
             by_pos[pos] = got
             return by_pos, None
 
-        out, info = W.decide(lay, want, max_examples, claimed if vclock_files else None)
+        # fifo and node_rules beside the walk: numpy's sorts and the kernels release the GIL
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(1) as pool:
+            view = P.ByPosition(lay, node, has_node)
+            side = {name: pool.submit(_timed, getattr(P, name), view, max_examples)
+                    for name in beside}
+            out, info = W.decide(lay, want, max_examples, claimed if vclock_files else None)
+            for name, run_ in side.items():
+                (method, procs_, n, examples), took = run_.result()
+                out[name] = procs_ or []
+                info.update({f"{name}_count": n, f"{name}_examples": examples})
+                if method:
+                    info[f"{name}_method"] = method
+                info["seconds"][name] = took
         info["seconds"].update(receive=round(received, 3), layout=round(layout, 3))
+        if beside:
+            info["destroyed"] = destroyed
         for rec, procs_ in out.items():
             if len(procs_):
                 yield pa.RecordBatch.from_pydict(
                     {"rec": pa.array([rec] * len(procs_), pa.string()),
                      "process": pa.array(procs_, pa.int32()),
                      "info": pa.nulls(len(procs_), pa.string())})
-        yield pa.RecordBatch.from_pydict({"rec": ["summary"], "process": pa.nulls(1, pa.int32()),
-                                          "info": [json.dumps(info)]})
+        yield _summary(info)
     return run
 
 
-def exact(c, want):
+def _timed(fn, *args):
+    t = time.perf_counter()
+    got = fn(*args)
+    return got, round(time.perf_counter() - t, 3)
+
+
+def _summary(info):
+    import pyarrow as pa
+    return pa.RecordBatch.from_pydict({"rec": ["summary"], "process": pa.nulls(1, pa.int32()),
+                                       "info": [json.dumps(info, default=_plain)]})
+
+
+def _plain(x):
+    """numpy scalars as Python's (json's fallback)."""
+    return x.item()
+
+
+def exact(c, want, rows=None, clocks=True):
     """{property: (violations DataFrame, count, examples, extra)} for the properties in
-    `want`; causal is (None, None, None, extra) when the history has a causality cycle
-    (the walk cannot decide it). extra has causal's vclock status. The kernel's timings go
-    to c.timings."""
-    vname, vstatus = vclock.status(c.trace.files, c.span) if "causal" in want else (None, None)
-    rows = c.rows.select(*COLUMNS)
-    fn = kernel_task([int(p) for p in c.procs], c.span, c.max_examples, sorted(want),
-                     list(c.trace.files) if vname else None, vname)
+    `want`, from `rows` (default: the main pass's table); None when the rows are not
+    numbered (only rows the main pass has not validated can be). causal is (None, None,
+    None, extra) when the history has a causality cycle (the walk cannot decide it).
+    extra has causal's vclock status and fifo's method. The kernel's timings go to
+    c.timings. clocks: False when a producer's clock column is not read (nor reported).
+    """
+    fn, vstatus = task_for(c, want, clocks)
+    columns = COLUMNS + (("node",) if set(BESIDE) & set(want) else ())
+    rows = (c.rows if rows is None else rows).select(*columns)
     out = c.persist(rows.coalesce(1).mapInArrow(fn, OUT_SCHEMA))
     info = json.loads(out.where(F.col("rec") == "summary").collect()[0]["info"])
+    return found(c, want, info, vstatus,
+                 lambda name: out.where(F.col("rec") == name).select("process"))
+
+
+def task_for(c, want, clocks=True):
+    """(kernel_task for Checker c, the trace's clock column status or None)."""
+    vname, vstatus = (vclock.status(c.trace.files, c.span) if "causal" in want and clocks
+                      else (None, None))
+    fn = kernel_task([int(p) for p in c.procs], c.span, c.max_examples, sorted(want),
+                     list(c.trace.files) if vname else None, vname)
+    return fn, vstatus
+
+
+def found(c, want, info, vstatus, violations):
+    """exact's answer from the kernel task's summary `info`; violations(name): the
+    processes of that property's violations."""
+    if info.get("malformed"):
+        return None
     c.timings.update({f"kernel_{k}": v for k, v in info["seconds"].items()})
-    found = {}
+    out = {}
     for name in want:
         extra = {}
         if name == "causal" and vstatus is not None:
             extra["vclock"] = info.get("vclock", vstatus)
             if "vclock_first_bad" in info:
                 extra["vclock_first_bad"] = info["vclock_first_bad"]
+        if f"{name}_method" in info:
+            extra["method"] = info[f"{name}_method"]
         if name == "causal" and not info.get("walk_complete"):
-            found[name] = (None, None, None, extra)
+            out[name] = (None, None, None, extra)
             continue
-        found[name] = (out.where(F.col("rec") == name).select("process"),
-                       info[f"{name}_count"], info.get(f"{name}_examples", []), extra)
-    return found
+        out[name] = (violations(name), info[f"{name}_count"],
+                     info.get(f"{name}_examples", []), extra)
+    return out

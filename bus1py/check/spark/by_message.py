@@ -1,0 +1,270 @@
+# Invariants: a trace whose exact path is certain but whose rows do not fit one task
+# (engine.by_message) is checked by the array engine in two Spark jobs, never by Spark's
+# row-at-a-time windows:
+#   1. by message: the rows spread over tasks by id, so every row naming a message or
+#      signal meets its origin in one task (internal rows land in the null id's task);
+#      each task links its rows (arrays/events.py, Events.of_messages) and finds
+#      exactly_once's violations among them (arrays/properties.py), the losses not yet
+#      excused (a NODE_DESTROY delivered elsewhere may excuse them: Spark's join below,
+#      as direct.exactly_once);
+#   2. the walk: the linked events in one task (walk_task.kernel_task), fifo and node_rules
+#      beside causal and consistent.
+# So the summary is the one the whole check in one task gives (all but `seconds` and
+# `timings`). A trace breaking any rule (a per-row rule, the numbering, one origin per
+# id, no dangling receive) or with a causality cycle is handed back (None): the main pass
+# and the phases after it then name the broken row in their words, or decide causal by
+# rounds. Only per-partition summaries, the first examples and the violations' processes
+# (when asked) reach the driver.
+from __future__ import annotations
+
+import json
+import time
+
+from pyspark.sql import functions as F
+
+from .. import engine
+from .. import kinds as K
+from ..arrays.properties import PROBLEMS, example
+from ..examples import LOST
+from ..load import row_problem_code
+from . import walk_task
+
+EVENT, VIOLATION, SUMMARY = 0, 1, 2
+OUT_SCHEMA = ("rec byte, process int, seq long, kind_code byte, msg long, "
+              "first_delivery boolean, sender_process int, send_seq long, "
+              "is_destroy boolean, node long, problem byte, info string")
+WANT = ("causal", "consistent", "fifo", "node_rules")
+# rows per Arrow batch between Spark and the tasks (Spark's default, 10,000, costs a
+# round trip per batch)
+BATCH_ROWS = 1 << 20
+# rows per bucket when the tasks by message run in the driver's process
+BUCKET_ROWS = 4_000_000
+
+
+def link_task(max_examples):
+    """The function mapInArrow runs on each task of job 1: the rows of some ids in, their
+    linked events, their exactly_once violations and one summary row out."""
+    def run(batches):
+        import numpy as np
+        import pyarrow as pa
+
+        from ..arrays import properties as P
+        from ..arrays.events import Events
+        from ..load import TraceError
+        batches = list(batches)
+        if not batches:
+            return
+        t = pa.Table.from_batches(batches)
+        del batches
+        if ("row_problem" in t.column_names
+                and t.column("row_problem").null_count < t.num_rows):
+            yield _summary({"malformed": True})
+            return
+        try:
+            ev = Events.of_messages(t)
+            msg, proc, origin, problem = P.violations(ev, excuse=False)
+        except TraceError:
+            yield _summary({"malformed": True})
+            return
+        del t
+        n = ev.n
+        node = pa.array(ev.node, mask=~ev.has_node)
+        yield _rows(n, EVENT, process=ev.process, seq=ev.seq, kind_code=ev.code, msg=ev.msg,
+                    first_delivery=ev.first, sender_process=ev.sender,
+                    send_seq=ev.send_seq, is_destroy=ev.is_destroy, node=node)
+        if len(msg):
+            yield _rows(len(msg), VIOLATION, process=proc, msg=msg, problem=problem,
+                        sender_process=ev.process[origin], send_seq=ev.seq[origin],
+                        is_destroy=ev.code[origin] == K.DESTROY, node=node.take(origin))
+        # the first examples of the violations no destroy can excuse (a loss's example is
+        # built from its row); seqs of deliveries are found only here
+        again = problem > 0
+        ex = P.examples(ev, msg[again], proc[again], origin[again], problem[again],
+                        max_examples)
+        yield _summary({"procs": ev.procs.tolist(), "violations": int(len(msg)),
+                        "destroys": int((ev.code == K.DESTROY).sum()),
+                        "examples": [[e["highlight"][0], e["process"], e] for e in ex]})
+    return run
+
+
+def _arrow_schema():
+    """OUT_SCHEMA in Arrow types (a task has no JVM to parse Spark's DDL)."""
+    import pyarrow as pa
+    types = {"byte": pa.int8(), "int": pa.int32(), "long": pa.int64(),
+             "boolean": pa.bool_(), "string": pa.string()}
+    return pa.schema([(name, types[t]) for name, t in
+                      (f.split() for f in OUT_SCHEMA.split(", "))])
+
+
+def _rows(n, rec, **cols):
+    import numpy as np
+    import pyarrow as pa
+    schema = _arrow_schema()
+    arrays = [pa.array(np.full(n, rec, np.int8)) if f.name == "rec"
+              else pa.array(cols[f.name], f.type) if f.name in cols
+              else pa.nulls(n, f.type) for f in schema]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _summary(info):
+    import numpy as np
+    return _rows(1, SUMMARY, info=np.array([json.dumps(info)], object))
+
+
+def run(c):
+    """(properties, witness message, processes, details) for Checker c, as one_task.run,
+    or None when the trace breaks a rule or has a causality cycle (the usual phases then
+    decide). details: property -> the processes of its violations (a list, or a
+    DataFrame of them from a cluster)."""
+    local = c.spark.sparkContext.master.startswith("local")
+    got = (_local if local else _cluster)(c)
+    if got is None:
+        return None
+    procs, violations, info, by_rec, sums, vstatus = got
+    found = walk_task.found(c, WANT, info, vstatus, by_rec)
+    if found is None or found["causal"][0] is None and found["causal"][1] is None:
+        return None
+    props, details = {}, {}
+    n, ex, eo = c.timed("exactly_once", _exactly_once, violations, info["destroyed"],
+                        sums, c.max_examples)
+    props["exactly_once"], details["exactly_once"] = _entry(n, ex, {}), eo
+    for name, (v, n, ex, extra) in found.items():
+        if name in ("causal", "consistent"):
+            extra = dict(extra, method="vector-clock witness"
+                         if extra.get("vclock") == "holds" else "exact")
+        props[name], details[name] = _entry(n, ex, extra), v
+    walked = engine.walk_on_driver(c.trace.rows, len(procs), c.driver_max_cells)
+    return (props, engine.WALKED if walked else engine.witness_skipped(c.trace, c.force_exact),
+            procs, details)
+
+
+def _walk_task(c, procs):
+    """(the walk's kernel_task for these processes, the clock column's status)."""
+    c.set_procs(procs)
+    # a walk the driver would take reads no clock column (whole.check, Checker)
+    walked = engine.walk_on_driver(c.trace.rows, len(procs), c.driver_max_cells)
+    return walk_task.task_for(c, WANT, not walked)
+
+
+def _local(c):
+    """Job 1's tasks over buckets read here and the walk's task, in the driver's process
+    (local executors share its machine, as one_task.run): (processes, violations table,
+    the walk's info, processes by property), or None."""
+    import pyarrow as pa
+
+    from ..arrays.buckets import read_buckets
+    from ..load import TraceError
+    parts = max(1, -(-c.trace.rows // BUCKET_ROWS))
+    fn = link_task(c.max_examples)
+    events, violations, sums = [], [], []
+    c.phase("by message: linking and exactly_once, in buckets by id")
+
+    def link(table):
+        out = {EVENT: [], VIOLATION: [], SUMMARY: []}
+        for b in fn(iter(table.to_batches()) if table is not None else iter(())):
+            out[b.column(0)[0].as_py()].append(b)
+        return out
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+    t = time.perf_counter()
+
+    def collect(out):
+        events.extend(out[EVENT])
+        violations.extend(out[VIOLATION])
+        sums.extend(json.loads(b.column("info")[0].as_py()) for b in out[SUMMARY])
+    try:
+        # two buckets linked side by side (numpy and pyarrow release the GIL), the next
+        # read only when one is done: a bucket's rows are held until it is linked
+        with ThreadPoolExecutor(2) as pool:
+            running = deque()
+            for table in read_buckets(c.trace, parts):
+                running.append(pool.submit(link, table))
+                del table
+                if len(running) == 2:
+                    collect(running.popleft().result())
+            while running:
+                collect(running.popleft().result())
+    except TraceError:
+        return None
+    c.timings["by_message"] = time.perf_counter() - t
+    if any(s.get("malformed") for s in sums):
+        return None
+    procs = sorted(set().union(*(s["procs"] for s in sums)))
+    fn, vstatus = _walk_task(c, procs)
+    c.phase("the walk: causal, consistent, fifo and node_rules")
+    t = time.perf_counter()
+    rows = {}
+    for b in fn(iter(events)):
+        for r in b.to_pylist():
+            rows.setdefault(r["rec"], []).append(r)
+    del events
+    c.timings["walk"] = time.perf_counter() - t
+    info = json.loads(rows["summary"][0]["info"])
+    return (procs, pa.Table.from_batches(violations, _arrow_schema()), info,
+            lambda name: [r["process"] for r in rows.get(name, [])], sums, vstatus)
+
+
+def _cluster(c):
+    """Job 1 and the walk's job on Spark's executors: as _local."""
+    df = c.trace.df
+    code = K.kind_code()
+    base = df.select(F.col("process").cast("int").alias("process"), "seq",
+                     code.alias("kind_code"), "msg",
+                     F.when(code <= K.DESTROY, F.col("dests")).alias("dests"), "node",
+                     row_problem_code().alias("row_problem"))
+    parts = int(c.spark.conf.get("spark.sql.shuffle.partitions"))
+    with c.conf(execution__arrow__maxRecordsPerBatch=str(BATCH_ROWS)):
+        c.phase("by message: linking and exactly_once, in tasks by id")
+        linked = c.persist(base.repartition(parts, "msg")
+                           .mapInArrow(link_task(c.max_examples), OUT_SCHEMA))
+        rec = F.col("rec")
+        sums = [json.loads(r["info"]) for r in c.timed(
+            "by_message", lambda: linked.where(rec == SUMMARY).select("info").collect())]
+        if any(s.get("malformed") for s in sums):
+            return None
+        procs = sorted(set().union(*(s["procs"] for s in sums)))
+        fn, vstatus = _walk_task(c, procs)
+        c.phase("the walk: causal, consistent, fifo and node_rules in one task")
+        columns = walk_task.COLUMNS + ("node",)
+        out = c.persist(linked.where(rec == EVENT).select(*columns).coalesce(1)
+                        .mapInArrow(fn, walk_task.OUT_SCHEMA))
+        info = json.loads(c.timed("walk", lambda: out.where(F.col("rec") == "summary")
+                                  .collect())[0]["info"])
+    violations = (linked.where(rec == VIOLATION).toArrow() if sum(
+        s["violations"] for s in sums) else _arrow_schema().empty_table())
+    return (procs, violations, info,
+            lambda name: out.where(F.col("rec") == name).select("process"), sums, vstatus)
+
+
+def _entry(n, examples, extra):
+    return dict({"ok": n == 0, "violations": int(n), "examples": examples}, **extra)
+
+
+def _exactly_once(v, destroyed, sums, k):
+    """(count, examples, processes) of exactly_once from the tasks' violations `v`,
+    losses at a node their destination saw destroyed (`destroyed`: (process, node)
+    pairs) excused, as arrays/properties.violations."""
+    import numpy as np
+
+    from ..arrays.properties import excused
+    col = {name: v.column(name) for name in ("msg", "process", "problem", "sender_process",
+                                             "send_seq", "is_destroy")}
+    msg, proc, problem, o_process, o_seq, o_destroy = (
+        a.to_numpy() for a in col.values())
+    if destroyed and len(msg):
+        node = v.column("node")
+        keep = (problem != PROBLEMS.index(LOST)) | (excused(
+            o_destroy, node.is_valid().to_numpy(zero_copy_only=False), proc,
+            node.fill_null(0).to_numpy(), {tuple(p) for p in destroyed}) == 0)
+        msg, proc, problem, o_process, o_seq, o_destroy = (
+            a[keep] for a in (msg, proc, problem, o_process, o_seq, o_destroy))
+    kept = {(m, p): e for s in sums for m, p, e in s["examples"]}
+    examples = []
+    for j in np.lexsort((proc, msg))[:k]:
+        m, p = int(msg[j]), int(proc[j])
+        if PROBLEMS[problem[j]] == LOST:
+            examples.append(example(LOST, p, m, int(o_process[j]), int(o_seq[j]),
+                                    bool(o_destroy[j]), []))
+        else:
+            examples.append(kept[(m, p)])
+    return len(msg), examples, proc.tolist()
