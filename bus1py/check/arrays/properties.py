@@ -140,8 +140,11 @@ def fifo(ev, k):
     if ev.stamp is not None and _stamp_witness(ev):
         return "stamp witness", None, 0, []
     fd = np.flatnonzero((ev.code == K.DELIVER) & ev.first)
-    fd = fd[lex_order(ev.process[fd], ev.sender[fd])]   # fd is in (process, seq) order
-    gid = _groups(ev.process[fd], ev.sender[fd])
+    process, sender = ev.process[fd], ev.sender[fd]
+    order = lex_order(process, sender)   # fd is in (process, seq) order
+    fd = fd[order]
+    gid = _groups(process[order], sender[order])
+    del process, sender, order
     ss = ev.send_seq[fd]
     big = int(ss.max()) + 2 if len(ss) else 1
     upto = np.maximum.accumulate(ss + gid * big) - gid * big if len(ss) else ss

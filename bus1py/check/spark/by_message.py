@@ -138,12 +138,15 @@ def run(c):
             procs, details)
 
 
-def _walk_task(c, procs):
-    """(the walk's kernel_task for these processes, the clock column's status)."""
+def _walk_task(c, sums):
+    """(the processes, the walk's kernel_task for them, the clock column's status), from
+    the tasks' summaries."""
+    procs = sorted(set().union(*(s["procs"] for s in sums)))
     c.set_procs(procs)
     # a walk the driver would take reads no clock column (whole.check, Checker)
     walked = engine.walk_on_driver(c.trace.rows, len(procs), c.driver_max_cells)
-    return walk_task.task_for(c, WANT, not walked)
+    return (procs, *walk_task.task_for(c, WANT, not walked,
+                                       any(s["destroys"] for s in sums)))
 
 
 def _local(c):
@@ -153,6 +156,7 @@ def _local(c):
     import pyarrow as pa
 
     from ..arrays.buckets import read_buckets
+    from ..arrays.memory import give_back
     from ..load import TraceError
     parts = max(1, -(-c.trace.rows // BUCKET_ROWS))
     fn = link_task(c.max_examples)
@@ -186,22 +190,28 @@ def _local(c):
                 collect(running.popleft().result())
     except TraceError:
         return None
+    give_back()
     c.timings["by_message"] = time.perf_counter() - t
     if any(s.get("malformed") for s in sums):
         return None
-    procs = sorted(set().union(*(s["procs"] for s in sums)))
-    fn, vstatus = _walk_task(c, procs)
+    procs, fn, vstatus = _walk_task(c, sums)
     c.phase("the walk: causal, consistent, fifo and node_rules")
     t = time.perf_counter()
     rows = {}
-    for b in fn(iter(events)):
+    for b in fn(_drain(events)):
         for r in b.to_pylist():
             rows.setdefault(r["rec"], []).append(r)
-    del events
     c.timings["walk"] = time.perf_counter() - t
     info = json.loads(rows["summary"][0]["info"])
     return (procs, pa.Table.from_batches(violations, _arrow_schema()), info,
             lambda name: [r["process"] for r in rows.get(name, [])], sums, vstatus)
+
+
+def _drain(batches):
+    """The batches, each let go once taken (the task then holds the only reference)."""
+    batches.reverse()
+    while batches:
+        yield batches.pop()
 
 
 def _cluster(c):
@@ -222,8 +232,7 @@ def _cluster(c):
             "by_message", lambda: linked.where(rec == SUMMARY).select("info").collect())]
         if any(s.get("malformed") for s in sums):
             return None
-        procs = sorted(set().union(*(s["procs"] for s in sums)))
-        fn, vstatus = _walk_task(c, procs)
+        procs, fn, vstatus = _walk_task(c, sums)
         c.phase("the walk: causal, consistent, fifo and node_rules in one task")
         columns = walk_task.COLUMNS + ("node",)
         out = c.persist(linked.where(rec == EVENT).select(*columns).coalesce(1)

@@ -25,7 +25,7 @@ OUT_SCHEMA = "rec string, process int, info string"
 BESIDE = ("fifo", "node_rules")
 
 
-def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name):
+def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name, destroys=False):
     """The function mapInArrow runs on the one task: all rows in, violation and summary
     rows out. want: causal and consistent (the walk), and fifo and node_rules (BESIDE:
     the rows then carry `node` too and have no stamps). vclock_files: the trace's files,
@@ -41,32 +41,28 @@ def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name):
         from .. import vclock as V
         from ..arrays import properties as P
         from ..arrays import walk as W
+        from ..arrays.memory import give_back
         t0 = time.perf_counter()
         batches = list(batches)
         if not batches:
             return
-        table = pa.Table.from_batches(batches)
-        del batches
         received = time.perf_counter() - t0
+        beside = [name for name in BESIDE if name in want]
         try:
-            lay = W.Layout(table, procs, span)
+            lay = W.Layout(batches, procs, span, ("node",) if destroys else ())
         except ValueError:
             yield _summary({"malformed": True})
             return
+        del batches
         node = has_node = None
         destroyed = []
-        beside = [name for name in BESIDE if name in want]
-        if beside and (lay.kind == K.DESTROY).any():
-            pos = lay.positions(table)
-            node, has_node = np.zeros(lay.n, np.int64), np.zeros(lay.n, bool)
-            node[pos] = table.column("node").fill_null(0).to_numpy()
-            has_node[pos] = table.column("node").is_valid().to_numpy(zero_copy_only=False)
-            del pos
+        if destroys:
+            node, has_node = lay.extra.pop("node")
             # the (process, node) pairs that delivered a NODE_DESTROY: what excuses a loss
             gone = np.flatnonzero((lay.kind == K.DELIVER) & lay.is_destroy & has_node)
             pairs = np.unique(np.stack([lay.procs[lay.slot_of[gone]], node[gone]]), axis=1)
             destroyed = pairs.T.tolist()
-        del table
+        give_back()
         layout = time.perf_counter() - t0 - received
 
         def claimed():
@@ -141,12 +137,12 @@ def exact(c, want, rows=None, clocks=True):
                  lambda name: out.where(F.col("rec") == name).select("process"))
 
 
-def task_for(c, want, clocks=True):
+def task_for(c, want, clocks=True, destroys=False):
     """(kernel_task for Checker c, the trace's clock column status or None)."""
     vname, vstatus = (vclock.status(c.trace.files, c.span) if "causal" in want and clocks
                       else (None, None))
     fn = kernel_task([int(p) for p in c.procs], c.span, c.max_examples, sorted(want),
-                     list(c.trace.files) if vname else None, vname)
+                     list(c.trace.files) if vname else None, vname, destroys)
     return fn, vstatus
 
 

@@ -1,0 +1,144 @@
+# Invariants: a trace checked by message (spark/by_message.py: the array engine linking the
+# rows in tasks by id, then the walk with fifo and node_rules in one task) gets the
+# summary the whole check in one task gives (all but `seconds` and `timings`), counts
+# equal to the reference's, whether its tasks run in the driver's process (a local master,
+# over buckets read with pyarrow: many buckets here, so a message's loss and the
+# NODE_DESTROY that excuses it land in different ones) or on a standalone cluster's
+# executors; a malformed trace gets the main pass's words, and a causality cycle the
+# rounds' answer. Each Spark test checks a batch of Hypothesis-drawn traces, every
+# assertion holding for any draw.
+import json
+import subprocess
+import sys
+
+import pytest
+from pyspark.sql import functions as F
+
+from bus1py import schema as S
+from bus1py.check.engine import ONE_TASK_MAX_ROWS
+from bus1py.check.load import TraceError, load_trace
+from bus1py.check.reference import reference_check
+from bus1py.check.simulate import MUTATIONS, offset_rows
+from bus1py.check.spark import by_message
+from bus1py.check.spark.checker import PROPERTIES, check_trace
+from drawn import gather
+from test_paths import _acyclic
+from test_walk import _make, _unstamped, traces
+
+SPAN = 1000
+BY_MESSAGE = {"one_task_max_rows": 0, "by_message_min_rows": 0}
+
+
+def _summary_and_counts(spark, path, **kw):
+    summary, c = check_trace(spark, load_trace(spark, path), keep_details=True, **kw)
+    per = {}
+    for name, v in c.details.items():
+        if v is None:
+            continue
+        procs = ([r["process"] for r in v.select("process").collect()]
+                 if hasattr(v, "select") else v)
+        for p in procs:
+            per[(p // SPAN, name)] = per.get((p // SPAN, name), 0) + 1
+    c.unpersist()
+    timings = summary.pop("timings")
+    summary.pop("seconds")
+    return summary, per, timings
+
+
+def _write(batch, path):
+    rows = []
+    for k, trace in enumerate(batch):
+        rows += offset_rows(trace, k, SPAN)
+    S.write_rows(rows, path, files=3)
+
+
+def _batch(n, seed_base):
+    got = gather(n, traces) + [(seed_base + i, 4, 60, m) for i, m in enumerate(MUTATIONS)]
+    return [rows for rows in (_unstamped(_make(*c)) for c in got) if _acyclic(rows)]
+
+
+@pytest.mark.timeout(600)
+def test_by_message_gives_the_one_task_summary(spark, tmp_path, monkeypatch):
+    batch = _batch(8, 4000)
+    path = str(tmp_path / "u")
+    _write(batch, path)
+    # buckets of ~50 rows: ids of one trace spread over many
+    monkeypatch.setattr(by_message, "BUCKET_ROWS", 50)
+    for kw in ({"driver_max_cells": 0}, {}):
+        whole, per_whole, t_whole = _summary_and_counts(spark, path, group_span=SPAN,
+                                                        max_examples=50, **kw)
+        spread, per, t = _summary_and_counts(spark, path, group_span=SPAN, max_examples=50,
+                                             **BY_MESSAGE, **kw)
+        assert "one_task" in t_whole and "by_message" in t, (t_whole, t)
+        assert spread == whole and per == per_whole
+        for k, rows in enumerate(batch):
+            assert {n: per.get((k, n), 0) for n in PROPERTIES} == reference_check(rows), k
+    assert not whole["ok"]
+
+
+@pytest.mark.timeout(300)
+def test_a_malformed_trace_is_named_as_the_main_pass_names_it(spark, tmp_path):
+    rows = _unstamped(_make(7, 3, 40, None))
+    broken = {
+        "gap": lambda r: r.__setitem__(5, dict(r[5], seq=r[5]["seq"] + 100)),
+        "dangling": lambda r: r.__setitem__(
+            next(i for i, x in enumerate(r) if x["kind"] == "deliver"),
+            dict(next(x for x in r if x["kind"] == "deliver"), msg=10 ** 9)),
+        "row rule": lambda r: r.__setitem__(3, dict(r[3], kind="teleport")),
+    }
+    for name, breaks in broken.items():
+        bad = [dict(r) for r in rows]
+        breaks(bad)
+        path = str(tmp_path / name.replace(" ", "_"))
+        S.write_rows(bad, path, files=2)
+        words = []
+        for kw in ({"one_task_max_rows": 0, "by_message_min_rows": ONE_TASK_MAX_ROWS},
+                   BY_MESSAGE):
+            with pytest.raises(TraceError) as e:
+                check_trace(spark, load_trace(spark, path), **kw)
+            words.append(str(e.value))
+        assert words[0] == words[1], (name, words)
+
+
+@pytest.mark.timeout(300)
+def test_a_causality_cycle_goes_to_the_rounds(spark, tmp_path):
+    # p0 delivers m2 and then sends m1; p1 delivers m1 and then sends m2: each send
+    # happened-before the other, which only a broken trace can say
+    rows = [{"process": 0, "seq": 0, "kind": "deliver", "msg": 2},
+            {"process": 0, "seq": 1, "kind": "send", "msg": 1, "dests": [1]},
+            {"process": 1, "seq": 0, "kind": "deliver", "msg": 1},
+            {"process": 1, "seq": 1, "kind": "send", "msg": 2, "dests": [0]}]
+    path = str(tmp_path / "cycle")
+    S.write_rows(rows, path)
+    main, _, _ = _summary_and_counts(spark, path, one_task_max_rows=0, driver_max_cells=0)
+    spread, _, t = _summary_and_counts(spark, path, driver_max_cells=0, **BY_MESSAGE)
+    assert "by_message" in t and main == spread
+    assert spread["rounds"], spread
+
+
+@pytest.mark.timeout(900)
+def test_by_message_on_a_standalone_cluster(spark, spark_cluster, tmp_path):
+    batch = _batch(4, 5000)
+    path = str(tmp_path / "u")
+    _write(batch, path)
+    code = ("import json, sys; from bus1py.check.spark.session import get_session; "
+            "from bus1py.check.spark.checker import check_trace; "
+            "from bus1py.check.load import load_trace; "
+            f"spark = get_session({spark_cluster!r}, shuffle_partitions=4); "
+            f"s, c = check_trace(spark, load_trace(spark, {path!r}), group_span={SPAN}, "
+            "max_examples=50, keep_details=True, one_task_max_rows=0, by_message_min_rows=0); "
+            "s['per'] = sorted((r['process'], n) for n, v in c.details.items() "
+            "if v is not None for r in v.collect()); print(json.dumps(s))")
+    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        timeout=600)
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-4000:]
+    on_cluster = json.loads(cp.stdout.strip().splitlines()[-1])
+    assert "by_message" in on_cluster.pop("timings")
+    on_cluster.pop("seconds")
+    per = {}
+    for p, name in on_cluster.pop("per"):
+        per[(p // SPAN, name)] = per.get((p // SPAN, name), 0) + 1
+    whole, per_whole, _ = _summary_and_counts(spark, path, group_span=SPAN, max_examples=50)
+    assert on_cluster == whole and per == per_whole
+    for k, rows in enumerate(batch):
+        assert {n: per.get((k, n), 0) for n in PROPERTIES} == reference_check(rows), k
