@@ -48,10 +48,10 @@ def read_buckets(trace, count):
                           "node": t.column("node")})
             order = stable_order(b)
             cuts = np.searchsorted(b[order], np.arange(count + 1))
-            t = t.take(pa.array(order))
+            # a copy per bucket (not slices of one): a bucket's rows are let go once linked
             for k in range(count):
                 if cuts[k + 1] > cuts[k]:
-                    parts[k].append(t.slice(cuts[k], cuts[k + 1] - cuts[k]))
+                    parts[k].append(t.take(pa.array(order[cuts[k]:cuts[k + 1]])))
     for k in range(count):
         yield pa.concat_tables(parts[k]) if parts[k] else None
         parts[k] = None
