@@ -221,7 +221,7 @@ def run(args) -> int:
 
 # A check's speed, measured from a loaded 2-core machine to a quiet cluster (rows/s), and
 # the start of a JVM: the range an announcement gives before a long check.
-ROWS_PER_S = (20_000, 300_000)
+ROWS_PER_S = (20_000, 500_000)
 JVM_START_S = 10
 LONG_ROWS = 1_000_000
 

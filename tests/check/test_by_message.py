@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 import pytest
-from pyspark.sql import functions as F
 
 from bus1py import schema as S
 from bus1py.check.engine import ONE_TASK_MAX_ROWS

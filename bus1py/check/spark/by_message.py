@@ -1,20 +1,24 @@
-# Invariants: a trace whose exact path is certain but whose rows do not fit one task
-# (engine.by_message) is checked by the array engine in two Spark jobs, never by Spark's
-# row-at-a-time windows:
-#   1. by message: the rows spread over tasks by id, so every row naming a message or
-#      signal meets its origin in one task (internal rows land in the null id's task);
-#      each task links its rows (arrays/events.py, Events.of_messages) and finds
-#      exactly_once's violations among them (arrays/properties.py), the losses not yet
-#      excused (a NODE_DESTROY delivered elsewhere may excuse them: Spark's join below,
-#      as direct.exactly_once);
+# Invariants: a trace whose exact path is certain without stamps that could witness, but
+# whose rows do not fit one task (engine.by_message), is checked by the array engine in
+# two steps, never by Spark's row-at-a-time windows:
+#   1. by message: the rows spread by id, so every row naming a message or signal meets
+#      its origin in one task (internal rows go with the null id); each task links its
+#      rows (arrays/events.py, Events.of_messages) and finds exactly_once's violations
+#      among them (arrays/properties.violations), the losses not yet excused (the
+#      NODE_DESTROY that excuses one may be delivered in another task);
 #   2. the walk: the linked events in one task (walk_task.kernel_task), fifo and node_rules
-#      beside causal and consistent.
-# So the summary is the one the whole check in one task gives (all but `seconds` and
-# `timings`). A trace breaking any rule (a per-row rule, the numbering, one origin per
-# id, no dangling receive) or with a causality cycle is handed back (None): the main pass
-# and the phases after it then name the broken row in their words, or decide causal by
-# rounds. Only per-partition summaries, the first examples and the violations' processes
-# (when asked) reach the driver.
+#      beside causal and consistent; it also reports the (process, node) pairs that
+#      delivered a NODE_DESTROY, with which the driver excuses the losses
+#      (properties.excused, as the one task does).
+# With a local master both steps run in the driver's process (as one_task.py's task):
+# buckets read with pyarrow (arrays/buckets.py), two linked side by side; with a cluster,
+# a repartition by id and mapInArrow, then a job of one task. So the summary is the one
+# the whole check in one task gives (all but `seconds` and `timings`). A trace breaking
+# any rule (a per-row rule, the numbering, one origin per id, no dangling receive) or with
+# a causality cycle is handed back (None): the main pass and the phases after it then name
+# the broken row in their words, or decide causal by rounds. Only the tasks' summaries
+# (with the first examples), the violations and the processes of the walk's violations
+# reach the driver.
 from __future__ import annotations
 
 import json
@@ -45,7 +49,6 @@ def link_task(max_examples):
     """The function mapInArrow runs on each task of job 1: the rows of some ids in, their
     linked events, their exactly_once violations and one summary row out."""
     def run(batches):
-        import numpy as np
         import pyarrow as pa
 
         from ..arrays import properties as P
