@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from bus1py import schema as S
-from bus1py.check.engine import ONE_TASK_MAX_ROWS
-from bus1py.check.load import TraceError, load_trace
+from bus1py.check.arrays.whole import check_local
+from bus1py.check.load import TraceError, load_trace, read_footers
 from bus1py.check.reference import reference_check
 from bus1py.check.simulate import MUTATIONS, offset_rows
 from bus1py.check.spark import by_message
@@ -77,26 +77,24 @@ def test_by_message_gives_the_one_task_summary(spark, tmp_path, monkeypatch):
 
 @pytest.mark.timeout(300)
 def test_a_malformed_trace_is_named_as_the_main_pass_names_it(spark, tmp_path):
+    # the driver's words are the main pass's (test_one_task.py holds the two alike)
     rows = _unstamped(_make(7, 3, 40, None))
+    deliver = next(i for i, x in enumerate(rows) if x["kind"] == "deliver")
     broken = {
-        "gap": lambda r: r.__setitem__(5, dict(r[5], seq=r[5]["seq"] + 100)),
-        "dangling": lambda r: r.__setitem__(
-            next(i for i, x in enumerate(r) if x["kind"] == "deliver"),
-            dict(next(x for x in r if x["kind"] == "deliver"), msg=10 ** 9)),
-        "row rule": lambda r: r.__setitem__(3, dict(r[3], kind="teleport")),
+        "gap": (5, {"seq": rows[5]["seq"] + 100}),               # found by the walk's task
+        "dangling": (deliver, {"msg": 10 ** 9}),                  # by the link
+        "row_rule": (3, {"kind": "teleport"}),                    # by the buckets' reading
     }
-    for name, breaks in broken.items():
+    for name, (i, change) in broken.items():
         bad = [dict(r) for r in rows]
-        breaks(bad)
-        path = str(tmp_path / name.replace(" ", "_"))
+        bad[i] = dict(bad[i], **change)
+        path = str(tmp_path / name)
         S.write_rows(bad, path, files=2)
-        words = []
-        for kw in ({"one_task_max_rows": 0, "by_message_min_rows": ONE_TASK_MAX_ROWS},
-                   BY_MESSAGE):
-            with pytest.raises(TraceError) as e:
-                check_trace(spark, load_trace(spark, path), **kw)
-            words.append(str(e.value))
-        assert words[0] == words[1], (name, words)
+        with pytest.raises(TraceError) as on_driver:
+            check_local(read_footers(path))
+        with pytest.raises(TraceError) as spread:
+            check_trace(spark, load_trace(spark, path), **BY_MESSAGE)
+        assert str(spread.value) == str(on_driver.value), name
 
 
 @pytest.mark.timeout(300)
@@ -109,10 +107,11 @@ def test_a_causality_cycle_goes_to_the_rounds(spark, tmp_path):
             {"process": 1, "seq": 1, "kind": "send", "msg": 2, "dests": [0]}]
     path = str(tmp_path / "cycle")
     S.write_rows(rows, path)
-    main, _, _ = _summary_and_counts(spark, path, one_task_max_rows=0, driver_max_cells=0)
-    spread, _, t = _summary_and_counts(spark, path, driver_max_cells=0, **BY_MESSAGE)
-    assert "by_message" in t and main == spread
-    assert spread["rounds"], spread
+    summary, per, t = _summary_and_counts(spark, path, driver_max_cells=0, **BY_MESSAGE)
+    assert "by_message" in t and summary["rounds"], (t, summary)
+    full = [dict({"dests": None, "node": None, "wall_ns": None, "stamp_ts": None,
+                  "stamp_peer": None, "stamp_tx": None}, **r) for r in rows]
+    assert {n: per.get((0, n), 0) for n in PROPERTIES} == reference_check(full)
 
 
 @pytest.mark.timeout(900)
