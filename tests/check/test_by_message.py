@@ -140,3 +140,25 @@ def test_by_message_on_a_standalone_cluster(spark, spark_cluster, tmp_path):
     assert on_cluster == whole and per == per_whole
     for k, rows in enumerate(batch):
         assert {n: per.get((k, n), 0) for n in PROPERTIES} == reference_check(rows), k
+
+
+def test_fifo_by_chunks_of_processes_is_fifo_whole(tmp_path):
+    # fifo works on whole processes a chunk at a time (its temporaries bounded): any chunk
+    # size gives the violations, their order and the examples of one pass over the trace
+    from bus1py.check.arrays.events import Events
+    from bus1py.check.arrays.properties import fifo
+    keys = dict.fromkeys(("dests", "node", "wall_ns", "stamp_ts", "stamp_peer", "stamp_tx"))
+    # p0 sends m1 and then m2 to p1, which delivers m2 first: one fifo violation
+    inverted = [dict(keys, process=0, seq=0, kind="send", msg=1, dests=[1]),
+                dict(keys, process=0, seq=1, kind="send", msg=2, dests=[1]),
+                dict(keys, process=1, seq=0, kind="deliver", msg=2),
+                dict(keys, process=1, seq=1, kind="deliver", msg=1)]
+    batch = _batch(6, 6000)
+    batch[1:1] = [inverted, inverted]
+    path = str(tmp_path / "u")
+    _write(batch, path)
+    ev = Events(read_footers(path))
+    whole = fifo(ev, 50, chunk=ev.n + 1)
+    assert whole[2] > 0           # the mutations plant fifo violations
+    for chunk in (1, 2, 7, 100):
+        assert fifo(ev, 50, chunk=chunk) == whole, chunk

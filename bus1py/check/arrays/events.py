@@ -194,6 +194,11 @@ class Events:
                          f"({src} has that id)")
 
     @cached_property
+    def starts(self):
+        """Where each process's events begin (positions, ascending)."""
+        return np.searchsorted(self.process, self.procs)
+
+    @cached_property
     def dest_of(self):
         """(origin row, destination) pairs of message origins, distinct (built on first
         use: only exactly_once reads them, beside the walk)."""

@@ -134,12 +134,32 @@ def _stamp_witness(ev):
     return True
 
 
-def fifo(ev, k):
+# fifo works on whole processes of about this many events at a time (a (receiver, sender)
+# group never spans two), so its sorts' temporaries stay a fraction of the trace's
+FIFO_CHUNK = 8_000_000
+
+
+def fifo(ev, k, chunk=FIFO_CHUNK):
     """As direct.fifo: skipped when the stamps witness it, else per (receiver, sender) the
     largest send seq first-delivered before each first delivery."""
     if ev.stamp is not None and _stamp_witness(ev):
         return "stamp witness", None, 0, []
-    fd = np.flatnonzero((ev.code == K.DELIVER) & ev.first)
+    starts = ev.starts
+    cuts = np.append(np.unique(starts[np.searchsorted(
+        starts, np.arange(0, ev.n, chunk), side="right") - 1]), ev.n)
+    bads, examples = [np.zeros(0, np.int64)], []
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        bad, ex = _fifo_among(ev, a, b, k - len(examples))
+        bads.append(bad)
+        examples += ex
+    bad = np.concatenate(bads)
+    return "exact", ev.process[bad].tolist(), len(bad), examples
+
+
+def _fifo_among(ev, a, b, k):
+    """(positions of the fifo violations among the events a..b-1, whole processes, in
+    (process, seq) order; the examples of the first k)."""
+    fd = a + np.flatnonzero((ev.code[a:b] == K.DELIVER) & ev.first[a:b])
     process, sender = ev.process[fd], ev.sender[fd]
     order = lex_order(process, sender)   # fd is in (process, seq) order
     fd = fd[order]
@@ -153,12 +173,12 @@ def fifo(ev, k):
     bad = np.flatnonzero(prev > ss)
     bad = bad[np.lexsort((ev.seq[fd[bad]], ev.process[fd[bad]]))]
     examples = []
-    for j in bad[:k]:
+    for j in bad[:max(k, 0)]:
         start = np.flatnonzero(gid == gid[j])[0]
         e = fd[start + int(np.flatnonzero(ss[start:j] == prev[j])[0])]
         examples.append(inversion(_delivery(ev, fd[j]), _delivery(ev, e),
                                   int(ev.process[fd[j]])))
-    return "exact", ev.process[fd[bad]].tolist(), len(bad), examples
+    return fd[bad], examples
 
 
 def _delivery(ev, i):
@@ -209,6 +229,7 @@ class ByPosition:
         self.n, self.code, self.first = lay.n, lay.kind, lay.first.view(np.bool_)
         self.msg, self.send_seq, self.is_destroy = lay.msg, lay.send_seq, lay.is_destroy
         self.node, self.has_node = node, has_node
+        self.starts = lay.start[:-1]
         slot, start, procs, src = lay.slot_of, lay.start, lay.procs, lay.src
         self.process = _Computed(lambda k: procs[slot[k]])
         self.seq = _Computed(lambda k: k - start[slot[k]])
