@@ -80,7 +80,7 @@ def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name, dest
         from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(1) as pool:
             view = P.ByPosition(lay, node, has_node)
-            side = {name: pool.submit(_timed, getattr(P, name), view, max_examples)
+            side = {name: pool.submit(_beside, getattr(P, name), view, max_examples)
                     for name in beside}
             out, info = W.decide(lay, want, max_examples, claimed if vclock_files else None)
             for name, run_ in side.items():
@@ -103,9 +103,14 @@ def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name, dest
     return run
 
 
-def _timed(fn, *args):
+def _beside(fn, *args):
+    """fn(*args) and its seconds, run beside the walk; the pages of its freed temporaries
+    handed back after it (glibc keeps them in the thread's arena, beside the walk's
+    clocks)."""
+    from ..arrays.memory import give_back
     t = time.perf_counter()
     got = fn(*args)
+    give_back()
     return got, round(time.perf_counter() - t, 3)
 
 
