@@ -4,12 +4,10 @@
 # equal to the reference's, whether its tasks run in the driver's process (a local master,
 # over buckets read with pyarrow: many buckets here, so a message's loss and the
 # NODE_DESTROY that excuses it land in different ones) or on a standalone cluster's
-# executors; a malformed trace gets the main pass's words, and a causality cycle the
+# executors (test_driver_path.py's cluster test, whose session this shares); a malformed
+# trace gets the main pass's words, and a causality cycle the
 # rounds' answer. Each Spark test checks a batch of Hypothesis-drawn traces, every
 # assertion holding for any draw.
-import json
-import subprocess
-import sys
 
 import pytest
 
@@ -112,34 +110,6 @@ def test_a_causality_cycle_goes_to_the_rounds(spark, tmp_path):
     full = [dict({"dests": None, "node": None, "wall_ns": None, "stamp_ts": None,
                   "stamp_peer": None, "stamp_tx": None}, **r) for r in rows]
     assert {n: per.get((0, n), 0) for n in PROPERTIES} == reference_check(full)
-
-
-@pytest.mark.timeout(900)
-def test_by_message_on_a_standalone_cluster(spark, spark_cluster, tmp_path):
-    batch = _batch(4, 5000)
-    path = str(tmp_path / "u")
-    _write(batch, path)
-    code = ("import json, sys; from bus1py.check.spark.session import get_session; "
-            "from bus1py.check.spark.checker import check_trace; "
-            "from bus1py.check.load import load_trace; "
-            f"spark = get_session({spark_cluster!r}, shuffle_partitions=4); "
-            f"s, c = check_trace(spark, load_trace(spark, {path!r}), group_span={SPAN}, "
-            "max_examples=50, keep_details=True, one_task_max_rows=0, by_message_min_rows=0); "
-            "s['per'] = sorted((r['process'], n) for n, v in c.details.items() "
-            "if v is not None for r in v.collect()); print(json.dumps(s))")
-    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                        timeout=600)
-    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-4000:]
-    on_cluster = json.loads(cp.stdout.strip().splitlines()[-1])
-    assert "by_message" in on_cluster.pop("timings")
-    on_cluster.pop("seconds")
-    per = {}
-    for p, name in on_cluster.pop("per"):
-        per[(p // SPAN, name)] = per.get((p // SPAN, name), 0) + 1
-    whole, per_whole, _ = _summary_and_counts(spark, path, group_span=SPAN, max_examples=50)
-    assert on_cluster == whole and per == per_whole
-    for k, rows in enumerate(batch):
-        assert {n: per.get((k, n), 0) for n in PROPERTIES} == reference_check(rows), k
 
 
 def test_fifo_by_chunks_of_processes_is_fifo_whole(tmp_path):

@@ -3,7 +3,8 @@
 # trace by trace; its JSON summary and HTML report are those of the Spark path, whole
 # (every example, every path, the overview), on planted-violation and clean batches; it
 # names malformed traces with Spark's words (test_check_cli.py runs both engines); it never
-# imports pyspark; and `--master` runs the check on a real standalone cluster.
+# imports pyspark; and `--master` runs the check on a real standalone cluster (the command
+# on the main pass and as one task, and the path by message past one task).
 import json
 import random
 import subprocess
@@ -17,7 +18,7 @@ from bus1py.check.load import read_footers
 from bus1py.check.arrays.whole import check_local
 from bus1py.check.reference import reference_check
 from bus1py.check.simulate import MUTATIONS, mutate, offset_rows, simulate
-from bus1py.check.summary import judge
+from bus1py.check.summary import PROPERTIES, judge
 from bus1py.cli import main
 from bus1py.schema import write_rows as write_trace
 from drawn import gather, make_trace as _make, params
@@ -165,19 +166,42 @@ def test_a_small_check_never_imports_pyspark(tmp_path):
 
 
 @pytest.mark.timeout(600)
-def test_check_on_a_standalone_cluster(spark_cluster, tmp_path):
+def test_check_on_a_standalone_cluster(spark, spark_cluster, tmp_path):
+    # one process on the cluster (its session and executors start once) runs: the command
+    # twice, the main pass and (--exact) the whole check as one task on the worker
+    # (one_task.py); then the path by message (spark/by_message.py: the link in tasks by
+    # id, the walk in a job of one task) on a batch of drawn traces
+    from test_by_message import BY_MESSAGE, SPAN, _batch, _summary_and_counts, _write
     rng = random.Random(4)
     rows = mutate(simulate(rng, nprocs=4, steps=50, p_signal=0.2), "swap", rng)
     write_trace(rows, str(tmp_path / "t"))
-    out = tmp_path / "cluster.json"
-    # the main pass, and (--exact) the whole check as one task on the worker (one_task.py)
-    for extra in ((), ("--exact",)):
-        cp = subprocess.run([sys.executable, "-m", "bus1py.cli", "check", str(tmp_path / "t"),
-                             "--master", spark_cluster, "--json", str(out), "--progress",
-                             "never", *extra], capture_output=True, text=True, timeout=250)
-        assert cp.returncode == 1, cp.stdout + cp.stderr
-        assert cp.stderr == "", cp.stderr          # nothing from Spark or the JVM
-        on_cluster = json.loads(out.read_text())
+    batch = _batch(2, 5000)
+    _write(batch, str(tmp_path / "u"))
+    runs = [(), ("--exact",)]
+    code = f"""
+import json
+from bus1py.cli import main
+from bus1py.check.load import load_trace
+from bus1py.check.spark.checker import check_trace
+from bus1py.check.spark.session import get_session
+rcs = [main(["check", {str(tmp_path / "t")!r}, "--master", {spark_cluster!r}, "--json",
+             {str(tmp_path)!r} + f"/cluster{{i}}.json", "--progress", "never", *extra])
+       for i, extra in enumerate({runs!r})]
+spark = get_session({spark_cluster!r})
+s, c = check_trace(spark, load_trace(spark, {str(tmp_path / "u")!r}), group_span={SPAN},
+                   max_examples=50, keep_details=True, **{BY_MESSAGE!r})
+s["per"] = sorted((r["process"], n) for n, v in c.details.items() if v is not None
+                  for r in v.collect())
+print(json.dumps({{"rcs": rcs, "by_message": s}}))
+"""
+    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        timeout=500)
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-4000:]
+    assert cp.stderr == "", cp.stderr          # nothing from Spark or the JVM
+    got = json.loads(cp.stdout.strip().splitlines()[-1])
+    assert got["rcs"] == [1, 1]
+    for i, extra in enumerate(runs):
+        on_cluster = json.loads((tmp_path / f"cluster{i}.json").read_text())
         assert ("one_task" in on_cluster["timings"]) == bool(extra), on_cluster["timings"]
         summary, _ = check_local(read_footers(str(tmp_path / "t")), max_examples=3,
                                  exact=bool(extra))
@@ -187,3 +211,14 @@ def test_check_on_a_standalone_cluster(spark_cluster, tmp_path):
             s.pop("timings")
         assert on_cluster == summary
         assert not summary["ok"]
+    spread = got["by_message"]
+    assert "by_message" in spread.pop("timings")
+    spread.pop("seconds")
+    per = {}
+    for p, name in spread.pop("per"):
+        per[(p // SPAN, name)] = per.get((p // SPAN, name), 0) + 1
+    whole, per_whole, _ = _summary_and_counts(spark, str(tmp_path / "u"), group_span=SPAN,
+                                              max_examples=50)
+    assert spread == whole and per == per_whole
+    for k, trace in enumerate(batch):
+        assert {n: per.get((k, n), 0) for n in PROPERTIES} == reference_check(trace), k

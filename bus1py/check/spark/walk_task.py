@@ -1,8 +1,10 @@
 # Invariants: the exact path of `causal` and `consistent` as one Spark job: the main pass's
-# persisted table (validated) is read by one task (coalesce(1), no shuffle) through Arrow
-# (mapInArrow), and arrays/walk.py decides both properties on it with compiled kernels --
-# one topological walk for the vector clocks, one linear scan for causal, Tarjan for the
-# components. The job's output stays in Spark: one row per violation (the details) and one
+# persisted table (validated), or the events linked by message (by_message.py, whose
+# numbering the layout checks: a summary says `malformed` otherwise), is read by one task
+# (coalesce(1), no shuffle) through Arrow (mapInArrow), and arrays/walk.py decides both
+# properties on it with compiled kernels -- one topological walk for the vector clocks,
+# one linear scan for causal, Tarjan for the components; `fifo` and `node_rules` may be
+# decided beside the walk on the same layout (arrays/properties.py). The job's output stays in Spark: one row per violation (the details) and one
 # summary row (counts and examples, as JSON), so the driver collects one row. A producer's
 # vector-clock column (schema.VCLOCK) is a witness, never trusted: it is used only when it
 # verifies against the rows in the same job; otherwise the result says why and the walk
