@@ -155,7 +155,8 @@ def _walk_task(c, sums):
 def _local(c):
     """Job 1's tasks over buckets read here and the walk's task, in the driver's process
     (local executors share its machine, as one_task.run): (processes, violations table,
-    the walk's info, processes by property), or None."""
+    the walk's info, processes by property, the tasks' summaries, the clock column's
+    status), or None."""
     import pyarrow as pa
 
     from ..arrays.buckets import read_buckets
