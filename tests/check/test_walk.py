@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from bus1py import schema as S
 from bus1py.check import kinds as K
 from bus1py.check.arrays import walk as W
+from bus1py.check.arrays.layout import COLUMNS, Layout
 from bus1py.check.spark.checker import check_trace
 from bus1py.check.load import load_trace
 from bus1py.check.reference import reference_check
@@ -45,7 +46,7 @@ def _table(rows):
     for r in rows:
         if r["kind"] in ("send", "destroy", "signal_send"):
             origin[(r["kind"] == "signal_send", r["msg"])] = r
-    seen, cols = set(), {c: [] for c in W.COLUMNS}
+    seen, cols = set(), {c: [] for c in COLUMNS}
     for r in sorted(rows, key=lambda r: (r["process"], r["seq"])):
         code = {S.SEND: K.SEND, S.DESTROY: K.DESTROY, S.SIGNAL_SEND: K.SIGNAL_SEND,
                 S.DELIVER: K.DELIVER, S.SIGNAL_RECV: K.SIGNAL_RECV}.get(r["kind"], K.INTERNAL)
@@ -62,7 +63,7 @@ def _table(rows):
             seen.add(key)
     types = (pa.int32(), pa.int64(), pa.int8(), pa.int64(), pa.bool_(), pa.int32(),
              pa.int64(), pa.bool_())
-    return pa.table({c: pa.array(cols[c], t) for c, t in zip(W.COLUMNS, types)})
+    return pa.table({c: pa.array(cols[c], t) for c, t in zip(COLUMNS, types)})
 
 
 def true_clocks(rows, cyclic=False):
@@ -98,7 +99,7 @@ def _with_vclock(rows, clock):
 
 
 def _layout(rows):
-    return W.Layout(_table(rows), sorted({r["process"] for r in rows}), None)
+    return Layout(_table(rows), sorted({r["process"] for r in rows}), None)
 
 
 def test_kernel_agrees_with_reference_and_relaxed_clocks():

@@ -217,7 +217,7 @@ def node_rules(ev, k):
 
 
 class ByPosition:
-    """The arrays fifo and node_rules read, by position from a walk Layout (walk.py) of
+    """The arrays fifo and node_rules read, by position from a walk Layout (layout.py) of
     validated rows without stamps, computed where they are indexed instead of held (a
     Layout of a hundred million events leaves little room for more). node, has_node: the
     placed node column, or None when the trace has no destroy (node_rules then reads

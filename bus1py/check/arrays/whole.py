@@ -18,7 +18,8 @@ from .. import engine, vclock
 from ..summary import PROPERTIES, all_hold, build
 from .events import Events
 from .properties import direct_properties
-from .walk import Layout, entries
+from .layout import Layout
+from .walk import entries
 
 
 def check_local(trace, exact=False, max_examples=3, keep_details=False, overview=False,

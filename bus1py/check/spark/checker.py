@@ -38,6 +38,7 @@ from pyspark.sql import functions as F
 
 from .. import engine
 from ..arrays import walk as arrays_walk
+from ..arrays.layout import COLUMNS as WALK_COLUMNS, Layout
 from ..summary import PROPERTIES, all_hold, build
 from . import by_message, direct, main_pass, one_task, walk_task
 from .causal import causal_exact
@@ -252,8 +253,8 @@ class Checker:
         collected once through Arrow; False (nothing added) when the history has a
         causality cycle (the Spark formulations then decide: they define happened-before
         as reachability, cycles included)."""
-        table = self.rows.select(*arrays_walk.COLUMNS).toArrow()
-        lay = arrays_walk.Layout(table, [int(p) for p in self.procs], self.span)
+        table = self.rows.select(*WALK_COLUMNS).toArrow()
+        lay = Layout(table, [int(p) for p in self.procs], self.span)
         details = {}
         if not arrays_walk.entries(lay, self.max_examples, props, details)[0]:
             return False

@@ -18,7 +18,7 @@ import time
 from pyspark.sql import functions as F
 
 from .. import vclock
-from ..arrays.walk import COLUMNS
+from ..arrays.layout import COLUMNS
 
 OUT_SCHEMA = "rec string, process int, info string"
 
@@ -43,6 +43,7 @@ def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name, dest
         from .. import vclock as V
         from ..arrays import properties as P
         from ..arrays import walk as W
+        from ..arrays.layout import Layout
         from ..arrays.memory import give_back
         t0 = time.perf_counter()
         batches = list(batches)
@@ -51,7 +52,7 @@ def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name, dest
         received = time.perf_counter() - t0
         beside = [name for name in BESIDE if name in want]
         try:
-            lay = W.Layout(batches, procs, span, ("node",) if destroys else ())
+            lay = Layout(batches, procs, span, ("node",) if destroys else ())
         except ValueError:
             yield _summary({"malformed": True})
             return
