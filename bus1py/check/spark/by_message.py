@@ -123,7 +123,7 @@ def run(c):
     got = (_local if local else _cluster)(c)
     if got is None:
         return None
-    procs, violations, info, by_rec, sums, vstatus = got
+    procs, violations, info, by_rec, sums, vstatus, walked = got
     found = walk_task.found(c, WANT, info, vstatus, by_rec)
     if found is None or found["causal"][0] is None and found["causal"][1] is None:
         return None
@@ -136,27 +136,26 @@ def run(c):
             extra = dict(extra, method="vector-clock witness"
                          if extra.get("vclock") == "holds" else "exact")
         props[name], details[name] = _entry(n, ex, extra), v
-    walked = engine.walk_on_driver(c.trace.rows, len(procs), c.driver_max_cells)
     return (props, engine.WALKED if walked else engine.witness_skipped(c.trace, c.force_exact),
             procs, details)
 
 
 def _walk_task(c, sums):
-    """(the processes, the walk's kernel_task for them, the clock column's status), from
-    the tasks' summaries."""
+    """(the processes, the walk's kernel_task for them, the clock column's status, whether
+    the driver would take the walk), from the tasks' summaries."""
     procs = sorted(set().union(*(s["procs"] for s in sums)))
     c.set_procs(procs)
     # a walk the driver would take reads no clock column (whole.check, Checker)
     walked = engine.walk_on_driver(c.trace.rows, len(procs), c.driver_max_cells)
     return (procs, *walk_task.task_for(c, WANT, not walked,
-                                       any(s["destroys"] for s in sums)))
+                                       any(s["destroys"] for s in sums)), walked)
 
 
 def _local(c):
     """Job 1's tasks over buckets read here and the walk's task, in the driver's process
     (local executors share its machine, as one_task.run): (processes, violations table,
     the walk's info, processes by property, the tasks' summaries, the clock column's
-    status), or None."""
+    status, whether the driver would take the walk), or None."""
     import pyarrow as pa
 
     from ..arrays.buckets import read_buckets
@@ -198,7 +197,7 @@ def _local(c):
     c.timings["by_message"] = time.perf_counter() - t
     if any(s.get("malformed") for s in sums):
         return None
-    procs, fn, vstatus = _walk_task(c, sums)
+    procs, fn, vstatus, walked = _walk_task(c, sums)
     c.phase("the walk: causal, consistent, fifo and node_rules")
     t = time.perf_counter()
     rows = {}
@@ -208,7 +207,7 @@ def _local(c):
     c.timings["walk"] = time.perf_counter() - t
     info = json.loads(rows["summary"][0]["info"])
     return (procs, pa.Table.from_batches(violations, _arrow_schema()), info,
-            lambda name: [r["process"] for r in rows.get(name, [])], sums, vstatus)
+            lambda name: [r["process"] for r in rows.get(name, [])], sums, vstatus, walked)
 
 
 def _drain(batches):
@@ -236,7 +235,7 @@ def _cluster(c):
             "by_message", lambda: linked.where(rec == SUMMARY).select("info").collect())]
         if any(s.get("malformed") for s in sums):
             return None
-        procs, fn, vstatus = _walk_task(c, sums)
+        procs, fn, vstatus, walked = _walk_task(c, sums)
         c.phase("the walk: causal, consistent, fifo and node_rules in one task")
         columns = walk_task.COLUMNS + ("node",)
         out = c.persist(linked.where(rec == EVENT).select(*columns).coalesce(1)
@@ -246,7 +245,8 @@ def _cluster(c):
     violations = (linked.where(rec == VIOLATION).toArrow() if sum(
         s["violations"] for s in sums) else _arrow_schema().empty_table())
     return (procs, violations, info,
-            lambda name: out.where(F.col("rec") == name).select("process"), sums, vstatus)
+            lambda name: out.where(F.col("rec") == name).select("process"), sums, vstatus,
+            walked)
 
 
 def _entry(n, examples, extra):

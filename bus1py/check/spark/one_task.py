@@ -17,9 +17,7 @@ import time
 from .. import engine, vclock
 from ..arrays.whole import check
 from ..load import TraceError
-
-OUT_SCHEMA = "rec string, process int, info string"
-
+from .walk_task import OUT_SCHEMA, summary_row, violation_rows
 
 def run(c):
     """(properties, witness message, processes, details) for Checker c, or None when the
@@ -54,29 +52,18 @@ def task(trace, span, max_examples, driver_max_cells, keep_details, witness, vcl
     """The function mapInArrow runs on the one task (its one input row is ignored)."""
     def run(batches):
         t0 = time.perf_counter()
-        import pyarrow as pa
         for _ in batches:
             pass
         try:
             info, details = check(trace, span, max_examples, driver_max_cells,
                                   witness, vclock)
         except TraceError as e:
-            yield pa.RecordBatch.from_pydict({"rec": ["error"], "process": pa.nulls(1, pa.int32()),
-                                              "info": [str(e)]})
+            yield summary_row(str(e), "error")
             return
         info["details"] = [k for k, v in details.items() if v is not None] if keep_details else []
         # the task's own time: the rest of the job's is Spark's and the Python worker's
         info["seconds"]["task"] = round(time.perf_counter() - t0, 3)
         for name in info["details"]:
-            yield pa.RecordBatch.from_pydict(
-                {"rec": pa.array([name] * len(details[name]), pa.string()),
-                 "process": pa.array(details[name], pa.int32()),
-                 "info": pa.nulls(len(details[name]), pa.string())})
-        yield pa.RecordBatch.from_pydict({"rec": ["summary"], "process": pa.nulls(1, pa.int32()),
-                                          "info": [json.dumps(info, default=_plain)]})
+            yield violation_rows(name, details[name])
+        yield summary_row(info)
     return run
-
-
-def _plain(x):
-    """numpy scalars as Python's (json's fallback)."""
-    return x.item()

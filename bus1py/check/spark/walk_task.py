@@ -54,7 +54,7 @@ def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name, dest
         try:
             lay = Layout(batches, procs, span, ("node",) if destroys else ())
         except ValueError:
-            yield _summary({"malformed": True})
+            yield summary_row({"malformed": True})
             return
         del batches
         node = has_node = None
@@ -98,11 +98,8 @@ def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name, dest
             info["destroyed"] = destroyed
         for rec, procs_ in out.items():
             if len(procs_):
-                yield pa.RecordBatch.from_pydict(
-                    {"rec": pa.array([rec] * len(procs_), pa.string()),
-                     "process": pa.array(procs_, pa.int32()),
-                     "info": pa.nulls(len(procs_), pa.string())})
-        yield _summary(info)
+                yield violation_rows(rec, procs_)
+        yield summary_row(info)
     return run
 
 
@@ -117,10 +114,20 @@ def _beside(fn, *args):
     return got, round(time.perf_counter() - t, 3)
 
 
-def _summary(info):
+def violation_rows(rec, procs):
+    """The rows (OUT_SCHEMA) naming the process of each violation of property `rec`."""
     import pyarrow as pa
-    return pa.RecordBatch.from_pydict({"rec": ["summary"], "process": pa.nulls(1, pa.int32()),
-                                       "info": [json.dumps(info, default=_plain)]})
+    return pa.RecordBatch.from_pydict({"rec": pa.array([rec] * len(procs), pa.string()),
+                                       "process": pa.array(procs, pa.int32()),
+                                       "info": pa.nulls(len(procs), pa.string())})
+
+
+def summary_row(info, rec="summary"):
+    """The one row (OUT_SCHEMA) carrying `info` as JSON."""
+    import pyarrow as pa
+    return pa.RecordBatch.from_pydict({"rec": [rec], "process": pa.nulls(1, pa.int32()),
+                                       "info": [info if isinstance(info, str)
+                                                else json.dumps(info, default=_plain)]})
 
 
 def _plain(x):
