@@ -158,6 +158,14 @@ def spark(_spark_holder):
     return _spark_holder[0]
 
 
+def pytest_collection_modifyitems(config, items):
+    """`make test` runs the suite in two pytest-xdist workers (-n 2 --dist loadgroup): the
+    tests of the standalone cluster run in one worker, so one cluster starts, not two."""
+    for item in items:
+        if "spark_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("spark-cluster"))
+
+
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory):
     """The URL of a real standalone Spark cluster (one master, one worker) on 127.0.0.1."""
