@@ -107,12 +107,16 @@ class Limits:
         return c
 
 
-INJECT_KINDS = {
+INJECT_KINDS: dict[str, int] = {
     "no-block": lib.B1_INJECT_NO_BLOCK,
     "no-sync": lib.B1_INJECT_NO_SYNC,
     "address-tiebreak": lib.B1_INJECT_ADDRESS_TIEBREAK,
     "fifo": lib.B1_INJECT_FIFO,
 }
+"""The deliberately broken ordering paths `Bus.create(inject=...)` selects, to prove that
+the checker catches each (never for real use): ``no-block`` (no blocks staged before the
+stamp), ``no-sync`` (no sync round), ``address-tiebreak`` (ties broken by entry address),
+``fifo`` (per-queue arrival order, no clocks); docs/DESIGN.md, "Fault injection"."""
 
 
 def _shm_name(name: str) -> str:

@@ -30,14 +30,16 @@ class WireError(ValueError):
 class WireCost(NamedTuple):
     """What one wire costs beyond its payload, measured from its encoding.
 
-    header:     per-message framing the study does not count (type tag, sender id, the
-                message's own timestamp or sequence number, its destination list).
-    control:    the control information the study counts (seed 001 section 6.2: "CI_m + DC_m
-                in bytes"); for a control-only wire, its whole body beyond the header.
-    dependents: the units seed 001 Fig. 2 counts (docs/PROTOCOL_RULES.md P4), per protocol.
-    data:       True when the wire carries the application payload to one of its
-                destinations; False for acknowledgements, stage replies, and copies sent
-                only because the protocol is broadcast-only (BSS to non-destinations).
+    Attributes:
+        header: per-message framing the study does not count (type tag, sender id, the
+            message's own timestamp or sequence number, its destination list).
+        control: the control information the study counts (seed 001 section 6.2: "CI_m +
+            DC_m in bytes"); for a control-only wire, its whole body beyond the header.
+        dependents: the units seed 001 Fig. 2 counts (docs/PROTOCOL_RULES.md P4), per
+            protocol.
+        data: True when the wire carries the application payload to one of its
+            destinations; False for acknowledgements, stage replies, and copies sent only
+            because the protocol is broadcast-only (BSS to non-destinations).
     """
 
     header: int
