@@ -488,7 +488,7 @@ def send(peer: Peer, destinations, payload, handles=(), **flags) -> tuple:
     return peer.send(destinations, payload, handles, **flags)
 
 
-_last_reap = {}  # bus name -> monotonic time of this process's last reaping
+_last_reap: dict[str, float] = {}  # bus name -> monotonic time of this process's last reaping
 
 
 def _reap_and_retry(bus, r, send, *call):

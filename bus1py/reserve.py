@@ -94,7 +94,8 @@ class Reservation:
             off = lib.b1_send_reserve(frame.c.base, res, peer._slot, peer._id, dests, n, length, carried, nh, flags)
         if off < 0:
             raise args.send_error(peer, off, destinations, length, n, nh)
-        self._peer, self.length, self.stamp = peer, length, None
+        self._peer, self.length = peer, length
+        self.stamp: tuple[int, int, int] | None = None  # commit's
         # the payload exports a slice of its own, with a buffer of its own: a buffer taken
         # from it however indirectly (numpy makes a new memoryview sharing the payload's)
         # is counted there, and the end below refuses while one lives
@@ -127,7 +128,7 @@ class Reservation:
             raise bus_error(errno.ESHUTDOWN, f"cannot {what}: the bus is closed in this process")
         return base
 
-    def commit(self) -> tuple:
+    def commit(self) -> tuple[int, int, int]:
         """Send the message; returns its stamp (timestamp, sender id, sequence) as `send`
         does, or raises send's errors with nothing sent (the reservation ends either way)."""
         base = self._end("commit")
