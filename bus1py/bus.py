@@ -51,7 +51,12 @@ _LIMIT_BITS = {name: 8 * ffi.sizeof(field.type) for name, field in ffi.typeof("s
 
 @dataclass(frozen=True)
 class Limits:
-    """Sizes fixed when a bus is created (keyword arguments of `Bus.create`)."""
+    """Sizes fixed when a bus is created (keyword arguments of `Bus.create`): table sizes
+    (max_peers, max_nodes, max_handles, max_entries, max_names), per-message bounds
+    (max_payload bytes, max_dests, max_msg_handles), the pool's bytes (pool_size), each
+    peer's default quotas (quota_messages, quota_handles, quota_bytes, quota_fds), the
+    receive spin before sleeping (spin_ns), and the fault injection (inject,
+    inject_pause_ns).  `check()` names the first one out of range."""
 
     max_peers: int = 1024
     max_nodes: int = 65536
@@ -99,6 +104,8 @@ class Limits:
                 raise ValueError(f"bus limit {name}={getattr(self, name)} must be below 2**{width}")
 
     def to_c(self) -> Any:
+        """The limits as the C helper's struct b1_limits (a cffi object); ValueError for a
+        value its field cannot hold."""
         c = ffi.new("struct b1_limits *")
         for f in fields(self):
             value = getattr(self, f.name)
@@ -207,7 +214,16 @@ def _restore(bus_name: str, slot: int, peer_id: int, open_args: dict[str, Any] |
 
 
 class Bus:
-    """A mapping of one bus in this process."""
+    """A mapping of one bus in this process: `Bus.create` makes a bus, `Bus.open` maps an
+    existing one by name, `peer()` makes peers on it.  As a context manager it closes the
+    mapping when the block ends, and unlinks the name if this mapping created it.
+
+    >>> import bus1py
+    >>> with bus1py.Bus.create(max_payload=4096) as bus:
+    ...     peer = bus.peer()
+    ...     print(bus.limits.max_payload, len(bus.peers()))
+    4096 1
+    """
 
     _attached: dict[str, Bus] = {}
     _created: dict[str, int] = {}  # names this process created, unlinked at exit: name -> pid
@@ -427,6 +443,8 @@ class Bus:
         return lines
 
     def info(self) -> dict[str, Any]:
+        """The segment's header: layout version, size, objects and pool bytes in use,
+        the injected fault kind, the creating process and whether it lives."""
         info = ffi.new("struct b1_bus_info *")
         lib.b1_bus_info(self.base(), info)
         return {
@@ -447,6 +465,8 @@ class Bus:
     # ---- lifetime ----
 
     def base(self) -> Any:
+        """The mapping's base address (a cffi pointer) for the C helper; ValueError once
+        closed."""
         base = self._base
         if base is None:
             raise ValueError(f"bus {self.name!r} is closed in this process")

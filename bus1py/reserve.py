@@ -58,7 +58,19 @@ def _named(fds):
 
 
 class Reservation:
-    """A message being written in place; see the module's invariants."""
+    """A message being written in place in the pool, made by `Peer.reserve`: fill
+    `payload`, then `commit()` sends it or `abort()` gives the record back.  As a context
+    manager it commits when the block ends and aborts when it raises.
+
+    >>> import bus1py
+    >>> with bus1py.Bus.create() as bus:
+    ...     a, b = bus.peer(), bus.peer()
+    ...     h = b.transfer(b.create_node(), a)
+    ...     with a.reserve([h], 5) as r:
+    ...         r.payload[:] = b"hello"
+    ...     print(b.recv(0).payload)
+    b'hello'
+    """
 
     __slots__ = ("_peer", "_res", "_dests", "_view", "_raw", "_state", "_pid", "_fds", "stamp", "length")
 
@@ -149,10 +161,10 @@ class Reservation:
         lib.b1_send_abort(base, self._res)
         self._state = _ABORTED
 
-    def __enter__(self) -> "Reservation":
+    def __enter__(self) -> Reservation:
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         """Commit when the block ends normally, abort when it raises."""
         if self._state is not _OPEN:
             return
@@ -161,12 +173,12 @@ class Reservation:
         else:
             self.abort()
 
-    def __del__(self):
+    def __del__(self) -> None:
         if self._state is _OPEN and self._pid == _pid[0]:
             try:
                 self.abort()
             except (BufferError, OSError):
                 pass  # an export outlives it, or the bus is gone: the reaper frees the record
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<bus1py.Reservation {self.length} B from peer {getattr(self, '_peer', None) and self._peer.id}, {self._state}>"
