@@ -168,7 +168,9 @@ class Peer(_messages.PeerCore):
     # ---- nodes and handles ----
 
     def create_node(self) -> int:
-        """A new node owned by this peer; returns the owner's handle id."""
+        """A new node owned by this peer; returns the owner's handle id.  ENOSPC when the
+        bus's node or handle table is full, EDQUOT past this peer's quota_handles,
+        ESHUTDOWN (BrokenPipeError) once the peer is disconnected."""
         if not self._attached:
             self._attach()
         out = ffi.new("uint64_t *")
@@ -181,7 +183,10 @@ class Peer(_messages.PeerCore):
         """Give `other` a handle to the node behind `handle`; returns other's handle id.
 
         A peer holds at most one handle per node: transferring again returns the same id
-        and counts one more reference.
+        and counts one more reference.  ENXIO when `handle` is not this peer's, ESTALE when
+        its node is destroyed, EDQUOT past other's quota_handles, ENOSPC when the handle
+        table is full, ESHUTDOWN when either peer is disconnected; ValueError for a peer of
+        another bus, TypeError for a handle that is not an int.
         """
         if not isinstance(other, Peer) or other._bus.name != self._bus.name:
             raise ValueError(f"transfer target must be a Peer of bus {self._bus.name!r}, not {other!r}")
@@ -198,7 +203,7 @@ class Peer(_messages.PeerCore):
     def release(self, handle: int) -> None:
         """Drop one reference to `handle`.  The owner of the node gets NODE_RELEASE when
         the last reference other than its own goes; releasing the owner's last reference
-        to a live node fails with EBUSY."""
+        to a live node fails with EBUSY.  ENXIO when `handle` is not this peer's."""
         args.check_handle(handle, "handle")
         if not self._attached:
             self._attach()
