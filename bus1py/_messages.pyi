@@ -23,17 +23,18 @@ class PeerCore:
     def send(self, destinations: int | Iterable[int], payload: Buffer, handles: Iterable[int] = (), *,
              fds: Iterable[int] = (), unreachable_error: bool = False) -> tuple[int, int, int]:
         """Send `payload` to every node in `destinations` in one transaction; returns the stamp."""
+    # node=h (issue 36's per-node receive) copies: it has no copy=False form
     @overload
-    def recv(self, timeout: float | None = None, copy: Literal[True] = True) -> Message:
-        """The next message (a copy)."""
+    def recv(self, timeout: float | None = None, copy: Literal[True] = True, *, node: int | None = None) -> Message:
+        """The next message (a copy); with node=h the first one addressed to handle h."""
     @overload
-    def recv(self, timeout: float | None, copy: Literal[False]) -> SliceMessage:
+    def recv(self, timeout: float | None, copy: Literal[False], *, node: None = None) -> SliceMessage:
         """The next message, its payload a read-only view into the pool."""
     @overload
-    def recv(self, timeout: float | None = None, *, copy: Literal[False]) -> SliceMessage:
+    def recv(self, timeout: float | None = None, *, copy: Literal[False], node: None = None) -> SliceMessage:
         """The next message, its payload a read-only view into the pool."""
     @overload
-    def recv(self, timeout: float | None = None, copy: bool = True) -> Message:
+    def recv(self, timeout: float | None = None, copy: bool = True, *, node: int | None = None) -> Message:
         """The next message."""
 
 class Slice:
