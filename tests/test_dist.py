@@ -70,7 +70,9 @@ def test_wheel_is_manylinux(wheel):
     tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
     assert f"-{tag}-{tag}-manylinux_" in name, name
     with zipfile.ZipFile(wheel) as z:
-        so = sorted(n for n in z.namelist() if n.endswith(".so"))
+        names = z.namelist()
+    so = sorted(n for n in names if n.endswith(".so"))
+    assert {"bus1py/py.typed", "bus1py/_messages.pyi", "bus1py/_b1.pyi"} <= set(names)  # the types
     assert [os.path.basename(n) for n in so] == [
         "_b1.abi3.so", "_messages" + sysconfig.get_config_var("EXT_SUFFIX"), "_walk.abi3.so", "_fast.abi3.so"]
     show = sh(sys.executable, "-m", "auditwheel", "show", wheel).stdout
