@@ -28,9 +28,10 @@ bench: $(STAMP)
 dist: $(STAMP)
 	$(PY) tools/dist.py
 
-# the API reference and the documents beside it, as HTML in build/docs/
+# the API reference and the documents beside it, as HTML in build/docs/ (-E: every page read
+# anew, so a warning of an unchanged page still fails the build)
 docs: $(STAMP)
-	$(PY) -m sphinx -W --keep-going -q -b html -d build/doctrees docs build/docs
+	$(PY) -m sphinx -W --keep-going -E -q -b html -d build/doctrees docs build/docs
 
 typecheck: $(STAMP)
 	$(PY) -m mypy

@@ -94,3 +94,10 @@ def test_wheel_runs_readme_example_without_compiler(wheel, tmp_path):
     assert (gcc, cc) == ("None", "None") and ext.startswith(site), (gcc, cc, ext)
     out = sh(py, os.path.join(ROOT, "tools", "readme_example.py"), env=env, cwd=tmp_path).stdout
     assert out.strip(), out  # it ran (exit 0) and printed what it receives
+    # the installed types (py.typed, the C modules' stubs) are what a user's mypy reads
+    user = tmp_path / "user.py"
+    user.write_text("import bus1py\nwith bus1py.Bus.create() as bus:\n    p = bus.peer()\n"
+                    "    p.send([p.create_node()], 'text')\n")
+    cp = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--python-executable",
+                         py, str(user)], capture_output=True, text=True, cwd=tmp_path, timeout=280)
+    assert cp.returncode == 1 and 'incompatible type "str"; expected "Buffer"' in cp.stdout, cp.stdout + cp.stderr

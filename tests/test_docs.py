@@ -76,6 +76,7 @@ def test_sphinx_builds_without_warnings(tmp_path):
     for name in bus1py.__all__:
         assert f'id="bus1py.{name}"' in api or f'id="bus1py.bus.{name}"' in api or \
             f'id="bus1py.message.{name}"' in api, f"{name} is not in the API reference"
-    assert "Peer.send" in api and "Message.obj" in api
+    for member in ("Peer.send", "Peer.recv", "Message.obj", "Transaction.stage"):
+        assert f'id="bus1py.{member}"' in api, f"{member} is not in the API reference"
     index = (tmp_path / "html" / "index.html").read_text()
     assert 'href="SPEC.html"' in index  # the README's links lead to the pages beside it
