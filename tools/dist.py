@@ -3,7 +3,8 @@
 The wheel is built from the sdist (so the sdist is proved complete), then repaired by
 auditwheel: it checks that the extensions link only against what every manylinux system
 has, tags the wheel with the oldest glibc its symbols allow, and copies in any other
-library they need.  One wheel per CPython version: bus1py._messages uses the full C API
+library they need.  abi3audit then checks that the modules named `.abi3.so` use only the
+stable ABI of CPython 3.10, as their name promises.  One wheel per CPython version: bus1py._messages uses the full C API
 (bus1py/_build_messages.py); the cffi modules are abi3.  A release's wheels for every
 version and architecture come from cibuildwheel (tools/release.sh, pyproject's
 [tool.cibuildwheel]).
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,6 +44,9 @@ def build(outdir: str) -> tuple[str, str]:
         shutil.move(sdist, outdir)
         run(sys.executable, "-m", "auditwheel", "repair", "--wheel-dir", outdir, wheel)
     (repaired,) = glob.glob(os.path.join(outdir, "*manylinux*.whl"))
+    with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(repaired) as z:
+        abi3 = [z.extract(n, tmp) for n in z.namelist() if n.endswith(".abi3.so")]
+        run(sys.executable, "-m", "abi3audit", "--strict", "--assume-minimum-abi3", "3.10", *abi3)
     return os.path.join(outdir, os.path.basename(sdist)), repaired
 
 
