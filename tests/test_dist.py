@@ -1,9 +1,11 @@
-"""The package as an index gets it (`make dist`, tools/dist.py): an sdist carrying the docs
-and full metadata, and a manylinux wheel that installs and runs the README's first example
-in a fresh venv where no compiler exists.
+"""The package as an index gets it (`make dist`, tools/dist.py): an sdist carrying every
+source the build needs, the docs and full metadata, and a manylinux wheel, built from that
+sdist alone, that installs with only the core dependencies into a fresh venv where no
+compiler exists, runs the README's first example from outside the checkout, gives the
+command line, and carries its types (py.typed and the C modules' stubs) to a user's mypy.
 
-The wheel is built once for the module (compiling the C parts is most of its ~20 s, so that
-test is slow); the sdist's metadata is checked on its own, in two seconds."""
+The wheel is built once for the module (compiling the C parts is most of its 20 to 60 s,
+so those tests are slow); the sdist is checked on its own, in two seconds."""
 import email
 import importlib.metadata
 import os
@@ -34,7 +36,9 @@ def test_sdist_carries_docs_and_metadata(tmp_path):
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
         meta = email.message_from_bytes(t.extractfile(f"{sdist.name[:-7]}/PKG-INFO").read())
     for linked in ("docs/SPEC.md", "docs/DESIGN.md", "docs/RELIABILITY.md", "docs/CHECKER.md",
-                   "docs/PROTOCOLS.md", "docs/conf.py", "docs/unicast.png", "LICENSE"):
+                   "docs/PROTOCOLS.md", "docs/conf.py", "docs/unicast.png", "LICENSE", "CHANGELOG.md",
+                   "csrc/bus/bus1.h", "csrc/check/walk.h", "csrc/sim/engine.h", "csrc/py/slice.h",
+                   "bus1py/py.typed", "bus1py/_messages.pyi"):
         assert linked in names, linked
     assert {u.split(",")[0] for u in meta.get_all("Project-URL")} >= {"Homepage", "Documentation", "Source"}
     classifiers = meta.get_all("Classifier")
@@ -88,12 +92,20 @@ def test_wheel_runs_readme_example_without_compiler(wheel, tmp_path):
     sh(sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", "--no-index", wheel)
     site = sh(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
     _install_deps(site)
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(venv) for f in fs
+               if not os.path.islink(os.path.join(d, f))) / 2**20
+    assert size < 60, f"the core install takes {size:.0f} MiB"
     env = {"PATH": str(venv / "bin"), "HOME": str(tmp_path), "CC": "/nonexistent/cc"}
     probe = "import shutil, bus1py, bus1py._messages as m; print(shutil.which('gcc'), shutil.which('cc'), m.__file__)"
     gcc, cc, ext = sh(py, "-c", probe, env=env, cwd=tmp_path).stdout.split()
     assert (gcc, cc) == ("None", "None") and ext.startswith(site), (gcc, cc, ext)
     out = sh(py, os.path.join(ROOT, "tools", "readme_example.py"), env=env, cwd=tmp_path).stdout
     assert out.strip(), out  # it ran (exit 0) and printed what it receives
+    cli = str(venv / "bin" / "bus1py")
+    assert sh(cli, "--version", env=env, cwd=tmp_path).stdout.startswith("bus1py ")
+    cp = subprocess.run([cli, "stress", "--no-trace"], capture_output=True, text=True, env=env,
+                        cwd=tmp_path, timeout=60)
+    assert cp.returncode == 2 and "pip install 'bus1py[cli]'" in cp.stderr, cp.stderr  # the extra it lacks
     # the installed types (py.typed, the C modules' stubs) are what a user's mypy reads
     user = tmp_path / "user.py"
     user.write_text("import bus1py\nwith bus1py.Bus.create() as bus:\n    p = bus.peer()\n"

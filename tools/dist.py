@@ -31,11 +31,12 @@ def run(*cmd: str) -> None:
 
 
 def build(outdir: str) -> tuple[str, str]:
-    """(sdist, repaired wheel) built into `outdir`, which is emptied first.  The build runs
-    in this interpreter's environment (the [dist] extra: setuptools, cffi, auditwheel), so it
-    needs no network."""
-    shutil.rmtree(outdir, ignore_errors=True)
-    os.makedirs(outdir)
+    """(sdist, repaired wheel) built into `outdir` (made if missing), replacing the bus1py
+    sdists and wheels it held and nothing else.  The build runs in this interpreter's
+    environment (the [dist] extra: setuptools, cffi, auditwheel), so it needs no network."""
+    os.makedirs(outdir, exist_ok=True)
+    for old in glob.glob(os.path.join(outdir, "bus1py-*.tar.gz")) + glob.glob(os.path.join(outdir, "bus1py-*.whl")):
+        os.remove(old)
     with tempfile.TemporaryDirectory() as raw:
         # sdist first, then the wheel from the unpacked sdist (build's default)
         run(sys.executable, "-m", "build", "--no-isolation", "--outdir", raw, ROOT)
