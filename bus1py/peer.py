@@ -77,7 +77,7 @@ class PeerInfo:
     quota_fds: int = 0
 
     @classmethod
-    def from_c(cls, out) -> "PeerInfo":
+    def from_c(cls, out: Any) -> PeerInfo:
         return cls(id=out.id, clock=out.clock, queued_entries=out.n_entries,
                    queued_messages=out.n_messages, queued_bytes=out.n_bytes,
                    held_handles=out.n_handles, quota_messages=out.quota_messages,
@@ -113,7 +113,7 @@ class Peer(_messages.PeerCore):
     # _bus, _slot, _id, _ready and _attached are PeerCore's
     __slots__ = ("__weakref__",)
 
-    def __init__(self, bus, slot: int, peer_id: int):
+    def __init__(self, bus: Any, slot: int, peer_id: int) -> None:
         super().__init__(bus, slot, peer_id)  # _bus, _slot, _id; not _attached, no _ready
         holders.peers.add(self)
 

@@ -33,6 +33,8 @@ import os
 import pickle
 
 import contextlib
+from collections.abc import Iterable
+from typing import Any
 
 from . import _messages, args, fds as _fds
 from ._lib import ffi, lib
@@ -74,7 +76,8 @@ class Reservation:
 
     __slots__ = ("_peer", "_res", "_dests", "_view", "_raw", "_state", "_pid", "_fds", "stamp", "length")
 
-    def __init__(self, peer, destinations, length: int, handles=(), *, fds=(), unreachable_error: bool = False):
+    def __init__(self, peer: Any, destinations: int | Iterable[int], length: int, handles: Iterable[int] = (), *,
+                 fds: Iterable[int] = (), unreachable_error: bool = False) -> None:
         self._state = None  # not open until the record is taken (for __del__)
         if type(length) is not int or length < 0:
             raise ValueError(f"length must be an int >= 0, not {length!r}")
