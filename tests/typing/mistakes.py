@@ -12,6 +12,7 @@ with bus1py.Bus.create() as bus:
     a.send([h], "text")  # mistake: a str payload
     a.send_many([h], ["one", "two"])  # mistake: str payloads
     b.recv(timeout="5")  # mistake: a str timeout
+    b.recv(node="reply")  # mistake: a str node to receive from
     msg = b.recv(timeout=5)
     print(msg.payload + "!")  # mistake: the payload is bytes, not str
     b.transfer("node", a)  # mistake: a str node to transfer
