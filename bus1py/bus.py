@@ -225,7 +225,7 @@ class Bus:
     4096 1
     """
 
-    _attached: dict[str, Bus] = {}
+    _attached: dict[str, "Bus"] = {}
     _created: dict[str, int] = {}  # names this process created, unlinked at exit: name -> pid
     _lock = threading.Lock()
     # what a pickled Peer calls to unpickle (peer.py needs no Bus): Bus.attach, then the peer
@@ -248,7 +248,7 @@ class Bus:
 
     @classmethod
     def create(cls, name: str | None = None, *, mode: int = 0o600, persistent: bool = False,
-               inject: str | int = 0, **limits: int) -> Bus:
+               inject: str | int = 0, **limits) -> "Bus":
         """Create a new bus.  `name=None` picks a fresh unique name.
 
         Keyword arguments are the fields of `Limits`.  `inject` selects a deliberately
@@ -298,7 +298,7 @@ class Bus:
 
     @classmethod
     def open(cls, name: str, *, mode: int = 0o600, trust_other_owner: bool = False,
-             watch: bool = True) -> Bus:
+             watch: bool = True) -> "Bus":
         """Map an existing bus; FileNotFoundError if there is none of that name.
 
         The segment must be a regular file owned by this user (the effective uid) whose
@@ -343,7 +343,7 @@ class Bus:
         return bus
 
     @classmethod
-    def attach(cls, name: str, *, mode: int = 0o600, trust_other_owner: bool = False) -> Bus:
+    def attach(cls, name: str, *, mode: int = 0o600, trust_other_owner: bool = False) -> "Bus":
         """This process's mapping of the bus, opened on first use (what unpickling uses,
         with the checks the pickling process's mapping was opened with; see `open`)."""
         shm_name = _shm_name(name)

@@ -179,7 +179,7 @@ class Peer(_messages.PeerCore):
             raise bus_error(r, f"creating a node on peer {self._id}")
         return out[0]
 
-    def transfer(self, handle: int, other: Peer) -> int:
+    def transfer(self, handle: int, other: "Peer") -> int:
         """Give `other` a handle to the node behind `handle`; returns other's handle id.
 
         A peer holds at most one handle per node: transferring again returns the same id
