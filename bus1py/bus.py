@@ -228,6 +228,7 @@ class Bus:
     _attached: dict[str, "Bus"] = {}
     _created: dict[str, int] = {}  # names this process created, unlinked at exit: name -> pid
     _lock = threading.Lock()
+    _open_args: dict[str, Any]  # set in __init__ (its comment there)
     # what a pickled Peer calls to unpickle (peer.py needs no Bus): Bus.attach, then the peer
     _restore_peer = staticmethod(_restore)
 
@@ -237,7 +238,7 @@ class Bus:
         self._base = ffi.from_buffer(mm)
         self._made_here = created  # this mapping created the name: its `with` block unlinks it
         self._pool_view = None  # zero-copy payloads are slices of it (receive.py)
-        self._open_args: dict[str, Any] = {}  # what Bus.open checked: unpickled peers open the bus with them
+        self._open_args = {}  # what Bus.open checked: unpickled peers open the bus with them
         info = ffi.new("struct b1_bus_info *")
         lib.b1_bus_info(self._base, info)
         self.limits = Limits(**{f.name: getattr(info.limits, f.name) for f in fields(Limits)})

@@ -34,7 +34,7 @@ from ._lib import ffi, lib
 from .errors import bus_error
 
 MAX_FDS: int = lib.B1_MAX_FDS
-_stores: dict = {}  # (bus name, peer id) -> (slot, this process's sockets of the peer's store)
+_stores = {}  # (bus name, peer id) -> (slot, this process's sockets of the peer's store)
 _SYS_PIDFD_GETFD = 438  # the same number on every architecture (the generic syscall table)
 _ACTIVE = 1  # b1_peer_info.state of a connected peer (B1_PEER_ACTIVE, csrc/bus/layout.h)
 
@@ -75,7 +75,7 @@ def named(fds):
 
 def _addresses(peer) -> list:
     """The abstract names of the sockets of `peer`'s store, in order."""
-    out, names = ffi.new("char[]", 108), list[str]()
+    out, names = ffi.new("char[]", 108), []
     while True:
         n = lib.b1_fds_address(peer._bus.base(), peer._slot, peer._id, len(names), out, 108)
         if n == -errno.ERANGE:
