@@ -29,6 +29,7 @@ suppress_warnings = ["toc.not_included", "myst.header"]
 napoleon_use_ivar = True           # "Attributes:" as fields: a NamedTuple's own fields stay autodoc's
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
+autodoc_preserve_defaults = True   # defaults as written: mode=0o600, not 384
 autodoc_default_options = {"members": True, "show-inheritance": False}
 autoclass_content = "both"          # a class's docstring and its __init__'s
 
