@@ -15,6 +15,7 @@ with bus1py.Bus.create() as bus:
     b.recv(node="reply")  # mistake: a str node to receive from
     msg = b.recv(timeout=5)
     print(msg.payload + "!")  # mistake: the payload is bytes, not str
+    print(msg.obj(), msg.handles[0] + 1, msg.stamp[0])  # fine: obj() is typed (Any), ids are ints
     b.transfer("node", a)  # mistake: a str node to transfer
     b.destroy(str(node))  # mistake: a str handle to destroy
     view = b.recv(copy=False).payload
