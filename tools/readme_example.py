@@ -6,7 +6,9 @@ program a user copies must work from the wheel alone.  `first_example()` is the 
 """
 import os
 import re
+import subprocess
 import sys
+import tempfile
 
 README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
 
@@ -22,4 +24,10 @@ def first_example(path: str = README) -> str:
 
 if __name__ == "__main__":
     code = first_example(sys.argv[1] if len(sys.argv) > 1 else README)
-    exec(compile(code, "README.md", "exec"), {"__name__": "__main__"})
+    # as its own script, as a user runs it: a child started by spawn or forkserver (3.14's
+    # default) imports the functions it runs from that file
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "readme_example.py")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(code)
+        sys.exit(subprocess.run([sys.executable, path], cwd=tmp).returncode)
