@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test bench clean
+.PHONY: run test bench dist docs typecheck clean
 
 $(STAMP): pyproject.toml setup.py bus1py/_build.py bus1py/check/_build_walk.py \
           bus1py/sim/_build_fast.py bus1py/_build_messages.py $(wildcard csrc/py/*.c csrc/py/*.h) \
@@ -23,5 +23,18 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) tools/bench
 
+# an sdist and a manylinux wheel for this interpreter in dist/ (a release's wheels for every
+# CPython come from tools/release.sh)
+dist: $(STAMP)
+	$(PY) tools/dist.py
+
+# the API reference and the documents beside it, as HTML in build/docs/ (-E: every page read
+# anew, so a warning of an unchanged page still fails the build)
+docs: $(STAMP)
+	$(PY) -m sphinx -W --keep-going -E -q -b html -d build/doctrees docs build/docs
+
+typecheck: $(STAMP)
+	$(PY) -m mypy
+
 clean:
-	rm -rf $(VENV) build *.egg-info bus1py/_b1*.so bus1py/_messages*.so bus1py/_b1.c bus1py/check/_walk*.so bus1py/sim/_fast*.so .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist *.egg-info bus1py/_b1*.so bus1py/_messages*.so bus1py/_b1.c bus1py/check/_walk*.so bus1py/sim/_fast*.so .pytest_cache .hypothesis

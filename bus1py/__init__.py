@@ -1,12 +1,13 @@
 """bus1py: the Linux bus1 IPC design as real IPC between OS processes.
 
-    import bus1py
-    with bus1py.Bus.create() as bus:
-        a, b = bus.peer(), bus.peer()
-        node = b.create_node()                # b owns a node ...
-        handle = b.transfer(node, a)          # ... and gives a a handle to it
-        a.send([handle], b"hello")
-        print(b.recv().payload)
+>>> import bus1py
+>>> with bus1py.Bus.create() as bus:
+...     a, b = bus.peer(), bus.peer()
+...     node = b.create_node()                # b owns a node ...
+...     handle = b.transfer(node, a)          # ... and gives a a handle to it
+...     stamp = a.send([handle], b"hello")
+...     print(b.recv().payload)
+b'hello'
 
 The contract (semantics, API, trace format) is docs/SPEC.md; the ordering algorithm is bus1's:
 Lamport clocks with a global tie-break, blocks staged before a message is stamped, so that

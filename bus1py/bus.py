@@ -20,6 +20,7 @@ import stat
 import threading
 import weakref
 from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any
 
 import posix_ipc
 
@@ -28,6 +29,9 @@ from ._lib import ffi, lib
 from .errors import bus_error
 from .frame import Frame
 from .peer import Peer, PeerInfo
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 lib.b1_process_init()  # the C helper's cached pid is reset in forked children
 _SHM_DIR = "/dev/shm"
@@ -47,7 +51,12 @@ _LIMIT_BITS = {name: 8 * ffi.sizeof(field.type) for name, field in ffi.typeof("s
 
 @dataclass(frozen=True)
 class Limits:
-    """Sizes fixed when a bus is created (keyword arguments of `Bus.create`)."""
+    """Sizes fixed when a bus is created (keyword arguments of `Bus.create`): table sizes
+    (max_peers, max_nodes, max_handles, max_entries, max_names), per-message bounds
+    (max_payload bytes, max_dests, max_msg_handles), the pool's bytes (pool_size), each
+    peer's default quotas (quota_messages, quota_handles, quota_bytes, quota_fds), the
+    receive spin before sleeping (spin_ns), and the fault injection (inject,
+    inject_pause_ns).  `check()` names the first one out of range."""
 
     max_peers: int = 1024
     max_nodes: int = 65536
@@ -94,7 +103,9 @@ class Limits:
             if getattr(self, name) >= 1 << width:
                 raise ValueError(f"bus limit {name}={getattr(self, name)} must be below 2**{width}")
 
-    def to_c(self):
+    def to_c(self) -> Any:
+        """The limits as the C helper's struct b1_limits (a cffi object); ValueError for a
+        value its field cannot hold."""
         c = ffi.new("struct b1_limits *")
         for f in fields(self):
             value = getattr(self, f.name)
@@ -107,12 +118,16 @@ class Limits:
         return c
 
 
-INJECT_KINDS = {
+INJECT_KINDS: dict[str, int] = {
     "no-block": lib.B1_INJECT_NO_BLOCK,
     "no-sync": lib.B1_INJECT_NO_SYNC,
     "address-tiebreak": lib.B1_INJECT_ADDRESS_TIEBREAK,
     "fifo": lib.B1_INJECT_FIFO,
 }
+"""The deliberately broken ordering paths `Bus.create(inject=...)` selects, to prove that
+the checker catches each (never for real use): ``no-block`` (no blocks staged before the
+stamp), ``no-sync`` (no sync round), ``address-tiebreak`` (ties broken by entry address),
+``fifo`` (per-queue arrival order, no clocks); docs/DESIGN.md, "Fault injection"."""
 
 
 def _shm_name(name: str) -> str:
@@ -132,7 +147,7 @@ def _shm_name(name: str) -> str:
     return name
 
 
-def _check_open_args(mode, trust_other_owner=False) -> None:
+def _check_open_args(mode: int, trust_other_owner: bool = False) -> None:
     if not isinstance(mode, int) or isinstance(mode, bool) or not 0 <= mode <= 0o777:
         raise ValueError(f"bus mode must be permission bits from 0o000 to 0o777, not {mode!r}")
     if not isinstance(trust_other_owner, bool):
@@ -188,7 +203,7 @@ def _check_segment(shm_name: str, st: os.stat_result, mode: int, trust_other_own
         raise bus_error(errno.EBADMSG, f"{shm_name!r} is empty")
 
 
-def _restore(bus_name: str, slot: int, peer_id: int, open_args=None) -> Peer:
+def _restore(bus_name: str, slot: int, peer_id: int, open_args: dict[str, Any] | None = None) -> Peer:
     """An unpickled Peer (Bus._restore_peer), on this process's mapping of its bus."""
     peer = Peer(Bus.attach(bus_name, **(open_args or {})), slot, peer_id)
     try:
@@ -199,11 +214,21 @@ def _restore(bus_name: str, slot: int, peer_id: int, open_args=None) -> Peer:
 
 
 class Bus:
-    """A mapping of one bus in this process."""
+    """A mapping of one bus in this process: `Bus.create` makes a bus, `Bus.open` maps an
+    existing one by name, `peer()` makes peers on it.  As a context manager it closes the
+    mapping when the block ends, and unlinks the name if this mapping created it.
+
+    >>> import bus1py
+    >>> with bus1py.Bus.create(max_payload=4096) as bus:
+    ...     peer = bus.peer()
+    ...     print(bus.limits.max_payload, len(bus.peers()))
+    4096 1
+    """
 
     _attached: dict[str, "Bus"] = {}
     _created: dict[str, int] = {}  # names this process created, unlinked at exit: name -> pid
     _lock = threading.Lock()
+    _open_args: dict[str, Any]  # set in __init__ (its comment there)
     # what a pickled Peer calls to unpickle (peer.py needs no Bus): Bus.attach, then the peer
     _restore_peer = staticmethod(_restore)
 
@@ -211,14 +236,14 @@ class Bus:
         self.name = name
         self._mmap = mm
         self._base = ffi.from_buffer(mm)
-        self._created = created
+        self._made_here = created  # this mapping created the name: its `with` block unlinks it
         self._pool_view = None  # zero-copy payloads are slices of it (receive.py)
         self._open_args = {}  # what Bus.open checked: unpickled peers open the bus with them
         info = ffi.new("struct b1_bus_info *")
         lib.b1_bus_info(self._base, info)
         self.limits = Limits(**{f.name: getattr(info.limits, f.name) for f in fields(Limits)})
         self._tls = threading.local()  # .frame: this thread's Frame (scratch); dropped by close
-        self._frames = weakref.WeakSet()  # every Frame of it: close marks them closed (frame.py)
+        self._frames: weakref.WeakSet[Frame] = weakref.WeakSet()  # every Frame of it: close marks them closed (frame.py)
 
     # ---- creating and opening ----
 
@@ -347,7 +372,7 @@ class Bus:
         peer._attach()  # the creating process holds the peer
         return peer
 
-    def peers(self) -> list:
+    def peers(self) -> list[dict[str, Any]]:
         """Every peer slot carved on the bus, connected or not: PeerInfo with `state`
         ('connected', 'disconnected', 'free' for a reclaimed slot, ...) as a dict (for
         `bus1py ls`)."""
@@ -364,7 +389,7 @@ class Bus:
             slot += 1
         return rows
 
-    def names(self) -> dict:
+    def names(self) -> dict[str, int]:
         """The well-known names of live nodes on the bus: {name: owner peer id}
         (Peer.publish).  A name whose node was destroyed, or whose owner disconnected, is
         not listed (and is removed from the table on the way)."""
@@ -380,7 +405,7 @@ class Bus:
             if cursor[0] == slots_before:  # past the last slot
                 return names
 
-    def gc(self, *, sole: bool = False) -> dict:
+    def gc(self, *, sole: bool = False) -> dict[str, int]:
         """Reap peers whose processes all died (their nodes are destroyed, as by
         disconnect) and finish or remove the half-sent messages of dead processes.
 
@@ -404,7 +429,7 @@ class Bus:
         return {"peers_reaped": out.peers_reaped, "blocks_completed": out.blocks_completed,
                 "blocks_removed": out.blocks_removed, "live_peers": out.live_peers}
 
-    def check(self) -> list:
+    def check(self) -> list[str]:
         """Every invariant of the segment checked (free lists, reference counts, queues,
         handle registrations, pool accounting, owners alive): the problems found, one
         sentence each; [] when the bus is clean.  Meant for a quiet bus (no call in
@@ -418,7 +443,9 @@ class Bus:
             lines.append(f"... and {r - len(lines)} more")
         return lines
 
-    def info(self) -> dict:
+    def info(self) -> dict[str, Any]:
+        """The segment's header: layout version, size, objects and pool bytes in use,
+        the injected fault kind, the creating process and whether it lives."""
         info = ffi.new("struct b1_bus_info *")
         lib.b1_bus_info(self.base(), info)
         return {
@@ -438,7 +465,9 @@ class Bus:
 
     # ---- lifetime ----
 
-    def base(self):
+    def base(self) -> Any:
+        """The mapping's base address (a cffi pointer) for the C helper; ValueError once
+        closed."""
         base = self._base
         if base is None:
             raise ValueError(f"bus {self.name!r} is closed in this process")
@@ -484,26 +513,26 @@ class Bus:
         except posix_ipc.ExistentialError:
             raise FileNotFoundError(errno.ENOENT, f"no bus named {self.name!r}") from None
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
-        if self._created:
+        if self._made_here:
             try:
                 self.unlink()
             except FileNotFoundError:
                 pass
 
     @staticmethod
-    def list_names() -> list:
+    def list_names() -> list[str]:
         """Names of the bus1py buses in /dev/shm that belong to this user.
 
         Each entry is opened with O_NOFOLLOW and O_NONBLOCK and judged by fstat of that fd:
         a symbolic link, a FIFO (whose read-only open would otherwise block until a writer
         came) or any other special file, and a file of another owner are skipped, never
         followed, waited on or read."""
-        names = []
+        names: list[str] = []
         try:
             entries = os.listdir(_SHM_DIR)
         except FileNotFoundError:
@@ -532,13 +561,13 @@ class Bus:
                 names.append("/" + entry)
         return names
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = "closed" if self._base is None else "open"
         return f"<bus1py.Bus {self.name!r} {state}>"
 
 
 @atexit.register
-def _unlink_created():
+def _unlink_created() -> None:
     pid = os.getpid()
     for name, creator in list(Bus._created.items()):
         if creator == pid:

@@ -40,7 +40,7 @@ class Queue:
 
     def __init__(self, clock: int = 0):
         self.clock = clock
-        self.entries = []
+        self.entries: list = []
 
     def __len__(self) -> int:
         return len(self.entries)

@@ -26,7 +26,9 @@ import functools
 import os
 import time
 from array import array
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from . import _messages, args, fds as _fds, holders, objects, receive, watch
 from ._lib import ffi, lib
@@ -34,6 +36,9 @@ from .errors import bus_error
 from .message import Message
 from .ready import ReadyPipe
 from .reserve import Reservation
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 _EINTR = -errno.EINTR
 _EAGAIN = -errno.EAGAIN
@@ -49,7 +54,10 @@ assert array("I").itemsize == ffi.sizeof("uint32_t")
 
 @dataclass(frozen=True)
 class PeerInfo:
-    """What `Peer.query()` reports: clock, queue depth, and quota use against limits."""
+    """What `Peer.query()` reports: the peer's Lamport clock, its queue (entries,
+    committed messages and their bytes), the handles it holds, its quotas, the timestamp
+    at the queue's front, messages sent and received, robust-lock recoveries, the pids of
+    its holder processes and the descriptors in flight to it against `quota_fds`."""
 
     id: int
     clock: int
@@ -69,7 +77,7 @@ class PeerInfo:
     quota_fds: int = 0
 
     @classmethod
-    def from_c(cls, out) -> "PeerInfo":
+    def from_c(cls, out: Any) -> PeerInfo:
         return cls(id=out.id, clock=out.clock, queued_entries=out.n_entries,
                    queued_messages=out.n_messages, queued_bytes=out.n_bytes,
                    held_handles=out.n_handles, quota_messages=out.quota_messages,
@@ -80,33 +88,56 @@ class PeerInfo:
 
 
 class Peer(_messages.PeerCore):
+    """One endpoint of a bus: it owns nodes, holds handles to nodes, sends to handles and
+    receives from its own queue.  Made by `Bus.peer()`; picklable, so a child process
+    started with fork or spawn uses the same peer.
+
+    Handles are this peer's own ids (ints) for nodes: `create_node` makes one it owns,
+    `transfer` gives another peer a handle, `lookup` finds a published one.  Every error is
+    an OSError with the kernel's errno (module bus1py.errors): ENXIO an unknown handle,
+    ESHUTDOWN (BrokenPipeError) a disconnected peer, EDQUOT a receiver over its quota,
+    EMSGSIZE a payload over max_payload; a call that fails changes nothing.  ValueError
+    once the bus is closed in this process.
+
+    >>> import bus1py
+    >>> with bus1py.Bus.create() as bus:
+    ...     server, client = bus.peer(), bus.peer()
+    ...     node = server.create_node()
+    ...     handle = server.transfer(node, client)
+    ...     stamp = client.send([handle], b"ping")
+    ...     msg = server.recv(timeout=5)
+    ...     print(msg.type.name, msg.payload, msg.destination == node)
+    DATA b'ping' True
+    """
+
     # _bus, _slot, _id, _ready and _attached are PeerCore's
     __slots__ = ("__weakref__",)
 
-    def __init__(self, bus, slot: int, peer_id: int):
+    def __init__(self, bus: Any, slot: int, peer_id: int) -> None:
         super().__init__(bus, slot, peer_id)  # _bus, _slot, _id; not _attached, no _ready
         holders.peers.add(self)
 
     @property
     def id(self) -> int:
+        """The peer's id on its bus (never reused while the bus exists)."""
         return self._id
 
     @property
-    def bus(self):
+    def bus(self) -> Any:
         """The Bus this peer is on."""
         return self._bus
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         bus = self._bus
         return (bus._restore_peer, (bus.name, self._slot, self._id, bus._open_args))
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Peer) and (self._bus.name, self._id) == (other._bus.name, other._id)
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash((self._bus.name, self._id))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<bus1py.Peer {self._id} on {self._bus.name!r}>"
 
     def _attach(self):
@@ -137,7 +168,9 @@ class Peer(_messages.PeerCore):
     # ---- nodes and handles ----
 
     def create_node(self) -> int:
-        """A new node owned by this peer; returns the owner's handle id."""
+        """A new node owned by this peer; returns the owner's handle id.  ENOSPC when the
+        bus's node or handle table is full, EDQUOT past this peer's quota_handles,
+        ESHUTDOWN (BrokenPipeError) once the peer is disconnected."""
         if not self._attached:
             self._attach()
         out = ffi.new("uint64_t *")
@@ -150,7 +183,10 @@ class Peer(_messages.PeerCore):
         """Give `other` a handle to the node behind `handle`; returns other's handle id.
 
         A peer holds at most one handle per node: transferring again returns the same id
-        and counts one more reference.
+        and counts one more reference.  ENXIO when `handle` is not this peer's, ESTALE when
+        its node is destroyed, EDQUOT past other's quota_handles, ENOSPC when the handle
+        table is full, ESHUTDOWN when either peer is disconnected; ValueError for a peer of
+        another bus, TypeError for a handle that is not an int.
         """
         if not isinstance(other, Peer) or other._bus.name != self._bus.name:
             raise ValueError(f"transfer target must be a Peer of bus {self._bus.name!r}, not {other!r}")
@@ -167,7 +203,7 @@ class Peer(_messages.PeerCore):
     def release(self, handle: int) -> None:
         """Drop one reference to `handle`.  The owner of the node gets NODE_RELEASE when
         the last reference other than its own goes; releasing the owner's last reference
-        to a live node fails with EBUSY."""
+        to a live node fails with EBUSY.  ENXIO when `handle` is not this peer's."""
         args.check_handle(handle, "handle")
         if not self._attached:
             self._attach()
@@ -175,7 +211,7 @@ class Peer(_messages.PeerCore):
         if r:
             raise bus_error(r, f"releasing handle {handle} of peer {self._id}")
 
-    def destroy(self, *handles: int, release: bool = False) -> tuple:
+    def destroy(self, *handles: int, release: bool = False) -> tuple[int, int, int]:
         """Destroy the nodes behind these owner handles, in one transaction with one
         destruction timestamp: the owner and every holder get NODE_DESTROY, each with its
         own handle id.  With release=True one reference of each owner handle is released
@@ -285,7 +321,8 @@ class Peer(_messages.PeerCore):
             self._ready.sync()
         return m
 
-    def send_many(self, destinations, payloads, handles=(), *, fds=(), unreachable_error: bool = False) -> int:
+    def send_many(self, destinations: int | Iterable[int], payloads: Iterable[Buffer],
+                  handles: Iterable[int] = (), *, fds: Iterable[int] = (), unreachable_error: bool = False) -> int:
         """Send each of `payloads` to the same `destinations`, in one C call: one
         transaction per payload, each with its own stamp, exactly as a loop of
         `send(destinations, payload, handles)` in order would (`handles` are carried by
@@ -321,7 +358,7 @@ class Peer(_messages.PeerCore):
                 r = _reap_and_retry(bus, r, _csend_many, frame.address, self._slot, self._id, dest, n,
                                     payloads, nh, flags)
             if r < 0:
-                raise args.send_error(self, r, destinations, len(payloads[0]), n or 1, nh)
+                raise args.send_error(self, r, destinations, memoryview(payloads[0]).nbytes, n or 1, nh)
             return r
         try:
             data = b"".join(payloads)
@@ -329,8 +366,8 @@ class Peer(_messages.PeerCore):
         except TypeError:
             data = None
         if data is None or len(data) != sum(lens):  # str, non-buffers, or items of >1 byte
-            payloads = [args.as_bytes(p) for p in payloads]
-            data, lens = b"".join(payloads), _lengths(map(len, payloads))
+            copies = [args.as_bytes(p) for p in payloads]
+            data, lens = b"".join(copies), _lengths(map(len, copies))
         arr = ffi.from_buffer("uint32_t[]", lens)
         r = _send_many(frame.c, self._slot, self._id, dest, n, data, arr, len(lens), nh, flags)
         if r < 0:
@@ -340,7 +377,8 @@ class Peer(_messages.PeerCore):
             raise args.send_error(self, r, destinations, lens[0], n or 1, nh)
         return r
 
-    def reserve(self, destinations, length: int, handles=(), *, fds=(), unreachable_error: bool = False):
+    def reserve(self, destinations: int | Iterable[int], length: int, handles: Iterable[int] = (), *,
+                fds: Iterable[int] = (), unreachable_error: bool = False) -> Reservation:
         """Zero-copy send: a message of `length` bytes to write in place in the pool before
         it is sent.  `r.payload` is a writable memoryview of it; `r.commit()` sends it as
         `send(destinations, <those bytes>, handles, fds=fds)` would at that moment and returns the
@@ -348,14 +386,15 @@ class Peer(_messages.PeerCore):
         raises.  Raises send's errors when the record cannot be taken (reserve.py)."""
         return Reservation(self, destinations, length, handles, fds=fds, unreachable_error=unreachable_error)
 
-    def send_obj(self, destinations, obj, handles=(), *, unreachable_error: bool = False) -> tuple:
+    def send_obj(self, destinations: int | Iterable[int], obj: object, handles: Iterable[int] = (), *,
+                 unreachable_error: bool = False) -> tuple[int, int, int]:
         """Send a Python object, pickled with protocol 5, its out-of-band buffers (numpy
         arrays, bytearrays) written straight into the pool record; as `send` otherwise
         (stamp, errors).  An object that cannot be pickled raises TypeError, nothing sent.
         The receiver rebuilds it with `msg.obj()` (objects.py)."""
         return objects.send_obj(self, destinations, obj, handles, unreachable_error)
 
-    def recv_many(self, max_messages: int, timeout: float | None = None, copy: bool = True) -> list:
+    def recv_many(self, max_messages: int, timeout: float | None = None, copy: bool = True) -> list[Message]:
         """Up to `max_messages` messages, in one C call and one hold of the queue's lock:
         the committed messages at the front of the queue, in queue order, as that many
         `recv` calls would return them.  Waits only while none is there, with `recv`'s
@@ -381,7 +420,7 @@ class Peer(_messages.PeerCore):
         from . import aio
         return await aio.arecv(self, timeout, copy)
 
-    def messages(self, copy: bool = True):
+    def messages(self, copy: bool = True) -> AsyncIterator[Message]:
         """`async for msg in peer.messages()`: every message as it arrives (`arecv`), until
         the peer is disconnected."""
         from . import aio
@@ -423,6 +462,8 @@ class Peer(_messages.PeerCore):
         return r
 
     def query(self) -> PeerInfo:
+        """The peer's clock, queue depth and quota use (PeerInfo); ESHUTDOWN once
+        disconnected."""
         out = ffi.new("struct b1_peer_info *")
         r = lib.b1_peer_query(self._bus.base(), self._slot, self._id, out)
         if r:
@@ -483,12 +524,13 @@ def _name_bytes(name) -> bytes:
     return raw
 
 
-def send(peer: Peer, destinations, payload, handles=(), **flags) -> tuple:
+def send(peer: Peer, destinations: int | Iterable[int], payload: Buffer, handles: Iterable[int] = (),
+         **flags: Any) -> tuple[int, int, int]:
     """`peer.send(destinations, payload, handles)` as a function."""
     return peer.send(destinations, payload, handles, **flags)
 
 
-_last_reap = {}  # bus name -> monotonic time of this process's last reaping
+_last_reap: dict[str, float] = {}  # bus name -> monotonic time of this process's last reaping
 
 
 def _reap_and_retry(bus, r, send, *call):

@@ -38,6 +38,9 @@ class SliceMessage(Message):
     the pool record is `_slice`, a bus1py._messages.Slice, which gives the record back when
     released or collected (the invariants above)."""
 
+    payload: memoryview  # type: ignore[assignment]  # a view, where Message has bytes
+    _slice: _messages.Slice
+
     def release(self) -> None:
         """Give the payload's pool record and quota back (idempotent).  Raises BufferError,
         changing nothing, while a buffer obtained from the payload is still alive."""

@@ -33,6 +33,8 @@ import os
 import pickle
 
 import contextlib
+from collections.abc import Iterable
+from typing import Any
 
 from . import _messages, args, fds as _fds
 from ._lib import ffi, lib
@@ -58,11 +60,24 @@ def _named(fds):
 
 
 class Reservation:
-    """A message being written in place; see the module's invariants."""
+    """A message being written in place in the pool, made by `Peer.reserve`: fill
+    `payload`, then `commit()` sends it or `abort()` gives the record back.  As a context
+    manager it commits when the block ends and aborts when it raises.
+
+    >>> import bus1py
+    >>> with bus1py.Bus.create() as bus:
+    ...     a, b = bus.peer(), bus.peer()
+    ...     h = b.transfer(b.create_node(), a)
+    ...     with a.reserve([h], 5) as r:
+    ...         r.payload[:] = b"hello"
+    ...     print(b.recv(0).payload)
+    b'hello'
+    """
 
     __slots__ = ("_peer", "_res", "_dests", "_view", "_raw", "_state", "_pid", "_fds", "stamp", "length")
 
-    def __init__(self, peer, destinations, length: int, handles=(), *, fds=(), unreachable_error: bool = False):
+    def __init__(self, peer: Any, destinations: int | Iterable[int], length: int, handles: Iterable[int] = (), *,
+                 fds: Iterable[int] = (), unreachable_error: bool = False) -> None:
         self._state = None  # not open until the record is taken (for __del__)
         if type(length) is not int or length < 0:
             raise ValueError(f"length must be an int >= 0, not {length!r}")
@@ -94,7 +109,8 @@ class Reservation:
             off = lib.b1_send_reserve(frame.c.base, res, peer._slot, peer._id, dests, n, length, carried, nh, flags)
         if off < 0:
             raise args.send_error(peer, off, destinations, length, n, nh)
-        self._peer, self.length, self.stamp = peer, length, None
+        self._peer, self.length = peer, length
+        self.stamp: tuple[int, int, int] | None = None  # commit's
         # the payload exports a slice of its own, with a buffer of its own: a buffer taken
         # from it however indirectly (numpy makes a new memoryview sharing the payload's)
         # is counted there, and the end below refuses while one lives
@@ -127,7 +143,7 @@ class Reservation:
             raise bus_error(errno.ESHUTDOWN, f"cannot {what}: the bus is closed in this process")
         return base
 
-    def commit(self) -> tuple:
+    def commit(self) -> tuple[int, int, int]:
         """Send the message; returns its stamp (timestamp, sender id, sequence) as `send`
         does, or raises send's errors with nothing sent (the reservation ends either way)."""
         base = self._end("commit")
@@ -148,10 +164,10 @@ class Reservation:
         lib.b1_send_abort(base, self._res)
         self._state = _ABORTED
 
-    def __enter__(self) -> "Reservation":
+    def __enter__(self) -> Reservation:
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         """Commit when the block ends normally, abort when it raises."""
         if self._state is not _OPEN:
             return
@@ -160,12 +176,12 @@ class Reservation:
         else:
             self.abort()
 
-    def __del__(self):
+    def __del__(self) -> None:
         if self._state is _OPEN and self._pid == _pid[0]:
             try:
                 self.abort()
             except (BufferError, OSError):
                 pass  # an export outlives it, or the bus is gone: the reaper frees the record
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<bus1py.Reservation {self.length} B from peer {getattr(self, '_peer', None) and self._peer.id}, {self._state}>"

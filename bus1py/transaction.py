@@ -16,17 +16,40 @@ unfinished is aborted (before its stamp) or completed (after it), so no block ou
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ._lib import ffi, lib
 from .errors import bus_error
 from .args import as_bytes
 from .peer import Peer
 
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
 STATES = ("prepared", "staged", "synced", "committed", "dropped")
 
 
 class Transaction:
-    def __init__(self, peer: Peer, destinations, payload=b"", handles=()):
+    """One send from `peer` to `destinations` (handle ids), carrying `payload` and `handles`,
+    prepared but not yet staged: the steps below run it.
+
+    Raises TypeError for a non-Peer or ids that are not ints, and prepare's errors (ENXIO an
+    unknown handle, EMSGSIZE, ESHUTDOWN a disconnected peer).  A step out of order raises
+    OSError EINVAL and changes nothing.
+
+    >>> import bus1py
+    >>> with bus1py.Bus.create() as bus:
+    ...     a, b = bus.peer(), bus.peer()
+    ...     h = b.transfer(b.create_node(), a)
+    ...     tx = bus1py.Transaction(a, [h], b"x")
+    ...     tx.stage(0); ts = tx.stamp(); tx.sync(0); tx.commit(0)
+    ...     print(tx.states, b.recv(0).payload)
+    ('committed',) b'x'
+    """
+
+    def __init__(self, peer: Peer, destinations: Iterable[int], payload: Buffer = b"",
+                 handles: Iterable[int] = ()):
         if not isinstance(peer, Peer):
             raise TypeError(f"a transaction is sent by a Peer, not {peer!r}")
         destinations, handles = _ids(destinations, "destinations"), _ids(handles, "handles")
@@ -44,11 +67,11 @@ class Transaction:
             raise bus_error(r, f"preparing a send from peer {peer.id} to {destinations!r}")
         self._open = True
 
-    def _step(self, r, what):
+    def _step(self, r: int, what: str) -> None:
         if r:
             raise bus_error(r, what)
 
-    def _index(self, i, what) -> int:
+    def _index(self, i: int, what: str) -> int:
         if type(i) is not int:
             raise TypeError(f"{what} takes a destination index (an int), not {i!r}")
         if not 0 <= i < self._tx.n:
@@ -56,21 +79,26 @@ class Transaction:
         return i
 
     def stage(self, i: int) -> None:
+        """Stage a block at destination `i` (0..n-1) at its clock + 1."""
         self._step(lib.b1_tx_stage(self._bus.base(), self._tx, self._index(i, "stage")), f"stage {i}")
 
     def stamp(self) -> int:
+        """Take the commit timestamp, once every destination is staged; returns it."""
         self._step(lib.b1_tx_stamp(self._bus.base(), self._tx), "stamp")
         return self._tx.ts
 
     def sync(self, i: int) -> None:
+        """Raise destination `i`'s clock to the timestamp, once stamped."""
         self._step(lib.b1_tx_sync(self._bus.base(), self._tx, self._index(i, "sync")), f"sync {i}")
 
     def commit(self, i: int) -> None:
+        """Turn destination `i`'s block into the message, once every destination is synced."""
         self._step(lib.b1_tx_commit(self._bus.base(), self._tx, self._index(i, "commit")), f"commit {i}")
         if all(s in ("committed", "dropped") for s in self.states):
             self._open = False
 
     def abort(self) -> None:
+        """Withdraw every staged block; EINVAL once stamped (then it can only complete)."""
         if self._tx.ts:
             raise bus_error(errno.EINVAL, "a stamped transaction cannot be aborted, only completed")
         lib.b1_tx_abort(self._bus.base(), self._tx)
@@ -78,10 +106,12 @@ class Transaction:
 
     @property
     def n(self) -> int:
+        """The number of destinations."""
         return self._tx.n
 
     @property
     def seq(self) -> int:
+        """The sender's sequence number of this transaction (the stamp's third field)."""
         return self._tx.seq
 
     @property
@@ -95,10 +125,11 @@ class Transaction:
         return self._tx.max_ts
 
     @property
-    def states(self) -> tuple:
+    def states(self) -> tuple[str, ...]:
+        """Each destination's state: prepared, staged, synced, committed or dropped."""
         return tuple(STATES[self._dests[i].state] for i in range(self._tx.n))
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             if not self._open or self._bus._base is None:
                 return
@@ -113,7 +144,7 @@ class Transaction:
             pass
 
 
-def _ids(values, what) -> list:
+def _ids(values: Iterable[int], what: str) -> list[int]:
     """Handle ids as a list, refusing anything cffi would reject with an unclear error."""
     try:
         values = list(values)

@@ -20,6 +20,7 @@ PROTOCOLS = ("fifo", "bss", "ses", "rst", "prs", "ks", "jpcy", "buffer", "bus1")
 
 
 def protocol_class(name: str) -> type[Protocol]:
+    """The class of the protocol `name` (one of PROTOCOLS); ValueError for another name."""
     if name not in PROTOCOLS:
         raise ValueError(f"unknown protocol {name!r}; choose from {', '.join(PROTOCOLS)}")
     module = importlib.import_module(f"{__name__}.{name}")

@@ -18,6 +18,7 @@ Invariants every protocol module keeps (tests check them for all protocols):
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import ClassVar, NamedTuple
@@ -30,14 +31,16 @@ class WireError(ValueError):
 class WireCost(NamedTuple):
     """What one wire costs beyond its payload, measured from its encoding.
 
-    header:     per-message framing the study does not count (type tag, sender id, the
-                message's own timestamp or sequence number, its destination list).
-    control:    the control information the study counts (seed 001 section 6.2: "CI_m + DC_m
-                in bytes"); for a control-only wire, its whole body beyond the header.
-    dependents: the units seed 001 Fig. 2 counts (docs/PROTOCOL_RULES.md P4), per protocol.
-    data:       True when the wire carries the application payload to one of its
-                destinations; False for acknowledgements, stage replies, and copies sent
-                only because the protocol is broadcast-only (BSS to non-destinations).
+    Attributes:
+        header: per-message framing the study does not count (type tag, sender id, the
+            message's own timestamp or sequence number, its destination list).
+        control: the control information the study counts (seed 001 section 6.2: "CI_m +
+            DC_m in bytes"); for a control-only wire, its whole body beyond the header.
+        dependents: the units seed 001 Fig. 2 counts (docs/PROTOCOL_RULES.md P4), per
+            protocol.
+        data: True when the wire carries the application payload to one of its
+            destinations; False for acknowledgements, stage replies, and copies sent only
+            because the protocol is broadcast-only (BSS to non-destinations).
     """
 
     header: int
@@ -97,13 +100,19 @@ class Protocol:
 
     # ---- public API ----
 
-    def send(self, dests, payload: bytes) -> Step:
+    def send(self, dests: Iterable[int], payload: bytes) -> Step:
+        """The application sends `payload` to the processes `dests`: the wires to transmit
+        (and anything delivered locally).  ValueError for a bad destination or a payload
+        that is not bytes."""
         d = self._check_dests(dests)
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise ValueError(f"payload must be bytes, got {type(payload).__name__}")
         return self._send(d, bytes(payload))
 
     def receive(self, src: int, data: bytes) -> Step:
+        """A wire `data` arrived from process `src`: the payloads now deliverable in causal
+        order, and any wires the protocol answers with.  ValueError for a bad `src` or
+        non-bytes data; WireError for a malformed wire."""
         if not isinstance(src, int) or isinstance(src, bool) or not 0 <= src < self.n \
                 or src == self.me:
             raise ValueError(f"src must be another process id in 0..{self.n - 1}, got {src!r}")

@@ -31,6 +31,7 @@ import struct
 from functools import lru_cache
 from itertools import compress, count
 from operator import gt
+from typing import Any
 
 from .base import U32_MAX, Protocol, Step, WireCost, WireError
 
@@ -50,8 +51,8 @@ class BSS(Protocol):
     def __init__(self, me: int, n: int):
         super().__init__(me, n)
         self.vt = [0] * n
-        self.pending = {}          # j -> {VT_m[j]: (VT_m tuple, for_me, payload)}
-        self.waiters = {}          # k -> senders whose next message waits for VT[k] to grow
+        self.pending: dict[int, dict[int, Any]] = {}          # j -> {VT_m[j]: (VT_m tuple, for_me, payload)}
+        self.waiters: dict[int, Any] = {}          # k -> senders whose next message waits for VT[k] to grow
         self._held = 0
         self._vts = struct.Struct(f"<{n}I")
         self._others = [d for d in range(n) if d != me]

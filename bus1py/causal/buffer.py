@@ -36,6 +36,7 @@ Invariants:
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 from .base import Protocol, Step, WireCost, WireError
 
@@ -55,9 +56,9 @@ class Buffer(Protocol):
     def __init__(self, me: int, n: int, *, selective: bool = False):
         super().__init__(me, n)
         self.selective = bool(selective)
-        self.ob = deque()
+        self.ob: deque[Any] = deque()
         self.outstanding = None
-        self.ib = deque()
+        self.ib: deque[Any] = deque()
 
     @property
     def held(self) -> int:

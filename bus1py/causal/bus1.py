@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
+from typing import Any
 
 from ..ordering import Queue, Transaction
 from .base import U32_MAX, Protocol, Step, WireCost, WireError
@@ -114,10 +115,10 @@ class Bus1(Protocol):
         super().__init__(me, n)
         self.queue = Queue()
         self.seq = 0
-        self.out = {}
-        self.staging = deque()
-        self.syncing = deque()
-        self.open = {}
+        self.out: dict[Any, Any] = {}
+        self.staging: deque[Any] = deque()
+        self.syncing: deque[Any] = deque()
+        self.open: dict[Any, Any] = {}
         self.last_tx = [-1] * n
 
     @property

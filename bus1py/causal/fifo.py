@@ -29,7 +29,7 @@ class Fifo(Protocol):
         super().__init__(me, n)
         self.out = [0] * n
         self.expected = [1] * n
-        self.pending = [dict() for _ in range(n)]   # j -> {seq: payload}
+        self.pending: list[dict[int, bytes]] = [dict() for _ in range(n)]   # j -> {seq: payload}
         self._held = 0
 
     @property

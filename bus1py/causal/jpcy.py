@@ -55,7 +55,7 @@ class Jpcy(HoldBackProtocol):
     def __init__(self, me: int, n: int):
         super().__init__(me, n)
         self.tau = 0
-        self.ci = {}                 # k -> {tau: D mask}
+        self.ci: dict[int, dict[int, int]] = {}                 # k -> {tau: D mask}
         self.dlv = [0] * n
         self._bit = [1 << x for x in range(n)]
         self._hold = HoldBack(self.dlv)

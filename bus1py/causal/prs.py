@@ -63,7 +63,7 @@ class Prs(HoldBackProtocol):
         super().__init__(me, n)
         self.sn = 0
         self.deliv = [0] * n
-        self.cb = [dict() for _ in range(n)]         # k -> {sender: sn}
+        self.cb: list[dict[int, int]] = [dict() for _ in range(n)]         # k -> {sender: sn}
         self._hold = HoldBack(self.deliv)
 
 

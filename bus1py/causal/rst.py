@@ -41,6 +41,7 @@ import struct
 from functools import lru_cache
 from itertools import compress, count
 from operator import gt, le
+from typing import Any
 
 import numpy as np
 
@@ -68,8 +69,8 @@ class RST(Protocol):
         self.selective = bool(selective)
         self.sent = np.zeros(n * n, dtype=_U4)
         self.deliv = [0] * n
-        self.pending = {}
-        self.waiters = {}          # k -> senders whose next message waits for DELIV[k] to grow
+        self.pending: dict[int, Any] = {}
+        self.waiters: dict[int, Any] = {}          # k -> senders whose next message waits for DELIV[k] to grow
         self._held = 0
         self._size = 4 * n * n
         self._cost = WireCost(0, self._size, n * n, True)

@@ -46,6 +46,7 @@ from bisect import bisect_left
 from functools import lru_cache
 from itertools import compress, count
 from operator import gt, le
+from typing import Any
 
 import numpy as np
 
@@ -80,10 +81,10 @@ class SES(Protocol):
         self.t = [0] * n
         self._entry, self._vec, self._all_but = _layout(n)
         self.V = np.zeros((n, n), dtype=np.dtype("<u4"))
-        self.present = set()
-        self.pending = {}          # j -> {t_M[j]: (cond, t_M, pids, wire, j, payload)}
-        self.waiters = {}          # k -> {j: value t[k] must reach for j's oldest message}
-        self.parked = {}           # j -> the k its oldest held message is parked on
+        self.present: set[Any] = set()
+        self.pending: dict[int, dict[int, Any]] = {}          # j -> {t_M[j]: (cond, t_M, pids, wire, j, payload)}
+        self.waiters: dict[int, dict[int, int]] = {}          # k -> {j: value t[k] must reach for j's oldest message}
+        self.parked: dict[int, int] = {}           # j -> the k its oldest held message is parked on
         self._held = 0
         self._es = 2 + 4 * n
 

@@ -1,0 +1,53 @@
+# Types of bus1py._messages (csrc/py/messages.c, peer.c, slice.c): the hot calls in C.
+# PeerCore.send and PeerCore.recv are Peer's public send and recv; their texts are the C
+# docstrings (help(bus1py.Peer.send)).  The module functions are the private calls of
+# peer.py and receive.py, typed as the C code parses them.
+from collections.abc import Iterable
+from typing import Any, Literal, overload
+
+from typing_extensions import Buffer
+
+from .message import Message
+from .receive import SliceMessage
+
+class PeerCore:
+    @property
+    def _bus(self) -> Any: ...
+    @property
+    def _slot(self) -> int: ...
+    @property
+    def _id(self) -> int: ...
+    _ready: Any
+    _attached: bool
+    def __init__(self, bus: Any, slot: int, peer_id: int, /) -> None: ...
+    def send(self, destinations: int | Iterable[int], payload: Buffer, handles: Iterable[int] = (), *,
+             fds: Iterable[int] = (), unreachable_error: bool = False) -> tuple[int, int, int]:
+        """Send `payload` to every node in `destinations` in one transaction; returns the stamp."""
+    # node=h (issue 36's per-node receive) copies: it has no copy=False form
+    @overload
+    def recv(self, timeout: float | None = None, copy: Literal[True] = True, *, node: int | None = None) -> Message:
+        """The next message (a copy); with node=h the first one addressed to handle h."""
+    @overload
+    def recv(self, timeout: float | None, copy: Literal[False], *, node: None = None) -> SliceMessage:
+        """The next message, its payload a read-only view into the pool."""
+    @overload
+    def recv(self, timeout: float | None = None, *, copy: Literal[False], node: None = None) -> SliceMessage:
+        """The next message, its payload a read-only view into the pool."""
+    @overload
+    def recv(self, timeout: float | None = None, copy: bool = True, *, node: int | None = None) -> Message:
+        """The next message."""
+
+class Slice:
+    token: int
+    held: int
+    def release(self) -> None: ...
+
+def exported(view: memoryview, /) -> bool: ...
+def setup(message: type, slice_message: type, types: tuple[Any, ...], recv_many: int, recv: int,
+          send: int, slice_release: int, send_iov: int, /) -> None: ...
+# a Message (a list of them), or a negative errno: Any, as the callers tell them apart by type()
+def recv(frame: int, slot: int, peer_id: int, timeout_ns: int, /) -> Any: ...
+def recv_many(frame: int, slot: int, peer_id: int, max_messages: int, timeout_ns: int, flags: int,
+              held: Any, /) -> Any: ...
+def send_many(frame: int, slot: int, peer_id: int, dest: int, n: int, payloads: list[Any] | tuple[Any, ...],
+              n_handles: int, flags: int, /) -> int | None: ...
