@@ -109,3 +109,25 @@ def test_no_import_cycle_in_bus1py():
     graph = {n: _imports(n, p, modules) for n, p in modules.items()}
     cycles = _cycles(graph)
     assert not cycles, "import cycles among bus1py modules: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def _reachable(graph, root):
+    seen, todo = set(), [root]
+    while todo:
+        for m in graph[todo.pop()] - seen:
+            seen.add(m)
+            todo.append(m)
+    return seen
+
+
+def test_the_bus_knows_nothing_of_the_tools_above_it():
+    """`import bus1py` (the bus) reaches no module of the command line (bus1py.cli), the
+    checker, the stress tool, the simulator or the Spark session: they sit above it."""
+    modules = _modules()
+    graph = {n: _imports(n, p, modules) for n, p in modules.items()}
+    above = ("bus1py.cli", "bus1py.check", "bus1py.stress", "bus1py.sim", "bus1py.spark_session")
+    reached = _reachable(graph, "bus1py")
+    assert reached, "the package imports nothing: the graph was not read"
+    assert "bus1py.bus" in reached
+    wrong = sorted(m for m in reached if m.startswith(above))
+    assert not wrong, f"the bus imports the tools above it: {wrong}"

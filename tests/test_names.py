@@ -343,7 +343,7 @@ def test_ls_shows_names(bus):
 
     from rich.console import Console
 
-    from bus1py import admin
+    from bus1py.cli import admin
 
     p = bus.peer()
     p.publish("echo", p.create_node())

@@ -2,12 +2,12 @@
 # all), 1 when one is violated, 2 when the trace cannot be read or is malformed, the
 # arguments are wrong, or Spark cannot start; it prints one line per property (to stderr
 # with --json -, so that stdout is the JSON alone) and nothing from Spark (log4j is set to
-# ERROR by spark/session.py). Every option and output path is checked before any work
+# ERROR by bus1py/spark_session.py). Every option and output path is checked before any work
 # starts. engine.py decides where a trace is checked: on the driver
 # (arrays.whole.check_local, no JVM), or with Spark (spark/checker.py); both engines give
 # the same summary. The progress display is a daemon thread that only *reads* the
 # SparkContext status tracker; it never affects the result: a bar on a terminal, else
-# timestamped phase lines (term.PhaseLines).
+# timestamped phase lines (cli/term.py's PhaseLines).
 from __future__ import annotations
 
 import json
@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from ..cli_checks import at_least, output_file
+from ..cli.options import at_least, output_file
 from .summary import PROPERTIES
 
 # a JVM heap size: digits and an optional unit, as -Xmx and spark.driver.memory take it
@@ -128,7 +128,7 @@ class StageProgress:
 
     def _loop(self):
         if self.mode == "lines":
-            from ..term import PhaseLines
+            from ..cli.term import PhaseLines
             lines, t0 = PhaseLines("bus1py check"), time.monotonic()
             while True:
                 done, total, stages = self._tasks()
@@ -237,7 +237,7 @@ def _announce(trace, engine, jvm):
 
 def _start_spark(args, trace):
     """The session, or the one line saying why Spark did not start."""
-    from .spark.session import QUICK_START_BYTES, EarlySession, jvm_log_path
+    from ..spark_session import QUICK_START_BYTES, EarlySession, jvm_log_path
     quick = sum(os.path.getsize(f) for f in trace.files) < QUICK_START_BYTES
     early = EarlySession(args.master, driver_memory=args.driver_memory, quick_start=quick)
     try:

@@ -162,7 +162,7 @@ def run(a) -> int:
     err.print(f"{len(specs)} runs: {', '.join(a.protocols)}; n = {a.n}; {', '.join(modes)}; "
               f"{runs} run(s) each; {a.scale} scale")
 
-    from ..check.spark.session import get_session
+    from ..spark_session import get_session
     spark = get_session(a.master, app_name="bus1py-simulate")
     with _Progress(err, show, len(specs)) as prog:
         rows = run_sweep(specs, spark, a.out, a.resume, a.trace, on_done=prog.update)

@@ -14,7 +14,7 @@ import sys
 
 from .. import INJECT_KINDS
 from ..causal import PROTOCOLS
-from ..cli_checks import above, at_least, output_file, trace_dir
+from ..cli.options import above, at_least, output_file, trace_dir
 from .transports import TRANSPORTS
 from .runner import StressConfig, run_stress
 from .workload import ACTION_KINDS, PayloadSizes, parse_mix
@@ -164,7 +164,7 @@ def _refuse(message) -> int:
 
 
 def main(a) -> int:
-    from ..term import console as make_console
+    from ..cli.term import console as make_console
     # with --json -, stdout carries the JSON alone
     console = make_console(stderr=a.json == "-")
     if not a.no_trace and not a.trace:

@@ -26,7 +26,7 @@ import time
 
 from rich.table import Table
 
-from ..term import console as make_console, rule
+from ..cli.term import console as make_console, rule
 from .cli import promised
 from .runner import StressConfig, run_stress
 

@@ -19,8 +19,8 @@ import sys
 import tempfile
 import time
 
-from ..cli_checks import above, at_least, trace_dir
-from ..term import console as make_console, rule
+from ..cli.options import above, at_least, trace_dir
+from ..cli.term import console as make_console, rule
 
 from .runner import StressConfig
 from .workload import DEFAULT_MIX, PayloadSizes

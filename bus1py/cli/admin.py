@@ -21,7 +21,7 @@ import sys
 import posix_ipc
 import psutil
 
-from .bus import Bus
+from ..bus import Bus
 
 ADMIN_MODE = 0o777  # Bus.open's widest mode: the owner check alone applies
 

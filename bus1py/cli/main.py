@@ -20,14 +20,14 @@ import signal
 import sys
 import threading
 
-from . import __version__
+from .. import __version__
 
 # module that provides register(subparsers) -> the subcommands it registers
 SUBCOMMAND_MODULES = {
     "bus1py.stress.demo": ("demo",),
     "bus1py.stress.cli": ("stress",),
-    "bus1py.admin": ("ls", "rm", "gc"),
-    "bus1py.fsck": ("fsck",),
+    "bus1py.cli.admin": ("ls", "rm", "gc"),
+    "bus1py.cli.fsck": ("fsck",),
     "bus1py.check.cli": ("check",),
     "bus1py.sim.cli": ("simulate",),
 }
@@ -169,6 +169,3 @@ def main(argv=None) -> int:
         if main_thread and not interrupt.seen:
             signal.signal(signal.SIGINT, previous)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

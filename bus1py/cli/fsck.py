@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from .bus import Bus
+from ..bus import Bus
 
 
 def fsck(name: str, gc: bool = False, repair: bool = False) -> list:
