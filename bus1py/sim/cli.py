@@ -12,6 +12,7 @@ import os
 import time
 
 from .. import causal
+from ..cli.outcome import CommandError
 
 DEFAULT_N = (10, 20, 30, 40, 50)
 
@@ -155,8 +156,7 @@ def run(a) -> int:
         specs = plan(a.protocols, a.n, modes, runs, a.scale, a.seed, 1.0 / a.rate,
                      a.net_delay, a.warmup, a.measure, a.vary)
     except ValueError as e:
-        err.print(f"bus1py simulate: {e}")
-        return 2
+        raise CommandError(str(e)) from None
     show = a.progress == "always" or (a.progress == "auto" and err.is_terminal)
     t0 = time.monotonic()
     err.print(f"{len(specs)} runs: {', '.join(a.protocols)}; n = {a.n}; {', '.join(modes)}; "

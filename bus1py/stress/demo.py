@@ -20,6 +20,7 @@ import tempfile
 import time
 
 from ..cli.options import above, at_least, trace_dir
+from ..cli.outcome import CommandError
 from ..cli.term import console as make_console, rule
 
 from .runner import StressConfig
@@ -113,11 +114,9 @@ def _main(a) -> int:
     if a.compare:
         from .compare import run_compare
         if a.processes < 2 or a.messages < 1:
-            print("bus1py demo --compare: needs --processes >= 2 and --messages >= 1", file=sys.stderr)
-            return 2
+            raise CommandError("--compare needs --processes >= 2 and --messages >= 1")
         return run_compare(a.processes, a.messages, 1 if a.seed is None else a.seed, a.out)[0]
     problem = a.out and trace_dir("--out", os.path.join(a.out, "trace"))
     if problem:
-        print(f"bus1py demo: {problem}", file=sys.stderr)
-        return 2
+        raise CommandError(problem)
     return run_demo(a.processes, a.duration, a.seed, a.out, rate=a.rate)

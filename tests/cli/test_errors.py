@@ -1,5 +1,6 @@
 """Bad input, as a user gives it: one line on stderr naming what was wrong, exit 2, nothing
 done (no trace written, no report half made, no JVM started)."""
+import json
 import os
 import socket
 import subprocess
@@ -88,10 +89,35 @@ def test_check_unreachable_master_says_so_at_once(small_trace):
     assert time.monotonic() - t < 15
 
 
-def test_gc_of_no_such_bus_prints_only_the_error():
-    cp = bus1py("gc", "nosuchbus-cli-test")
-    one_line_error(cp, 1, "nosuchbus-cli-test")
+@pytest.mark.parametrize("command", ["ls", "gc", "rm", "fsck"])
+def test_a_missing_bus_is_exit_2_in_every_command(command):
+    cp = bus1py(command, "nosuchbus-cli-test")
+    one_line_error(cp, 2, f"bus1py {command}: nosuchbus-cli-test")
     assert cp.stdout == ""
+
+
+@pytest.mark.parametrize("args", [
+    ["check", "/nonexistent/trace", "--json", "-"],
+    ["stress", "--no-trace", "--messages", "1", "--fanout", "0", "--json", "-"],
+    ["stress", "--no-trace", "--messages", "1", "--json=-", "--json-typo"],
+    ["ls", "--json", "-", "--all", "--bogus"],
+])
+def test_json_to_stdout_on_an_error_is_a_json_object(args):
+    """`--json -` on a refusal still gives a program reading stdout one object, the error
+    in it, beside the one line on stderr."""
+    cp = bus1py(*args)
+    line = one_line_error(cp, 2)
+    out = json.loads(cp.stdout)
+    assert out["ok"] is False and out["exit"] == 2 and out["command"] == args[0]
+    assert out["error"] and out["error"] in line
+
+
+def test_ls_json_of_a_missing_bus_names_it_in_the_object():
+    cp = bus1py("ls", "--json", "-", "nosuchbus-cli-test")
+    one_line_error(cp, 2, "nosuchbus-cli-test")
+    out = json.loads(cp.stdout)
+    assert out["ok"] is False and [b["name"] for b in out["buses"]] == ["nosuchbus-cli-test"]
+    assert "no bus named" in out["buses"][0]["error"]
 
 
 def test_demo_out_with_an_earlier_trace_refused(tmp_path):

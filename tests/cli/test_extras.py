@@ -1,8 +1,16 @@
-"""The core install needs only cffi, posix_ipc and psutil; each command names the extra it
-lacks in one line and exits 2."""
+"""The core install needs only cffi, posix_ipc and psutil; each command needs one extra,
+names it in one line when it is missing (exit 2, nothing done), and `--help` marks it."""
+import json
+import os
+import re
+import tomllib
+
 import pytest
 
+from bus1py.cli.main import COMMAND_EXTRA, EXTRAS, OPTION_EXTRA
 from tests.cli.conftest import HEAVY, bus1py, one_line_error
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 README_EXAMPLE = """
 import multiprocessing as mp, sys
@@ -32,14 +40,22 @@ def test_bus_works_without_any_extra():
     assert cp.stdout.splitlines() == ["b'hello from a child' True", "heavy: []"]
 
 
+# every command, with a package its extra installs left out: the one extra named
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("args, without, extra", [
     (["stress", "--no-trace", "--messages", "1"], "rich", "cli"),
-    (["demo"], "numpy", "cli"),
-    (["ls"], "rich", "cli"),
     (["stress", "--messages", "1", "-n", "2", "-q", "--trace", "T"], "pyarrow", "check"),
+    (["stress", "--messages", "1", "-n", "2", "-q", "--trace", "T"], HEAVY, "check"),
+    (["demo"], "numpy", "check"),
+    (["demo"], "pandas", "check"),
+    (["ls"], "rich", "cli"),
+    (["rm", "x"], "numpy", "cli"),
+    (["gc"], "rich", "cli"),
     (["check", "T"], "pyarrow", "check"),
-    (["simulate", "--protocol", "fifo"], "numpy", "cli"),
+    (["check", "T"], HEAVY, "check"),          # a core install: [check], not [cli] first
+    (["simulate", "--protocols", "fifo"], "numpy", "sim"),
+    (["simulate", "--protocols", "fifo"], "pyspark", "sim"),
+    (["simulate", "--protocols", "fifo"], "matplotlib", "sim"),
 ])
 def test_missing_extra_is_one_line(tmp_path, args, without, extra):
     args = [str(tmp_path / "t") if a == "T" else a for a in args]
@@ -47,7 +63,60 @@ def test_missing_extra_is_one_line(tmp_path, args, without, extra):
         (tmp_path / "t").mkdir()
         (tmp_path / "t" / "x.parquet").write_bytes(b"PAR1")
     cp = bus1py(*args, without=without)
-    one_line_error(cp, 2, f"pip install 'bus1py[{extra}]'")
+    one_line_error(cp, 2, f"needs the [{extra}] extra: pip install 'bus1py[{extra}]'")
+    assert cp.stdout == ""
+    assert not (tmp_path / "t").exists() or args[0] == "check"   # refused before any work
+
+
+@pytest.mark.timeout(60)
+def test_missing_extra_with_json_to_stdout_is_a_json_error():
+    cp = bus1py("check", "/nonexistent", "--json", "-", without=HEAVY)
+    one_line_error(cp, 2, "[check]")
+    assert json.loads(cp.stdout) == {"ok": False, "command": "check", "exit": 2,
+                                     "error": cp.stderr.strip().split(": ", 1)[1]}
+
+
+@pytest.mark.timeout(60)
+def test_help_marks_every_command_whose_extra_is_missing():
+    """A core install: every command but fsck (the bus alone) is marked with its extra."""
+    cp = bus1py("--help", without=HEAVY)
+    assert cp.returncode == 0, cp.stderr
+    marks = dict(re.findall(r"^    (\w+)\s+\(not installed: pip install 'bus1py\[(\w+)\]'\)",
+                            cp.stdout, re.M))
+    expect = {c: x for c, x in COMMAND_EXTRA.items() if x}
+    assert marks == expect, cp.stdout
+    assert re.search(r"^    fsck\s+check a bus", cp.stdout, re.M), cp.stdout
+    full = bus1py("--help")          # everything installed: nothing marked
+    assert "not installed" not in full.stdout and "simulate" in full.stdout
+
+
+def _pyproject_extras():
+    """{extra: the distributions it installs}, extras included in one another resolved."""
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        declared = tomllib.load(f)["project"]["optional-dependencies"]
+
+    def resolve(extra):
+        out = set()
+        for req in declared[extra]:
+            m = re.match(r"^bus1py\[([\w,]+)\]$", req)
+            if m:
+                for inner in m.group(1).split(","):
+                    out |= resolve(inner)
+            else:
+                out.add(re.match(r"^[A-Za-z0-9_.-]+", req).group(0).replace("-", "_"))
+        return out
+    return {x: resolve(x) for x in declared}
+
+
+def test_each_commands_extra_brings_all_it_needs():
+    """The extras the command line probes are pyproject.toml's, and each is whole: [check]
+    brings what check needs, [sim] what simulate needs (Spark included)."""
+    declared = _pyproject_extras()
+    for extra, packages in EXTRAS.items():
+        assert set(packages) == declared[extra], extra
+    assert set(COMMAND_EXTRA.values()) - {None} <= set(EXTRAS)
+    for (_, _), extra in OPTION_EXTRA.items():
+        assert extra in EXTRAS
 
 
 def test_version():
