@@ -2,6 +2,7 @@
 done (no trace written, no report half made, no JVM started)."""
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -145,3 +146,12 @@ def test_rm_of_a_bus_with_a_live_peer_names_its_holder(shm_name):
         bus.close()
         if os.path.exists("/dev/shm/" + name.lstrip("/")):
             os.unlink("/dev/shm/" + name.lstrip("/"))
+
+
+def test_the_readme_states_the_one_exit_code_table():
+    from bus1py.cli.outcome import EXIT_CODES
+    from tests.docs_examples import ROOT
+    readme = (ROOT / "README.md").read_text()
+    rows = {int(code): meaning.replace("\\|", "|").replace("`", "")
+            for code, meaning in re.findall(r"^\| (\d+) \| (.+) \|$", readme, re.M)}
+    assert rows == {code: meaning.replace("`", "") for code, meaning in EXIT_CODES.items()}
