@@ -3,6 +3,8 @@ names it in one line when it is missing (exit 2, nothing done), and `--help` mar
 import json
 import os
 import re
+import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -110,7 +112,9 @@ def test_each_commands_extra_brings_all_it_needs():
         assert extra in EXTRAS
 
 
-def test_version():
+def test_version_and_python_m():
     from bus1py import __version__
-    cp = bus1py("--version")
-    assert cp.returncode == 0 and cp.stdout.strip() == f"bus1py {__version__}"
+    for cp in (bus1py("--version"),
+               subprocess.run([sys.executable, "-m", "bus1py", "--version"], capture_output=True,
+                              text=True, timeout=60)):
+        assert cp.returncode == 0 and cp.stdout.strip() == f"bus1py {__version__}"
