@@ -9,7 +9,9 @@ Invariants:
     run while a service runs (`<!-- program: NAME, with SERVICE -->`); or a listing of
     names and signatures (`<!-- listing -->`), which is compiled but not run.
   - A bus named in a document (`Bus.create("x"...)`, `Bus.open("x"...)`) gets a name of
-    this run's own in every block of that document, so that runs on one machine never meet.
+    this run's own in every block of that document, so that runs on one machine never meet;
+    whoever runs the blocks removes those buses after them (a killed service leaves its
+    bus, as it would for a user).
   - Nothing here imports bus1py: the programs do, in their own processes.
 """
 from __future__ import annotations
@@ -64,10 +66,11 @@ def blocks(path: Path) -> list[Block]:
 
 
 def private_names(doc_blocks: list[Block]) -> dict[str, str]:
-    """{bus name a document uses: a name of this run's own}."""
+    """{bus name a document uses: a name of this run's own}, in the form the test session's
+    leak check covers (bus1py-<pid>-..., tests/conftest.py)."""
     tag = uuid.uuid4().hex[:8]
     names = {n for b in doc_blocks for n in BUS_NAME.findall(b.code)}
-    return {n: f"{n}-{os.getpid()}-{tag}" for n in sorted(names)}
+    return {n: f"bus1py-{os.getpid()}-{n}-{tag}" for n in sorted(names)}
 
 
 def source(block: Block, names: dict[str, str]) -> str:

@@ -6,6 +6,7 @@ a second time: the README's service must take any number of clients and come bac
 after a kill, without `bus1py gc`.
 """
 import ast
+import os
 import signal
 import time
 
@@ -79,3 +80,8 @@ def test_the_programs_of(doc, tmp_path):
         for p in running.values():
             p.kill()
             p.communicate()
+        for name in names.values():     # what the killed services left, as a user's would
+            try:
+                os.unlink(f"/dev/shm/{name}")
+            except FileNotFoundError:
+                pass
