@@ -85,3 +85,9 @@ def test_the_programs_of(doc, tmp_path):
                 os.unlink(f"/dev/shm/{name}")
             except FileNotFoundError:
                 pass
+
+
+def test_the_readme_opens_with_the_two_commands():
+    head = (ROOT / "README.md").read_text().splitlines()[:12]
+    assert any(line.startswith("make run ") for line in head), head
+    assert any(line.startswith("make test ") for line in head), head
