@@ -131,3 +131,16 @@ def test_the_bus_knows_nothing_of_the_tools_above_it():
     assert "bus1py.bus" in reached
     wrong = sorted(m for m in reached if m.startswith(above))
     assert not wrong, f"the bus imports the tools above it: {wrong}"
+
+
+def test_the_simulator_and_the_checker_share_only_the_spark_session():
+    """Both start Spark through bus1py.spark_session; the simulator imports nothing of the
+    checker."""
+    modules = _modules()
+    graph = {n: _imports(n, p, modules) for n, p in modules.items()}
+    sim = {n for n in modules if n.startswith("bus1py.sim")}
+    reached = set().union(*(_reachable(graph, n) for n in sim))
+    assert "bus1py.spark_session" in reached
+    assert not sorted(m for m in reached if m.startswith("bus1py.check")), \
+        "the simulator imports the checker"
+    assert "bus1py.spark_session" in _reachable(graph, "bus1py.check.cli")
