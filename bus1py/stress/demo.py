@@ -12,7 +12,6 @@ Invariants:
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -25,13 +24,6 @@ from ..cli.term import console as make_console, rule
 
 from .runner import StressConfig
 from .workload import DEFAULT_MIX, PayloadSizes
-
-
-def checker_available() -> bool:
-    try:
-        return importlib.util.find_spec("bus1py.check.cli") is not None
-    except ModuleNotFoundError:
-        return False
 
 
 def run_checker(trace_dir: str, report: str | None = None, json_out: str | None = None,
@@ -71,10 +63,6 @@ def run_demo(processes=16, duration=20.0, seed=None, out=None, console=None, rat
     if not res.ok:
         console.print("[red]the stress run failed; not checking its trace[/red]")
         return 1
-    if not checker_available():
-        console.print("[yellow]the checker (bus1py check) is not available in this build; "
-                      f"trace left in {trace}[/yellow]")
-        return 0
     rule(console, "checking the trace")
     t = time.monotonic()
     if console.is_terminal:
