@@ -201,7 +201,9 @@ def register(sub):
                                    "SPEC section 7 trace for `bus1py check`.")
     add_workload_options(p)
     t = p.add_mutually_exclusive_group()
-    t.add_argument("--trace", metavar="DIR", help="write the Parquet trace here (an empty or new directory)")
+    t.add_argument("--trace", metavar="DIR",
+                   help="write the Parquet trace here (an empty or new directory; needs the "
+                        "[check] extra)")
     p.add_argument("--force", action="store_true",
                    help="write the trace into a non-empty directory (its *.parquet files are removed)")
     t.add_argument("--no-trace", action="store_true", help="no trace: measure raw speed")
