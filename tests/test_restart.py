@@ -88,6 +88,27 @@ def test_exist_ok_opens_the_live_bus_and_a_call_is_served(name):
         server.wait()
 
 
+CLAIMANT = textwrap.dedent("""
+    import os, signal, sys, bus1py
+    from bus1py._lib import lib
+    bus = bus1py.Bus.open(sys.argv[1], watch=False)
+    assert lib.b1_bus_reclaim(bus.base()) == 0
+    os.kill(os.getpid(), signal.SIGKILL)  # the claim made, the name never unlinked
+""")
+
+
+@pytest.mark.timeout(60)
+def test_a_claimant_killed_before_the_unlink_is_taken_over(name):
+    server = _server(name)
+    server.kill()
+    server.wait()
+    claimant = subprocess.run([sys.executable, "-c", CLAIMANT, name], timeout=60)
+    assert claimant.returncode == -signal.SIGKILL
+    bus = bus1py.Bus.create(name)
+    bus.close()
+    bus.unlink()
+
+
 RACER = textwrap.dedent("""
     import sys, time, bus1py
     name, at, exist_ok = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
