@@ -79,6 +79,17 @@ class PeerInfo:
                    n_fds=out.n_fds, quota_fds=out.quota_fds)
 
 
+def _api_name(qualname: str):
+    """Name a method's code as the API call it serves (`Peer.send` for the Python path of
+    the C method send), so that Python's own argument errors name the call the user made
+    and no private name."""
+    def name(fn):
+        fn.__code__ = fn.__code__.replace(co_name=qualname.rpartition(".")[2], co_qualname=qualname)
+        fn.__qualname__ = qualname
+        return fn
+    return name
+
+
 class Peer(_messages.PeerCore):
     # _bus, _slot, _id, _ready and _attached are PeerCore's
     __slots__ = ("__weakref__",)
@@ -111,6 +122,8 @@ class Peer(_messages.PeerCore):
 
     def _attach(self):
         """Record this process as a holder of the peer (once per process)."""
+        if self._attached is None:
+            raise ValueError(f"peer {self._id} is closed in this process")
         r = lib.b1_peer_attach(self._bus.base(), self._slot, self._id, os.getpid())
         self._attached = True
         watch.ensure(self._bus)  # a fork child's own watcher (watch.py)
@@ -221,6 +234,8 @@ class Peer(_messages.PeerCore):
             self._attach()
         out = ffi.new("uint64_t *")
         r = lib.b1_name_lookup(self._bus.base(), self._slot, self._id, raw, len(raw), out)
+        if r == -errno.ENOENT:
+            raise FileNotFoundError(errno.ENOENT, f"no live node is published as {name!r} on bus {self._bus.name!r}")
         if r:
             raise bus_error(r, f"peer {self._id} looking up {name!r}")
         return out[0]
@@ -237,12 +252,10 @@ class Peer(_messages.PeerCore):
 
     # ---- messages ----
 
-    def _send_general(self, destinations, payload, handles=(), *, fds=(), unreachable_error: bool = False,
-                      **kw) -> tuple:
+    @_api_name("Peer.send")
+    def _send_general(self, destinations, payload, handles=(), *, fds=(), unreachable_error: bool = False) -> tuple:
         """`send` in every form (its docstring is PeerCore.send's): what the C method does
         not take itself, with every check and error of the API."""
-        if kw:
-            raise TypeError(f"send() got an unexpected keyword argument {next(iter(kw))!r}")
         if fds or type(fds) is not tuple:  # () is the default; anything else is checked
             with _fds.named(fds):
                 return self._send_general(destinations, payload, handles, unreachable_error=unreachable_error)
@@ -264,15 +277,12 @@ class Peer(_messages.PeerCore):
                 raise args.send_error(self, ts, destinations, len(payload), n or 1, nh)
         return (ts, self._id, frame.seq[0])
 
-    def _recv_general(self, timeout: float | None = None, copy: bool = True, **kw) -> Message:
+    @_api_name("Peer.recv")
+    def _recv_general(self, timeout: float | None = None, copy: bool = True, *, node=None) -> Message:
         """`recv` in every form (its docstring is PeerCore.recv's): what the C method does
         not take itself, with every check and error of the API."""
-        if kw:
-            node = kw.pop("node", None)
-            if kw:
-                raise TypeError(f"recv() got an unexpected keyword argument {next(iter(kw))!r}")
-            if node is not None:
-                return self._recv_node(node, timeout, copy)
+        if node is not None:
+            return self._recv_node(node, timeout, copy)
         if not copy:
             if timeout is None:
                 return receive.recv_slice(self, -1, None)
@@ -482,6 +492,7 @@ class Peer(_messages.PeerCore):
         return r
 
     def query(self) -> PeerInfo:
+        self._check_open()
         out = ffi.new("struct b1_peer_info *")
         r = lib.b1_peer_query(self._bus.base(), self._slot, self._id, out)
         if r:
@@ -492,6 +503,7 @@ class Peer(_messages.PeerCore):
         """Disconnect the peer for every process: its nodes are destroyed in one
         transaction, its handles released, its queue flushed; later calls raise ESHUTDOWN
         (BrokenPipeError).  Messages it already sent stay valid."""
+        self._check_open()
         r = lib.b1_peer_disconnect(self._bus.base(), self._slot, self._id)
         _call.forget(self)
         holders.held.pop((self._bus.name, self._slot, self._id), None)
@@ -518,11 +530,44 @@ class Peer(_messages.PeerCore):
         if self._ready is not None:
             self._ready.sync()
 
+    def _check_open(self) -> None:
+        """ValueError when this Peer object or its bus is closed in this process."""
+        if self._attached is None:
+            raise ValueError(f"peer {self._id} is closed in this process")
+        self._bus.base()  # raises: closed
+
+    def close(self) -> None:
+        """Leave the peer in this process, as closing a file descriptor does: the last
+        process that holds it disconnects it (`disconnect` ends it for every process at
+        once).  Every later call on this Peer object raises ValueError; closing again
+        does nothing.  `with bus.peer() as p:` closes it at the end of the block."""
+        if self._attached is None:
+            return
+        base = self._bus._base
+        if base is not None:
+            holders.held.pop((self._bus.name, self._slot, self._id), None)
+            if lib.b1_peer_detach(base, self._slot, self._id, os.getpid()) == 0:
+                lib.b1_peer_disconnect(base, self._slot, self._id)
+                _fds.forget(self)
+            _call.forget(self)
+        if self._ready is not None:
+            self._ready.close()
+            self._ready = None
+        self._attached = None
+
+    def __enter__(self) -> "Peer":
+        self._check_open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def fileno(self) -> int:
         """A file descriptor readable while a committed message is at the front of the
         queue (for select, poll, selectors and asyncio's add_reader)."""
         if not self._attached:
             self._attach()
+        self._bus.base()  # raises: closed
         ready = self._ready
         if ready is None or ready.pid != os.getpid():
             ready = self._ready = ReadyPipe(self)

@@ -168,6 +168,9 @@ class Receive(Workload):
         if self.how == "recv":
             for _ in range(3):
                 step(log, "recv", lambda: self.got(log, v.recv(timeout=0)))
+        elif self.how == "node":  # the receive for one node (all of them are nv's)
+            for _ in range(3):
+                step(log, "recv", lambda: self.got(log, v.recv(node=w["nv"], timeout=0)))
         elif self.how == "recv_many":
             for _ in range(2):
                 step(log, "recv", lambda: [self.got(log, m) for m in v.recv_many(3, timeout=0)], max=3)
@@ -442,7 +445,7 @@ class Reset(Disconnect):
 
 WORKLOADS = {
     "send": Send(), "multicast": Multicast(), "batch": Batch(),
-    "recv": Receive("recv", 4), "recv_many": Receive("recv_many", 6), "zero_copy": Receive("slice", 5),
+    "recv": Receive("recv", 4), "recv_node": Receive("node", 4), "recv_many": Receive("recv_many", 6), "zero_copy": Receive("slice", 5),
     "reserve_commit": Reserve(abort=False), "reserve_abort": Reserve(abort=True),
     "transfer": Transfer(), "release": Release(), "destroy": Destroy(), "disconnect": Disconnect(),
     "gc": Gc(), "verify": Verify(), "create": Create(),

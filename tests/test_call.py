@@ -82,6 +82,7 @@ class Service:
     def stop(self, client, h):
         assert client.call(h, b"stop", timeout=10).payload == b"bye"
         self.thread.join(10)
+        assert client.bus.check() == []
 
 
 @pytest.mark.timeout(60)
@@ -199,7 +200,15 @@ def test_threads_and_acall_each_get_their_own_reply(bus):
     async def held():
         with pytest.raises(TimeoutError):
             await client.acall(h, b"hold", timeout=0.1)
+        task = asyncio.ensure_future(client.acall(h, b"hold"))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
     asyncio.run(held())
+    for msg in svc.held:  # late replies: dropped at the reply nodes' next calls
+        msg.reply(b"late")
+    assert [client.call(h, b"x%d" % i, timeout=10).payload for i in range(3)] == [b"re:x0", b"re:x1", b"re:x2"]
     svc.stop(client, h)
     assert client.query().queued_entries == 0
 

@@ -137,16 +137,19 @@ def bench_calls(cfg, progress=None, task=None):
     """{row: {"rtt_med", "rtt_p99" (us), "n"}} and the ratio of the call to pyzmq's."""
     cpus = (0, 1) if cfg.pin and NCPU >= 2 else (None, None)
     samples = {r: [] for r in ROWS}
+    rep_meds = {r: [] for r in ROWS}
     for _ in range(cfg.lat_reps):
         for row in ROWS:
-            samples[row] += run_row(row, cfg.n_rtt, max(200, cfg.n_rtt // 10), cpus)
+            lat = run_row(row, cfg.n_rtt, max(200, cfg.n_rtt // 10), cpus)
+            rep_meds[row].append(statistics.median(lat) / 1e3)
+            samples[row] += lat
             if progress is not None:
                 progress.advance(task)
     rows = {}
     for row, s in samples.items():
         s.sort()
         rows[row] = {"rtt_med": statistics.median(s) / 1e3, "rtt_p99": s[int(0.99 * (len(s) - 1))] / 1e3,
-                     "n": len(s)}
+                     "n": len(s), "rep_meds": rep_meds[row]}
     return {"rows": rows, "pinned": cpus != (None, None),
             "call_over_zmq": rows[ROWS[0]]["rtt_med"] / rows[ROWS[2]]["rtt_med"],
             "call_over_raw": rows[ROWS[0]]["rtt_med"] / rows[ROWS[1]]["rtt_med"]}
@@ -162,10 +165,11 @@ def section(add, res):
         "a service looping `m = peer.recv(node=svc); m.reply(m.payload)`: a reply node, a tag and the "
         "capability's release on top of the raw ping-pong's `send` + `recv` each way.")
     add("")
-    add("| row | median us | p99 us | samples |")
-    add("|---|---:|---:|---:|")
+    add("| row | median us | p99 us | samples | each repetition's median us |")
+    add("|---|---:|---:|---:|---|")
     for row, r in res["rows"].items():
-        add(f"| {row} | {r['rtt_med']:.1f} | {r['rtt_p99']:.1f} | {r['n']:,} |")
+        add(f"| {row} | {r['rtt_med']:.1f} | {r['rtt_p99']:.1f} | {r['n']:,} | "
+            f"{', '.join(f'{m:.1f}' for m in r['rep_meds'])} |")
     add("")
     add(f"The call's median is {res['call_over_zmq']:.2f} of pyzmq REQ/REP's (target: at most 1/3) and "
         f"{res['call_over_raw']:.2f}x the raw ping-pong's.")
