@@ -6,14 +6,11 @@ a second time: the README's service must take any number of clients and come bac
 after a kill, without `bus1py gc`.
 """
 import ast
-import inspect
 import os
 import signal
 import time
 
 import pytest
-
-import bus1py
 
 from tests.docs_examples import DOCUMENTS, ROOT, blocks, private_names, run, start
 
@@ -61,9 +58,6 @@ def test_the_programs_of(doc, tmp_path):
             if b.kind == "program" and b.service is None:
                 _ok(b, run(b, names, tmp_path))
         clients = [b for b in bs if b.service]
-        if services and "exist_ok" not in inspect.signature(bus1py.Bus.create).parameters:
-            pytest.skip("the README's service uses Bus.create(exist_ok=True), which this "
-                        "build lacks")
         for life in range(2):        # the second after each service was killed and restarted
             for name, b in services.items():
                 running[name] = start(b, names, tmp_path)
