@@ -10,6 +10,8 @@ Invariants:
     or refused when named, never followed, waited on or removed (docs/RELIABILITY.md,
     "Trust model").  This user's buses are opened whatever their mode (ADMIN_MODE): the
     mode check guards what a caller sends, and these only inspect and collect.
+  - A bus that does not exist or cannot be opened is named on stderr and makes the exit
+    code 2 (outcome.EXIT_CODES); the other buses are still shown or collected.
 """
 from __future__ import annotations
 
