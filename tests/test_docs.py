@@ -62,7 +62,7 @@ def test_the_programs_of(doc, tmp_path):
             for name, b in services.items():
                 running[name] = start(b, names, tmp_path)
             for b in clients:
-                for _ in range(2):   # one client after another
+                for _ in range(2 - life):   # first one client after another
                     cp = run(b, names, tmp_path, until=time.monotonic() + 20)
                     _serving(services, running)
                     _ok(b, cp)
