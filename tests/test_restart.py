@@ -22,21 +22,7 @@ import posix_ipc
 import pytest
 
 import bus1py
-
-SERVER = textwrap.dedent("""
-    import sys, bus1py
-    from bus1py import Request
-    bus = bus1py.Bus.create(sys.argv[1])
-    peer = bus.peer()
-    svc = peer.create_node()
-    peer.publish("svc", svc)
-    print("ready", flush=True)
-    while True:
-        msg = peer.recv(node=svc)
-        if isinstance(msg, Request):
-            msg.reply(b"up")
-""")
-
+import service
 
 @pytest.fixture
 def name(shm_name):
@@ -49,9 +35,7 @@ def name(shm_name):
 
 
 def _server(name):
-    s = subprocess.Popen([sys.executable, "-c", SERVER, name], stdout=subprocess.PIPE, text=True)
-    assert s.stdout.readline().strip() == "ready"
-    return s
+    return service.start(name, "create")
 
 
 @pytest.mark.timeout(60)
@@ -81,7 +65,7 @@ def test_exist_ok_opens_the_live_bus_and_a_call_is_served(name):
         bus = bus1py.Bus.create(name, exist_ok=True)
         with bus.peer() as peer:
             assert bus.info()["creator_pid"] == server.pid
-            assert peer.call(peer.lookup("svc"), b"?", timeout=10).payload == b"up"
+            assert peer.call(peer.lookup("svc"), b"?", timeout=10).payload == b"re:?"
         bus.close()
     finally:
         server.kill()
