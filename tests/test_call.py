@@ -162,6 +162,26 @@ def test_timeout_and_the_late_reply_is_dropped(served):
 
 
 @pytest.mark.timeout(60)
+def test_a_caller_gone_before_the_reply_leaves_the_service_only_its_own_notices(bus):
+    """The reply node is quiet: its destruction (the caller disconnected) and the
+    service's release after its late reply queue nothing; the caller's handle to the
+    service's node going is the service's NODE_RELEASE, for its own node."""
+    a, b = bus.peer(), bus.peer()
+    node = b.create_node()
+    h = b.transfer(node, a)
+    with pytest.raises(TimeoutError):
+        a.call(h, b"q", timeout=0.05)
+    req = b.recv(node=node, timeout=10)
+    a.disconnect()
+    req.reply(b"late")  # to a destroyed node: dropped, no error
+    msg = b.recv(0)
+    assert (msg.type, msg.destination) == (MessageType.NODE_RELEASE, node)
+    with pytest.raises(BlockingIOError):
+        b.recv(0)
+    assert bus.check() == [] and b.query().held_handles == 1  # its own node's handle alone
+
+
+@pytest.mark.timeout(60)
 def test_destroyed_service_resets_the_call_and_its_notice_stays(served):
     svc, client, h = served
     with pytest.raises(ConnectionResetError, match="destroyed"):
