@@ -304,14 +304,14 @@ def test_a_service_and_unrelated_clients_and_its_death_mid_call(bus):
     while it is SIGKILLed: both get ConnectionResetError within a second."""
     run = [sys.executable, "-c"]
     server = service.start(bus.name, "open")
-    clients = []
+    clients = goers = []
     try:
-        for _ in range(2):  # clients that come and go
-            done = subprocess.run(run + [CLIENT, bus.name, "20", "go"],
-                                  capture_output=True, text=True, timeout=60)
-            assert done.stdout.strip() == "ok", done.stderr
+        goers = [subprocess.Popen(run + [CLIENT, bus.name, "20", "go"], stdout=subprocess.PIPE, text=True)
+                 for _ in range(2)]  # clients that come and go, beside those that stay
         clients = [subprocess.Popen(run + [CLIENT, bus.name, "5", "hold"], stdout=subprocess.PIPE, text=True)
                    for _ in range(2)]
+        for c in goers:
+            assert c.stdout.readline().strip() == "ok" and c.wait(timeout=30) == 0
         for c in clients:
             assert c.stdout.readline().strip() == "ok"
         time.sleep(0.3)  # both wait in their "hold" call
@@ -322,6 +322,6 @@ def test_a_service_and_unrelated_clients_and_its_death_mid_call(bus):
             assert kind == "reset" and float(at) - killed < NOTICE
             assert c.wait(timeout=10) == 0
     finally:
-        for p in [server] + clients:
+        for p in [server] + clients + goers:
             p.kill()
             p.wait()
