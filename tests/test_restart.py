@@ -3,7 +3,7 @@
 Invariants checked:
   - a bus whose creating server was killed (SIGTERM or SIGKILL) is created again at once,
     by a call that would have raised FileExistsError before, and serves calls;
-  - a live bus is never taken over: FileExistsError says who holds it, exist_ok=True opens
+  - a live bus is never taken over: FileExistsError says live processes use it, exist_ok opens
     that very segment;
   - processes that restart a dead bus at the same moment end with one bus: exactly one
     of them creates it (one compare-and-swap claims the dead one), the others get
