@@ -6,12 +6,12 @@ the call; the reply is a data message to that node with the same tag.  The recei
 Request whose `reply` sends it and releases the capability (message.py).
 
 Invariants:
-  - A reply node is quiet (B1_NODE_QUIET): its owner gets no NODE_RELEASE when a server
-    lets its handle go, so nothing of a call is left in the caller's queue once it returns.
-    The nodes are reused, each by one call at a time: a process keeps a free list per peer
-    (its own: a fork child makes its own), and a call takes one from it and puts it back
-    however it ends.  They go with the peer (disconnect, reset), never one by one, so no
-    NODE_DESTROY of a reply node ever reaches its owner.
+  - A reply node is quiet (B1_NODE_QUIET): nobody is sent a notice of it -- no NODE_RELEASE
+    to the caller when a service lets its handle go, no NODE_DESTROY to a service that
+    still holds one when the caller's peer goes -- so a call leaves nothing in either
+    queue.  The nodes are reused, each by one call at a time: a process keeps a free list
+    per peer (its own: a fork child makes its own), and a call takes one from it and puts
+    it back however it ends.  They go with the peer (disconnect, reset).
   - A reply is taken only by the call whose tag it carries: a late reply to a call that
     timed out or was interrupted reaches the node's next call with another tag and is
     dropped there (csrc/py/messages.c recv_node), its descriptors closed.

@@ -29,6 +29,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import bus1py
+import service
 from bus1py import Message, MessageType, Request
 
 NOTICE = 1.0  # seconds from a service's death to the caller's ConnectionResetError
@@ -37,6 +38,14 @@ NOTICE = 1.0  # seconds from a service's death to the caller's ConnectionResetEr
 @pytest.fixture
 def bus(make_bus):
     return make_bus(max_peers=16, pool_size=1 << 20)
+
+
+@pytest.fixture
+def served(bus):
+    """(a Service, a client peer, the client's handle to the service's node)"""
+    svc = Service(bus)
+    client = bus.peer()
+    return svc, client, svc.handle_for(client)
 
 
 class Service:
@@ -86,10 +95,8 @@ class Service:
 
 
 @pytest.mark.timeout(60)
-def test_call_and_reply_carry_payload_handles_and_fds(bus):
-    svc = Service(bus)
-    client = bus.peer()
-    h = svc.handle_for(client)
+def test_call_and_reply_carry_payload_handles_and_fds(served):
+    svc, client, h = served
     mine = client.create_node()
     r, w = os.pipe()
     try:
@@ -141,10 +148,8 @@ def test_reply_once_and_only_to_a_request(bus):
 
 
 @pytest.mark.timeout(60)
-def test_timeout_and_the_late_reply_is_dropped(bus):
-    svc = Service(bus)
-    client = bus.peer()
-    h = svc.handle_for(client)
+def test_timeout_and_the_late_reply_is_dropped(served):
+    svc, client, h = served
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match="no reply"):
         client.call(h, b"hold", timeout=0.2)
@@ -157,10 +162,28 @@ def test_timeout_and_the_late_reply_is_dropped(bus):
 
 
 @pytest.mark.timeout(60)
-def test_destroyed_service_resets_the_call_and_its_notice_stays(bus):
-    svc = Service(bus)
-    client = bus.peer()
-    h = svc.handle_for(client)
+def test_a_caller_gone_before_the_reply_leaves_the_service_only_its_own_notices(bus):
+    """The reply node is quiet: its destruction (the caller disconnected) and the
+    service's release after its late reply queue nothing; the caller's handle to the
+    service's node going is the service's NODE_RELEASE, for its own node."""
+    a, b = bus.peer(), bus.peer()
+    node = b.create_node()
+    h = b.transfer(node, a)
+    with pytest.raises(TimeoutError):
+        a.call(h, b"q", timeout=0.05)
+    req = b.recv(node=node, timeout=10)
+    a.disconnect()
+    req.reply(b"late")  # to a destroyed node: dropped, no error
+    msg = b.recv(0)
+    assert (msg.type, msg.destination) == (MessageType.NODE_RELEASE, node)
+    with pytest.raises(BlockingIOError):
+        b.recv(0)
+    assert bus.check() == [] and b.query().held_handles == 1  # its own node's handle alone
+
+
+@pytest.mark.timeout(60)
+def test_destroyed_service_resets_the_call_and_its_notice_stays(served):
+    svc, client, h = served
     with pytest.raises(ConnectionResetError, match="destroyed"):
         client.call(h, b"destroy", timeout=10)
     msg = client.recv(0)
@@ -170,10 +193,8 @@ def test_destroyed_service_resets_the_call_and_its_notice_stays(bus):
 
 
 @pytest.mark.timeout(60)
-def test_threads_and_acall_each_get_their_own_reply(bus):
-    svc = Service(bus)
-    client = bus.peer()
-    h = svc.handle_for(client)
+def test_threads_and_acall_each_get_their_own_reply(served):
+    svc, client, h = served
     errors = []
 
     def caller(k):
@@ -261,20 +282,6 @@ def _model_run(bus, sends, takes):
     assert rest == model
 
 
-SERVICE = textwrap.dedent("""
-    import sys, bus1py
-    from bus1py import Request
-    bus = bus1py.Bus.open(sys.argv[1])
-    peer = bus.peer()
-    svc = peer.create_node()
-    peer.publish("svc", svc)
-    print("ready", flush=True)
-    while True:
-        msg = peer.recv(node=svc)
-        if isinstance(msg, Request) and msg.payload != b"hold":
-            msg.reply(b"re:" + msg.payload)
-""")
-
 CLIENT = textwrap.dedent("""
     import sys, time, bus1py
     peer = bus1py.Bus.open(sys.argv[1]).peer()
@@ -296,16 +303,15 @@ def test_a_service_and_unrelated_clients_and_its_death_mid_call(bus):
     service a NODE_RELEASE or nothing to skip), then two wait in a call the service holds
     while it is SIGKILLed: both get ConnectionResetError within a second."""
     run = [sys.executable, "-c"]
-    server = subprocess.Popen(run + [SERVICE, bus.name], stdout=subprocess.PIPE, text=True)
-    clients = []
+    server = service.start(bus.name, "open")
+    clients = goers = []
     try:
-        assert server.stdout.readline().strip() == "ready"
-        for _ in range(2):  # clients that come and go
-            done = subprocess.run(run + [CLIENT, bus.name, "20", "go"],
-                                  capture_output=True, text=True, timeout=60)
-            assert done.stdout.strip() == "ok", done.stderr
+        goers = [subprocess.Popen(run + [CLIENT, bus.name, "20", "go"], stdout=subprocess.PIPE, text=True)
+                 for _ in range(2)]  # clients that come and go, beside those that stay
         clients = [subprocess.Popen(run + [CLIENT, bus.name, "5", "hold"], stdout=subprocess.PIPE, text=True)
                    for _ in range(2)]
+        for c in goers:
+            assert c.stdout.readline().strip() == "ok" and c.wait(timeout=30) == 0
         for c in clients:
             assert c.stdout.readline().strip() == "ok"
         time.sleep(0.3)  # both wait in their "hold" call
@@ -316,6 +322,6 @@ def test_a_service_and_unrelated_clients_and_its_death_mid_call(bus):
             assert kind == "reset" and float(at) - killed < NOTICE
             assert c.wait(timeout=10) == 0
     finally:
-        for p in [server] + clients:
+        for p in [server] + clients + goers:
             p.kill()
             p.wait()

@@ -3,7 +3,7 @@
 Invariants checked:
   - a bus whose creating server was killed (SIGTERM or SIGKILL) is created again at once,
     by a call that would have raised FileExistsError before, and serves calls;
-  - a live bus is never taken over: FileExistsError says who holds it, exist_ok=True opens
+  - a live bus is never taken over: FileExistsError says live processes use it, exist_ok opens
     that very segment;
   - processes that restart a dead bus at the same moment end with one bus: exactly one
     of them creates it (one compare-and-swap claims the dead one), the others get
@@ -16,27 +16,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import posix_ipc
 import pytest
 
 import bus1py
-
-SERVER = textwrap.dedent("""
-    import sys, bus1py
-    from bus1py import Request
-    bus = bus1py.Bus.create(sys.argv[1])
-    peer = bus.peer()
-    svc = peer.create_node()
-    peer.publish("svc", svc)
-    print("ready", flush=True)
-    while True:
-        msg = peer.recv(node=svc)
-        if isinstance(msg, Request):
-            msg.reply(b"up")
-""")
-
+import service
 
 @pytest.fixture
 def name(shm_name):
@@ -49,9 +34,7 @@ def name(shm_name):
 
 
 def _server(name):
-    s = subprocess.Popen([sys.executable, "-c", SERVER, name], stdout=subprocess.PIPE, text=True)
-    assert s.stdout.readline().strip() == "ready"
-    return s
+    return service.start(name, "create")
 
 
 @pytest.mark.timeout(60)
@@ -81,7 +64,7 @@ def test_exist_ok_opens_the_live_bus_and_a_call_is_served(name):
         bus = bus1py.Bus.create(name, exist_ok=True)
         with bus.peer() as peer:
             assert bus.info()["creator_pid"] == server.pid
-            assert peer.call(peer.lookup("svc"), b"?", timeout=10).payload == b"up"
+            assert peer.call(peer.lookup("svc"), b"?", timeout=10).payload == b"re:?"
         bus.close()
     finally:
         server.kill()
@@ -110,9 +93,10 @@ def test_a_claimant_killed_before_the_unlink_is_taken_over(name):
 
 
 RACER = textwrap.dedent("""
-    import sys, time, bus1py
-    name, at, exist_ok = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
-    time.sleep(max(0.0, at - time.time()))
+    import sys, bus1py
+    name, exist_ok = sys.argv[1], sys.argv[2] == "1"
+    print("ready", flush=True)
+    sys.stdin.readline()  # every racer is started: go
     try:
         bus = bus1py.Bus.create(name, exist_ok=exist_ok)
     except FileExistsError:
@@ -124,24 +108,27 @@ RACER = textwrap.dedent("""
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("exist_ok", [False, True])
-def test_racing_restarts_make_one_bus(name, exist_ok):
+def test_racing_restarts_make_one_bus(name):
+    """Two racers without exist_ok and two with: one bus, created by one of them; the
+    other plain one gets FileExistsError, the exist_ok ones that bus."""
     server = _server(name)
     server.kill()
     server.wait()
-    at = time.time() + 1.0  # past every racer's start, so they meet at once
-    racers = [subprocess.Popen([sys.executable, "-c", RACER, name, str(at), "1" if exist_ok else "0"],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    modes = ["0", "0", "1", "1"]
+    racers = [subprocess.Popen([sys.executable, "-c", RACER, name, m], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True) for m in modes]
     try:
+        for r in racers:
+            assert r.stdout.readline().strip() == "ready"
+        for r in racers:
+            r.stdin.write("go\n")
+            r.stdin.flush()
         said = [r.stdout.readline().split() for r in racers]
-        created = [s for s in said if s[0] == "bus"]
-        pids = {r.pid for r in racers}
-        if exist_ok:
-            assert len(created) == 4 and len({s[1] for s in created}) == 1, said
-            assert int(created[0][1]) in pids
-        else:
-            assert len(created) == 1 and said.count(["exists"]) == 3, said
-            assert int(created[0][1]) in pids
+        winners = [r.pid for r, w in zip(racers, said) if w == ["bus", str(r.pid)]]
+        assert len(winners) == 1, said
+        for r, m, w in zip(racers, modes, said):
+            if r.pid != winners[0]:
+                assert w == (["bus", str(winners[0])] if m == "1" else ["exists"]), said
     finally:
         for r in racers:
             r.kill()

@@ -40,8 +40,9 @@
                               (EINVAL without one); the receiver's b1_msg_info.flags says so */
 
 /* node flags (b1_node_create_flags) */
-#define B1_NODE_QUIET 1  /* its owner is sent no NODE_RELEASE: a reply node, whose holders
-                            come and go with every request */
+#define B1_NODE_QUIET 1  /* no notices: no NODE_RELEASE to its owner, no NODE_DESTROY to
+                            anyone -- a reply node, whose holders come and go with every
+                            request and which goes with its peer */
 
 /* receive flags */
 #define B1_RECV_NOCOPY 1  /* leave data payloads in the pool as slices (b1_slice_release) */
