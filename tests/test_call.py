@@ -84,9 +84,9 @@ class Service:
             else:
                 if self.noise:
                     self.peer.send(self.noise, b"noise:" + p)
+                msg.reply(b"re:" + p, handles=msg.handles, fds=msg.fds)
                 for fd in msg.fds:
                     os.close(fd)
-                msg.reply(b"re:" + p, handles=msg.handles)
 
     def stop(self, client, h):
         assert client.call(h, b"stop", timeout=10).payload == b"bye"
@@ -102,7 +102,10 @@ def test_call_and_reply_carry_payload_handles_and_fds(served):
     try:
         reply = client.call(h, bytearray(b"x"), handles=[mine], fds=[r], timeout=10)
         assert (reply.type, reply.payload, reply.handles) == (MessageType.DATA, b"re:x", (mine,))
-        assert type(reply) is Message and reply.fds == ()
+        assert type(reply) is Message and len(reply.fds) == 1
+        os.write(w, b"!")  # the descriptor came there and back: the same pipe
+        assert os.read(reply.fds[0], 1) == b"!"
+        os.close(reply.fds[0])
         with pytest.raises(ValueError, match="not a request"):
             reply.reply(b"no")
     finally:
