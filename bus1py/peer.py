@@ -312,6 +312,19 @@ class Peer(_messages.PeerCore):
             raise ValueError("recv(node=...) copies the payload: copy=False is not supported with node")
         return _call.wait(self, node, 0, _call._ANY_TAG, timeout)
 
+    def _recv_node_failed(self, r, node, timeout) -> Message:
+        """PeerCore.recv(node=) failed with -errno `r`: EINTR (its Python handler has run)
+        waits out the time the C helper says is left; anything else is raised."""
+        if r != _EINTR:
+            raise args.recv_error(self, r, timeout)
+        if timeout is None:
+            return _call.wait(self, node, 0, _call._ANY_TAG, None)
+        left = self._bus.scratch().c.info.left_ns / 1e9
+        try:
+            return _call.wait(self, node, 0, _call._ANY_TAG, left)
+        except BlockingIOError:  # the deadline passed while the handler ran
+            raise args.recv_error(self, -errno.ETIMEDOUT, timeout) from None
+
     def call(self, handle: int, payload, *, timeout: float | None = None, handles=(), fds=()) -> Message:
         """Send `payload` (with `handles` and `fds`) as a request to the node behind
         `handle` and return the reply Message (`msg.reply(...)` at the service).  Waits at
