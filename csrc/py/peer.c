@@ -8,11 +8,11 @@
  * cost about as much again.  Here the common forms run without a Python frame:
  * `send(dests, payload)` with a bytes payload and destinations an int or a list or tuple
  * of ints, and `recv(timeout, copy)` with a timeout of None or a number >= 0 and a bool
- * copy, or with `node=h` (an int) and copy True, the receive for one node.  Anything else -- other types, carried handles, flags, bad values, and every
- * failure of the bus call -- goes to the Python methods of bus1py.Peer (`_send_general`,
- * `_send_failed`, `_recv_general`, `_recv_failed`, `_recv_node_failed`), so each error is
- * raised, and EDQUOT's
- * reap-and-retry and a receive's EINTR are handled, in one place.
+ * copy, or with `node=h` (an int) and copy True, the receive for one node.  Anything
+ * else -- other types, carried handles, flags, bad values, and every failure of the bus
+ * call -- goes to the Python methods of bus1py.Peer (`_send_general`, `_send_failed`,
+ * `_recv_general`, `_recv_failed`, `_recv_node_failed`), so each error is raised, and
+ * EDQUOT's reap-and-retry and a receive's EINTR are handled, in one place.
  *
  * Invariants:
  *   - `frame` is the Frame (bus1py/frame.py) that Peer._frame() returned to the thread
