@@ -307,11 +307,23 @@ class Peer(_messages.PeerCore):
     def _recv_node(self, node, timeout, copy) -> Message:
         """recv(node=h): the first message addressed to this peer's handle `h` (data or a
         notice of its node), in queue order; the messages for other nodes stay queued."""
-        args.check_handle(node, "node")
         _call.check_call(node, timeout)
         if copy is not True:
             raise ValueError("recv(node=...) copies the payload: copy=False is not supported with node")
         return _call.wait(self, node, 0, _call._ANY_TAG, timeout)
+
+    def _recv_node_failed(self, r, node, timeout) -> Message:
+        """PeerCore.recv(node=) failed with -errno `r`: EINTR (its Python handler has run)
+        waits out the time the C helper says is left; anything else is raised."""
+        if r != _EINTR:
+            raise args.recv_error(self, r, timeout)
+        if timeout is None:
+            return _call.wait(self, node, 0, _call._ANY_TAG, None)
+        left = self._bus.scratch().c.info.left_ns / 1e9
+        try:
+            return _call.wait(self, node, 0, _call._ANY_TAG, left)
+        except BlockingIOError:  # the deadline passed while the handler ran
+            raise args.recv_error(self, -errno.ETIMEDOUT, timeout) from None
 
     def call(self, handle: int, payload, *, timeout: float | None = None, handles=(), fds=()) -> Message:
         """Send `payload` (with `handles` and `fds`) as a request to the node behind
@@ -328,31 +340,8 @@ class Peer(_messages.PeerCore):
         return await _call.acall(self, handle, payload, timeout, handles, fds)
 
     def _send_reply(self, handle, tag, payload, handles, fds) -> None:
-        """Message.reply: the reply, carrying the request's tag, to the caller's reply
-        node, then the capability released.  A caller that is gone is no error (its node
-        is destroyed: the reply is dropped by the bus)."""
-        if fds or type(fds) is not tuple:
-            with _fds.named(fds):
-                return self._send_reply(handle, tag, payload, handles, ())
-        frame = self._frame()  # raises: closed
-        if type(payload) is not bytes:
-            payload = args.as_bytes(payload)
-        try:
-            nh = args.fill(frame.handles, handles, self._bus.limits.max_msg_handles, "handles") if handles else 0
-        except (TypeError, OverflowError):
-            raise args.bad_ids(handle, handles) from None
-        frame.c.tag = tag
-        ts = _send(frame.c, self._slot, self._id, handle, 0, payload, len(payload), nh, 0)
-        if ts < 0:
-            frame.c.tag = 0
-            ts = _reap_and_retry(self._bus, ts, self._send_tagged, frame, handle, payload, nh, tag)
-            if ts < 0:
-                raise args.send_error(self, ts, handle, len(payload), 1, nh)
-        lib.b1_handle_release(self._bus.base(), self._slot, self._id, handle)
-
-    def _send_tagged(self, frame, handle, payload, nh, tag):
-        frame.c.tag = tag
-        return _send(frame.c, self._slot, self._id, handle, 0, payload, len(payload), nh, 0)
+        """Message.reply (call.py), with a send's retry after reaping."""
+        _call.reply(self, handle, tag, payload, handles, fds, _reap_and_retry)
 
     def send_many(self, destinations, payloads, handles=(), *, fds=(), unreachable_error: bool = False) -> int:
         """Send each of `payloads` to the same `destinations`, in one C call: one

@@ -84,9 +84,9 @@ class Service:
             else:
                 if self.noise:
                     self.peer.send(self.noise, b"noise:" + p)
+                msg.reply(b"re:" + p, handles=msg.handles, fds=msg.fds)
                 for fd in msg.fds:
                     os.close(fd)
-                msg.reply(b"re:" + p, handles=msg.handles)
 
     def stop(self, client, h):
         assert client.call(h, b"stop", timeout=10).payload == b"bye"
@@ -102,7 +102,10 @@ def test_call_and_reply_carry_payload_handles_and_fds(served):
     try:
         reply = client.call(h, bytearray(b"x"), handles=[mine], fds=[r], timeout=10)
         assert (reply.type, reply.payload, reply.handles) == (MessageType.DATA, b"re:x", (mine,))
-        assert type(reply) is Message and reply.fds == ()
+        assert type(reply) is Message and len(reply.fds) == 1
+        os.write(w, b"!")  # the descriptor came there and back: the same pipe
+        assert os.read(reply.fds[0], 1) == b"!"
+        os.close(reply.fds[0])
         with pytest.raises(ValueError, match="not a request"):
             reply.reply(b"no")
     finally:
@@ -232,6 +235,30 @@ def test_threads_and_acall_each_get_their_own_reply(served):
     assert [client.call(h, b"x%d" % i, timeout=10).payload for i in range(3)] == [b"re:x0", b"re:x1", b"re:x2"]
     svc.stop(client, h)
     assert client.query().queued_entries == 0
+
+
+@pytest.mark.timeout(60)
+def test_recv_node_waits_times_out_and_outlasts_signals(bus):
+    a, b = bus.peer(), bus.peer()
+    node, other = b.create_node(), b.create_node()
+    h, ho = b.transfer(node, a), b.transfer(other, a)
+    a.send(ho, b"other")
+    with pytest.raises(BlockingIOError):
+        b.recv(0, node=node)
+    fired = []
+    old = signal.signal(signal.SIGALRM, lambda *_: fired.append(1))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05, 0.05)
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError):
+            b.recv(node=node, timeout=0.3)
+        assert time.monotonic() - t0 >= 0.3 and fired
+        threading.Timer(0.2, a.send, (h, b"late")).start()
+        assert b.recv(timeout=10, node=node).payload == b"late"  # woken behind the other message
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert b.recv(0).payload == b"other"
 
 
 def test_bad_arguments_change_nothing(bus):
