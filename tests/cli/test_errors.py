@@ -7,10 +7,12 @@ import socket
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from bus1py import Bus
+from bus1py.cli.main import main
 from tests.cli.conftest import bus1py, one_line_error
 
 pytestmark = pytest.mark.timeout(120)
@@ -90,9 +92,17 @@ def test_check_unreachable_master_says_so_at_once(small_trace):
     assert time.monotonic() - t < 15
 
 
+def in_process(capsys, *args):
+    """`bus1py ARGS` run by its entry point in this process (the command's own code is what
+    a subprocess would run): its exit code and output, as a CompletedProcess has them."""
+    code = main(list(args))
+    out = capsys.readouterr()
+    return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+
+
 @pytest.mark.parametrize("command", ["ls", "gc", "rm", "fsck"])
-def test_a_missing_bus_is_exit_2_in_every_command(command):
-    cp = bus1py(command, "nosuchbus-cli-test")
+def test_a_missing_bus_is_exit_2_in_every_command(command, capsys):
+    cp = in_process(capsys, command, "nosuchbus-cli-test")
     one_line_error(cp, 2, f"bus1py {command}: nosuchbus-cli-test")
     assert cp.stdout == ""
 
@@ -103,18 +113,18 @@ def test_a_missing_bus_is_exit_2_in_every_command(command):
     ["stress", "--no-trace", "--messages", "1", "--json=-", "--json-typo"],
     ["ls", "--json", "-", "--all", "--bogus"],
 ])
-def test_json_to_stdout_on_an_error_is_a_json_object(args):
+def test_json_to_stdout_on_an_error_is_a_json_object(args, capsys):
     """`--json -` on a refusal still gives a program reading stdout one object, the error
     in it, beside the one line on stderr."""
-    cp = bus1py(*args)
+    cp = in_process(capsys, *args)
     line = one_line_error(cp, 2)
     out = json.loads(cp.stdout)
     assert out["ok"] is False and out["exit"] == 2 and out["command"] == args[0]
     assert out["error"] and out["error"] in line
 
 
-def test_ls_json_of_a_missing_bus_names_it_in_the_object():
-    cp = bus1py("ls", "--json", "-", "nosuchbus-cli-test")
+def test_ls_json_of_a_missing_bus_names_it_in_the_object(capsys):
+    cp = in_process(capsys, "ls", "--json", "-", "nosuchbus-cli-test")
     one_line_error(cp, 2, "nosuchbus-cli-test")
     out = json.loads(cp.stdout)
     assert out["ok"] is False and [b["name"] for b in out["buses"]] == ["nosuchbus-cli-test"]
