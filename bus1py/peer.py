@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import _messages, args, fds as _fds, holders, objects, receive, watch
+from . import _messages, args, call as _call, fds as _fds, holders, objects, receive, watch
 from ._lib import ffi, lib
 from .errors import bus_error
 from .message import Message
@@ -85,6 +85,17 @@ class PeerInfo:
                    front_ts=out.front_ts, sent=out.sent, received=out.received,
                    lock_recoveries=out.lock_recoveries, pids=tuple(p for p in out.pids if p),
                    n_fds=out.n_fds, quota_fds=out.quota_fds)
+
+
+def _api_name(qualname: str):
+    """Name a method's code as the API call it serves (`Peer.send` for the Python path of
+    the C method send), so that Python's own argument errors name the call the user made
+    and no private name."""
+    def name(fn):
+        fn.__code__ = fn.__code__.replace(co_name=qualname.rpartition(".")[2], co_qualname=qualname)
+        fn.__qualname__ = qualname
+        return fn
+    return name
 
 
 class Peer(_messages.PeerCore):
@@ -142,6 +153,8 @@ class Peer(_messages.PeerCore):
 
     def _attach(self):
         """Record this process as a holder of the peer (once per process)."""
+        if self._attached is None:
+            raise ValueError(f"peer {self._id} is closed in this process")
         r = lib.b1_peer_attach(self._bus.base(), self._slot, self._id, os.getpid())
         self._attached = True
         watch.ensure(self._bus)  # a fork child's own watcher (watch.py)
@@ -257,6 +270,8 @@ class Peer(_messages.PeerCore):
             self._attach()
         out = ffi.new("uint64_t *")
         r = lib.b1_name_lookup(self._bus.base(), self._slot, self._id, raw, len(raw), out)
+        if r == -errno.ENOENT:
+            raise FileNotFoundError(errno.ENOENT, f"no live node is published as {name!r} on bus {self._bus.name!r}")
         if r:
             raise bus_error(r, f"peer {self._id} looking up {name!r}")
         return out[0]
@@ -273,6 +288,7 @@ class Peer(_messages.PeerCore):
 
     # ---- messages ----
 
+    @_api_name("Peer.send")
     def _send_general(self, destinations, payload, handles=(), *, fds=(), unreachable_error: bool = False) -> tuple:
         """`send` in every form (its docstring is PeerCore.send's): what the C method does
         not take itself, with every check and error of the API."""
@@ -297,9 +313,12 @@ class Peer(_messages.PeerCore):
                 raise args.send_error(self, ts, destinations, len(payload), n or 1, nh)
         return (ts, self._id, frame.seq[0])
 
-    def _recv_general(self, timeout: float | None = None, copy: bool = True) -> Message:
+    @_api_name("Peer.recv")
+    def _recv_general(self, timeout: float | None = None, copy: bool = True, *, node=None) -> Message:
         """`recv` in every form (its docstring is PeerCore.recv's): what the C method does
         not take itself, with every check and error of the API."""
+        if node is not None:
+            return self._recv_node(node, timeout, copy)
         if not copy:
             if timeout is None:
                 return receive.recv_slice(self, -1, None)
@@ -308,9 +327,9 @@ class Peer(_messages.PeerCore):
             return self.recv_many(1, timeout, copy=False)[0]  # raises the timeout's error
         addr = self._frame().address  # raises: closed
         if timeout is None:
-            m = _crecv(addr, self._slot, self._id, -1)
+            m = _crecv(addr, self._slot, self._id, -1, self)
         elif type(timeout) in (int, float) and timeout >= 0:
-            m = _crecv(addr, self._slot, self._id, args.timeout_ns(timeout))
+            m = _crecv(addr, self._slot, self._id, args.timeout_ns(timeout), self)
         elif type(timeout) in (int, float) and timeout < 0:
             raise ValueError(f"timeout must be None or >= 0, not {timeout!r}")
         else:
@@ -320,6 +339,45 @@ class Peer(_messages.PeerCore):
         if self._ready is not None:
             self._ready.sync()
         return m
+
+    def _recv_node(self, node, timeout, copy) -> Message:
+        """recv(node=h): the first message addressed to this peer's handle `h` (data or a
+        notice of its node), in queue order; the messages for other nodes stay queued."""
+        _call.check_call(node, timeout)
+        if copy is not True:
+            raise ValueError("recv(node=...) copies the payload: copy=False is not supported with node")
+        return _call.wait(self, node, 0, _call._ANY_TAG, timeout)
+
+    def _recv_node_failed(self, r, node, timeout) -> Message:
+        """PeerCore.recv(node=) failed with -errno `r`: EINTR (its Python handler has run)
+        waits out the time the C helper says is left; anything else is raised."""
+        if r != _EINTR:
+            raise args.recv_error(self, r, timeout)
+        if timeout is None:
+            return _call.wait(self, node, 0, _call._ANY_TAG, None)
+        left = self._bus.scratch().c.info.left_ns / 1e9
+        try:
+            return _call.wait(self, node, 0, _call._ANY_TAG, left)
+        except BlockingIOError:  # the deadline passed while the handler ran
+            raise args.recv_error(self, -errno.ETIMEDOUT, timeout) from None
+
+    def call(self, handle: int, payload, *, timeout: float | None = None, handles=(), fds=()) -> Message:
+        """Send `payload` (with `handles` and `fds`) as a request to the node behind
+        `handle` and return the reply Message (`msg.reply(...)` at the service).  Waits at
+        most `timeout` seconds (None: for ever; TimeoutError); ConnectionResetError as soon
+        as the node is destroyed or its owner's processes are all dead before replying.
+        Messages for other nodes that arrive meanwhile stay queued for `recv`.  Each thread
+        (and each `acall`) waits for its own reply (call.py)."""
+        return _call.call(self, handle, payload, timeout, handles, fds)
+
+    async def acall(self, handle: int, payload, *, timeout: float | None = None, handles=(), fds=()) -> Message:
+        """`call` for asyncio: the request is sent at once, the reply awaited without
+        blocking the event loop."""
+        return await _call.acall(self, handle, payload, timeout, handles, fds)
+
+    def _send_reply(self, handle, tag, payload, handles, fds) -> None:
+        """Message.reply (call.py), with a send's retry after reaping."""
+        _call.reply(self, handle, tag, payload, handles, fds, _reap_and_retry)
 
     def send_many(self, destinations: int | Iterable[int], payloads: Iterable[Buffer],
                   handles: Iterable[int] = (), *, fds: Iterable[int] = (), unreachable_error: bool = False) -> int:
@@ -454,16 +512,17 @@ class Peer(_messages.PeerCore):
                 raise args.recv_error(self, r, timeout)
             ns = -1 if timeout is None else frame.c.info.left_ns
             if ns == 0:  # the deadline passed while the handler ran: one last look
-                r = _crecv(addr, self._slot, self._id, 0)
+                r = _crecv(addr, self._slot, self._id, 0, self)
                 if r == _EAGAIN:
                     r = -errno.ETIMEDOUT
                 continue
-            r = _crecv(addr, self._slot, self._id, ns)
+            r = _crecv(addr, self._slot, self._id, ns, self)
         return r
 
     def query(self) -> PeerInfo:
         """The peer's clock, queue depth and quota use (PeerInfo); ESHUTDOWN once
         disconnected."""
+        self._check_open()
         out = ffi.new("struct b1_peer_info *")
         r = lib.b1_peer_query(self._bus.base(), self._slot, self._id, out)
         if r:
@@ -474,7 +533,9 @@ class Peer(_messages.PeerCore):
         """Disconnect the peer for every process: its nodes are destroyed in one
         transaction, its handles released, its queue flushed; later calls raise ESHUTDOWN
         (BrokenPipeError).  Messages it already sent stay valid."""
+        self._check_open()
         r = lib.b1_peer_disconnect(self._bus.base(), self._slot, self._id)
+        _call.forget(self)
         holders.held.pop((self._bus.name, self._slot, self._id), None)
         _fds.forget(self)  # the descriptors of messages it never received close with it
         if r:
@@ -494,15 +555,49 @@ class Peer(_messages.PeerCore):
         r = lib.b1_peer_reset(self._bus.base(), self._slot, self._id)
         if r:
             raise bus_error(r, f"resetting peer {self._id}")
+        _call.forget(self)
         _fds.sweep(self)  # the descriptors of the messages it dropped
         if self._ready is not None:
             self._ready.sync()
+
+    def _check_open(self) -> None:
+        """ValueError when this Peer object or its bus is closed in this process."""
+        if self._attached is None:
+            raise ValueError(f"peer {self._id} is closed in this process")
+        self._bus.base()  # raises: closed
+
+    def close(self) -> None:
+        """Leave the peer in this process, as closing a file descriptor does: the last
+        process that holds it disconnects it (`disconnect` ends it for every process at
+        once).  Every later call on this Peer object raises ValueError; closing again
+        does nothing.  `with bus.peer() as p:` closes it at the end of the block."""
+        if self._attached is None:
+            return
+        base = self._bus._base
+        if base is not None:
+            holders.held.pop((self._bus.name, self._slot, self._id), None)
+            if lib.b1_peer_detach(base, self._slot, self._id, os.getpid()) == 0:
+                lib.b1_peer_disconnect(base, self._slot, self._id)
+                _fds.forget(self)
+            _call.forget(self)
+        if self._ready is not None:
+            self._ready.close()
+            self._ready = None
+        self._attached = None
+
+    def __enter__(self) -> "Peer":
+        self._check_open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def fileno(self) -> int:
         """A file descriptor readable while a committed message is at the front of the
         queue (for select, poll, selectors and asyncio's add_reader)."""
         if not self._attached:
             self._attach()
+        self._bus.base()  # raises: closed
         ready = self._ready
         if ready is None or ready.pid != os.getpid():
             ready = self._ready = ReadyPipe(self)

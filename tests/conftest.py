@@ -97,7 +97,7 @@ def _no_leaks_per_session():
 
 
 def _start_spark():
-    from bus1py.check.spark.session import get_session
+    from bus1py.spark_session import get_session
     return get_session("local[2]", shuffle_partitions=2, extra_conf={
         "spark.sql.codegen.wholeStage": "false", "spark.sql.adaptive.enabled": "false"})
 

@@ -8,6 +8,7 @@ is an edge to P.name when that is a module of the package (a source file, or a c
 extension a build script names), else to P.
 """
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -50,6 +51,13 @@ def _imports(name, path, modules):
                 sub = f"{base}.{a.name}"
                 found.add(sub if sub in modules else base)
     return {m for m in found if m in modules and m != name}
+
+
+@functools.lru_cache(maxsize=1)
+def _graph():
+    """(modules, {module: the modules it imports}), read once for all the tests here."""
+    modules = _modules()
+    return modules, {n: _imports(n, p, modules) for n, p in modules.items()}
 
 
 def _cycles(graph):
@@ -97,15 +105,46 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def test_relative_imports_resolve_to_modules():
-    modules = _modules()
-    graph = {n: _imports(n, p, modules) for n, p in modules.items()}
+    _, graph = _graph()
     # a module that certainly imports a sibling, and one that imports a parent's module
     assert "bus1py.check.load" in graph["bus1py.check.cli"]
     assert "bus1py.schema" in graph["bus1py.check.load"]
 
 
 def test_no_import_cycle_in_bus1py():
-    modules = _modules()
-    graph = {n: _imports(n, p, modules) for n, p in modules.items()}
+    _, graph = _graph()
     cycles = _cycles(graph)
     assert not cycles, "import cycles among bus1py modules: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def _reachable(graph, root):
+    seen, todo = set(), [root]
+    while todo:
+        for m in graph[todo.pop()] - seen:
+            seen.add(m)
+            todo.append(m)
+    return seen
+
+
+def test_the_bus_knows_nothing_of_the_tools_above_it():
+    """`import bus1py` (the bus) reaches no module of the command line (bus1py.cli), the
+    checker, the stress tool, the simulator or the Spark session: they sit above it."""
+    _, graph = _graph()
+    above = ("bus1py.cli", "bus1py.check", "bus1py.stress", "bus1py.sim", "bus1py.spark_session")
+    reached = _reachable(graph, "bus1py")
+    assert reached, "the package imports nothing: the graph was not read"
+    assert "bus1py.bus" in reached
+    wrong = sorted(m for m in reached if m.startswith(above))
+    assert not wrong, f"the bus imports the tools above it: {wrong}"
+
+
+def test_the_simulator_and_the_checker_share_only_the_spark_session():
+    """Both start Spark through bus1py.spark_session; the simulator imports nothing of the
+    checker."""
+    modules, graph = _graph()
+    sim = {n for n in modules if n.startswith("bus1py.sim")}
+    reached = set().union(*(_reachable(graph, n) for n in sim))
+    assert "bus1py.spark_session" in reached
+    assert not sorted(m for m in reached if m.startswith("bus1py.check")), \
+        "the simulator imports the checker"
+    assert "bus1py.spark_session" in _reachable(graph, "bus1py.check.cli")

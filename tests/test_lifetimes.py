@@ -372,4 +372,4 @@ def test_admin_ls_gc_rm():
                             timeout=60)
         assert rm.returncode == 0 and not os.path.exists("/dev/shm" + bus.name)
     bad = subprocess.run(BUS1PY + ["rm", "no-such-bus"], capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 1 and "no-such-bus" in bad.stderr
+    assert bad.returncode == 2 and "no-such-bus" in bad.stderr

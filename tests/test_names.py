@@ -343,18 +343,18 @@ def test_ls_shows_names(bus):
 
     from rich.console import Console
 
-    from bus1py import admin
+    from bus1py.cli import admin
 
     p = bus.peer()
     p.publish("echo", p.create_node())
     console = Console(record=True, width=200)
-    assert admin.cmd_ls(SimpleNamespace(names=[bus.name], all=False, json=False), console) == 0
+    assert admin.cmd_ls(SimpleNamespace(names=[bus.name], all=False, json=None, command="ls"), console) == 0
     assert f"names: echo (peer {p.id})" in console.export_text()
     # and in `ls --json`, with the bus's info
-    out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "bus1py"), "ls", "--json", bus.name],
+    out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "bus1py"), "ls", "--json", "-", bus.name],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)[0]["names"] == {"echo": p.id}
+    assert json.loads(out.stdout)["buses"][0]["names"] == {"echo": p.id}
 
 
 @pytest.mark.timeout(30)

@@ -208,9 +208,9 @@ def test_admin_commands_skip_symlinks_and_fifos(traps):
     for trap in (link, fifo):
         for cmd in ("ls", "gc"):
             out = run_cli(cmd, trap)
-            assert out.returncode == 1 and trap in out.stderr, (cmd, out.stdout, out.stderr)
+            assert out.returncode == 2 and trap in out.stderr, (cmd, out.stdout, out.stderr)
         rm = run_cli("rm", trap)
-        assert rm.returncode == 1 and "no bus1py bus" in rm.stderr, rm.stderr
+        assert rm.returncode == 2 and "no bus1py bus" in rm.stderr, rm.stderr
         assert os.path.lexists(SHM + trap), f"rm removed {trap}"
     assert stat.S_ISLNK(os.lstat(SHM + link).st_mode) and stat.S_ISFIFO(os.lstat(SHM + fifo).st_mode)
     after = os.stat(SHM + bus.name.lstrip("/"))

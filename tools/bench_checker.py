@@ -64,7 +64,8 @@ def main(argv=None):
     from bus1py.check.load import load_trace
     from bus1py.check.spark.checker import check_trace
     from bus1py.check.load import read_footers
-    from bus1py.check.spark.session import get_session, plan_for_trace
+    from bus1py.check.spark.session import plan_for_trace
+    from bus1py.spark_session import get_session
 
     t = time.perf_counter()
     spark = get_session(a.master, driver_memory=a.driver_memory)

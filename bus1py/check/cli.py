@@ -2,15 +2,14 @@
 # all), 1 when one is violated, 2 when the trace cannot be read or is malformed, the
 # arguments are wrong, or Spark cannot start; it prints one line per property (to stderr
 # with --json -, so that stdout is the JSON alone) and nothing from Spark (log4j is set to
-# ERROR by spark/session.py). Every option and output path is checked before any work
+# ERROR by bus1py/spark_session.py). Every option and output path is checked before any work
 # starts. engine.py decides where a trace is checked: on the driver
 # (arrays.whole.check_local, no JVM), or with Spark (spark/checker.py); both engines give
 # the same summary. The progress display is a daemon thread that only *reads* the
 # SparkContext status tracker; it never affects the result: a bar on a terminal, else
-# timestamped phase lines (term.PhaseLines).
+# timestamped phase lines (cli/term.py's PhaseLines).
 from __future__ import annotations
 
-import json
 import os
 import re
 import socket
@@ -18,7 +17,8 @@ import sys
 import threading
 import time
 
-from ..cli_checks import at_least, output_file
+from ..cli.options import at_least, output_file
+from ..cli.outcome import CommandError, add_json_option, write_json
 from .summary import PROPERTIES
 
 # a JVM heap size: digits and an optional unit, as -Xmx and spark.driver.memory take it
@@ -58,7 +58,7 @@ def register(subparsers):
                         "(below 1M rows and 20M rows x processes, checked without a JVM); "
                         "a trace checked whole in one task stays on the driver, where a "
                         "local master would run that task")
-    p.add_argument("--json", metavar="FILE", help="write the JSON summary here ('-' = stdout)")
+    add_json_option(p, "the summary")
     p.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report")
     p.add_argument("--shiviz", metavar="FILE",
                    help="also export the trace as a ShiViz log with vector clocks")
@@ -128,7 +128,7 @@ class StageProgress:
 
     def _loop(self):
         if self.mode == "lines":
-            from ..term import PhaseLines
+            from ..cli.term import PhaseLines
             lines, t0 = PhaseLines("bus1py check"), time.monotonic()
             while True:
                 done, total, stages = self._tasks()
@@ -167,11 +167,6 @@ def _print_summary(summary, out):
     print("\n".join(summary_lines(summary)), file=out)
 
 
-def _refuse(message) -> int:
-    print(f"bus1py check: {message}", file=sys.stderr)
-    return 2
-
-
 def _master_unreachable(master) -> str | None:
     """Why a spark://HOST:PORT master cannot be reached, in a few seconds, before any JVM
     starts (the JVM itself retries for a minute); None for a reachable or other master."""
@@ -190,16 +185,16 @@ def run(args) -> int:
     problem = (output_file("--json", args.json) or output_file("--report", args.report)
                or output_file("--shiviz", args.shiviz) or _master_unreachable(args.master))
     if problem:
-        return _refuse(problem)
+        raise CommandError(problem)
     from .load import TraceError, parquet_files, read_footers
     try:
         parquet_files(args.trace)
     except TraceError as e:
-        return _refuse(f"error: {e}")
+        raise CommandError(f"error: {e}")
     try:
         trace = read_footers(args.trace)   # footers only: before deciding on a JVM
     except TraceError as e:
-        return _refuse(f"malformed trace: {e}")
+        raise CommandError(f"malformed trace: {e}")
     mode = _progress_mode(args)
     from .engine import on_driver
     if on_driver(trace, args.exact, spark_asked=args.spark,
@@ -213,7 +208,7 @@ def run(args) -> int:
                 done = check_local(trace, exact=args.exact, max_examples=args.examples,
                                    overview=bool(args.report))
         except TraceError as e:
-            return _refuse(f"malformed trace: {e}")
+            raise CommandError(f"malformed trace: {e}")
         if done is not None:       # else too many processes, or a causality cycle
             return _finish(args, done[0])
     return _with_spark(args, trace, t0, mode)
@@ -237,7 +232,7 @@ def _announce(trace, engine, jvm):
 
 def _start_spark(args, trace):
     """The session, or the one line saying why Spark did not start."""
-    from .spark.session import QUICK_START_BYTES, EarlySession, jvm_log_path
+    from ..spark_session import QUICK_START_BYTES, EarlySession, jvm_log_path
     quick = sum(os.path.getsize(f) for f in trace.files) < QUICK_START_BYTES
     early = EarlySession(args.master, driver_memory=args.driver_memory, quick_start=quick)
     try:
@@ -258,7 +253,7 @@ def _with_spark(args, trace, t0, mode) -> int:
         _announce(trace, f"with Spark ({args.master or 'local[*]'})", jvm=True)
     spark, problem = _start_spark(args, trace)
     if problem:
-        return _refuse(problem)
+        raise CommandError(problem)
     from .spark.checker import check_trace
     from .load import open_rows
     from .report import write_shiviz
@@ -269,13 +264,13 @@ def _with_spark(args, trace, t0, mode) -> int:
         try:
             trace = open_rows(spark, trace)
         except TraceError as e:
-            return _refuse(f"malformed trace: {e}")
+            raise CommandError(f"malformed trace: {e}")
         try:
             summary, checker = check_trace(spark, trace, exact=args.exact,
                                            max_examples=args.examples,
                                            on_phase=prog.set_phase)
         except TraceError as e:   # the seq and id rules are checked in the main pass
-            return _refuse(f"malformed trace: {e}")
+            raise CommandError(f"malformed trace: {e}")
         if args.report:
             prog.set_phase("summarising the run for the report")
             from .spark.overview import overview
@@ -298,12 +293,7 @@ def _finish(args, summary) -> int:
     judge(summary, args.properties)
     _print_summary(summary, _human_out(args))
     if args.json:
-        text = json.dumps(summary, indent=2)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
+        write_json(args.json, summary)
     if args.report:
         from .report import write_report
         write_report(summary, args.report)

@@ -12,6 +12,7 @@ import os
 import time
 
 from .. import causal
+from ..cli.outcome import CommandError
 
 DEFAULT_N = (10, 20, 30, 40, 50)
 
@@ -155,14 +156,13 @@ def run(a) -> int:
         specs = plan(a.protocols, a.n, modes, runs, a.scale, a.seed, 1.0 / a.rate,
                      a.net_delay, a.warmup, a.measure, a.vary)
     except ValueError as e:
-        err.print(f"bus1py simulate: {e}")
-        return 2
+        raise CommandError(str(e)) from None
     show = a.progress == "always" or (a.progress == "auto" and err.is_terminal)
     t0 = time.monotonic()
     err.print(f"{len(specs)} runs: {', '.join(a.protocols)}; n = {a.n}; {', '.join(modes)}; "
               f"{runs} run(s) each; {a.scale} scale")
 
-    from ..check.spark.session import get_session
+    from ..spark_session import get_session
     spark = get_session(a.master, app_name="bus1py-simulate")
     with _Progress(err, show, len(specs)) as prog:
         rows = run_sweep(specs, spark, a.out, a.resume, a.trace, on_done=prog.update)

@@ -176,7 +176,7 @@ def run_sweep(specs, spark=None, out_csv=None, resume=False, trace_dir=None,
         on_done(None, finished, total)
     if todo:
         if spark is None:
-            from ..check.spark.session import get_session
+            from ..spark_session import get_session
             spark = get_session(app_name="bus1py-simulate")
         sc = spark.sparkContext
         todo.sort(key=_order)

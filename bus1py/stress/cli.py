@@ -9,12 +9,10 @@ Invariants:
 """
 from __future__ import annotations
 
-import json
-import sys
-
 from .. import INJECT_KINDS
 from ..causal import PROTOCOLS
-from ..cli_checks import above, at_least, output_file, trace_dir
+from ..cli.options import above, at_least, output_file, trace_dir
+from ..cli.outcome import CommandError, add_json_option, write_json
 from .transports import TRANSPORTS
 from .runner import StressConfig, run_stress
 from .workload import ACTION_KINDS, PayloadSizes, parse_mix
@@ -149,42 +147,30 @@ def run_and_report(cfg: StressConfig, console, progress: bool = True, verify: bo
         "final_problems": list(res.final_problems),
         "per_process": [{k: v for k, v in r.items() if k != "hold_ns"} for r in res.results],
     }
-    if json_path == "-":
-        json.dump(summary, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    elif json_path:
-        with open(json_path, "w") as f:
-            json.dump(summary, f, indent=1)
+    if json_path:
+        write_json(json_path, summary)
     return res, summary
 
 
-def _refuse(message) -> int:
-    print(f"bus1py stress: {message}", file=sys.stderr)
-    return 2
-
-
 def main(a) -> int:
-    from ..term import console as make_console
+    from ..cli.term import console as make_console
     # with --json -, stdout carries the JSON alone
     console = make_console(stderr=a.json == "-")
     if not a.no_trace and not a.trace:
-        return _refuse("give --trace DIR, or --no-trace to measure raw speed")
+        raise CommandError("give --trace DIR, or --no-trace to measure raw speed")
     try:
         cfg = config_from_args(a)
     except ValueError as e:
-        return _refuse(e)
-    if cfg.trace_dir:
-        import pandas  # noqa: F401  (the trace writer's; missing -> the [check] extra)
-        import pyarrow.parquet  # noqa: F401
+        raise CommandError(str(e))
     problem = output_file("--json", a.json) or (
         cfg.trace_dir and trace_dir("--trace", cfg.trace_dir, a.force))
     if problem:
-        return _refuse(problem)
+        raise CommandError(problem)
     try:
         res, summary = run_and_report(cfg, console, progress=not a.quiet, verify=a.verify,
                                       json_path=a.json)
     except ValueError as e:  # what the transport cannot do with these options
-        return _refuse(e)
+        raise CommandError(str(e))
     if res.ok and cfg.trace_dir:
         judge = promised(cfg)
         props = "" if judge is None else f" --properties {','.join(judge)}"
@@ -215,22 +201,15 @@ def register(sub):
                                    "SPEC section 7 trace for `bus1py check`.")
     add_workload_options(p)
     t = p.add_mutually_exclusive_group()
-    t.add_argument("--trace", metavar="DIR", help="write the Parquet trace here (an empty or new directory)")
+    t.add_argument("--trace", metavar="DIR",
+                   help="write the Parquet trace here (an empty or new directory; needs the "
+                        "[check] extra)")
     p.add_argument("--force", action="store_true",
                    help="write the trace into a non-empty directory (its *.parquet files are removed)")
     t.add_argument("--no-trace", action="store_true", help="no trace: measure raw speed")
     p.add_argument("--verify", action="store_true",
                    help="after the run, self-check the trace is well-formed (seq, ids, exactly-once)")
-    p.add_argument("--json", metavar="FILE",
-                   help="also write the summary as JSON ('-': to stdout, the rest to stderr)")
+    add_json_option(p, "the summary")
     p.add_argument("--quiet", "-q", action="store_true", help="no live progress")
     p.set_defaults(func=main)
 
-
-if __name__ == "__main__":  # python -m bus1py.stress.cli ...
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="bus1py")
-    register(ap.add_subparsers(dest="command"))
-    args = ap.parse_args(sys.argv[1:])
-    sys.exit(args.func(args))

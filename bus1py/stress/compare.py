@@ -26,7 +26,7 @@ import time
 
 from rich.table import Table
 
-from ..term import console as make_console, rule
+from ..cli.term import console as make_console, rule
 from .cli import promised
 from .runner import StressConfig, run_stress
 
@@ -130,20 +130,17 @@ def compare_table(rows, markdown=False):
 
 def check_one(trace_dir, report, json_out) -> int:
     """`bus1py check TRACE --report REPORT --json JSON --progress never`, run in this
-    process by the checker's own command-line entry point; its exit status.  The checker
-    keeps one SparkSession per process, so checks after the first reuse its JVM."""
-    import argparse
+    process through the command line's own entry point (its refusals one line, its exit
+    codes); its exit status.  The checker keeps one SparkSession per process, so checks
+    after the first reuse its JVM."""
     import contextlib
     import io
 
-    from ..check import cli as check_cli
+    from ..cli.main import main
 
-    parser = argparse.ArgumentParser(prog="bus1py")
-    check_cli.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["check", trace_dir, "--report", report, "--json", json_out,
-                              "--progress", "never"])
     with contextlib.redirect_stdout(io.StringIO()):  # the table shows the verdicts
-        return args.func(args)
+        return main(["check", trace_dir, "--report", report, "--json", json_out,
+                     "--progress", "never"])
 
 
 def _check_all(argv) -> int:

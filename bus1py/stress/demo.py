@@ -12,25 +12,18 @@ Invariants:
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 import tempfile
 import time
 
-from ..cli_checks import above, at_least, trace_dir
-from ..term import console as make_console, rule
+from ..cli.options import above, at_least, trace_dir
+from ..cli.outcome import CommandError
+from ..cli.term import console as make_console, rule
 
 from .runner import StressConfig
 from .workload import DEFAULT_MIX, PayloadSizes
-
-
-def checker_available() -> bool:
-    try:
-        return importlib.util.find_spec("bus1py.check.cli") is not None
-    except ModuleNotFoundError:
-        return False
 
 
 def run_checker(trace_dir: str, report: str | None = None, json_out: str | None = None,
@@ -70,10 +63,6 @@ def run_demo(processes=16, duration=20.0, seed=None, out=None, console=None, rat
     if not res.ok:
         console.print("[red]the stress run failed; not checking its trace[/red]")
         return 1
-    if not checker_available():
-        console.print("[yellow]the checker (bus1py check) is not available in this build; "
-                      f"trace left in {trace}[/yellow]")
-        return 0
     rule(console, "checking the trace")
     t = time.monotonic()
     if console.is_terminal:
@@ -113,11 +102,9 @@ def _main(a) -> int:
     if a.compare:
         from .compare import run_compare
         if a.processes < 2 or a.messages < 1:
-            print("bus1py demo --compare: needs --processes >= 2 and --messages >= 1", file=sys.stderr)
-            return 2
+            raise CommandError("--compare needs --processes >= 2 and --messages >= 1")
         return run_compare(a.processes, a.messages, 1 if a.seed is None else a.seed, a.out)[0]
     problem = a.out and trace_dir("--out", os.path.join(a.out, "trace"))
     if problem:
-        print(f"bus1py demo: {problem}", file=sys.stderr)
-        return 2
+        raise CommandError(problem)
     return run_demo(a.processes, a.duration, a.seed, a.out, rate=a.rate)

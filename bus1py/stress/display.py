@@ -33,7 +33,7 @@ class LiveMonitor:
     else (when enabled) writes timestamped progress lines to stderr."""
 
     def __init__(self, console, top: int = 5, enabled: bool = True):
-        from ..term import PhaseLines
+        from ..cli.term import PhaseLines
         self.console = console
         self.top = top
         self.enabled = enabled and console.is_terminal

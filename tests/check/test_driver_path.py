@@ -183,7 +183,7 @@ import json
 from bus1py.cli import main
 from bus1py.check.load import load_trace
 from bus1py.check.spark.checker import check_trace
-from bus1py.check.spark.session import get_session
+from bus1py.spark_session import get_session
 rcs = [main(["check", {str(tmp_path / "t")!r}, "--master", {spark_cluster!r}, "--json",
              {str(tmp_path)!r} + f"/cluster{{i}}.json", "--progress", "never", *extra])
        for i, extra in enumerate({runs!r})]

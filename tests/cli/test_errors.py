@@ -1,14 +1,18 @@
 """Bad input, as a user gives it: one line on stderr naming what was wrong, exit 2, nothing
 done (no trace written, no report half made, no JVM started)."""
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from bus1py import Bus
+from bus1py.cli.main import main
 from tests.cli.conftest import bus1py, one_line_error
 
 pytestmark = pytest.mark.timeout(120)
@@ -88,10 +92,43 @@ def test_check_unreachable_master_says_so_at_once(small_trace):
     assert time.monotonic() - t < 15
 
 
-def test_gc_of_no_such_bus_prints_only_the_error():
-    cp = bus1py("gc", "nosuchbus-cli-test")
-    one_line_error(cp, 1, "nosuchbus-cli-test")
+def in_process(capsys, *args):
+    """`bus1py ARGS` run by its entry point in this process (the command's own code is what
+    a subprocess would run): its exit code and output, as a CompletedProcess has them."""
+    code = main(list(args))
+    out = capsys.readouterr()
+    return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+
+
+@pytest.mark.parametrize("command", ["ls", "gc", "rm", "fsck"])
+def test_a_missing_bus_is_exit_2_in_every_command(command, capsys):
+    cp = in_process(capsys, command, "nosuchbus-cli-test")
+    one_line_error(cp, 2, f"bus1py {command}: nosuchbus-cli-test")
     assert cp.stdout == ""
+
+
+@pytest.mark.parametrize("args", [
+    ["check", "/nonexistent/trace", "--json", "-"],
+    ["stress", "--no-trace", "--messages", "1", "--fanout", "0", "--json", "-"],
+    ["stress", "--no-trace", "--messages", "1", "--json=-", "--json-typo"],
+    ["ls", "--json", "-", "--all", "--bogus"],
+])
+def test_json_to_stdout_on_an_error_is_a_json_object(args, capsys):
+    """`--json -` on a refusal still gives a program reading stdout one object, the error
+    in it, beside the one line on stderr."""
+    cp = in_process(capsys, *args)
+    line = one_line_error(cp, 2)
+    out = json.loads(cp.stdout)
+    assert out["ok"] is False and out["exit"] == 2 and out["command"] == args[0]
+    assert out["error"] and out["error"] in line
+
+
+def test_ls_json_of_a_missing_bus_names_it_in_the_object(capsys):
+    cp = in_process(capsys, "ls", "--json", "-", "nosuchbus-cli-test")
+    one_line_error(cp, 2, "nosuchbus-cli-test")
+    out = json.loads(cp.stdout)
+    assert out["ok"] is False and [b["name"] for b in out["buses"]] == ["nosuchbus-cli-test"]
+    assert "no bus named" in out["buses"][0]["error"]
 
 
 def test_demo_out_with_an_earlier_trace_refused(tmp_path):
@@ -119,3 +156,12 @@ def test_rm_of_a_bus_with_a_live_peer_names_its_holder(shm_name):
         bus.close()
         if os.path.exists("/dev/shm/" + name.lstrip("/")):
             os.unlink("/dev/shm/" + name.lstrip("/"))
+
+
+def test_the_readme_states_the_one_exit_code_table():
+    from bus1py.cli.outcome import EXIT_CODES
+    from tests.docs_examples import ROOT
+    readme = (ROOT / "README.md").read_text()
+    rows = {int(code): meaning.replace("\\|", "|").replace("`", "")
+            for code, meaning in re.findall(r"^\| (\d+) \| (.+) \|$", readme, re.M)}
+    assert rows == {code: meaning.replace("`", "") for code, meaning in EXIT_CODES.items()}

@@ -27,14 +27,23 @@ def test_stress_json_to_stdout_is_only_json(tmp_path):
     assert not (tmp_path / "-").exists()
 
 
-def test_ls_json_and_whole_tables_in_a_pipe(shm_name):
+def test_ls_json_and_whole_tables_in_a_pipe(shm_name, tmp_path):
     with bus1py.Bus.create(name=shm_name("cli")) as bus:
         peer = bus.peer()
         peer.create_node()
-        cp = run_cli("ls", "--json", bus.name)
+        cp = run_cli("ls", "--json", "-", bus.name)
         assert cp.returncode == 0, cp.stderr
-        (entry,) = json.loads(cp.stdout)
-        assert entry["name"] == bus.name and [p["state"] for p in entry["peers"]] == ["connected"]
+        out = json.loads(cp.stdout)
+        (entry,) = out["buses"]
+        assert out["ok"] and entry["name"] == bus.name
+        assert [p["state"] for p in entry["peers"]] == ["connected"]
+        # --json FILE means the same as in check and stress: the object there, the table here
+        cp = run_cli("ls", "--json", str(tmp_path / "ls.json"), bus.name,
+                     env={**__import__("os").environ, "COLUMNS": "300"})
+        assert cp.returncode == 0 and "connected" in cp.stdout, cp.stderr
+        written = json.loads((tmp_path / "ls.json").read_text())
+        assert [(b["name"], [p["id"] for p in b["peers"]]) for b in written["buses"]] == \
+            [(bus.name, [p["id"] for p in entry["peers"]])]
         env = {k: v for k, v in __import__("os").environ.items() if k != "COLUMNS"}
         cp = run_cli("ls", bus.name, env=env)
         assert cp.returncode == 0, cp.stderr

@@ -15,12 +15,11 @@ import os
 
 import pytest
 
-from bus1py.stress.demo import checker_available, run_checker
+from bus1py.stress.demo import run_checker
 from bus1py.stress.runner import StressConfig, run_stress
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not checker_available(), reason="the checker (bus1py.check.cli) is not in this build"),
     pytest.mark.skipif(os.environ.get("BUS1PY_STRESS_CHECKER") == "0",
                        reason="BUS1PY_STRESS_CHECKER=0: the Spark checker runs skipped"),
 ]

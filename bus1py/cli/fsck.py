@@ -1,8 +1,8 @@
 """`bus1py fsck NAME...`: check a bus's segment against every invariant of its layout.
 
 Runs `Bus.check()` (csrc/bus/fsck.c) on each named bus and prints what is wrong in words.
-Exit status: 0 when every bus is clean, 1 when a problem was found, 2 when a bus cannot be
-opened.  With --gc, dead processes' work is reaped first (as `bus1py gc` does), so what is
+Exit status (outcome.EXIT_CODES): 0 when every bus is clean, 1 when a problem was found, 2
+when a bus does not exist or cannot be opened.  With --gc, dead processes' work is reaped first (as `bus1py gc` does), so what is
 left is damage gc cannot repair; with --repair, for a bus no other process uses, the free
 lists and counters are also rebuilt (`Bus.gc(sole=True)`), giving back what processes
 killed between two stores leaked.
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import sys
 
-from .bus import Bus
+from ..bus import Bus
+from .outcome import BAD_INPUT, OK, PROBLEM
 
 
 def fsck(name: str, gc: bool = False, repair: bool = False) -> list:
@@ -27,19 +28,19 @@ def fsck(name: str, gc: bool = False, repair: bool = False) -> list:
 
 
 def cmd_fsck(args) -> int:
-    status = 0
+    status = OK
     for name in args.names:
         try:
             problems = fsck(name, gc=args.gc, repair=args.repair)
         except (OSError, ValueError) as e:
             print(f"bus1py fsck: {name}: {e}", file=sys.stderr)
-            status = max(status, 2)
+            status = max(status, BAD_INPUT)
             continue
         if problems:
             print(f"{name}: {len(problems)} problem{'s' if len(problems) > 1 else ''}")
             for line in problems:
                 print(f"  {line}")
-            status = max(status, 1)
+            status = max(status, PROBLEM)
         else:
             print(f"{name}: clean")
     return status

@@ -10,18 +10,21 @@ Invariants:
     or refused when named, never followed, waited on or removed (docs/RELIABILITY.md,
     "Trust model").  This user's buses are opened whatever their mode (ADMIN_MODE): the
     mode check guards what a caller sends, and these only inspect and collect.
+  - A bus that does not exist or cannot be opened is named on stderr and makes the exit
+    code 2 (outcome.EXIT_CODES); the other buses are still shown or collected.
 """
 from __future__ import annotations
 
 import errno
-import json
 import re
 import sys
 
 import posix_ipc
 import psutil
 
-from .bus import Bus
+from ..bus import Bus
+from .options import output_file
+from .outcome import BAD_INPUT, OK, PROBLEM, CommandError, add_json_option, write_json
 
 ADMIN_MODE = 0o777  # Bus.open's widest mode: the owner check alone applies
 
@@ -71,25 +74,44 @@ def _error(args, message):
     print(f"bus1py {args.command}: {message}", file=sys.stderr)
 
 
-def cmd_ls(args, console=None) -> int:
-    if args.json:
-        return _ls_json(args)
-    from .term import console as make_console
-    from rich.table import Table
-    console = console or make_console()
-    names = args.names or Bus.list_names()
-    if not names:
-        console.print("no bus1py buses")
-        return 0
-    status = 0
-    for name in names:
+def _entries(args) -> tuple[list, int]:
+    """Each bus `ls` shows, read once: its info and peers, or the error that kept it from
+    being read; and the exit code (BAD_INPUT when a bus could not be read)."""
+    out, status = [], OK
+    for name in args.names or Bus.list_names():
         try:
             info, peers = _read(name)
         except OSError as e:
             _error(args, f"{name}: {e}")
-            status = 1
+            out.append({"name": name, "error": str(e)})
+            status = max(status, BAD_INPUT)
             continue
-        title = (f"{name}  segment {_fmt_bytes(info['segment_size'])}, pool "
+        if not args.all:
+            peers = [p for p in peers if p["state"] not in ("disconnected", "free")]
+        out.append({"name": name, **info, "peers": peers})
+    return out, status
+
+
+def cmd_ls(args, console=None) -> int:
+    """`ls`: a table per bus; `--json FILE|-`: {"ok", "buses": [...]} as well (alone on
+    stdout with `-`)."""
+    problem = output_file("--json", args.json)
+    if problem:
+        raise CommandError(problem)
+    buses, status = _entries(args)
+    if args.json:
+        write_json(args.json, {"ok": status == OK, "buses": buses})
+        if args.json == "-":
+            return status
+    from .term import console as make_console
+    from rich.table import Table
+    console = console or make_console()
+    if not buses:
+        console.print("no bus1py buses")
+    for info in buses:
+        if "error" in info:
+            continue
+        title = (f"{info['name']}  segment {_fmt_bytes(info['segment_size'])}, pool "
                  f"{_fmt_bytes(info['pool_used'])} / {_fmt_bytes(info['pool_size'])} used, "
                  f"creator {_procs([info['creator_pid']])}")
         if info["inject"]:
@@ -97,9 +119,7 @@ def cmd_ls(args, console=None) -> int:
         table = Table(title=title, title_justify="left")
         for col in ("peer", "state", "processes", "queued", "quota msgs", "bytes", "handles", "fds", "sent", "received"):
             table.add_column(col, justify="right" if col not in ("state", "processes") else "left")
-        for p in peers:
-            if p["state"] in ("disconnected", "free") and not args.all:
-                continue
+        for p in info["peers"]:
             table.add_row(str(p["id"]), p["state"], _procs(p["pids"]) + (" (pinned)" if p["pinned"] else ""),
                           str(p["queued_entries"]), f"{p['queued_messages']}/{p['quota_messages']}",
                           f"{_fmt_bytes(p['queued_bytes'])}/{_fmt_bytes(p['quota_bytes'])}",
@@ -112,35 +132,16 @@ def cmd_ls(args, console=None) -> int:
     return status
 
 
-def _ls_json(args) -> int:
-    """`ls --json`: one JSON document on stdout, a list of buses, each with its info and
-    peers, or the error that kept it from being read."""
-    out, status = [], 0
-    for name in args.names or Bus.list_names():
-        try:
-            info, peers = _read(name)
-        except OSError as e:
-            out.append({"name": name, "error": str(e)})
-            status = 1
-            continue
-        if not args.all:
-            peers = [p for p in peers if p["state"] not in ("disconnected", "free")]
-        out.append({"name": name, **info, "peers": peers})
-    json.dump(out, sys.stdout, indent=1, default=str)
-    sys.stdout.write("\n")
-    return status
-
-
 def cmd_rm(args, console=None) -> int:
     from .term import console as make_console
     console = console or make_console()
-    status = 0
+    status = OK
     ours = set(Bus.list_names())  # bus1py segments of any layout version
     for name in args.names:
         shm_name = "/" + name.lstrip("/")
         if shm_name not in ours:
             _error(args, f"{name}: no bus1py bus of that name")
-            status = 1
+            status = max(status, BAD_INPUT)
             continue
         try:
             live = holders(*_read(name))
@@ -149,14 +150,14 @@ def cmd_rm(args, console=None) -> int:
         if live and not args.force:
             _error(args, f"{name}: in use by {_procs(live)}; not removed "
                          f"(--force removes it all the same)")
-            status = 1
+            status = max(status, PROBLEM)
             continue
         try:
             posix_ipc.unlink_shared_memory(shm_name)
             console.print(f"removed {shm_name}")
         except posix_ipc.Error as e:
             _error(args, f"{name}: {e}")
-            status = 1
+            status = max(status, BAD_INPUT)
     return status
 
 
@@ -192,13 +193,13 @@ def cmd_gc(args, console=None) -> int:
     table = Table(title="bus1py gc")
     for col in ("bus", "peers reaped", "blocks completed", "blocks removed", "bus removed"):
         table.add_column(col)
-    status = 0
+    status = OK
     for name in args.names or Bus.list_names():
         try:
             s = collect(name)
         except OSError as e:
             _error(args, f"{name}: {e}")
-            status = 1
+            status = max(status, BAD_INPUT)
             continue
         table.add_row(name, str(s["peers_reaped"]), str(s["blocks_completed"]),
                       str(s["blocks_removed"]), "yes" if s["removed"] else "no")
@@ -211,7 +212,7 @@ def register(sub):
     p = sub.add_parser("ls", help="list buses, peers, owning processes, queue depths and quota use")
     p.add_argument("names", nargs="*", help="buses to show (default: every bus in /dev/shm)")
     p.add_argument("--all", action="store_true", help="also show disconnected peers")
-    p.add_argument("--json", action="store_true", help="print the buses as JSON")
+    add_json_option(p, "the buses")
     p.set_defaults(func=cmd_ls)
     p = sub.add_parser("rm", help="remove buses by name (processes that mapped them keep them)")
     p.add_argument("names", nargs="+")
