@@ -1,4 +1,4 @@
-"""Run the README's first Python example, from wherever bus1py is installed.
+"""Run the README's first self-contained Python program, from wherever bus1py is installed.
 
 What a release checks in each wheel's own environment (pyproject's [tool.cibuildwheel]
 test-command) and what tests/test_dist.py runs in a fresh venv without a compiler: the first
@@ -14,12 +14,15 @@ README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 
 
 def first_example(path: str = README) -> str:
-    """The first ```python block of the README."""
+    """The first ```python block of the README that runs alone: not a service, a program
+    run beside one, or a listing (the marks tests/docs_examples.py reads)."""
     with open(path, encoding="utf-8") as f:
-        match = re.search(r"^```python\n(.*?)^```", f.read(), re.M | re.S)
-    if match is None:
-        raise SystemExit(f"{path}: no ```python block")
-    return match.group(1)
+        text = f.read()
+    for match in re.finditer(r"^```python\n(.*?)^```", text, re.M | re.S):
+        before = text[:match.start()].rstrip("\n").rpartition("\n")[2]
+        if not re.search(r"<!--\s*(listing|service\b|program:[^>]*\bwith\b)", before):
+            return match.group(1)
+    raise SystemExit(f"{path}: no ```python block that runs alone")
 
 
 if __name__ == "__main__":
