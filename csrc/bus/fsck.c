@@ -266,11 +266,13 @@ static void check_peers(void *base, struct report *r) {
             say(r, "peer slot %u: its resetter (process %d) died mid-way (run gc)", s, B1_OWNER_PID(resetter));
         if (p->state == B1_PEER_ACTIVE && !p->pinned) {
             int used = 0, alive = 0;
-            for (int i = 0; i < B1_PEER_PIDS; i++)
-                if (p->pids[i]) {
+            for (int i = 0; i < B1_PEER_PIDS; i++) {
+                struct b1_holder h = p->holders[i]; /* read once */
+                if (h.pid) {
                     used = 1;
-                    alive |= b1_pid_alive(p->pids[i], p->pid_starts[i]);
+                    alive |= b1_holder_alive(&h);
                 }
+            }
             if (used && !alive) say(r, "peer slot %u: every process that used it died (run gc)", s);
         }
     }

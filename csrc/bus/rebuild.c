@@ -70,8 +70,10 @@ static int others_alive(void *base) {
         struct b1_peer *p = PEER(base, s);
         if (!__atomic_load_n(&p->lock_initialised, __ATOMIC_ACQUIRE) || p->state == B1_PEER_FREE) continue;
         if (p->pinned && p->state == B1_PEER_ACTIVE) return 1;
-        for (int i = 0; i < B1_PEER_PIDS; i++)
-            if (p->pids[i] && p->pids[i] != b1_pid() && b1_pid_alive(p->pids[i], p->pid_starts[i])) return 1;
+        for (int i = 0; i < B1_PEER_PIDS; i++) {
+            struct b1_holder h = p->holders[i]; /* read once */
+            if (h.pid && h.pid != b1_pid() && b1_holder_alive(&h)) return 1;
+        }
     }
     return 0;
 }
