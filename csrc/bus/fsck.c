@@ -140,9 +140,9 @@ static void check_pool(void *base, struct report *r, uint32_t *refs_found, uint8
             }
             on_stack[i] = 1;
             struct b1_msg *m = MSG(base, i);
-            if (atomic_load(&m->refs) != 0 || m->size_class != c)
-                say(r, "record %u: on the class %u free list with refs %u and class %u", i, c,
-                    atomic_load(&m->refs), m->size_class);
+            uint32_t refs = atomic_load(&m->refs), cls = m->size_class; /* read once */
+            if (refs != 0 || cls != c)
+                say(r, "record %u: on the class %u free list with refs %u and class %u", i, c, refs, cls);
             i = atomic_load((_Atomic uint32_t *)(pool + ((uint64_t)i << B1_POOL_MIN_SHIFT) +
                                                  offsetof(struct b1_msg, next_free)));
         }
@@ -151,7 +151,8 @@ static void check_pool(void *base, struct report *r, uint32_t *refs_found, uint8
     while (off < end) {
         uint32_t unit = (uint32_t)(off >> B1_POOL_MIN_SHIFT);
         struct b1_msg *m = MSG(base, unit);
-        if (!b1_pool_record_at(base, off, end)) {
+        uint32_t cls;
+        if (!b1_pool_record_at(base, off, end, &cls)) {
             uint64_t next = b1_pool_next_record(base, off, end);
             say(r, "record %u: cut short while it was carved (%llu bytes lost until gc on a bus held alone)",
                 unit, (unsigned long long)(next - off));
@@ -160,7 +161,7 @@ static void check_pool(void *base, struct report *r, uint32_t *refs_found, uint8
         }
         uint32_t refs = atomic_load(&m->refs);
         if (refs) {
-            live_bytes += B1_CLASS_BYTES(m->size_class);
+            live_bytes += B1_CLASS_BYTES(cls);
             if (on_stack[unit]) say(r, "record %u: refs %u but on a free list", unit, refs);
             uint32_t named = refs_found[unit] & ~UNFINISHED;
             if (refs != named)
@@ -172,7 +173,7 @@ static void check_pool(void *base, struct report *r, uint32_t *refs_found, uint8
         } else if (!on_stack[unit]) {
             say(r, "record %u: free (refs 0) but on no free list (leaked)", unit);
         }
-        off += B1_CLASS_BYTES(m->size_class);
+        off += B1_CLASS_BYTES(cls);
     }
     if ((int64_t)live_bytes != b1_usage_pool(base))
         say(r, "pool bytes in live records: %llu found, the usage counters say %lld",
@@ -289,21 +290,22 @@ static void check_names(void *base, struct report *r) {
         return;
     }
     for (uint32_t i = 0; i < slots; i++) {
-        struct b1_name *s = NAME(base, i);
-        uint32_t state = atomic_load(&s->state);
+        struct b1_name c; /* the slot read once: every check and message reads the copy */
+        int sound = b1_name_read(base, i, &c);
+        uint32_t state = atomic_load_explicit(&c.state, memory_order_relaxed);
         if (state > B1_NAME_TOMB) say(r, "name slot %u: state %u is none of empty, used, removed", i, state);
         tombs += state == B1_NAME_TOMB;
         if (state != B1_NAME_USED) continue;
         used++;
-        if (!b1_name_sound(base, i)) {
+        if (!sound) {
             say(r, "name slot %u: its name fails its length, NUL or hash check", i);
             continue;
         }
-        if (s->node == 0 || s->node > LIM(base).max_nodes)
-            say(r, "name slot %u (%.*s): names node %u, out of range", i, (int)s->len, s->name, s->node);
-        uint32_t at = b1_name_find_locked(base, i);
+        if (c.node == 0 || c.node > LIM(base).max_nodes)
+            say(r, "name slot %u (%s): names node %u, out of range", i, c.name, c.node);
+        uint32_t at = b1_name_find_locked(base, &c);
         if (at != i)
-            say(r, "name slot %u (%.*s): %s", i, (int)s->len, s->name,
+            say(r, "name slot %u (%s): %s", i, c.name,
                 at == UINT32_MAX ? "not reachable from its home slot (an empty slot on its probe path)"
                                  : "the name is in the table twice");
     }

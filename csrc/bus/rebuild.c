@@ -200,8 +200,8 @@ int b1_gc_sole(void *base, struct b1_gc_stats *out) {
     while (off < end) {
         uint32_t unit = (uint32_t)(off >> B1_POOL_MIN_SHIFT);
         struct b1_msg *m = MSG(base, unit);
-        uint32_t cls = m->size_class;
-        if (!b1_pool_record_at(base, off, end)) {
+        uint32_t cls = 0;
+        if (!b1_pool_record_at(base, off, end, &cls)) {
             /* a record cut short while it was carved: it spans to the next record (carving
              * is contiguous); given back whole if that is a class's size, else left out */
             uint64_t next = b1_pool_next_record(base, off, end);
