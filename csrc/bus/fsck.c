@@ -148,6 +148,7 @@ static void check_pool(void *base, struct report *r, uint32_t *refs_found, uint8
         }
     }
     uint64_t end = atomic_load(&h->pool_bump), off = (uint64_t)1 << B1_POOL_MIN_SHIFT, live_bytes = 0;
+    if (end > LIM(base).pool_size) end = LIM(base).pool_size; /* read once, bounded */
     while (off < end) {
         uint32_t unit = (uint32_t)(off >> B1_POOL_MIN_SHIFT);
         struct b1_msg *m = MSG(base, unit);
@@ -191,20 +192,22 @@ static void check_entries(void *base, struct report *r, uint32_t *refs_found, ui
         if (e->type == B1_ENTRY_FREE) continue;
         if ((e->type & B1_ENTRY_RECEIVING) && !b1_owner_alive(entry_owner(e)))
             say(r, "entry %u: claimed by process %d, which died (run gc)", i, B1_OWNER_PID(entry_owner(e)));
-        if (!e->msg) continue;
+        uint32_t unit = e->msg, idx = e->idx, type = e->type; /* read once: checked, then used */
+        uint64_t ts = e->ts;
+        if (!unit) continue;
         struct b1_shape sh;
         int saved = b1_bad;
-        if (!b1_msg_shape(base, e->msg, e->idx, &sh)) {
+        if (!b1_msg_shape(base, unit, idx, &sh)) {
             b1_bad = saved;
-            say(r, "entry %u: names record %u, which is free or damaged", i, e->msg);
+            say(r, "entry %u: names record %u, which is free or damaged", i, unit);
             continue;
         }
-        refs_found[e->msg]++;
+        refs_found[unit]++;
         /* a block or a copy not yet staged: its transaction has not finished (high bit) */
-        if (!(e->type & B1_ENTRY_RECEIVING) && e->ts != B1_TS_HELD && (e->ts == 0 || (e->ts & 1)))
-            refs_found[e->msg] |= UNFINISHED;
-        if ((e->type & 0xff) != B1_MSG_DATA) continue;
-        uint64_t *ids = shape_ids(MSG(base, e->msg), &sh, e->idx);
+        if (!(type & B1_ENTRY_RECEIVING) && ts != B1_TS_HELD && (ts == 0 || (ts & 1)))
+            refs_found[unit] |= UNFINISHED;
+        if ((type & 0xff) != B1_MSG_DATA) continue;
+        uint64_t *ids = shape_ids(MSG(base, unit), &sh, idx);
         for (uint32_t k = 0; k < sh.n_handles; k++) {
             if (ids[k] == B1_HANDLE_INVALID) continue;
             uint32_t hi = (uint32_t)(ids[k] & B1_HANDLE_INDEX_MASK);

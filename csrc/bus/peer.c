@@ -143,7 +143,7 @@ static void flush_queue(void *base, struct b1_peer *p);
  * held list still linked (a flush whose lock holder died: the takeover rebuilt it), and
  * held references (a disconnector that died, or a transfer that raced with its sweep). */
 void b1_peer_reclaim_all(void *base) {
-    uint32_t bump = atomic_load(&HDR(base)->peers_bump);
+    uint32_t bump = b1_bounded(&HDR(base)->peers_bump, LIM(base).max_peers);
     for (uint32_t s = 1; s < bump; s++) {
         struct b1_peer *p = b1_peer_at_slot(base, s);
         if (!p || __atomic_load_n(&p->state, __ATOMIC_SEQ_CST) != B1_PEER_DISCONNECTED) continue;
@@ -302,7 +302,7 @@ static int disconnect_claim(void *base, uint32_t slot, uint64_t id, struct b1_pe
 
 /* Resume every disconnect whose disconnector died (gc); returns how many were finished. */
 uint32_t b1_peer_resume_disconnects(void *base) {
-    uint32_t bump = atomic_load(&HDR(base)->peers_bump), done = 0;
+    uint32_t bump = b1_bounded(&HDR(base)->peers_bump, LIM(base).max_peers), done = 0;
     for (uint32_t s = 1; s < bump; s++) {
         struct b1_peer *p = b1_peer_at_slot(base, s);
         if (!p || __atomic_load_n(&p->state, __ATOMIC_SEQ_CST) != B1_PEER_DISCONNECTING ||

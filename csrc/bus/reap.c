@@ -90,17 +90,19 @@ static int reap_queue(void *base, uint32_t slot, struct b1_gc_stats *stats) {
             b1_unlock(p);
             continue;
         }
-        struct b1_msg *m = MSG(base, e->msg);
+        uint32_t unit = e->msg; /* read once: checked, then used */
+        struct b1_msg *m = MSG(base, unit);
         struct b1_shape sh;
-        if (!b1_msg_shape(base, e->msg, e->idx, &sh)) {
+        if (!b1_msg_shape(base, unit, dead[i].idx, &sh)) {
             b1_unlock(p);
             continue;
         }
         int woke = b1_queue_remove_locked(base, p, dead[i].e);
-        if (m->ts) {
+        uint64_t stamped = __atomic_load_n(&m->ts, __ATOMIC_ACQUIRE); /* read once */
+        if (stamped) {
             /* the sender had stamped: finish its commit here, as it would have */
-            if (p->clock < m->ts) p->clock = m->ts;
-            e->ts = m->ts;
+            if (p->clock < stamped) p->clock = stamped;
+            e->ts = stamped;
             woke |= b1_queue_insert_locked(base, p, dead[i].e);
             b1_unlock(p);
             if (stats) stats->blocks_completed++;
@@ -111,7 +113,7 @@ static int reap_queue(void *base, uint32_t slot, struct b1_gc_stats *stats) {
             b1_unlock(p);
             if (type == B1_MSG_DATA) {
                 B1_NOTICES(nt);
-                b1_tx_unregister_handles(base, m, &sh, e->idx, &nt);
+                b1_tx_unregister_handles(base, m, &sh, dead[i].idx, &nt);
                 b1_notices_send(base, &nt);
             }
             b1_entry_free(base, dead[i].e);
@@ -238,7 +240,7 @@ int b1_peer_watchlist(void *base, struct b1_watched *out, uint32_t cap, uint32_t
 int b1_gc(void *base, struct b1_gc_stats *out) {
     struct b1_header *h = HDR(base);
     struct b1_gc_stats stats = {0};
-    uint32_t bump = atomic_load(&h->peers_bump);
+    uint32_t bump = b1_bounded(&h->peers_bump, LIM(base).max_peers);
     /* the dead's transactions first: a rolled-back message must not make its receivers
      * holders of the nodes it carried when the dead peers' nodes are destroyed below */
     for (uint32_t slot = 1; slot < bump; slot++) reap_queue(base, slot, &stats);

@@ -92,11 +92,12 @@ static int recount_pending(void *base) {
         struct b1_shape sh;
         if (e->type == B1_ENTRY_FREE || !e->msg || (e->type & 0xff) != B1_MSG_DATA) continue;
         int saved = b1_bad;
-        if (!b1_msg_shape(base, e->msg, e->idx, &sh)) {
+        uint32_t unit = e->msg, idx = e->idx; /* read once: checked, then used */
+        if (!b1_msg_shape(base, unit, idx, &sh)) {
             b1_bad = saved;
             continue;
         }
-        uint64_t *ids = shape_ids(MSG(base, e->msg), &sh, e->idx);
+        uint64_t *ids = shape_ids(MSG(base, unit), &sh, idx);
         for (uint32_t k = 0; k < sh.n_handles; k++) {
             uint32_t hi = ids[k] == B1_HANDLE_INVALID ? 0 : b1_handle_index(base, ids[k]);
             if (hi && hi < handles) found[hi]++;
@@ -179,6 +180,7 @@ int b1_gc_sole(void *base, struct b1_gc_stats *out) {
     const struct b1_limits *l = &LIM(base);
     uint32_t entries = b1_bounded(&h->entries_bump, l->max_entries);
     uint64_t units = l->pool_size >> B1_POOL_MIN_SHIFT, end = atomic_load(&h->pool_bump);
+    if (end > l->pool_size) end = l->pool_size; /* read once, bounded */
     uint32_t *named = calloc(units + 1, sizeof *named);
     if (!named) return -ENOMEM;
     int64_t used_entries = 0, used_pool = 0;
