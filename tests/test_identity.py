@@ -121,6 +121,7 @@ def test_a_pid_reused_within_the_same_tick_is_another_process(make_bus, monkeypa
                           bus.name, "8", "10"], capture_output=True, text=True, timeout=45, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
     out = json.loads(run.stdout.splitlines()[-1])
+    print(f"\nsame-tick reuses, and of those told apart: {out}")
     for kind, (same, handled) in out.items():
         assert same >= 3, f"{kind}: only {same} same-tick reuses in 8 s"
         assert handled == same, f"{kind}: {same - handled} of {same} same-tick heirs taken for the dead"
