@@ -13,6 +13,7 @@ Invariants checked:
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -142,49 +143,43 @@ EXECS = textwrap.dedent("""
 """)
 
 
-def _server(bus, how):
-    return subprocess.Popen([sys.executable, "-c", EXECS, bus.name, how], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-
-
-def _stop(server):
-    server.kill()
-    server.wait()
+@contextlib.contextmanager
+def _execs(bus, how, settle=0.0):
+    """A server of EXECS told to exec once a client here looked "svc" up and `settle`
+    seconds passed: yields (client, its handle, when the server was told)."""
+    server = subprocess.Popen([sys.executable, "-c", EXECS, bus.name, how], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        client = bus.peer()
+        h = client.lookup("svc")
+        time.sleep(settle)
+        told = time.monotonic()
+        server.stdin.write("go\n")
+        server.stdin.flush()
+        yield server, client, h, told
+    finally:
+        server.kill()
+        server.wait()
 
 
 @pytest.mark.timeout(60)
 def test_exec_disconnects_the_peers_of_its_last_holder(make_bus):
     bus = make_bus(max_peers=16, pool_size=1 << 20)
-    server = _server(bus, "drop")
-    try:
-        assert server.stdout.readline().strip() == "ready"
-        client = bus.peer()
-        h = client.lookup("svc")
-        time.sleep(0.6)  # the watcher has the server in its set
-        execd = time.monotonic()
-        server.stdin.write("go\n")
-        server.stdin.flush()
+    with _execs(bus, "drop", settle=0.6) as (server, client, h, execd):  # 0.6: watched by now
         msg = client.recv(timeout=5)
         noticed = time.monotonic() - execd
         assert (msg.type, msg.destination) == (MessageType.NODE_DESTROY, h)
         assert noticed < NOTICE, f"noticed after {noticed:.3f} s"
         assert bus.names() == {}
         assert server.poll() is None  # the process lives on: exec alone ended its peers
-    finally:
-        _stop(server)
     assert bus.check() == []
 
 
 @pytest.mark.timeout(60)
 def test_keep_across_exec_hands_the_peers_to_the_new_program(make_bus):
     bus = make_bus(max_peers=16, pool_size=1 << 20)
-    server = _server(bus, "keep")
-    try:
-        assert server.stdout.readline().strip() == "ready"
-        client = bus.peer()
-        h = client.lookup("svc")
-        server.stdin.write("go\n")
-        server.stdin.flush()
+    with _execs(bus, "keep") as (server, client, h, _):
         time.sleep(1.5)  # three watcher rounds after the exec
         bus.gc()
         with pytest.raises(BlockingIOError):
@@ -193,6 +188,4 @@ def test_keep_across_exec_hands_the_peers_to_the_new_program(make_bus):
         server.send_signal(signal.SIGKILL)
         msg = client.recv(timeout=5)
         assert (msg.type, msg.destination) == (MessageType.NODE_DESTROY, h)
-    finally:
-        _stop(server)
     assert bus.check() == []

@@ -32,11 +32,11 @@ pytestmark = pytest.mark.usefixtures("no_leaks")
 
 MUTEX_BYTES = 40 if platform.machine() == "x86_64" else 48  # sizeof(pthread_mutex_t), glibc
 
-VICTIM = r"""
+# A process using a damaged bus: call() counts what each call raised, by errno name.
+CALLS = r"""
 import errno, json, sys
 import bus1py
 from bus1py.bus import _restore
-name, peers = sys.argv[1], json.loads(sys.argv[2])
 errors, ok = {}, 0
 def call(f, *a, **k):
     global ok
@@ -44,9 +44,14 @@ def call(f, *a, **k):
         f(*a, **k)
         ok += 1
     except OSError as e:
-        errors[errno.errorcode.get(e.errno, str(e.errno))] = errors.get(errno.errorcode.get(e.errno, str(e.errno)), 0) + 1
+        key = errno.errorcode.get(e.errno, str(e.errno))
+        errors[key] = errors.get(key, 0) + 1
     except (TypeError, ValueError) as e:
         errors["python:" + type(e).__name__] = errors.get("python:" + type(e).__name__, 0) + 1
+"""
+
+VICTIM = CALLS + r"""
+name, peers = sys.argv[1], json.loads(sys.argv[2])
 try:
     bus = bus1py.Bus.attach(name)
 except OSError as e:
@@ -143,22 +148,11 @@ def test_scribbled_tables_fail_cleanly_and_never_crash(make_bus):
 
 
 # Runs while the test scribbles: every read-only and admin call, in a loop, for argv[4] s.
-READER = r"""
-import errno, json, sys, time
-import bus1py
+READER = CALLS + r"""
+import time
 from bus1py import admin
-from bus1py.bus import _restore
 name, peers, names, seconds = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), float(sys.argv[4])
 only_names = sys.argv[5] == "names"
-errors, ok = {}, 0
-def call(f, *a, **k):
-    global ok
-    try:
-        f(*a, **k)
-        ok += 1
-    except OSError as e:
-        key = errno.errorcode.get(e.errno, str(e.errno))
-        errors[key] = errors.get(key, 0) + 1
 bus = bus1py.Bus.attach(name)
 ps = [_restore(name, slot, pid) for slot, pid, _ in peers]
 end = time.monotonic() + seconds
