@@ -151,11 +151,13 @@ static int recount_peer_uses(void *base) {
     }
     for (uint32_t i = 1; i < handles; i++) {
         struct b1_handle *hd = HANDLE(base, i);
-        if ((hd->refs || hd->pending) && hd->peer_slot < peers) n_handles[hd->peer_slot]++;
+        uint32_t owner = hd->peer_slot; /* read once: checked, then the index */
+        if ((hd->refs || hd->pending) && owner < peers) n_handles[owner]++;
     }
     for (uint32_t i = 1; i < nodes; i++) {
         struct b1_node *nd = NODE(base, i);
-        if (nd->state != B1_NODE_FREE && nd->owner_slot < peers) n_nodes[nd->owner_slot]++;
+        uint32_t owner = nd->owner_slot; /* read once: checked, then the index */
+        if (nd->state != B1_NODE_FREE && owner < peers) n_nodes[owner]++;
     }
     for (uint32_t s = 1; s < peers; s++) {
         struct b1_peer *p = PEER(base, s);
@@ -194,7 +196,8 @@ int b1_gc_sole(void *base, struct b1_gc_stats *out) {
             continue;
         }
         used_entries++;
-        if (e->msg && e->msg <= units) named[e->msg]++;
+        uint32_t unit = e->msg; /* read once: checked, then the index */
+        if (unit && unit <= units) named[unit]++;
     }
     /* the pool, record by record: references recounted, the unnamed given back */
     for (uint32_t c = 0; c < B1_POOL_CLASSES; c++) atomic_store(&h->pool_free[c].head, 0);
