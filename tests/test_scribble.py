@@ -176,8 +176,9 @@ print(json.dumps({"ok": ok, "errors": errors}))
 
 # What a call may answer when the fields it reads were flipped under it: the damage seen
 # (EBADMSG), or an answer the flipped state states -- an empty queue, no such name, a peer,
-# handle or node that looks gone, a quota that looks spent.
-ANSWERS = {"EBADMSG", "EAGAIN", "ENOENT", "ESHUTDOWN", "ENXIO", "ESTALE", "EDQUOT", "EBUSY"}
+# handle or node that looks gone, a quota that looks spent, a header of another layout
+# version met by a fresh attach (admin.collect opens the bus anew).
+ANSWERS = {"EBADMSG", "EAGAIN", "ENOENT", "ESHUTDOWN", "ENXIO", "ESTALE", "EDQUOT", "EBUSY", "EPROTO"}
 
 
 NAME_HEAD_WORDS = 10  # struct b1_name up to its name: state ... len, pad (layout.h)
@@ -185,13 +186,14 @@ NAME_LEN = 36  # its len (u16) and pad
 
 
 def _kinds(info, mm):
-    """Per record kind, the offsets of its 4-byte fields the test flips: the first slots
+    """Per record kind, the offsets of its 4-byte fields the test flips: the header's
+    first 512 bytes (its limits and offsets are read once, at attach), the first slots
     of the peer, node, handle and entry tables (a peer's mutex left alone: a lock word that
     looks held is waited for, docs/RELIABILITY.md), the pool's first records, the name
     table's head (after its mutex), and its used slots (their fields and the first and
     last words of their names)."""
     offs, sizes = list(info.table_offsets), list(info.slot_sizes)
-    kinds = []
+    kinds = [list(range(0, min(offs[0], 512), 4))]  # the header: counters, stack heads, bumps
     for t in range(4):
         first = MUTEX_BYTES if t == 0 else 0
         kinds.append([offs[t] + slot * sizes[t] + w for slot in range(1, 6) for w in range(first, sizes[t], 4)])
