@@ -38,6 +38,7 @@
 
 static int32_t cached_pid;
 b1_owner_t b1_cached_self;
+static pthread_mutex_t marker_lock = PTHREAD_MUTEX_INITIALIZER; /* the exec marker's fields */
 
 /* In a fork child, before it runs anything: the token is computed here, not at the first
  * claim, so no call reads /proc inside a lock hold or between two stores it must make. */
@@ -47,11 +48,17 @@ static void reset_pid(void) {
     b1_self_slow();
 }
 
+static void in_fork_child(void) {
+    /* a thread of the parent may have held it at the fork: the child has only this one */
+    pthread_mutex_init(&marker_lock, NULL);
+    reset_pid();
+}
+
 void b1_process_init(void) {
     static int registered;
     if (!registered) {
         registered = 1;
-        pthread_atfork(NULL, NULL, reset_pid);
+        pthread_atfork(NULL, NULL, in_fork_child);
     }
     reset_pid();
     b1_self();
@@ -189,7 +196,6 @@ int b1_pid_alive(int32_t pid, uint64_t start) { return alive(pid, 0, 0, start); 
 
 /* ---- the exec marker ---- */
 
-static pthread_mutex_t marker_lock = PTHREAD_MUTEX_INITIALIZER;
 static int marker_fd = -1;
 static uint64_t marker_ino;
 static dev_t marker_dev;

@@ -53,8 +53,6 @@ void b1_holder_of(int32_t pid, struct b1_holder *out);
  * (/proc/PID/fd/N gone or another file): it exec'd or closed it.  Any doubt (EACCES of a
  * non-dumpable process, out of descriptors) answers alive. */
 int b1_holder_alive(const struct b1_holder *h);
-/* This process's exec marker (created at the first call, O_CLOEXEC), -errno when it
- * cannot be made: a program that clears its O_CLOEXEC hands its peers across exec. */
-int b1_exec_marker(void);
+/* b1_exec_marker (bus1.h): this process's exec marker, made at its first call */
 
 #endif
