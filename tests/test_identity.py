@@ -180,7 +180,7 @@ def test_exec_disconnects_the_peers_of_its_last_holder(make_bus):
 def test_keep_across_exec_hands_the_peers_to_the_new_program(make_bus):
     bus = make_bus(max_peers=16, pool_size=1 << 20)
     with _execs(bus, "keep") as (server, client, h, _):
-        time.sleep(1.5)  # three watcher rounds after the exec
+        time.sleep(0.6)  # the exec done, and a watcher round after it
         bus.gc()
         with pytest.raises(BlockingIOError):
             client.recv(0)

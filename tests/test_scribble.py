@@ -227,7 +227,7 @@ def test_fields_flipped_under_running_readers_never_crash_them(make_bus, monkeyp
     boundary = [0, 1, 2, 0x7F, 0xFF, 0x100, 0xFFFF, 0x10000, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFE,
                 0xFFFFFFFF, info.limits.max_entries, info.limits.max_entries + 1, info.names_slots]
     reader = subprocess.Popen([sys.executable, "-c", READER, bus.name,
-                               json.dumps([[p._slot, p.id, hs] for p, hs in world]), json.dumps(names), "1.5" if focus == "names" else "2", focus],
+                               json.dumps([[p._slot, p.id, hs] for p, hs in world]), json.dumps(names), "1.5", focus],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     flips = 0
     try:
