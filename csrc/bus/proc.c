@@ -208,6 +208,11 @@ int b1_exec_marker(void) {
         marker_fd = -1;
     if (marker_fd < 0) {
         int fd = memfd_create("bus1py-exec-marker", MFD_CLOEXEC);
+        if (fd >= 0 && fd <= 2) { /* never a standard stream's number, which a dup2 replaces */
+            int high = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+            close(fd);
+            fd = high;
+        }
         if (fd >= 0 && fstat(fd, &st) == 0) {
             marker_fd = fd;
             marker_ino = st.st_ino;
