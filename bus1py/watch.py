@@ -12,12 +12,14 @@ Invariants:
     seconds of a process being recorded as a holder (the segment's holders epoch) and
     every FULL_RESCAN seconds anyway.  A pidfd names one process for its whole life, so a reused pid is never
     mistaken for the process it replaced.  When one becomes readable (its process
-    exited), or a rescan finds a peer gc would act on, the watcher runs b1_gc: that is
-    what disconnects the dead's peers (NODE_DESTROY to the holders of their nodes, their
-    names gone), and gc's liveness rule -- dead only on the kernel's word, pid and start
-    time -- is what decides; the watcher only decides when to ask.  So a peer whose
-    processes all died is disconnected within about RESCAN + the gc's own time while any
-    process with a watcher is attached, and a live process is never reaped.
+    exited), a look at the watched holders' exec markers every RESCAN seconds finds one
+    closed (it exec'd: _execd), or a rescan finds a peer gc would act on, the watcher
+    runs b1_gc: that is what disconnects the dead's peers (NODE_DESTROY to the holders of
+    their nodes, their names gone), and gc's liveness rule -- dead only on the kernel's
+    word: pidfs inode, exec marker -- is what decides; the watcher only decides when to
+    ask.  So a peer whose processes all died or exec'd is disconnected within about
+    RESCAN + the gc's own time while any process with a watcher is attached, and a live
+    process is never reaped.
   - Idle, a watcher sleeps in poll(): it wakes every RESCAN seconds to read one counter,
     and every FULL_RESCAN seconds scans the peer table (a lock per carved peer slot, one
     /proc read per distinct process).
