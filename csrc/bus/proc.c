@@ -116,6 +116,7 @@ static int pidfs = -1; /* does a pidfd's inode name its process (pidfs)?  -1: no
  * readable), STAT_UNKNOWN when it could not be looked at or there is no pidfs. */
 static int read_ino(int32_t pid, uint64_t *ino) {
     int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (fd < 0 && errno == ENOSYS) __atomic_store_n(&pidfs, 0, __ATOMIC_RELAXED); /* before 5.3, or filtered */
     if (fd < 0) return errno == ESRCH || errno == EINVAL ? STAT_GONE : STAT_UNKNOWN;
     struct pollfd pfd = {fd, POLLIN, 0};
     struct stat st;
