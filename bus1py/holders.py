@@ -6,6 +6,10 @@ Invariants:
     segment (Peer._attach); at exit each is detached, and the last holder disconnects it.
   - A forked child holds nothing until it uses a peer: the fork hook forgets `held` and
     every Peer's per-process state (attachment, readiness pipe).
+  - exec ends a process as a holder, as it closes a bus1 descriptor: each holder is
+    recorded with its exec marker, an O_CLOEXEC descriptor (csrc/bus/proc.c), and gc
+    takes a holder whose marker is closed for dead.  keep_across_exec() is the one way to
+    hand the peers across exec.
 """
 from __future__ import annotations
 
@@ -42,6 +46,17 @@ def _release_held_at_exit():
         if lib.b1_peer_detach(base, slot, peer_id, pid) == 0:
             lib.b1_peer_disconnect(base, slot, peer_id)
     held.clear()
+
+
+def keep_across_exec() -> int:
+    """Hand the peers this process holds across its next exec: the exec marker (the
+    descriptor whose closing ends this process as a holder) is made inheritable, so the
+    new program keeps them connected until it exits.  Returns the marker's number."""
+    fd = lib.b1_exec_marker()
+    if fd < 0:
+        raise OSError(-fd, f"bus1py: cannot make the exec marker: {os.strerror(-fd)}")
+    os.set_inheritable(fd, True)
+    return fd
 
 
 def register_exit_hook():

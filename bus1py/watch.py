@@ -12,12 +12,14 @@ Invariants:
     seconds of a process being recorded as a holder (the segment's holders epoch) and
     every FULL_RESCAN seconds anyway.  A pidfd names one process for its whole life, so a reused pid is never
     mistaken for the process it replaced.  When one becomes readable (its process
-    exited), or a rescan finds a peer gc would act on, the watcher runs b1_gc: that is
-    what disconnects the dead's peers (NODE_DESTROY to the holders of their nodes, their
-    names gone), and gc's liveness rule -- dead only on the kernel's word, pid and start
-    time -- is what decides; the watcher only decides when to ask.  So a peer whose
-    processes all died is disconnected within about RESCAN + the gc's own time while any
-    process with a watcher is attached, and a live process is never reaped.
+    exited), a look at the watched holders' exec markers every RESCAN seconds finds one
+    closed (it exec'd: _execd), or a rescan finds a peer gc would act on, the watcher
+    runs b1_gc: that is what disconnects the dead's peers (NODE_DESTROY to the holders of
+    their nodes, their names gone), and gc's liveness rule -- dead only on the kernel's
+    word: pidfs inode, exec marker -- is what decides; the watcher only decides when to
+    ask.  So a peer whose processes all died or exec'd is disconnected within about
+    RESCAN + the gc's own time while any process with a watcher is attached, and a live
+    process is never reaped.
   - Idle, a watcher sleeps in poll(): it wakes every RESCAN seconds to read one counter,
     and every FULL_RESCAN seconds scans the peer table (a lock per carved peer slot, one
     /proc read per distinct process).
@@ -102,6 +104,7 @@ class Watcher:
         self.base = ffi.from_buffer(bus._mmap)  # our export: the mapping outlives us
         self.wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         self.fds: dict = {}  # pid -> pidfd
+        self.markers: list = []  # (pid, fd, inode) of each watched holder's exec marker
         self.gcs = 0  # how many times it ran gc (tests and docs read it)
         self.busy = threading.Lock()  # held around each call into the bus (paused())
         self.thread = threading.Thread(target=self._run, name=f"bus1py-watch-{bus.name}", daemon=True)
@@ -124,13 +127,14 @@ class Watcher:
             fds.tidy(self.bus.name, self.base, out)  # the descriptor stores of whom it reaped
         self.gcs += 1
 
-    def _rescan(self, pids, dead) -> bool:
+    def _rescan(self, holders, dead) -> bool:
         """Watch the processes the peers name now; True if gc has work at once."""
         with self.busy:
-            n = lib.b1_peer_watchlist(self.base, pids, len(pids), dead)
+            n = lib.b1_peer_watchlist(self.base, holders, len(holders), dead)
         if n < 0:
             return False
-        now = set(pids[0:n]) - {self.pid}
+        self.markers = _markers(holders, n, self.pid)
+        now = {holders[i].pid for i in range(n)} - {self.pid}
         for pid in set(self.fds) - now:
             os.close(self.fds.pop(pid))
         work = dead[0] > 0
@@ -146,7 +150,7 @@ class Watcher:
         return work
 
     def _run(self) -> None:
-        pids, dead = ffi.new("int32_t[]", MAX_WATCHED), ffi.new("uint32_t *")
+        holders, dead = ffi.new("struct b1_watched[]", MAX_WATCHED), ffi.new("uint32_t *")
         epoch, last_full, poller, by_fd = None, 0.0, None, {}
         try:
             while True:
@@ -154,9 +158,9 @@ class Watcher:
                 moved = lib.b1_holders_epoch(self.base)  # one load: no pause needed
                 if moved != epoch or now - last_full >= FULL_RESCAN:
                     epoch, last_full, poller = moved, now, None
-                    if self._rescan(pids, dead):
+                    if self._rescan(holders, dead):
                         self._gc()
-                        self._rescan(pids, dead)  # what to watch now; more work waits a round
+                        self._rescan(holders, dead)  # what to watch now; more work waits a round
                 if poller is None:
                     poller = select.poll()
                     poller.register(self.wake, select.POLLIN)
@@ -169,15 +173,38 @@ class Watcher:
                 exited = [by_fd[fd] for fd, _ in ready if fd in by_fd]
                 for pid in exited:
                     os.close(self.fds.pop(pid))
-                if exited:
+                if exited or _execd(self.markers):
                     poller = None
                     self._gc()
+                    if not exited:
+                        epoch = None  # its peers are gone: watch what is left
         finally:
             for fd in self.fds.values():
                 os.close(fd)
             self.fds.clear()
             os.close(self.wake)
             ffi.release(self.base)
+
+
+def _markers(holders, n: int, me: int) -> list:
+    """The exec markers of the first n watched holders but this process's own."""
+    return [(h.pid, h.marker_fd, h.marker_ino) for h in (holders[i] for i in range(n))
+            if h.pid != me and h.marker_fd >= 0 and h.marker_ino]
+
+
+def _execd(markers) -> bool:
+    """Has a watched holder exec'd (or closed its marker)?  Exec does not end a process,
+    so its pidfd stays quiet: the kernel's word is /proc/PID/fd/N, gone or another file
+    (csrc/bus/proc.c).  A process that died shows the same, and gc tells them apart."""
+    for pid, fd, ino in markers:
+        try:
+            if os.stat(f"/proc/{pid}/fd/{fd}").st_ino != ino:
+                return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            pass  # EACCES (not dumpable), ENOMEM: doubt is life
+    return False
 
 
 def _after_fork_in_child():

@@ -182,6 +182,7 @@ def test_idle_cpu_of_an_attached_process():
         time.sleep(60)
         spent = [sum(p.cpu_times()[:2]) - c for p, c in zip(ps, before)]
         elapsed = time.monotonic() - t0
+        print(f"\nidle CPU of each attached process: {[f'{x / elapsed:.3%}' for x in spent]}")
         assert max(spent) / elapsed <= 0.001, spent
     finally:
         for p in procs:

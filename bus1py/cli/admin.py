@@ -41,12 +41,14 @@ def _procs(pids) -> str:
     for pid in pids:
         try:
             out.append(f"{pid} {psutil.Process(pid).name()}")
-        except psutil.Error:
+        except (psutil.Error, ValueError):  # gone, or a scribbled pid that names no process
             out.append(f"{pid} (gone)")
     return ", ".join(out) or "-"
 
 
 def _alive(pid: int) -> bool:
+    if pid <= 0:  # read from the segment: a scribbled pid names no process
+        return False
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:

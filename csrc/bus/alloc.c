@@ -166,11 +166,13 @@ uint32_t b1_msg_alloc(void *base, uint64_t size_needed, uint32_t len, uint32_t r
     return unit;
 }
 
-int b1_pool_record_at(void *base, uint64_t off, uint64_t end) {
+int b1_pool_record_at(void *base, uint64_t off, uint64_t end, uint32_t *cls) {
     uint32_t unit = (uint32_t)(off >> B1_POOL_MIN_SHIFT);
     struct b1_msg *m = MSG(base, unit);
     if (atomic_load_explicit(&m->carved, memory_order_acquire) != (B1_MSG_CARVED ^ unit)) return 0;
-    return m->size_class < B1_POOL_CLASSES && off + B1_CLASS_BYTES(m->size_class) <= end;
+    uint32_t c = __atomic_load_n(&m->size_class, __ATOMIC_RELAXED); /* read once */
+    if (cls) *cls = c;
+    return c < B1_POOL_CLASSES && off + B1_CLASS_BYTES(c) <= end;
 }
 
 /* The next unit whose header names itself as carved (the word is the unit's own, so a
@@ -178,7 +180,7 @@ int b1_pool_record_at(void *base, uint64_t off, uint64_t end) {
  * scribble anything anyway); `end` when none. */
 uint64_t b1_pool_next_record(void *base, uint64_t off, uint64_t end) {
     for (off += (uint64_t)1 << B1_POOL_MIN_SHIFT; off < end; off += (uint64_t)1 << B1_POOL_MIN_SHIFT)
-        if (b1_pool_record_at(base, off, end)) return off;
+        if (b1_pool_record_at(base, off, end, NULL)) return off;
     return end;
 }
 
@@ -186,14 +188,14 @@ uint64_t b1_pool_next_record(void *base, uint64_t off, uint64_t end) {
 static inline __attribute__((always_inline)) void msg_free(void *base, uint32_t unit) {
     struct b1_header *h = HDR(base);
     struct b1_msg *m = MSG(base, unit);
-    if (m->size_class >= B1_POOL_CLASSES) { /* scribbled: leak it rather than guess */
+    uint32_t cls = __atomic_load_n(&m->size_class, __ATOMIC_RELAXED); /* read once */
+    if (cls >= B1_POOL_CLASSES) { /* scribbled: leak it rather than guess */
         b1_bad = 1;
         return;
     }
     atomic_store_explicit(&m->stager, 0, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&shard(h)->pool, (int64_t)B1_CLASS_BYTES(m->size_class),
-                              memory_order_relaxed);
-    stack_push(&h->pool_free[m->size_class], unit, &m->next_free);
+    atomic_fetch_sub_explicit(&shard(h)->pool, (int64_t)B1_CLASS_BYTES(cls), memory_order_relaxed);
+    stack_push(&h->pool_free[cls], unit, &m->next_free);
 }
 
 /* Drop one reference; the last one returns the record to its class.  A put on a free

@@ -16,8 +16,9 @@ uint32_t b1_msg_alloc(void *base, uint64_t size, uint32_t len, uint32_t refs);
 void b1_msg_put(void *base, uint32_t unit);
 void b1_entry_put_msg(void *base, struct b1_entry *e);
 /* Walking the carved pool [64, end): is a whole record at off (its header written, its
- * class fitting), and where is the next one after a record cut short while carved? */
-int b1_pool_record_at(void *base, uint64_t off, uint64_t end);
+ * class fitting; *cls, when given, the class as read, once), and where is the next one
+ * after a record cut short while carved? */
+int b1_pool_record_at(void *base, uint64_t off, uint64_t end, uint32_t *cls);
 uint64_t b1_pool_next_record(void *base, uint64_t off, uint64_t end);
 int64_t b1_usage_entries(void *base);
 int64_t b1_usage_pool(void *base);

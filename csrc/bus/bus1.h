@@ -232,11 +232,20 @@ int b1_gc(void *base, struct b1_gc_stats *out);
  * given back.  -EBUSY when a connected peer still names another live process. */
 int b1_gc_sole(void *base, struct b1_gc_stats *out);
 
-/* For a death watcher (bus1py/watch.py): the distinct live processes recorded in the
- * connected, unpinned peers' pids[] (at most cap into pids), and in *dead the number of
- * peers gc would act on now (every recorded process dead, or a disconnect whose
- * disconnector died).  Returns how many pids, or -errno. */
-int b1_peer_watchlist(void *base, int32_t *pids, uint32_t cap, uint32_t *dead);
+/* For a death watcher (bus1py/watch.py): the distinct live holders recorded in the
+ * connected, unpinned peers (at most cap into out), each with its exec marker (fd -1:
+ * none known), and in *dead the number of peers gc would act on now (every recorded
+ * process dead or exec'd, or a disconnect whose disconnector died).  Returns how many
+ * holders, or -errno. */
+struct b1_watched {
+    int32_t pid;
+    int32_t marker_fd;    /* /proc/PID/fd/marker_fd no longer marker_ino: it exec'd */
+    uint64_t marker_ino;
+};
+int b1_peer_watchlist(void *base, struct b1_watched *out, uint32_t cap, uint32_t *dead);
+/* this process's exec marker (proc.h): clearing its O_CLOEXEC hands the peers this
+ * process holds across exec; -errno when it cannot be made */
+int b1_exec_marker(void);
 /* a counter bumped whenever a process is recorded as a peer's holder: a watcher rescans
  * when it moved (lock-free, one load) */
 uint32_t b1_holders_epoch(void *base);

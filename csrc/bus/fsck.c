@@ -140,18 +140,20 @@ static void check_pool(void *base, struct report *r, uint32_t *refs_found, uint8
             }
             on_stack[i] = 1;
             struct b1_msg *m = MSG(base, i);
-            if (atomic_load(&m->refs) != 0 || m->size_class != c)
-                say(r, "record %u: on the class %u free list with refs %u and class %u", i, c,
-                    atomic_load(&m->refs), m->size_class);
+            uint32_t refs = atomic_load(&m->refs), cls = m->size_class; /* read once */
+            if (refs != 0 || cls != c)
+                say(r, "record %u: on the class %u free list with refs %u and class %u", i, c, refs, cls);
             i = atomic_load((_Atomic uint32_t *)(pool + ((uint64_t)i << B1_POOL_MIN_SHIFT) +
                                                  offsetof(struct b1_msg, next_free)));
         }
     }
     uint64_t end = atomic_load(&h->pool_bump), off = (uint64_t)1 << B1_POOL_MIN_SHIFT, live_bytes = 0;
+    if (end > LIM(base).pool_size) end = LIM(base).pool_size; /* read once, bounded */
     while (off < end) {
         uint32_t unit = (uint32_t)(off >> B1_POOL_MIN_SHIFT);
         struct b1_msg *m = MSG(base, unit);
-        if (!b1_pool_record_at(base, off, end)) {
+        uint32_t cls;
+        if (!b1_pool_record_at(base, off, end, &cls)) {
             uint64_t next = b1_pool_next_record(base, off, end);
             say(r, "record %u: cut short while it was carved (%llu bytes lost until gc on a bus held alone)",
                 unit, (unsigned long long)(next - off));
@@ -160,7 +162,7 @@ static void check_pool(void *base, struct report *r, uint32_t *refs_found, uint8
         }
         uint32_t refs = atomic_load(&m->refs);
         if (refs) {
-            live_bytes += B1_CLASS_BYTES(m->size_class);
+            live_bytes += B1_CLASS_BYTES(cls);
             if (on_stack[unit]) say(r, "record %u: refs %u but on a free list", unit, refs);
             uint32_t named = refs_found[unit] & ~UNFINISHED;
             if (refs != named)
@@ -172,7 +174,7 @@ static void check_pool(void *base, struct report *r, uint32_t *refs_found, uint8
         } else if (!on_stack[unit]) {
             say(r, "record %u: free (refs 0) but on no free list (leaked)", unit);
         }
-        off += B1_CLASS_BYTES(m->size_class);
+        off += B1_CLASS_BYTES(cls);
     }
     if ((int64_t)live_bytes != b1_usage_pool(base))
         say(r, "pool bytes in live records: %llu found, the usage counters say %lld",
@@ -190,20 +192,22 @@ static void check_entries(void *base, struct report *r, uint32_t *refs_found, ui
         if (e->type == B1_ENTRY_FREE) continue;
         if ((e->type & B1_ENTRY_RECEIVING) && !b1_owner_alive(entry_owner(e)))
             say(r, "entry %u: claimed by process %d, which died (run gc)", i, B1_OWNER_PID(entry_owner(e)));
-        if (!e->msg) continue;
+        uint32_t unit = e->msg, idx = e->idx, type = e->type; /* read once: checked, then used */
+        uint64_t ts = e->ts;
+        if (!unit) continue;
         struct b1_shape sh;
         int saved = b1_bad;
-        if (!b1_msg_shape(base, e->msg, e->idx, &sh)) {
+        if (!b1_msg_shape(base, unit, idx, &sh)) {
             b1_bad = saved;
-            say(r, "entry %u: names record %u, which is free or damaged", i, e->msg);
+            say(r, "entry %u: names record %u, which is free or damaged", i, unit);
             continue;
         }
-        refs_found[e->msg]++;
+        refs_found[unit]++;
         /* a block or a copy not yet staged: its transaction has not finished (high bit) */
-        if (!(e->type & B1_ENTRY_RECEIVING) && e->ts != B1_TS_HELD && (e->ts == 0 || (e->ts & 1)))
-            refs_found[e->msg] |= UNFINISHED;
-        if ((e->type & 0xff) != B1_MSG_DATA) continue;
-        uint64_t *ids = shape_ids(MSG(base, e->msg), &sh, e->idx);
+        if (!(type & B1_ENTRY_RECEIVING) && ts != B1_TS_HELD && (ts == 0 || (ts & 1)))
+            refs_found[unit] |= UNFINISHED;
+        if ((type & 0xff) != B1_MSG_DATA) continue;
+        uint64_t *ids = shape_ids(MSG(base, unit), &sh, idx);
         for (uint32_t k = 0; k < sh.n_handles; k++) {
             if (ids[k] == B1_HANDLE_INVALID) continue;
             uint32_t hi = (uint32_t)(ids[k] & B1_HANDLE_INDEX_MASK);
@@ -266,11 +270,13 @@ static void check_peers(void *base, struct report *r) {
             say(r, "peer slot %u: its resetter (process %d) died mid-way (run gc)", s, B1_OWNER_PID(resetter));
         if (p->state == B1_PEER_ACTIVE && !p->pinned) {
             int used = 0, alive = 0;
-            for (int i = 0; i < B1_PEER_PIDS; i++)
-                if (p->pids[i]) {
+            for (int i = 0; i < B1_PEER_PIDS; i++) {
+                struct b1_holder h = p->holders[i]; /* read once */
+                if (h.pid) {
                     used = 1;
-                    alive |= b1_pid_alive(p->pids[i], p->pid_starts[i]);
+                    alive |= b1_holder_alive(&h);
                 }
+            }
             if (used && !alive) say(r, "peer slot %u: every process that used it died (run gc)", s);
         }
     }
@@ -287,21 +293,22 @@ static void check_names(void *base, struct report *r) {
         return;
     }
     for (uint32_t i = 0; i < slots; i++) {
-        struct b1_name *s = NAME(base, i);
-        uint32_t state = atomic_load(&s->state);
+        struct b1_name c; /* the slot read once: every check and message reads the copy */
+        int sound = b1_name_read(base, i, &c);
+        uint32_t state = atomic_load_explicit(&c.state, memory_order_relaxed);
         if (state > B1_NAME_TOMB) say(r, "name slot %u: state %u is none of empty, used, removed", i, state);
         tombs += state == B1_NAME_TOMB;
         if (state != B1_NAME_USED) continue;
         used++;
-        if (!b1_name_sound(base, i)) {
+        if (!sound) {
             say(r, "name slot %u: its name fails its length, NUL or hash check", i);
             continue;
         }
-        if (s->node == 0 || s->node > LIM(base).max_nodes)
-            say(r, "name slot %u (%.*s): names node %u, out of range", i, (int)s->len, s->name, s->node);
-        uint32_t at = b1_name_find_locked(base, i);
+        if (c.node == 0 || c.node > LIM(base).max_nodes)
+            say(r, "name slot %u (%s): names node %u, out of range", i, c.name, c.node);
+        uint32_t at = b1_name_find_locked(base, &c);
         if (at != i)
-            say(r, "name slot %u (%.*s): %s", i, (int)s->len, s->name,
+            say(r, "name slot %u (%s): %s", i, c.name,
                 at == UINT32_MAX ? "not reachable from its home slot (an empty slot on its probe path)"
                                  : "the name is in the table twice");
     }

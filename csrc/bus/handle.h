@@ -31,7 +31,7 @@ void b1_notices_push(void *base, struct b1_notices *nt, uint32_t node, uint32_t 
 /* a node's holder list, walked at most max_handles steps (layout.h: bounds) */
 #define FOR_HOLDERS(base, nd, i)                                                              \
     for (uint32_t i = (nd)->holders, i##_steps = 0;                                           \
-         i && b1_step(&i##_steps, HDR(base)->limits.max_handles); i = HANDLE(base, i)->next_holder)
+         i && b1_step(&i##_steps, LIM(base).max_handles); i = HANDLE(base, i)->next_holder)
 
 uint32_t b1_handle_alloc(void *base);
 void b1_handle_free(void *base, uint32_t i);

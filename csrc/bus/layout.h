@@ -47,6 +47,15 @@ enum { B1_DEST_PREPARED, B1_DEST_STAGED, B1_DEST_SYNCED, B1_DEST_COMMITTED, B1_D
 /* max_peers is at most this: an entry names its queue's slot in 16 bits */
 #define B1_MAX_PEERS 65535u
 
+/* A process that uses a peer, as recorded in the peer (proc.h names its identity). */
+struct b1_holder {
+    int32_t pid;          /* 0: none */
+    int32_t marker_fd;    /* its exec marker's number, -1 when unknown */
+    uint64_t start;       /* start time in clock ticks after boot, 0 when unknown */
+    uint64_t ino;         /* inode number of its pidfd (pidfs), 0 when unknown */
+    uint64_t marker_ino;  /* inode number of its exec marker, 0 when unknown */
+};
+
 /* A lock-free stack of free slots: head = (tag << 32) | index. */
 typedef struct { _Atomic uint64_t head; } b1_stack;
 
@@ -139,8 +148,8 @@ struct b1_peer {
     uint32_t held;         /* zero-copy slices given out and not yet given back: a list of
                               entries (B1_TS_HELD, linked by left/right), freed at the
                               latest when the peer is flushed (guarded by lock) */
-    int32_t pids[B1_PEER_PIDS];       /* processes that used the peer (0: none) */
-    uint64_t pid_starts[B1_PEER_PIDS]; /* their start times, so a reused pid is told apart */
+    struct b1_holder holders[B1_PEER_PIDS]; /* processes that used the peer (pid 0: none),
+                                               each by an identity no later one shares */
     uint64_t fd_nonce[2];  /* random, set when the slot gets a peer: names its descriptor
                               store (fds.c), which only a process that maps the bus can know */
     uint32_t n_fds;        /* descriptors of the data messages queued or staged here, not yet

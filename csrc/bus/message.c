@@ -139,8 +139,9 @@ void b1_resolve_handles(void *base, const struct b1_entry *key, struct b1_msg *m
 void b1_entry_drop(void *base, uint32_t i, struct b1_notices *nt) {
     struct b1_entry *e = ENTRY(base, i);
     struct b1_shape sh;
-    if ((e->type & ~B1_ENTRY_RECEIVING) == B1_MSG_DATA && b1_msg_shape(base, e->msg, e->idx, &sh) && sh.n_handles)
-        b1_tx_unregister_handles(base, MSG(base, e->msg), &sh, e->idx, nt);
+    uint32_t unit = e->msg, idx = e->idx; /* read once: checked, then used */
+    if ((e->type & ~B1_ENTRY_RECEIVING) == B1_MSG_DATA && b1_msg_shape(base, unit, idx, &sh) && sh.n_handles)
+        b1_tx_unregister_handles(base, MSG(base, unit), &sh, idx, nt);
     b1_entry_free(base, i);
 }
 

@@ -64,11 +64,17 @@ int b1_names_init(void *base, uint64_t off) {
     return r;
 }
 
-/* Does USED slot i pass its own checks (length, no NUL, hash)? */
-int b1_name_sound(void *base, uint32_t i) {
-    struct b1_name *s = NAME(base, i);
-    uint32_t len = s->len;
-    return name_ok(s->name, len) && s->hash == name_hash(s->name, len);
+/* Slot i read from the segment once into *c, which every later use reads (a scribbler
+ * cannot move a length after it was checked): 1 if it is USED and passes its own checks
+ * (length, no NUL, hash), its name then NUL-terminated in the copy. */
+int b1_name_read(void *base, uint32_t i, struct b1_name *c) {
+    memcpy(c, NAME(base, i), sizeof *c);
+    uint32_t len = c->len;
+    if (atomic_load_explicit(&c->state, memory_order_relaxed) != B1_NAME_USED || !name_ok(c->name, len) ||
+        c->hash != name_hash(c->name, len))
+        return 0;
+    c->name[len] = 0;
+    return 1;
 }
 
 static uint32_t find_locked(void *base, const char *name, uint32_t len, uint32_t hash, uint32_t *free_slot);
@@ -79,15 +85,16 @@ static uint32_t find_locked(void *base, const char *name, uint32_t len, uint32_t
  * rather than trusted. */
 static void repair_locked(void *base) {
     uint32_t slots = VIEW(base)->names_slots, used = 0, tombs = 0, f;
+    struct b1_name c;
     for (uint32_t i = 0; i < slots; i++) {
         struct b1_name *s = NAME(base, i);
         uint32_t state = atomic_load(&s->state);
-        if ((state == B1_NAME_USED && !b1_name_sound(base, i)) || state > B1_NAME_TOMB)
+        if ((state == B1_NAME_USED && !b1_name_read(base, i, &c)) || state > B1_NAME_TOMB)
             atomic_store(&s->state, B1_NAME_TOMB);
     }
     for (uint32_t i = 0; i < slots; i++) {
         struct b1_name *s = NAME(base, i);
-        if (atomic_load(&s->state) == B1_NAME_USED && find_locked(base, s->name, s->len, s->hash, &f) != i)
+        if (b1_name_read(base, i, &c) && find_locked(base, c.name, c.len, c.hash, &f) != i)
             atomic_store(&s->state, B1_NAME_TOMB);
         used += atomic_load(&s->state) == B1_NAME_USED;
         tombs += atomic_load(&s->state) == B1_NAME_TOMB;
@@ -131,15 +138,19 @@ static uint32_t find_locked(void *base, const char *name, uint32_t len, uint32_t
     return NONE;
 }
 
-uint32_t b1_name_find_locked(void *base, uint32_t i) {
-    struct b1_name *s = NAME(base, i);
+uint32_t b1_name_find_locked(void *base, const struct b1_name *c) {
     uint32_t f;
-    return find_locked(base, s->name, s->len, s->hash, &f);
+    return find_locked(base, c->name, c->len, c->hash, &f);
+}
+
+static struct name_copy copy_of(uint32_t i, const struct b1_name *c) {
+    return (struct name_copy){i, c->node, c->node_gen, c->owner_slot, c->owner_id, c->seq};
 }
 
 static struct name_copy copy_locked(void *base, uint32_t i) {
-    struct b1_name *s = NAME(base, i);
-    return (struct name_copy){i, s->node, s->node_gen, s->owner_slot, s->owner_id, s->seq};
+    struct b1_name c;
+    memcpy(&c, NAME(base, i), sizeof c); /* read once */
+    return copy_of(i, &c);
 }
 
 /* Move every name to the first removed slot on its probe path (a copy made USED, then the
@@ -153,25 +164,26 @@ static void compact_locked(void *base) {
     while (start < slots && atomic_load(&NAME(base, start)->state) != B1_NAME_EMPTY) start++;
     for (uint32_t k = 1; k <= slots; k++) {
         uint32_t i = (start + k) & mask;
-        struct b1_name *s = NAME(base, i);
-        if (atomic_load(&s->state) != B1_NAME_USED || !b1_name_sound(base, i)) continue;
-        if (find_locked(base, s->name, s->len, s->hash, &f) != i || f == NONE) continue;
+        struct b1_name c;
+        if (!b1_name_read(base, i, &c)) continue;
+        if (find_locked(base, c.name, c.len, c.hash, &f) != i || f == NONE) continue;
         struct b1_name *d = NAME(base, f); /* a TOMB: the path up to i has no EMPTY slot */
-        d->hash = s->hash;
-        d->node = s->node;
-        d->node_gen = s->node_gen;
-        d->owner_id = s->owner_id;
-        d->owner_slot = s->owner_slot;
-        d->seq = s->seq;
-        d->len = s->len;
-        memcpy(d->name, s->name, (size_t)s->len + 1);
+        d->hash = c.hash;
+        d->node = c.node;
+        d->node_gen = c.node_gen;
+        d->owner_id = c.owner_id;
+        d->owner_slot = c.owner_slot;
+        d->seq = c.seq;
+        d->len = c.len;
+        memcpy(d->name, c.name, (size_t)c.len + 1); /* NUL-terminated by b1_name_read */
         atomic_store_explicit(&d->state, B1_NAME_USED, memory_order_release);
-        atomic_store(&s->state, B1_NAME_TOMB); /* one removed slot used, one made */
+        atomic_store(&NAME(base, i)->state, B1_NAME_TOMB); /* one removed slot used, one made */
     }
     for (uint32_t i = 0; i < slots; i++) {
         struct b1_name *s = NAME(base, i);
         if (atomic_load(&s->state) != B1_NAME_USED) continue;
-        for (uint32_t j = s->hash & mask, k = 0; j != i && k < slots; j = (j + 1) & mask, k++)
+        uint32_t home = __atomic_load_n(&s->hash, __ATOMIC_RELAXED) & mask; /* read once */
+        for (uint32_t j = home, k = 0; j != i && k < slots; j = (j + 1) & mask, k++)
             if (atomic_load(&NAME(base, j)->state) == B1_NAME_TOMB) return; /* keep them */
     }
     for (uint32_t i = 0; i < slots; i++)
@@ -340,15 +352,14 @@ static int copy_chunk(void *base, uint32_t *cursor, struct name_copy *cs, struct
     int r = b1_names_lock(base);
     if (r) return r;
     for (; i < slots && n < cap; i++) {
-        struct b1_name *s = NAME(base, i);
-        if (atomic_load(&s->state) != B1_NAME_USED || !b1_name_sound(base, i)) continue;
-        cs[n] = copy_locked(base, i);
+        struct b1_name c;
+        if (!b1_name_read(base, i, &c)) continue;
+        cs[n] = copy_of(i, &c);
         if (out) {
-            out[n].owner_id = s->owner_id;
-            out[n].node = s->node;
-            out[n].len = s->len;
-            memcpy(out[n].name, s->name, s->len);
-            out[n].name[s->len] = 0;
+            out[n].owner_id = c.owner_id;
+            out[n].node = c.node;
+            out[n].len = c.len;
+            memcpy(out[n].name, c.name, (size_t)c.len + 1); /* NUL-terminated by b1_name_read */
         }
         n++;
     }

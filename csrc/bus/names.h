@@ -15,10 +15,11 @@ int b1_names_lock(void *base);
 void b1_names_unlock(void *base);
 /* remove every name whose node is gone (b1_gc); returns how many */
 uint32_t b1_names_sweep(void *base);
-/* for fsck, the table's lock held: does USED slot i pass its own checks (length, no NUL,
- * hash)?  And where does a lookup of slot i's (sound) name land: i itself, another slot
- * (the name twice), or UINT32_MAX (unreachable from its home slot)? */
-int b1_name_sound(void *base, uint32_t i);
-uint32_t b1_name_find_locked(void *base, uint32_t i);
+/* for fsck, the table's lock held: slot i read once into *c, 1 if it is USED and passes
+ * its own checks (length, no NUL, hash; its name then NUL-terminated in *c).  And where
+ * does a lookup of that copy's name land: its own slot, another (the name twice), or
+ * UINT32_MAX (unreachable from its home slot)? */
+int b1_name_read(void *base, uint32_t i, struct b1_name *c);
+uint32_t b1_name_find_locked(void *base, const struct b1_name *c);
 
 #endif

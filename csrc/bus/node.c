@@ -145,7 +145,7 @@ int b1_handle_release(void *base, uint32_t slot, uint64_t id, uint64_t handle) {
 /* Release every reference a disconnected peer holds (in-flight ones go with their
  * messages, which are dropped at the peer). */
 void b1_drop_peer_handles(void *base, uint32_t slot, uint64_t id) {
-    uint32_t bump = atomic_load(&HDR(base)->handles_bump);
+    uint32_t bump = b1_bounded(&HDR(base)->handles_bump, LIM(base).max_handles);
     for (uint32_t hi = 1; hi < bump; hi++) {
         struct b1_handle *hd = HANDLE(base, hi);
         if (hd->peer_slot != slot || hd->peer_id != id || hd->refs == 0) continue;
@@ -346,6 +346,10 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
                 dests[k++] = (struct b1_dest){.peer_id = id, .owner_handle = nd->owner_handle,
                                               .peer_slot = slot, .node = nodes[i], .node_gen = nd->gen};
             FOR_HOLDERS(base, nd, hi) {
+                if (k == count) { /* longer than when counted: only a scribbler does that */
+                    b1_bad = 1;
+                    break;
+                }
                 struct b1_handle *hd = HANDLE(base, hi);
                 dests[k++] = (struct b1_dest){.peer_id = hd->peer_id, .owner_handle = b1_handle_id(base, hi),
                                               .peer_slot = hd->peer_slot, .node = nodes[i],
@@ -354,6 +358,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
         }
         b1_unlock(p);
         first = 0;
+        count = k; /* what was filled: the walk's count bounds it, never the other way */
 
         struct destroy_check dc = {nodes, versions, n, disconnecting};
         if (count == 0) {

@@ -15,8 +15,9 @@
  *     no node it owned (n_nodes), nothing in its queue.  The last of these to go
  *     reclaims it (b1_peer_reclaim*); b1_peer_new sweeps for any missed when the table
  *     is full.
- *   - A peer is held by the processes recorded in pids[] (each with its start time, so a
- *     reused pid is not mistaken for the old process).  A peer with no recorded process
+ *   - A peer is held by the processes recorded in holders[] (each by its pidfs inode and
+ *     start time, so a reused pid is not mistaken for the old process, and by its exec
+ *     marker, so a holder that execs holds it no more: proc.h).  A peer with no recorded process
  *     was never used and is never reaped; one used by more processes than pids[] holds is
  *     pinned and only disconnected explicitly.
  *   - Disconnecting is: stop accepting (DISCONNECTING), destroy the peer's nodes in one
@@ -66,8 +67,7 @@ static void reset_peer_locked(void *base, struct b1_peer *p, uint32_t quota_mess
     p->unverified = 0; /* nothing of the slot's old peer is left to verify (it was reclaimed) */
     atomic_store(&p->disconnector, 0);
     atomic_store(&p->resetter, 0);
-    memset(p->pids, 0, sizeof p->pids);
-    memset(p->pid_starts, 0, sizeof p->pid_starts);
+    memset(p->holders, 0, sizeof p->holders);
     /* a new store name for the new peer: the old peer's store cannot receive its posts */
     if (getrandom(p->fd_nonce, sizeof p->fd_nonce, 0) != sizeof p->fd_nonce) {
         p->fd_nonce[0] = b1_now_ns();
@@ -143,7 +143,7 @@ static void flush_queue(void *base, struct b1_peer *p);
  * held list still linked (a flush whose lock holder died: the takeover rebuilt it), and
  * held references (a disconnector that died, or a transfer that raced with its sweep). */
 void b1_peer_reclaim_all(void *base) {
-    uint32_t bump = atomic_load(&HDR(base)->peers_bump);
+    uint32_t bump = b1_bounded(&HDR(base)->peers_bump, LIM(base).max_peers);
     for (uint32_t s = 1; s < bump; s++) {
         struct b1_peer *p = b1_peer_at_slot(base, s);
         if (!p || __atomic_load_n(&p->state, __ATOMIC_SEQ_CST) != B1_PEER_DISCONNECTED) continue;
@@ -159,22 +159,41 @@ void b1_peer_reclaim_all(void *base) {
     }
 }
 
+/* Holder i of p, read from the segment once into *h: is it a live process?  (0 for none.) */
+static int holder_at(struct b1_peer *p, int i, struct b1_holder *h) {
+    memcpy(h, &p->holders[i], sizeof *h);
+    return h->pid && b1_holder_alive(h);
+}
+
 int b1_peer_attach(void *base, uint32_t slot, uint64_t id, int32_t pid) {
+    struct b1_holder me, h;
+    b1_holder_of(pid, &me); /* before the lock: it reads /proc and may make the marker */
+    if (!me.pid) return -ESRCH;
     struct b1_peer *p;
     int r = b1_lock_live(base, slot, id, &p);
     if (r) return r;
-    int free_slot = -1;
+    int own = -1, free_slot = -1;
     for (int i = 0; i < B1_PEER_PIDS; i++) {
-        if (p->pids[i] == pid) {
+        int live = holder_at(p, i, &h);
+        if (live && h.pid == pid && h.ino == me.ino && h.marker_fd == me.marker_fd && h.marker_ino == me.marker_ino) {
             b1_unlock(p);
-            return 0;
+            return 0; /* recorded as it is */
         }
-        if (free_slot < 0 && (p->pids[i] == 0 || !b1_pid_alive(p->pids[i], p->pid_starts[i])))
+        if (h.pid == pid)
+            own = i; /* its record, stale (another marker) or of the pid's dead process */
+        else if (!live && free_slot < 0)
             free_slot = i;
     }
-    if (free_slot >= 0) {
-        p->pids[free_slot] = pid;
-        p->pid_starts[free_slot] = b1_proc_start(pid);
+    int at = own >= 0 ? own : free_slot;
+    if (at >= 0) {
+        /* the pid last: a kill between the stores leaves no record, never a torn one */
+        struct b1_holder *rec = &p->holders[at];
+        __atomic_store_n(&rec->pid, 0, __ATOMIC_RELAXED);
+        rec->marker_fd = me.marker_fd;
+        rec->start = me.start;
+        rec->ino = me.ino;
+        rec->marker_ino = me.marker_ino;
+        __atomic_store_n(&rec->pid, me.pid, __ATOMIC_RELEASE);
         atomic_fetch_add(&HDR(base)->holders_epoch, 1); /* a process to watch (watch.py) */
     } else {
         p->pinned = 1;
@@ -185,14 +204,15 @@ int b1_peer_attach(void *base, uint32_t slot, uint64_t id, int32_t pid) {
 
 int b1_peer_detach(void *base, uint32_t slot, uint64_t id, int32_t pid) {
     struct b1_peer *p;
+    struct b1_holder h;
     int r = b1_lock_live(base, slot, id, &p);
     if (r) return r;
     int others = p->pinned ? 1 : 0;
     for (int i = 0; i < B1_PEER_PIDS; i++) {
-        if (p->pids[i] == pid)
-            p->pids[i] = 0;
-        else if (p->pids[i] && b1_pid_alive(p->pids[i], p->pid_starts[i]))
+        if (holder_at(p, i, &h) && h.pid != pid)
             others++;
+        else if (h.pid == pid)
+            p->holders[i].pid = 0;
     }
     b1_unlock(p);
     return others;
@@ -282,7 +302,7 @@ static int disconnect_claim(void *base, uint32_t slot, uint64_t id, struct b1_pe
 
 /* Resume every disconnect whose disconnector died (gc); returns how many were finished. */
 uint32_t b1_peer_resume_disconnects(void *base) {
-    uint32_t bump = atomic_load(&HDR(base)->peers_bump), done = 0;
+    uint32_t bump = b1_bounded(&HDR(base)->peers_bump, LIM(base).max_peers), done = 0;
     for (uint32_t s = 1; s < bump; s++) {
         struct b1_peer *p = b1_peer_at_slot(base, s);
         if (!p || __atomic_load_n(&p->state, __ATOMIC_SEQ_CST) != B1_PEER_DISCONNECTING ||
@@ -350,7 +370,7 @@ static void fill_info(struct b1_peer *p, struct b1_peer_info *out) {
     out->received = p->received;
     out->lock_recoveries = p->lock_recoveries;
     out->pinned = p->pinned;
-    for (int i = 0; i < B1_PEER_PIDS; i++) out->pids[i] = p->pids[i];
+    for (int i = 0; i < B1_PEER_PIDS; i++) out->pids[i] = p->holders[i].pid;
 }
 
 int b1_peer_query(void *base, uint32_t slot, uint64_t id, struct b1_peer_info *out) {

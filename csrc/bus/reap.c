@@ -90,17 +90,19 @@ static int reap_queue(void *base, uint32_t slot, struct b1_gc_stats *stats) {
             b1_unlock(p);
             continue;
         }
-        struct b1_msg *m = MSG(base, e->msg);
+        uint32_t unit = e->msg; /* read once: checked, then used */
+        struct b1_msg *m = MSG(base, unit);
         struct b1_shape sh;
-        if (!b1_msg_shape(base, e->msg, e->idx, &sh)) {
+        if (!b1_msg_shape(base, unit, dead[i].idx, &sh)) {
             b1_unlock(p);
             continue;
         }
         int woke = b1_queue_remove_locked(base, p, dead[i].e);
-        if (m->ts) {
+        uint64_t stamped = __atomic_load_n(&m->ts, __ATOMIC_ACQUIRE); /* read once */
+        if (stamped) {
             /* the sender had stamped: finish its commit here, as it would have */
-            if (p->clock < m->ts) p->clock = m->ts;
-            e->ts = m->ts;
+            if (p->clock < stamped) p->clock = stamped;
+            e->ts = stamped;
             woke |= b1_queue_insert_locked(base, p, dead[i].e);
             b1_unlock(p);
             if (stats) stats->blocks_completed++;
@@ -111,7 +113,7 @@ static int reap_queue(void *base, uint32_t slot, struct b1_gc_stats *stats) {
             b1_unlock(p);
             if (type == B1_MSG_DATA) {
                 B1_NOTICES(nt);
-                b1_tx_unregister_handles(base, m, &sh, e->idx, &nt);
+                b1_tx_unregister_handles(base, m, &sh, dead[i].idx, &nt);
                 b1_notices_send(base, &nt);
             }
             b1_entry_free(base, dead[i].e);
@@ -177,29 +179,28 @@ static uint32_t reap_orphans(void *base) {
     return freed;
 }
 
-/* A set of (pid, start) pairs already judged, so each process is read from /proc once per
- * call however many peers name it: open addressing, key pid, start and verdict beside. */
+/* A set of holder records already judged, so each process is looked at once per call
+ * however many peers name it: open addressing, key the whole record, verdict beside. */
 struct judged {
     uint32_t mask;
-    struct { int32_t pid; int alive; uint64_t start; } *v;
+    struct { struct b1_holder h; int alive; } *v;
 };
 
-static int judge(struct judged *j, int32_t pid, uint64_t start) {
-    uint32_t i = ((uint32_t)pid * 2654435761u) & j->mask;
+static int judge(struct judged *j, const struct b1_holder *h) {
+    uint32_t i = ((uint32_t)h->pid * 2654435761u) & j->mask;
     for (uint32_t k = 0; k <= j->mask; k++, i = (i + 1) & j->mask) {
-        if (j->v[i].pid == pid && j->v[i].start == start) return j->v[i].alive;
-        if (j->v[i].pid == 0) {
-            j->v[i].pid = pid;
-            j->v[i].start = start;
-            return j->v[i].alive = b1_pid_alive(pid, start) ? 2 : 0; /* 2: alive, new */
+        if (!memcmp(&j->v[i].h, h, sizeof *h)) return j->v[i].alive;
+        if (j->v[i].h.pid == 0) {
+            j->v[i].h = *h;
+            return j->v[i].alive = b1_holder_alive(h) ? 2 : 0; /* 2: alive, new */
         }
     }
-    return b1_pid_alive(pid, start); /* full: judged again, never wrong */
+    return b1_holder_alive(h); /* full: judged again, never wrong */
 }
 
 uint32_t b1_holders_epoch(void *base) { return atomic_load(&HDR(base)->holders_epoch); }
 
-int b1_peer_watchlist(void *base, int32_t *pids, uint32_t cap, uint32_t *dead) {
+int b1_peer_watchlist(void *base, struct b1_watched *out, uint32_t cap, uint32_t *dead) {
     uint32_t bump = atomic_load(&HDR(base)->peers_bump), n = 0, gone = 0;
     if (bump > LIM(base).max_peers + 1) bump = LIM(base).max_peers + 1;
     struct judged j = {0, NULL};
@@ -215,20 +216,19 @@ int b1_peer_watchlist(void *base, int32_t *pids, uint32_t cap, uint32_t *dead) {
             continue;
         }
         if (state != B1_PEER_ACTIVE || b1_lock(base, p)) continue;
-        int32_t mine[B1_PEER_PIDS];
-        uint64_t starts[B1_PEER_PIDS];
+        struct b1_holder mine[B1_PEER_PIDS];
         int pinned = p->pinned, active = p->state == B1_PEER_ACTIVE;
-        memcpy(mine, p->pids, sizeof mine);
-        memcpy(starts, p->pid_starts, sizeof starts);
+        memcpy(mine, p->holders, sizeof mine); /* read once */
         b1_unlock(p);
         if (!active || pinned) continue;
         int used = 0, alive = 0;
         for (int i = 0; i < B1_PEER_PIDS; i++) {
-            if (!mine[i]) continue;
+            if (!mine[i].pid) continue;
             used = 1;
-            int verdict = judge(&j, mine[i], starts[i]);
+            int verdict = judge(&j, &mine[i]);
             alive |= verdict != 0;
-            if (verdict == 2 && n < cap) pids[n++] = mine[i]; /* alive, listed once */
+            if (verdict == 2 && n < cap) /* alive, listed once */
+                out[n++] = (struct b1_watched){mine[i].pid, mine[i].marker_fd, mine[i].marker_ino};
         }
         gone += used && !alive;
     }
@@ -240,7 +240,7 @@ int b1_peer_watchlist(void *base, int32_t *pids, uint32_t cap, uint32_t *dead) {
 int b1_gc(void *base, struct b1_gc_stats *out) {
     struct b1_header *h = HDR(base);
     struct b1_gc_stats stats = {0};
-    uint32_t bump = atomic_load(&h->peers_bump);
+    uint32_t bump = b1_bounded(&h->peers_bump, LIM(base).max_peers);
     /* the dead's transactions first: a rolled-back message must not make its receivers
      * holders of the nodes it carried when the dead peers' nodes are destroyed below */
     for (uint32_t slot = 1; slot < bump; slot++) reap_queue(base, slot, &stats);
@@ -253,11 +253,13 @@ int b1_gc(void *base, struct b1_gc_stats *out) {
         if (!p || b1_lock(base, p)) continue;
         int active = p->state == B1_PEER_ACTIVE, used = 0, alive = p->pinned;
         uint64_t id = p->id;
-        for (int i = 0; i < B1_PEER_PIDS; i++)
-            if (p->pids[i]) {
+        for (int i = 0; i < B1_PEER_PIDS; i++) {
+            struct b1_holder h = p->holders[i]; /* read once */
+            if (h.pid) {
                 used = 1;
-                alive |= b1_pid_alive(p->pids[i], p->pid_starts[i]);
+                alive |= b1_holder_alive(&h);
             }
+        }
         b1_unlock(p);
         if (active && used && !alive) {
             if (b1_peer_disconnect(base, slot, id) == 0) stats.peers_reaped++;

@@ -70,8 +70,10 @@ static int others_alive(void *base) {
         struct b1_peer *p = PEER(base, s);
         if (!__atomic_load_n(&p->lock_initialised, __ATOMIC_ACQUIRE) || p->state == B1_PEER_FREE) continue;
         if (p->pinned && p->state == B1_PEER_ACTIVE) return 1;
-        for (int i = 0; i < B1_PEER_PIDS; i++)
-            if (p->pids[i] && p->pids[i] != b1_pid() && b1_pid_alive(p->pids[i], p->pid_starts[i])) return 1;
+        for (int i = 0; i < B1_PEER_PIDS; i++) {
+            struct b1_holder h = p->holders[i]; /* read once */
+            if (h.pid && h.pid != b1_pid() && b1_holder_alive(&h)) return 1;
+        }
     }
     return 0;
 }
@@ -90,11 +92,12 @@ static int recount_pending(void *base) {
         struct b1_shape sh;
         if (e->type == B1_ENTRY_FREE || !e->msg || (e->type & 0xff) != B1_MSG_DATA) continue;
         int saved = b1_bad;
-        if (!b1_msg_shape(base, e->msg, e->idx, &sh)) {
+        uint32_t unit = e->msg, idx = e->idx; /* read once: checked, then used */
+        if (!b1_msg_shape(base, unit, idx, &sh)) {
             b1_bad = saved;
             continue;
         }
-        uint64_t *ids = shape_ids(MSG(base, e->msg), &sh, e->idx);
+        uint64_t *ids = shape_ids(MSG(base, unit), &sh, idx);
         for (uint32_t k = 0; k < sh.n_handles; k++) {
             uint32_t hi = ids[k] == B1_HANDLE_INVALID ? 0 : b1_handle_index(base, ids[k]);
             if (hi && hi < handles) found[hi]++;
@@ -148,11 +151,13 @@ static int recount_peer_uses(void *base) {
     }
     for (uint32_t i = 1; i < handles; i++) {
         struct b1_handle *hd = HANDLE(base, i);
-        if ((hd->refs || hd->pending) && hd->peer_slot < peers) n_handles[hd->peer_slot]++;
+        uint32_t owner = hd->peer_slot; /* read once: checked, then the index */
+        if ((hd->refs || hd->pending) && owner < peers) n_handles[owner]++;
     }
     for (uint32_t i = 1; i < nodes; i++) {
         struct b1_node *nd = NODE(base, i);
-        if (nd->state != B1_NODE_FREE && nd->owner_slot < peers) n_nodes[nd->owner_slot]++;
+        uint32_t owner = nd->owner_slot; /* read once: checked, then the index */
+        if (nd->state != B1_NODE_FREE && owner < peers) n_nodes[owner]++;
     }
     for (uint32_t s = 1; s < peers; s++) {
         struct b1_peer *p = PEER(base, s);
@@ -177,6 +182,7 @@ int b1_gc_sole(void *base, struct b1_gc_stats *out) {
     const struct b1_limits *l = &LIM(base);
     uint32_t entries = b1_bounded(&h->entries_bump, l->max_entries);
     uint64_t units = l->pool_size >> B1_POOL_MIN_SHIFT, end = atomic_load(&h->pool_bump);
+    if (end > l->pool_size) end = l->pool_size; /* read once, bounded */
     uint32_t *named = calloc(units + 1, sizeof *named);
     if (!named) return -ENOMEM;
     int64_t used_entries = 0, used_pool = 0;
@@ -190,7 +196,8 @@ int b1_gc_sole(void *base, struct b1_gc_stats *out) {
             continue;
         }
         used_entries++;
-        if (e->msg && e->msg <= units) named[e->msg]++;
+        uint32_t unit = e->msg; /* read once: checked, then the index */
+        if (unit && unit <= units) named[unit]++;
     }
     /* the pool, record by record: references recounted, the unnamed given back */
     for (uint32_t c = 0; c < B1_POOL_CLASSES; c++) atomic_store(&h->pool_free[c].head, 0);
@@ -198,8 +205,8 @@ int b1_gc_sole(void *base, struct b1_gc_stats *out) {
     while (off < end) {
         uint32_t unit = (uint32_t)(off >> B1_POOL_MIN_SHIFT);
         struct b1_msg *m = MSG(base, unit);
-        uint32_t cls = m->size_class;
-        if (!b1_pool_record_at(base, off, end)) {
+        uint32_t cls = 0;
+        if (!b1_pool_record_at(base, off, end, &cls)) {
             /* a record cut short while it was carved: it spans to the next record (carving
              * is contiguous); given back whole if that is a class's size, else left out */
             uint64_t next = b1_pool_next_record(base, off, end);

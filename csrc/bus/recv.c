@@ -357,8 +357,11 @@ int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice) {
         b1_unlock(p);
         return 0;
     }
-    /* on this peer's list: marked, and linked from its neighbour or the head */
-    int linked = e->ts == B1_TS_HELD && (e->left ? ENTRY(base, e->left)->right == ei : p->held == ei);
+    /* on this peer's list: marked, not claimed (a claimed entry's links hold its owner's
+     * token), and linked from its neighbour or the head; its left link read once */
+    uint32_t left = e->left;
+    int linked = e->ts == B1_TS_HELD && !(e->type & B1_ENTRY_RECEIVING) && left <= LIM(base).max_entries &&
+                 (left ? ENTRY(base, left)->right == ei : p->held == ei);
     struct b1_shape sh;
     if (!linked || b1_bad || !b1_msg_shape(base, e->msg, e->idx, &sh)) {
         b1_unlock(p);
@@ -367,7 +370,7 @@ int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice) {
     /* claimed before it is unlinked, in one hold: a slice was delivered, so a holder killed
      * in between must leave it to gc (claimed), never to the held list a takeover rebuilds
      * -- or, were it unclaimed, to the queue, which would deliver it again */
-    uint32_t left = e->left, right = e->right;
+    uint32_t right = e->right;
     b1_entry_claim(e);
     if (left)
         ENTRY(base, left)->right = right;
