@@ -150,7 +150,7 @@ def test_scribbled_tables_fail_cleanly_and_never_crash(make_bus):
 # Runs while the test scribbles: every read-only and admin call, in a loop, for argv[4] s.
 READER = CALLS + r"""
 import time
-from bus1py import admin
+from bus1py.cli import admin
 name, peers, names, seconds = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), float(sys.argv[4])
 only_names = sys.argv[5] == "names"
 bus = bus1py.Bus.attach(name)

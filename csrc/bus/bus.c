@@ -19,6 +19,8 @@
 #include "alloc.h"
 #include "names.h"
 #include "proc.h"
+#include "queue.h"
+#include "slot.h"
 #include "view.h"
 
 uint64_t b1_segment_size(const struct b1_limits *l) {
@@ -107,19 +109,23 @@ int b1_bus_info(void *base, struct b1_bus_info *out) {
 int b1_bus_reclaim(void *base) {
     struct b1_header *h = HDR(base);
     if (b1_pid_alive(h->creator_pid, h->creator_start)) return -EBUSY;
-    uint32_t bump = atomic_load(&h->peers_bump);
-    if (bump > LIM(base).max_peers + 1) bump = LIM(base).max_peers + 1;
+    uint32_t bump = b1_bounded(&h->peers_bump, LIM(base).max_peers);
     for (uint32_t slot = 1; slot < bump; slot++) {
-        struct b1_peer *p = PEER(base, slot);
-        uint32_t state = __atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
-        if (state != B1_PEER_ACTIVE && state != B1_PEER_DISCONNECTING) continue;
-        if (__atomic_load_n(&p->pinned, __ATOMIC_RELAXED)) return -EBUSY;
-        uint64_t d = atomic_load(&p->disconnector);
-        if (state == B1_PEER_DISCONNECTING && d && b1_owner_alive(d)) return -EBUSY;
-        for (int i = 0; i < B1_PEER_PIDS; i++) {
-            int32_t pid = __atomic_load_n(&p->pids[i], __ATOMIC_RELAXED);
-            if (pid && b1_pid_alive(pid, __atomic_load_n(&p->pid_starts[i], __ATOMIC_RELAXED))) return -EBUSY;
+        struct b1_peer *p = b1_peer_at_slot(base, slot);
+        if (!p) continue;
+        if (b1_lock(base, p)) return -EBUSY; /* its holders unread: not known dead */
+        uint32_t state = p->state;
+        int busy = 0;
+        if (state == B1_PEER_ACTIVE || state == B1_PEER_DISCONNECTING) {
+            uint64_t d = atomic_load(&p->disconnector);
+            busy = p->pinned || (state == B1_PEER_DISCONNECTING && d && b1_owner_alive(d));
+            for (int i = 0; i < B1_PEER_PIDS && !busy; i++) {
+                struct b1_holder hd = p->holders[i]; /* read once, under the lock that writes it */
+                busy = hd.pid && b1_holder_alive(&hd);
+            }
         }
+        b1_unlock(p);
+        if (busy) return -EBUSY;
     }
     uint64_t seen = atomic_load(&h->reclaimer), me = b1_self();
     if (seen == me) return 0;
