@@ -94,6 +94,9 @@ def send_error(peer, r, destinations, length, n, nh):
                             f"messages, bytes, handles or descriptors (quota_fds={limits.quota_fds})")
     if code == errno.EHOSTUNREACH:
         return bus_error(r, f"every destination in {destinations!r} is destroyed")
+    if code == errno.ENOLINK:
+        return bus_error(r, f"a receiver among {destinations!r} has no descriptor store (none of its "
+                            "holders could set one up: it is retried at their next call); nothing sent")
     if code == errno.EINVAL and n == 0:
         return bus_error(r, "no destinations")
     return bus_error(r, f"peer {peer._id} sending to {destinations!r}")

@@ -11,32 +11,49 @@ Invariants:
     descriptor (EBADF).  `named(fds)` names them to the C helper for the calls made inside
     it and names none again when it ends, however it ends: no later send of the thread
     carries them by mistake.
-  - A peer's store is its record's number of AF_UNIX datagram sockets, each bound at the
-    abstract address the record names for it: bound by the process that creates the
-    peer, inherited by a fork, taken from a live holder (pidfd_getfd) by a process that
-    joins otherwise, or bound afresh when no process holds them any more.  A process has
-    at most one store per peer (`_stores`), all its sockets or none, registered with the
-    C helper; one without it cannot receive a message that carries descriptors (EPERM),
-    so none is ever delivered without them.
+  - A peer's store is its record's number of AF_UNIX datagram sockets bound at filesystem
+    paths in its own directory, B1_FDS_DIR + its nonce.  The directory has the segment's
+    owner (or this process's uid), the segment's group, and rwx for exactly the classes
+    that may map the segment (0700 for a 0600 bus); one found otherwise, or a symbolic
+    link, is refused with an error naming it and nothing bound.  So the kernel lets no
+    other user send to, bind in or find a store.  Each socket has SO_PASSCRED from before
+    its bind: every datagram carries its sender's credentials, checked at the take
+    against the ones registered here (the segment's owner and group, root).
+  - The sockets are bound by the process that creates the peer; a process that joins
+    otherwise (spawn, a fork child at its first use) binds them afresh when no live
+    process holds them (stale paths unlinked), or takes a live holder's (pidfd_getfd); all
+    under an flock of the directory, so two joiners never both bind.  A process has at
+    most one store per peer (`_stores`), all its sockets or none, registered with the C
+    helper.  A process that cannot set the store up gets the error (EMFILE, EPERM)
+    from the call that needed it and tries again at its next: a receive that meets a
+    message with descriptors retries first; a sender to a store nobody bound gets
+    ENOLINK and sends nothing.
+  - A fork child holds no store (closed at the fork): only processes that use the peer do.
   - Received descriptors (`Message.fds`) are the receiver's to close: nothing here does.
-  - Disconnecting a peer closes this process's store; once no holder has it open the
-    kernel closes every descriptor still queued in it (a disconnected receiver drops them).
+  - A store of a peer no longer connected is emptied (every datagram popped, its
+    descriptors closed) and closed by each holder: at `Peer.disconnect`, and within a
+    watcher's rescan of the holders epoch (watch.py calls `prune`), which the disconnect
+    moves; the disconnect unlinks its paths and directory (csrc/bus/peer.c).
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import errno
+import fcntl
 import os
 import socket
+import stat
 
 from ._lib import ffi, lib
 from .errors import bus_error
 
 MAX_FDS: int = lib.B1_MAX_FDS
-_stores = {}  # (bus name, peer id) -> (slot, this process's sockets of the peer's store)
+_stores = {}  # (bus name, peer id) -> (slot, this process's sockets of the peer's store, their paths)
+_missing = {}  # (bus name, peer id) -> the peer, for stores this process failed to set up
 _SYS_PIDFD_GETFD = 438  # the same number on every architecture (the generic syscall table)
 _ACTIVE = 1  # b1_peer_info.state of a connected peer (B1_PEER_ACTIVE, csrc/bus/layout.h)
+_ANYONE = -2  # b1_fds_register's gid for a bus every user may map: any sender's credentials
 
 
 def check(fds) -> list:
@@ -73,68 +90,184 @@ def named(fds):
         lib.b1_send_fds(ffi.NULL, 0)
 
 
-def _addresses(peer) -> list:
-    """The abstract names of the sockets of `peer`'s store, in order."""
-    out, names = ffi.new("char[]", 108), []
+def _paths(peer) -> list:
+    """The filesystem paths of the sockets of `peer`'s store, in order."""
+    out, paths = ffi.new("char[]", 108), []
     while True:
-        n = lib.b1_fds_address(peer._bus.base(), peer._slot, peer._id, len(names), out, 108)
+        n = lib.b1_fds_address(peer._bus.base(), peer._slot, peer._id, len(paths), out, 108)
         if n == -errno.ERANGE:
-            return names
+            return paths
         if n < 0:
             raise bus_error(n, f"the descriptor store of peer {peer._id}")
-        names.append(ffi.buffer(out, n)[:])
+        paths.append(os.fsdecode(ffi.buffer(out, n)[:]))
+
+
+def _classes(mode: int) -> tuple:
+    """(directory mode, socket mode) for a segment of permission bits `mode`: rwx (rw on a
+    socket) for each class that may open the segment read-write, nothing for the others."""
+    dmode, smode = 0o700, 0o600
+    if mode & 0o060 == 0o060:
+        dmode, smode = dmode | 0o070, smode | 0o060
+    if mode & 0o006 == 0o006:
+        dmode, smode = dmode | 0o007, smode | 0o006
+    return dmode, smode
+
+
+def _open_dir(path: str, owner: tuple) -> int:
+    """An fd of the store's directory, made when missing, checked: a directory (no
+    symbolic link), of the segment's owner or this uid, the segment's group, mode exact."""
+    uid, gid, mode = owner
+    dmode = _classes(mode)[0]
+    try:
+        os.mkdir(path, 0o700)
+        if dmode & 0o077:
+            os.chown(path, -1, gid)
+            os.chmod(path, dmode)
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise PermissionError(e.errno, f"descriptor store directory {path!r}: {e.strerror} "
+                                       "(not a directory of this bus's users)") from None
+    st = os.fstat(fd)
+    wrong = None
+    if st.st_uid not in (uid, os.geteuid()):
+        wrong = f"owned by uid {st.st_uid}"
+    elif stat.S_IMODE(st.st_mode) != dmode:
+        wrong = f"of mode {stat.S_IMODE(st.st_mode):#05o}, not {dmode:#05o}"
+    elif dmode & 0o070 and st.st_gid != gid:
+        wrong = f"of group {st.st_gid}, not the bus's {gid}"
+    if wrong:
+        os.close(fd)
+        raise PermissionError(errno.EPERM, f"descriptor store directory {path!r} is {wrong}: refused")
+    return fd
+
+
+def _live(path: str) -> bool:
+    """Some process holds the socket bound at `path` (a stale path refuses a connection)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        probe.connect(path)
+        return True
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    finally:
+        probe.close()
+
+
+def _bind(paths: list, smode: int):
+    """Sockets bound at every one of `paths` (stale ones unlinked first), or None when a live
+    process holds any of them."""
+    if any(_live(path) for path in paths):
+        return None
+    socks = []
+    try:
+        for path in paths:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # before any datagram can come
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            sock.bind(path)
+            os.chmod(path, smode)
+    except OSError:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
 
 
 def _register(peer, socks) -> None:
+    uid, gid, mode = peer._bus._owner
+    if mode & 0o006 == 0o006:
+        gid = _ANYONE
+    elif mode & 0o060 != 0o060:
+        gid = -1
     fds = [s.fileno() for s in socks]
-    r = lib.b1_fds_register(peer._bus.base(), peer._slot, peer._id, ffi.new("int32_t[]", fds), len(fds))
+    r = lib.b1_fds_register(peer._bus.base(), peer._slot, peer._id, ffi.new("int32_t[]", fds), len(fds), uid, gid)
     if r:
         for s in socks:
             s.close()
         raise bus_error(r, f"registering the descriptor store of peer {peer._id}")
-    _stores[(peer._bus.name, peer._id)] = (peer._slot, socks)
+    _stores[(peer._bus.name, peer._id)] = (peer._slot, socks, [s.getsockname() for s in socks])
 
 
 def ensure(peer) -> None:
-    """This process holds `peer`'s store, if any process can give it one: kept, bound
-    afresh, or taken from a live holder."""
-    if (peer._bus.name, peer._id) in _stores:
+    """This process holds `peer`'s store: kept, bound afresh, or taken from a live holder;
+    else the error that says why not (nothing held then: `retry` and the next receive that
+    needs it try again)."""
+    key = (peer._bus.name, peer._id)
+    if key in _stores:
         return
-    names, socks = _addresses(peer), []
+    _missing[key] = peer
+    paths = _paths(peer)
     try:
-        for name in names:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            socks.append(sock)
-            sock.bind(b"\0" + name)
+        dfd = _open_dir(os.path.dirname(paths[0]), peer._bus._owner)
     except OSError as e:
-        for sock in socks:
-            sock.close()
-        if e.errno != errno.EADDRINUSE:
-            raise
-        socks = _take(peer, names)
+        raise _setup_error(peer, e) from None
+    try:
+        fcntl.flock(dfd, fcntl.LOCK_EX)  # one binder at a time (threads too); closing the fd lets go
+        if key in _stores:
+            return  # another thread of this process set it up meanwhile
+        try:
+            socks = _bind(paths, _classes(peer._bus._owner[2])[1])
+            if socks is None:
+                socks = _take(peer, paths)
+        except OSError as e:
+            raise _setup_error(peer, e) from None
         if socks is None:
-            return  # receiving a message with descriptors raises EPERM
-    _register(peer, socks)
+            raise bus_error(errno.EPERM, f"the descriptor store of peer {peer._id} is held by processes "
+                                         f"{list(peer.query().pids)} that this one may not take it from "
+                                         "(pidfd_getfd needs the right to ptrace them)")
+        _register(peer, socks)
+    finally:
+        os.close(dfd)
+        if key in _stores:
+            _missing.pop(key, None)
 
 
-def _take(peer, names: list):
-    """Copies of the sockets a live holder of `peer` has bound at `names` (pidfd_getfd,
+def _setup_error(peer, e: OSError) -> OSError:
+    if e.errno in (errno.EMFILE, errno.ENFILE):
+        return OSError(e.errno, f"peer {peer._id} cannot set up its descriptor store: out of file "
+                                "descriptors; close some and call again (the message stays queued)")
+    return OSError(e.errno, f"peer {peer._id} cannot set up its descriptor store: {e}")
+
+
+def retry(name) -> None:
+    """Set up again the stores of bus `name` this process failed to set up (the watcher
+    calls it at each rescan); errors stay for the receive that needs the store to raise."""
+    for key, peer in list(_missing.items()):
+        if key[0] == name:
+            try:
+                ensure(peer)
+            except OSError as e:
+                if e.errno in (errno.ESHUTDOWN, errno.EINVAL):
+                    _missing.pop(key, None)  # gone: nothing to set up
+
+
+def _take(peer, paths: list):
+    """Copies of the sockets a live holder of `peer` has bound at `paths` (pidfd_getfd,
     which needs the right to ptrace it), or None unless every one was found."""
     inodes = {}
-    wanted = {"@" + name.decode(): k for k, name in enumerate(names)}
+    wanted = {path: k for k, path in enumerate(paths)}
     with open("/proc/net/unix") as f:
         for line in f:
             parts = line.split()
             if len(parts) >= 8 and parts[7] in wanted:
                 inodes[f"socket:[{parts[6]}]"] = wanted[parts[7]]
-    if len(inodes) != len(names):
+    if len(set(inodes.values())) != len(paths):
         return None
     libc = ctypes.CDLL(None, use_errno=True)
     for pid in peer.query().pids:
+        if pid == os.getpid():
+            continue
         got = {}
         try:
             pidfd = os.pidfd_open(pid)
-        except OSError:
+        except OSError as e:
+            if e.errno in (errno.EMFILE, errno.ENFILE):
+                raise
             continue
         try:
             for fd in os.listdir(f"/proc/{pid}/fd"):
@@ -148,35 +281,77 @@ def _take(peer, names: list):
                 if new >= 0:
                     os.set_inheritable(new, False)
                     got[k] = socket.socket(fileno=new)
-        except OSError:
-            pass
+                elif ctypes.get_errno() in (errno.EMFILE, errno.ENFILE):
+                    for sock in got.values():
+                        sock.close()
+                    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        except FileNotFoundError:
+            pass  # it exited meanwhile
         finally:
             os.close(pidfd)
-        if len(got) == len(names):
-            return [got[k] for k in range(len(names))]
+        if len(got) == len(paths):
+            return [got[k] for k in range(len(paths))]
         for sock in got.values():
             sock.close()
     return None
 
 
 def forget(peer) -> None:
-    """This process lets go of `peer`'s store (the peer was disconnected)."""
-    _close(peer._bus._base, (peer._bus.name, peer._id))
+    """This process lets go of `peer`'s store, emptied (the peer was disconnected)."""
+    _close(peer._bus._base, (peer._bus.name, peer._id), drain=True)
 
 
 def forget_bus(bus) -> None:
-    """This process lets go of every store of `bus` (it is being closed here)."""
-    for key in [k for k in _stores if k[0] == bus.name]:
-        _close(bus._base, key)
+    """This process lets go of every store of `bus` (it is being closed here; the peers may
+    live on in other processes, so nothing is emptied).  A store no other live process is
+    recorded to hold loses its paths too: a later holder binds it afresh."""
+    out = ffi.new("struct b1_peer_info *")
+    for key in [k for k in list(_stores) + list(_missing) if k[0] == bus.name]:
+        slot, _, paths = _stores.get(key, (0, (), ()))
+        alone = paths and (lib.b1_peer_query(bus._base, slot, key[1], out) or
+                           not any(_alive(pid) for pid in out.pids if pid and pid != os.getpid()))
+        _close(bus._base, key, drain=False)
+        if alone:
+            _unlink(paths)
 
 
-def _close(base, key) -> None:
-    slot, socks = _stores.pop(key, (0, ()))
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
+def _unlink(paths) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.dirname(paths[0]))
+
+
+def _close(base, key, drain: bool) -> None:
+    _missing.pop(key, None)
+    slot, socks, _ = _stores.pop(key, (0, (), ()))
     if socks:
         if base is not None:
-            lib.b1_fds_register(base, slot, key[1], ffi.NULL, 0)
+            lib.b1_fds_register(base, slot, key[1], ffi.NULL, 0, 0, -1)
+        if drain:
+            lib.b1_fds_drain(ffi.new("int32_t[]", [s.fileno() for s in socks]), len(socks))
         for sock in socks:
             sock.close()
+
+
+def prune(name, base) -> None:
+    """The stores this process holds of bus `name`'s peers no longer connected: emptied and
+    closed (the watcher calls it at each rescan, tidy after a gc)."""
+    out = ffi.new("struct b1_peer_info *")
+    for key, (slot, _, _) in list(_stores.items()):
+        if key[0] == name and (lib.b1_peer_query(base, slot, key[1], out) or out.state != _ACTIVE):
+            _close(base, key, drain=True)
 
 
 def tidy(name, base, stats) -> None:
@@ -186,13 +361,9 @@ def tidy(name, base, stats) -> None:
     watcher (watch.py) both call it."""
     if not (stats.peers_reaped or stats.blocks_completed or stats.blocks_removed):
         return
-    out = ffi.new("struct b1_peer_info *")
-    for key, (slot, _) in list(_stores.items()):
-        if key[0] != name:
-            continue
-        if lib.b1_peer_query(base, slot, key[1], out) or out.state != _ACTIVE:
-            _close(base, key)
-        else:
+    prune(name, base)
+    for key, (slot, _, _) in list(_stores.items()):
+        if key[0] == name:
             lib.b1_fds_sweep(base, slot, key[1])
 
 
@@ -200,3 +371,15 @@ def sweep(peer) -> None:
     """Close the descriptors at the heads of the store whose messages are no longer queued (a reset
     dropped them)."""
     lib.b1_fds_sweep(peer._bus.base(), peer._slot, peer._id)
+
+
+def _after_fork_in_child() -> None:
+    # the parent's stores: a child that uses a peer takes its store again (ensure)
+    for _, socks, _ in _stores.values():
+        for sock in socks:
+            sock.close()
+    _stores.clear()
+    _missing.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
