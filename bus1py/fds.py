@@ -44,13 +44,23 @@ import fcntl
 import os
 import socket
 import stat
+import threading
+from typing import NamedTuple
 
 from ._lib import ffi, lib
 from .errors import bus_error
 
 MAX_FDS: int = lib.B1_MAX_FDS
-_stores = {}  # (bus name, peer id) -> (slot, this process's sockets of the peer's store, their paths)
+_stores = {}  # (bus name, peer id) -> Store: this process's sockets of the peer's store
 _missing = {}  # (bus name, peer id) -> the peer, for stores this process failed to set up
+_lock = threading.RLock()  # around every change of _stores and each look at all of it (the watcher's too)
+
+
+class Store(NamedTuple):
+    slot: int
+    socks: list
+    paths: list
+    bus: object  # the Bus object its peer was used through: Bus.close of it lets go
 _SYS_PIDFD_GETFD = 438  # the same number on every architecture (the generic syscall table)
 _ACTIVE = 1  # b1_peer_info.state of a connected peer (B1_PEER_ACTIVE, csrc/bus/layout.h)
 _ANYONE = -2  # b1_fds_register's gid for a bus every user may map: any sender's credentials
@@ -190,7 +200,8 @@ def _register(peer, socks) -> None:
         for s in socks:
             s.close()
         raise bus_error(r, f"registering the descriptor store of peer {peer._id}")
-    _stores[(peer._bus.name, peer._id)] = (peer._slot, socks, [s.getsockname() for s in socks])
+    with _lock:
+        _stores[(peer._bus.name, peer._id)] = Store(peer._slot, socks, [s.getsockname() for s in socks], peer._bus)
 
 
 def ensure(peer) -> None:
@@ -200,7 +211,8 @@ def ensure(peer) -> None:
     key = (peer._bus.name, peer._id)
     if key in _stores:
         return
-    _missing[key] = peer
+    with _lock:
+        _missing[key] = peer
     paths = _paths(peer)
     try:
         dfd = _open_dir(os.path.dirname(paths[0]), peer._bus._owner)
@@ -223,8 +235,9 @@ def ensure(peer) -> None:
         _register(peer, socks)
     finally:
         os.close(dfd)
-        if key in _stores:
-            _missing.pop(key, None)
+        with _lock:
+            if key in _stores:
+                _missing.pop(key, None)
 
 
 def _setup_error(peer, e: OSError) -> OSError:
@@ -234,15 +247,22 @@ def _setup_error(peer, e: OSError) -> OSError:
     return OSError(e.errno, f"peer {peer._id} cannot set up its descriptor store: {e}")
 
 
+def missing(peer) -> bool:
+    """This process failed to set up `peer`'s store and tries again."""
+    return (peer._bus.name, peer._id) in _missing
+
+
 def retry(name) -> None:
     """Set up again the stores of bus `name` this process failed to set up (the watcher
     calls it at each rescan); errors stay for the receive that needs the store to raise."""
-    for key, peer in list(_missing.items()):
-        if key[0] == name:
-            try:
-                ensure(peer)
-            except OSError as e:
-                if e.errno in (errno.ESHUTDOWN, errno.EINVAL):
+    with _lock:
+        mine = [(key, peer) for key, peer in _missing.items() if key[0] == name]
+    for key, peer in mine:
+        try:
+            ensure(peer)
+        except OSError as e:
+            if e.errno in (errno.ESHUTDOWN, errno.EINVAL):
+                with _lock:
                     _missing.pop(key, None)  # gone: nothing to set up
 
 
@@ -306,13 +326,16 @@ def forget_bus(bus) -> None:
     live on in other processes, so nothing is emptied).  A store no other live process is
     recorded to hold loses its paths too: a later holder binds it afresh."""
     out = ffi.new("struct b1_peer_info *")
-    for key in [k for k in list(_stores) + list(_missing) if k[0] == bus.name]:
-        slot, _, paths = _stores.get(key, (0, (), ()))
-        alone = paths and (lib.b1_peer_query(bus._base, slot, key[1], out) or
-                           not any(_alive(pid) for pid in out.pids if pid and pid != os.getpid()))
+    with _lock:
+        mine = [k for k, st in _stores.items() if st.bus is bus]
+        mine += [k for k, peer in _missing.items() if peer._bus is bus]
+    for key in mine:
+        st = _stores.get(key)
+        alone = st is not None and (lib.b1_peer_query(bus._base, st.slot, key[1], out) or
+                                    not any(_alive(pid) for pid in out.pids if pid and pid != os.getpid()))
         _close(bus._base, key, drain=False)
         if alone:
-            _unlink(paths)
+            _unlink(st.paths)
 
 
 def _alive(pid: int) -> bool:
@@ -334,9 +357,11 @@ def _unlink(paths) -> None:
 
 
 def _close(base, key, drain: bool) -> None:
-    _missing.pop(key, None)
-    slot, socks, _ = _stores.pop(key, (0, (), ()))
-    if socks:
+    with _lock:
+        _missing.pop(key, None)
+        st = _stores.pop(key, None)
+    if st is not None:
+        slot, socks = st.slot, st.socks
         if base is not None:
             lib.b1_fds_register(base, slot, key[1], ffi.NULL, 0, 0, -1)
         if drain:
@@ -349,8 +374,10 @@ def prune(name, base) -> None:
     """The stores this process holds of bus `name`'s peers no longer connected: emptied and
     closed (the watcher calls it at each rescan, tidy after a gc)."""
     out = ffi.new("struct b1_peer_info *")
-    for key, (slot, _, _) in list(_stores.items()):
-        if key[0] == name and (lib.b1_peer_query(base, slot, key[1], out) or out.state != _ACTIVE):
+    with _lock:
+        mine = [(key, st.slot) for key, st in _stores.items() if key[0] == name]
+    for key, slot in mine:
+        if (lib.b1_peer_query(base, slot, key[1], out) or out.state != _ACTIVE):
             _close(base, key, drain=True)
 
 
@@ -362,9 +389,10 @@ def tidy(name, base, stats) -> None:
     if not (stats.peers_reaped or stats.blocks_completed or stats.blocks_removed):
         return
     prune(name, base)
-    for key, (slot, _, _) in list(_stores.items()):
-        if key[0] == name:
-            lib.b1_fds_sweep(base, slot, key[1])
+    with _lock:
+        mine = [(key, st.slot) for key, st in _stores.items() if key[0] == name]
+    for key, slot in mine:
+        lib.b1_fds_sweep(base, slot, key[1])
 
 
 def sweep(peer) -> None:
@@ -375,8 +403,8 @@ def sweep(peer) -> None:
 
 def _after_fork_in_child() -> None:
     # the parent's stores: a child that uses a peer takes its store again (ensure)
-    for _, socks, _ in _stores.values():
-        for sock in socks:
+    for st in _stores.values():
+        for sock in st.socks:
             sock.close()
     _stores.clear()
     _missing.clear()

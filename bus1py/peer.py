@@ -118,7 +118,9 @@ class Peer(_messages.PeerCore):
         try:
             _fds.ensure(self)  # its descriptor store (fds.py)
         except OSError:
-            pass  # retried by the watcher, and raised by the receive that needs it (_store_error)
+            # not set up (out of descriptors...): tried again at this peer's next call here
+            # and by the watcher; a receive that needs it raises why (_recv_slow)
+            self._attached = not _fds.missing(self)
         if r == 0:
             holders.held[(self._bus.name, self._slot, self._id)] = self
             holders.register_exit_hook()
