@@ -267,8 +267,9 @@ def retry(name) -> None:
 
 
 def _take(peer, paths: list):
-    """Copies of the sockets a live holder of `peer` has bound at `paths` (pidfd_getfd,
-    which needs the right to ptrace it), or None unless every one was found."""
+    """Copies of the sockets a live holder of `peer` (a recorded one, or this process's
+    parent) has bound at `paths` (pidfd_getfd, which needs the right to ptrace it), or
+    None unless every one was found."""
     inodes = {}
     wanted = {path: k for k, path in enumerate(paths)}
     with open("/proc/net/unix") as f:
@@ -279,8 +280,9 @@ def _take(peer, paths: list):
     if len(set(inodes.values())) != len(paths):
         return None
     libc = ctypes.CDLL(None, use_errno=True)
-    for pid in peer.query().pids:
-        if pid == os.getpid():
+    # its recorded holders, and the parent: a fork child drops the copies it inherited
+    for pid in dict.fromkeys([*peer.query().pids, os.getppid()]):
+        if pid in (0, os.getpid()):
             continue
         got = {}
         try:
@@ -319,6 +321,12 @@ def _take(peer, paths: list):
 def forget(peer) -> None:
     """This process lets go of `peer`'s store, emptied (the peer was disconnected)."""
     _close(peer._bus._base, (peer._bus.name, peer._id), drain=True)
+
+
+def release(peer) -> None:
+    """This process lets go of `peer`'s store, which lives on in the other processes that
+    hold it (it stopped holding the peer; nothing is emptied)."""
+    _close(peer._bus._base, (peer._bus.name, peer._id), drain=False)
 
 
 def forget_bus(bus) -> None:
