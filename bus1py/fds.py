@@ -323,12 +323,6 @@ def forget(peer) -> None:
     _close(peer._bus._base, (peer._bus.name, peer._id), drain=True)
 
 
-def release(peer) -> None:
-    """This process lets go of `peer`'s store, which lives on in the other processes that
-    hold it (it stopped holding the peer; nothing is emptied)."""
-    _close(peer._bus._base, (peer._bus.name, peer._id), drain=False)
-
-
 def forget_bus(bus) -> None:
     """This process lets go of every store of `bus` (it is being closed here; the peers may
     live on in other processes, so nothing is emptied).  A store no other live process is
