@@ -168,19 +168,27 @@ def _live(path: str) -> bool:
 
 def _bind(paths: list, smode: int):
     """Sockets bound at every one of `paths` (stale ones unlinked first), or None when a live
-    process holds any of them."""
-    if any(_live(path) for path in paths):
-        return None
+    process holds them (under the directory's flock: a holder has all of a store's paths or
+    none, so the first one decides)."""
     socks = []
     try:
         for path in paths:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             socks.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # before any datagram can come
-            with contextlib.suppress(FileNotFoundError):
+            try:
+                sock.bind(path)
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE:
+                    raise
+                if _live(path):
+                    for s in socks:
+                        s.close()
+                    return None
                 os.unlink(path)
-            sock.bind(path)
-            os.chmod(path, smode)
+                sock.bind(path)
+            if smode & 0o066:  # a bus of the group or others: they need write on the file
+                os.chmod(path, smode)  # (for the owner alone the directory is what stands)
     except OSError:
         for sock in socks:
             sock.close()
