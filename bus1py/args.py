@@ -106,6 +106,9 @@ def recv_error(peer, r, timeout):
         return bus_error(r, f"peer {peer._id} has no committed message at its front")
     if r == -errno.ETIMEDOUT:
         return bus_error(r, f"no message for peer {peer._id} within {timeout} s")
+    if r == -errno.ENOLINK:
+        return bus_error(r, f"a message to peer {peer._id} lost its descriptors (its store was closed by "
+                            "its last holder before this receive) and was dropped; receive again for the next")
     if r == -errno.EMFILE:
         return OSError(errno.EMFILE, f"peer {peer._id} is out of file descriptors: close some and receive "
                                      "again; the message stays queued")

@@ -29,7 +29,7 @@ _MEANING = {
     errno.EPROTO: "bus1py segment of another layout version",
     errno.EUCLEAN: "queue structure corrupted",
     errno.EHOSTUNREACH: "destination destroyed",
-    errno.ENOLINK: "receiver's descriptor store not set up",
+    errno.ENOLINK: "descriptor store missing",
 }
 
 

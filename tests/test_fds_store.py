@@ -407,3 +407,26 @@ def test_a_thousand_open_close_cycles_leave_nothing_behind(make_bus, monkeypatch
     assert (threading.active_count(), len(_open_fds()), _mappings(bus.name)) == (threads, fds, maps)
     bus.close()  # its watcher goes too
     assert threading.active_count() == threads - 1 and _mappings(bus.name) == 0
+
+
+def test_a_message_whose_store_was_lost_is_dropped_and_said_so(bus):
+    """The store closes with messages' descriptors in it while the receiver stays connected
+    (its last holder let go of it): each such message is consumed with ENOLINK, never
+    delivered without its descriptors, and the queue goes on."""
+    r, s, _, h = _pair(bus)
+    rd, wr = os.pipe()
+    s.send([h], b"one", fds=(wr,))
+    s.send([h], b"two", fds=(wr, wr))
+    s.send([h], b"three")
+    os.close(wr)
+    _fds._close(bus.base(), (bus.name, r.id), drain=False)  # the only holder lets go
+    assert _eof(rd)  # the kernel closed what was in it
+    os.close(rd)
+    for _ in range(2):
+        with pytest.raises(OSError) as e:
+            r.recv(timeout=0)  # sets a fresh store up, finds the descriptors gone
+        assert e.value.errno == errno.ENOLINK and "was dropped" in str(e.value)
+    m = r.recv(timeout=0)
+    assert m.payload == b"three" and m.fds == ()
+    assert r.query().n_fds == 0
+    _send_and_take(r, s, h, n=2)  # the fresh store carries the next ones

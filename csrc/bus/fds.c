@@ -42,7 +42,9 @@
  *   - A take installs all of a message's descriptors found, or none: a copy the kernel
  *     cannot install (the receiver out of descriptor numbers: MSG_CTRUNC on one of the
  *     message's datagrams) fails the take with -EMFILE, the copies installed closed.  The
- *     copies are all a take changes, so the message stays queued as it was.
+ *     copies are all a take changes, so the message stays queued as it was.  A message
+ *     whose datagrams are missing (its store closed by its last holder before the take)
+ *     fails it with -ENOLINK, copies closed: recv.c drops it and says so.
  *   - A datagram is removed only from the head of its socket and only when it is invalid
  *     or its message is no longer in the queue (taken, dropped, flushed, never
  *     committed): an orphan.  Every receive that met descriptors (at the end of its hold)
@@ -423,11 +425,10 @@ int b1_fds_take_locked(const struct b1_fds_store *st, const struct b1_entry *e, 
             got += nfds;
         }
     }
-    if (got < n) { /* some are missing (the store was lost with its last holder): the rest, packed */
-        uint32_t k = 0;
-        for (uint32_t i = 0; i < n; i++)
-            if (out[i] >= 0) out[k++] = out[i];
-        got = k;
+    if (got < n) { /* some are missing: the store was lost with its last holder */
+        for (uint32_t j = 0; j < n; j++)
+            if (out[j] >= 0) close(out[j]);
+        return -ENOLINK;
     }
     return (int)got;
 }

@@ -37,10 +37,10 @@ int b1_fds_sender(void);
  * limit), -ENOLINK (a connected receiver's store not bound), -EACCES, -EBADF. */
 int b1_fds_post(void *base, int sock, const struct b1_tx *tx);
 /* Under the receiver's lock, e the data entry about to be taken (still in the queue), n
- * its descriptors: copies of them from the store into out[0..n).  Returns how many were
- * found (packed: only a store lost with its last holder misses any), or -EMFILE when the
- * process has no numbers for them all (none installed then).  Pops nothing: the caller
- * sweeps once the entry is out of the queue. */
+ * its descriptors: copies of them from the store into out[0..n).  Returns n, -EMFILE when
+ * the process has no numbers for them all, or -ENOLINK when some are not in the store (it
+ * was closed by its last holder): none installed then.  Pops nothing: the caller sweeps
+ * once the entry is out of the queue. */
 int b1_fds_take_locked(const struct b1_fds_store *st, const struct b1_entry *e, uint32_t n, int32_t *out);
 /* Under p's lock: pop the invalid datagrams and the orphans at the heads of the store's sockets. */
 void b1_fds_sweep_locked(void *base, struct b1_peer *p, const struct b1_fds_store *st);

@@ -17,6 +17,9 @@
  *     it is delivered, none when it is dropped; its datagrams, orphans from then on, are
  *     popped from the store when they reach a socket's head.  A process without the store
  *     takes no message that carries descriptors (-EPERM), so none is delivered without them.
+ *   - A message whose descriptors are no longer in the store (closed by its last holder
+ *     before the receive) is consumed undelivered, alone in its call, which fails with
+ *     -ENOLINK: never delivered without them, never left to block the queue.
  *   - A message whose descriptors cannot all be installed (the process out of descriptor
  *     numbers) is not taken: it and the messages after it stay queued, unclaimed, and the
  *     call returns those before it, or fails with -EMFILE when it is the first.  The take
@@ -117,10 +120,13 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
                 }
             }
             int deliver = type != B1_MSG_DATA || !b1_data_dropped_locked(base, e);
-            int got = 0;
+            int got = 0, lost = 0;
             if (type == B1_MSG_DATA && t->shape.n_fds && deliver && q->fds) {
                 got = b1_fds_take_locked(&st, &t->key, t->shape.n_fds, q->fds + nfd);
-                if (got < 0) { /* out of descriptors: this message stays, unclaimed */
+                if (got == -ENOLINK && !n) { /* its descriptors are gone: dropped, and said so */
+                    got = deliver = 0;
+                    lost = 1;
+                } else if (got < 0) { /* out of descriptors (or lost, after others): it stays */
                     if (!n) r = got;
                     break;
                 }
@@ -173,6 +179,10 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
             t->type = type;
             if (!t->held) b1_entry_claim(e); /* a slice is its peer's */
             if (type == B1_MSG_DATA && t->shape.n_fds) B1_KILL_POINT(B1_KILL_FDS_TAKEN);
+            if (lost) {
+                r = -ENOLINK;
+                break;
+            }
         }
         if (n_socks > 0) b1_fds_sweep_locked(base, p, &st);
         p->received += delivered;
