@@ -12,7 +12,9 @@ Invariants checked:
     exactly its own descriptors, no copy is left installed, and every such datagram is
     popped with its descriptors closed (a Hypothesis property over junk sequences);
   - a store that cannot be set up (EMFILE at attach) makes a send with descriptors fail
-    with ENOLINK and send nothing; the peer's next call sets it up and delivery works;
+    with ENOLINK and send nothing; the peer's next call sets it up and delivery works; a
+    message whose descriptors were lost with its store is dropped with ENOLINK, alone;
+  - a group bus (0660) stays open to its members: a member of another uid posts;
   - a fork child that does not use the bus holds no store; a store of a peer disconnected
     by another process is closed in this holder within a watcher's rescan; 1,000
     open/close cycles of a bus leave threads, descriptors and mappings as they were.
@@ -430,3 +432,40 @@ def test_a_message_whose_store_was_lost_is_dropped_and_said_so(bus):
     assert m.payload == b"three" and m.fds == ()
     assert r.query().n_fds == 0
     _send_and_take(r, s, h, n=2)  # the fresh store carries the next ones
+
+
+def _group_sender(s, h, wr, gid):
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(NOBODY, NOBODY, NOBODY)
+    s.send([h], b"from the group", fds=(wr,))
+    os._exit(0)
+
+
+@pytest.mark.timeout(60)
+def test_a_group_bus_takes_descriptors_from_a_member_of_another_uid(make_bus):
+    """A 0660 bus: its stores' directories are 0770 of the segment's group, so a member of
+    another uid posts to them, and its credentials (the group) are accepted."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a child as another uid")
+    umask = os.umask(0o007)
+    try:
+        bus = make_bus(mode=0o660, max_peers=4, max_nodes=8, max_handles=32, pool_size=1 << 18, spin_ns=0)
+    finally:
+        os.umask(umask)
+    st = os.stat("/dev/shm" + bus.name)
+    assert st.st_mode & 0o777 == 0o660
+    gid = st.st_gid
+    r, s, _, h = _pair(bus)
+    assert os.stat(os.path.dirname(_store(r)[0].getsockname())).st_mode & 0o777 == 0o770
+    rd, wr = os.pipe()
+    child = FORK.Process(target=_group_sender, args=(s, h, wr, gid))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0
+    os.close(wr)
+    m = r.recv(timeout=1)
+    assert m.payload == b"from the group" and os.fstat(m.fds[0]).st_ino == os.fstat(rd).st_ino
+    os.close(m.fds[0])
+    assert _eof(rd)
+    os.close(rd)
