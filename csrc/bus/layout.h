@@ -137,7 +137,7 @@ struct b1_peer {
     int32_t pids[B1_PEER_PIDS];       /* processes that used the peer (0: none) */
     uint64_t pid_starts[B1_PEER_PIDS]; /* their start times, so a reused pid is told apart */
     uint64_t fd_nonce[2];  /* random, set when the slot gets a peer: names its descriptor
-                              store (fds.c), which only a process that maps the bus can know */
+                              store's directory (fds.c), new for each peer of the slot */
     uint32_t n_fds;        /* descriptors of the data messages queued or staged here, not yet
                               taken (quota_fds; guarded by lock) */
     uint32_t quota_fds;
