@@ -327,8 +327,12 @@ def _take(peer, paths: list):
 
 
 def forget(peer) -> None:
-    """This process lets go of `peer`'s store, emptied (the peer was disconnected)."""
-    _close(peer._bus._base, (peer._bus.name, peer._id), drain=True)
+    """After a disconnect of `peer` here: its store emptied and let go of, unless the peer
+    is still connected (the disconnect failed)."""
+    base, out = peer._bus._base, ffi.new("struct b1_peer_info *")
+    if base is not None and not lib.b1_peer_query(base, peer._slot, peer._id, out) and out.state == _ACTIVE:
+        return
+    _close(base, (peer._bus.name, peer._id), drain=True)
 
 
 def forget_bus(bus) -> None:
@@ -367,6 +371,8 @@ def _unlink(paths) -> None:
 
 
 def _close(base, key, drain: bool) -> None:
+    """Let go of the store of `key`; with `drain` (its peer is gone) emptied first, and its
+    paths unlinked (the disconnect did, unless a bind raced it)."""
     with _lock:
         _missing.pop(key, None)
         st = _stores.pop(key, None)
@@ -376,6 +382,7 @@ def _close(base, key, drain: bool) -> None:
             lib.b1_fds_register(base, slot, key[1], ffi.NULL, 0, 0, -1)
         if drain:
             lib.b1_fds_drain(ffi.new("int32_t[]", [s.fileno() for s in socks]), len(socks))
+            _unlink(st.paths)
         for sock in socks:
             sock.close()
 
