@@ -11,14 +11,11 @@ Invariants:
     descriptor (EBADF).  `named(fds)` names them to the C helper for the calls made inside
     it and names none again when it ends, however it ends: no later send of the thread
     carries them by mistake.
-  - A peer's store is its record's number of AF_UNIX datagram sockets bound at filesystem
-    paths in its own directory, B1_FDS_DIR + its nonce.  The directory has the segment's
-    owner (or this process's uid), the segment's group, and rwx for exactly the classes
-    that may map the segment (0700 for a 0600 bus); one found otherwise, or a symbolic
-    link, is refused with an error naming it and nothing bound.  So the kernel lets no
-    other user send to, bind in or find a store.  Each socket has SO_PASSCRED from before
-    its bind: every datagram carries its sender's credentials, checked at the take
-    against the ones registered here (the segment's owner and group, root).
+  - A peer's store is its record's number of AF_UNIX datagram sockets bound at
+    filesystem paths in a directory only the bus's users may enter, each with
+    SO_PASSCRED from before its bind (fdpaths.py); every datagram's credentials are
+    checked at the take against the ones registered here (the segment's owner, its
+    group for a group bus, anyone for a world bus; root).
   - The sockets are bound by the process that creates the peer; a process that joins
     otherwise (spawn, a fork child at its first use) binds them afresh when no live
     process holds them (stale paths unlinked), or takes a live holder's (pidfd_getfd); all
@@ -38,15 +35,13 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
 import os
-import socket
-import stat
 import threading
 from typing import NamedTuple
 
+from . import fdpaths
 from ._lib import ffi, lib
 from .errors import bus_error
 
@@ -61,7 +56,6 @@ class Store(NamedTuple):
     socks: list
     paths: list
     bus: object  # the Bus object its peer was used through: Bus.close of it lets go
-_SYS_PIDFD_GETFD = 438  # the same number on every architecture (the generic syscall table)
 _ACTIVE = 1  # b1_peer_info.state of a connected peer (B1_PEER_ACTIVE, csrc/bus/layout.h)
 _ANYONE = -2  # b1_fds_register's gid for a bus every user may map: any sender's credentials
 
@@ -100,102 +94,6 @@ def named(fds):
         lib.b1_send_fds(ffi.NULL, 0)
 
 
-def _paths(peer) -> list:
-    """The filesystem paths of the sockets of `peer`'s store, in order."""
-    out, paths = ffi.new("char[]", 108), []
-    while True:
-        n = lib.b1_fds_address(peer._bus.base(), peer._slot, peer._id, len(paths), out, 108)
-        if n == -errno.ERANGE:
-            return paths
-        if n < 0:
-            raise bus_error(n, f"the descriptor store of peer {peer._id}")
-        paths.append(os.fsdecode(ffi.buffer(out, n)[:]))
-
-
-def _classes(mode: int) -> tuple:
-    """(directory mode, socket mode) for a segment of permission bits `mode`: rwx (rw on a
-    socket) for each class that may open the segment read-write, nothing for the others."""
-    dmode, smode = 0o700, 0o600
-    if mode & 0o060 == 0o060:
-        dmode, smode = dmode | 0o070, smode | 0o060
-    if mode & 0o006 == 0o006:
-        dmode, smode = dmode | 0o007, smode | 0o006
-    return dmode, smode
-
-
-def _open_dir(path: str, owner: tuple) -> int:
-    """An fd of the store's directory, made when missing, checked: a directory (no
-    symbolic link), of the segment's owner or this uid, the segment's group, mode exact."""
-    uid, gid, mode = owner
-    dmode = _classes(mode)[0]
-    try:
-        os.mkdir(path, 0o700)
-        if dmode & 0o077:
-            os.chown(path, -1, gid)
-            os.chmod(path, dmode)
-    except FileExistsError:
-        pass
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as e:
-        raise PermissionError(e.errno, f"descriptor store directory {path!r}: {e.strerror} "
-                                       "(not a directory of this bus's users)") from None
-    st = os.fstat(fd)
-    wrong = None
-    if st.st_uid not in (uid, os.geteuid()):
-        wrong = f"owned by uid {st.st_uid}"
-    elif stat.S_IMODE(st.st_mode) != dmode:
-        wrong = f"of mode {stat.S_IMODE(st.st_mode):#05o}, not {dmode:#05o}"
-    elif dmode & 0o070 and st.st_gid != gid:
-        wrong = f"of group {st.st_gid}, not the bus's {gid}"
-    if wrong:
-        os.close(fd)
-        raise PermissionError(errno.EPERM, f"descriptor store directory {path!r} is {wrong}: refused")
-    return fd
-
-
-def _live(path: str) -> bool:
-    """Some process holds the socket bound at `path` (a stale path refuses a connection)."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    try:
-        probe.connect(path)
-        return True
-    except (ConnectionRefusedError, FileNotFoundError):
-        return False
-    finally:
-        probe.close()
-
-
-def _bind(paths: list, smode: int):
-    """Sockets bound at every one of `paths` (stale ones unlinked first), or None when a live
-    process holds them (under the directory's flock: a holder has all of a store's paths or
-    none, so the first one decides)."""
-    socks = []
-    try:
-        for path in paths:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            socks.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # before any datagram can come
-            try:
-                sock.bind(path)
-            except OSError as e:
-                if e.errno != errno.EADDRINUSE:
-                    raise
-                if _live(path):
-                    for s in socks:
-                        s.close()
-                    return None
-                os.unlink(path)
-                sock.bind(path)
-            if smode & 0o066:  # a bus of the group or others: they need write on the file
-                os.chmod(path, smode)  # (for the owner alone the directory is what stands)
-    except OSError:
-        for sock in socks:
-            sock.close()
-        raise
-    return socks
-
-
 def _register(peer, socks) -> None:
     uid, gid, mode = peer._bus._owner
     if mode & 0o006 == 0o006:
@@ -221,9 +119,9 @@ def ensure(peer) -> None:
         return
     with _lock:
         _missing[key] = peer
-    paths = _paths(peer)
+    paths = fdpaths.paths(peer)
     try:
-        dfd = _open_dir(os.path.dirname(paths[0]), peer._bus._owner)
+        dfd = fdpaths.open_dir(os.path.dirname(paths[0]), peer._bus._owner)
     except OSError as e:
         raise _setup_error(peer, e) from None
     try:
@@ -231,9 +129,9 @@ def ensure(peer) -> None:
         if key in _stores:
             return  # another thread of this process set it up meanwhile
         try:
-            socks = _bind(paths, _classes(peer._bus._owner[2])[1])
+            socks = fdpaths.bind(paths, fdpaths.classes(peer._bus._owner[2])[1])
             if socks is None:
-                socks = _take(peer, paths)
+                socks = fdpaths.take(peer, paths)
         except OSError as e:
             raise _setup_error(peer, e) from None
         if socks is None:
@@ -274,58 +172,6 @@ def retry(name) -> None:
                     _missing.pop(key, None)  # gone: nothing to set up
 
 
-def _take(peer, paths: list):
-    """Copies of the sockets a live holder of `peer` (a recorded one, or this process's
-    parent) has bound at `paths` (pidfd_getfd, which needs the right to ptrace it), or
-    None unless every one was found."""
-    inodes = {}
-    wanted = {path: k for k, path in enumerate(paths)}
-    with open("/proc/net/unix") as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 8 and parts[7] in wanted:
-                inodes[f"socket:[{parts[6]}]"] = wanted[parts[7]]
-    if len(set(inodes.values())) != len(paths):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    # its recorded holders, and the parent: a fork child drops the copies it inherited
-    for pid in dict.fromkeys([*peer.query().pids, os.getppid()]):
-        if pid in (0, os.getpid()):
-            continue
-        got = {}
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError as e:
-            if e.errno in (errno.EMFILE, errno.ENFILE):
-                raise
-            continue
-        try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                try:
-                    k = inodes.get(os.readlink(f"/proc/{pid}/fd/{fd}"))
-                except OSError:
-                    continue
-                if k is None or k in got:
-                    continue
-                new = libc.syscall(_SYS_PIDFD_GETFD, pidfd, int(fd), 0)
-                if new >= 0:
-                    os.set_inheritable(new, False)
-                    got[k] = socket.socket(fileno=new)
-                elif ctypes.get_errno() in (errno.EMFILE, errno.ENFILE):
-                    for sock in got.values():
-                        sock.close()
-                    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-        except FileNotFoundError:
-            pass  # it exited meanwhile
-        finally:
-            os.close(pidfd)
-        if len(got) == len(paths):
-            return [got[k] for k in range(len(paths))]
-        for sock in got.values():
-            sock.close()
-    return None
-
-
 def forget(peer) -> None:
     """After a disconnect of `peer` here: its store emptied and let go of, unless the peer
     is still connected (the disconnect failed)."""
@@ -346,28 +192,10 @@ def forget_bus(bus) -> None:
     for key in mine:
         st = _stores.get(key)
         alone = st is not None and (lib.b1_peer_query(bus._base, st.slot, key[1], out) or
-                                    not any(_alive(pid) for pid in out.pids if pid and pid != os.getpid()))
+                                    not any(fdpaths.alive(pid) for pid in out.pids if pid and pid != os.getpid()))
         _close(bus._base, key, drain=False)
         if alone:
-            _unlink(st.paths)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        pass
-    return True
-
-
-def _unlink(paths) -> None:
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-    with contextlib.suppress(OSError):
-        os.rmdir(os.path.dirname(paths[0]))
+            fdpaths.unlink(st.paths)
 
 
 def _close(base, key, drain: bool) -> None:
@@ -382,7 +210,7 @@ def _close(base, key, drain: bool) -> None:
             lib.b1_fds_register(base, slot, key[1], ffi.NULL, 0, 0, -1)
         if drain:
             lib.b1_fds_drain(ffi.new("int32_t[]", [s.fileno() for s in socks]), len(socks))
-            _unlink(st.paths)
+            fdpaths.unlink(st.paths)
         for sock in socks:
             sock.close()
 
