@@ -407,8 +407,15 @@ def test_a_thousand_open_close_cycles_leave_nothing_behind(make_bus, monkeypatch
         other = bus1py.Bus.open(bus.name)
         other.close()
     assert (threading.active_count(), len(_open_fds()), _mappings(bus.name)) == (threads, fds, maps)
-    bus.close()  # its watcher goes too
+    other = bus1py.Bus.open(bus.name)
+    bus.close()  # the watcher maps the closing one: it moves to the other, the mapping goes
+    assert threading.active_count() == threads and _mappings(bus.name) == maps
+    other.close()  # the last one: its watcher goes too
     assert threading.active_count() == threads - 1 and _mappings(bus.name) == 0
+    closed = len(_open_fds())
+    for _ in range(50):  # alone: each open starts a watcher, each close joins it
+        bus1py.Bus.open(bus.name).close()
+    assert (threading.active_count(), len(_open_fds()), _mappings(bus.name)) == (threads - 1, closed, 0)
 
 
 def test_a_message_whose_store_was_lost_is_dropped_and_said_so(bus):
