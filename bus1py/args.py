@@ -94,6 +94,9 @@ def send_error(peer, r, destinations, length, n, nh):
                             f"messages, bytes, handles or descriptors (quota_fds={limits.quota_fds})")
     if code == errno.EHOSTUNREACH:
         return bus_error(r, f"every destination in {destinations!r} is destroyed")
+    if code == errno.ENOLINK:
+        return bus_error(r, f"a receiver among {destinations!r} has no descriptor store (none of its "
+                            "holders could set one up: it is retried at their next call); nothing sent")
     if code == errno.EINVAL and n == 0:
         return bus_error(r, "no destinations")
     return bus_error(r, f"peer {peer._id} sending to {destinations!r}")
@@ -103,6 +106,9 @@ def recv_error(peer, r, timeout):
         return bus_error(r, f"peer {peer._id} has no committed message at its front")
     if r == -errno.ETIMEDOUT:
         return bus_error(r, f"no message for peer {peer._id} within {timeout} s")
+    if r == -errno.ENOLINK:
+        return bus_error(r, f"a message to peer {peer._id} lost its descriptors (its store was closed by "
+                            "its last holder before this receive) and was dropped; receive again for the next")
     if r == -errno.EMFILE:
         return OSError(errno.EMFILE, f"peer {peer._id} is out of file descriptors: close some and receive "
                                      "again; the message stays queued")

@@ -271,6 +271,7 @@ class Bus:
         self._made_here = created  # this mapping created the name: its `with` block unlinks it
         self._pool_view = None  # zero-copy payloads are slices of it (receive.py)
         self._open_args = {}  # what Bus.open checked: unpickled peers open the bus with them
+        self._owner = (os.geteuid(), os.getegid(), 0o600)  # the segment's uid, gid, mode (fds.py)
         info = ffi.new("struct b1_bus_info *")
         lib.b1_bus_info(self._base, info)
         self.limits = Limits(**{f.name: getattr(info.limits, f.name) for f in fields(Limits)})
@@ -334,9 +335,11 @@ class Bus:
             raise FileExistsError(errno.EEXIST, f"a bus named {shm_name!r} already exists: {why}")
         try:
             mm = mmap.mmap(shm.fd, size)
+            st = os.fstat(shm.fd)
         finally:
             shm.close_fd()
         bus = cls(shm_name, mm, created=True)
+        bus._owner = (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
         r = lib.b1_init(bus._base, size, c_limits)
         if r:
             bus.close()
@@ -392,6 +395,7 @@ class Bus:
                                    f"records {recorded}")
             raise bus_error(r, f"{shm_name!r}")
         bus = cls(shm_name, mm, created=False)
+        bus._owner = (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
         bus._open_args = {"mode": mode, "trust_other_owner": trust_other_owner}
         if watch:
             _watch.ensure(bus)

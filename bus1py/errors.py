@@ -29,6 +29,7 @@ _MEANING = {
     errno.EPROTO: "bus1py segment of another layout version",
     errno.EUCLEAN: "queue structure corrupted",
     errno.EHOSTUNREACH: "destination destroyed",
+    errno.ENOLINK: "descriptor store missing",
 }
 
 

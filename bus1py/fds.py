@@ -11,32 +11,53 @@ Invariants:
     descriptor (EBADF).  `named(fds)` names them to the C helper for the calls made inside
     it and names none again when it ends, however it ends: no later send of the thread
     carries them by mistake.
-  - A peer's store is its record's number of AF_UNIX datagram sockets, each bound at the
-    abstract address the record names for it: bound by the process that creates the
-    peer, inherited by a fork, taken from a live holder (pidfd_getfd) by a process that
-    joins otherwise, or bound afresh when no process holds them any more.  A process has
-    at most one store per peer (`_stores`), all its sockets or none, registered with the
-    C helper; one without it cannot receive a message that carries descriptors (EPERM),
-    so none is ever delivered without them.
+  - A peer's store is its record's number of AF_UNIX datagram sockets bound at
+    filesystem paths in a directory only the bus's users may enter, each with
+    SO_PASSCRED from before its bind (fdpaths.py); every datagram's credentials are
+    checked at the take against the ones registered here (the segment's owner, its
+    group for a group bus, anyone for a world bus; root).
+  - The sockets are bound by the process that creates the peer; a process that joins
+    otherwise (spawn, a fork child at its first use) binds them afresh when no live
+    process holds them (stale paths unlinked), or takes a live holder's (pidfd_getfd); all
+    under an flock of the directory, so two joiners never both bind.  A process has at
+    most one store per peer (`_stores`), all its sockets or none, registered with the C
+    helper.  A process that cannot set the store up gets the error (EMFILE, EPERM)
+    from the call that needed it and tries again at its next: a receive that meets a
+    message with descriptors retries first; a sender to a store nobody bound gets
+    ENOLINK and sends nothing.
+  - A fork child holds no store (closed at the fork): only processes that use the peer do.
   - Received descriptors (`Message.fds`) are the receiver's to close: nothing here does.
-  - Disconnecting a peer closes this process's store; once no holder has it open the
-    kernel closes every descriptor still queued in it (a disconnected receiver drops them).
+  - A store of a peer no longer connected is emptied (every datagram popped, its
+    descriptors closed) and closed by each holder: at `Peer.disconnect`, and within a
+    watcher's rescan of the holders epoch (watch.py calls `prune`), which the disconnect
+    moves; the disconnect unlinks its paths and directory (csrc/bus/peer.c).
 """
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
+import fcntl
 import os
-import socket
+import threading
+from typing import NamedTuple
 
+from . import fdpaths
 from ._lib import ffi, lib
 from .errors import bus_error
 
 MAX_FDS: int = lib.B1_MAX_FDS
-_stores = {}  # (bus name, peer id) -> (slot, this process's sockets of the peer's store)
-_SYS_PIDFD_GETFD = 438  # the same number on every architecture (the generic syscall table)
+_stores = {}  # (bus name, peer id) -> Store: this process's sockets of the peer's store
+_missing = {}  # (bus name, peer id) -> the peer, for stores this process failed to set up
+_lock = threading.RLock()  # around every change of _stores and each look at all of it (the watcher's too)
+
+
+class Store(NamedTuple):
+    slot: int
+    socks: list
+    paths: list
+    bus: object  # the Bus object its peer was used through: Bus.close of it lets go
 _ACTIVE = 1  # b1_peer_info.state of a connected peer (B1_PEER_ACTIVE, csrc/bus/layout.h)
+_ANYONE = -2  # b1_fds_register's gid for a bus every user may map: any sender's credentials
 
 
 def check(fds) -> list:
@@ -73,110 +94,136 @@ def named(fds):
         lib.b1_send_fds(ffi.NULL, 0)
 
 
-def _addresses(peer) -> list:
-    """The abstract names of the sockets of `peer`'s store, in order."""
-    out, names = ffi.new("char[]", 108), []
-    while True:
-        n = lib.b1_fds_address(peer._bus.base(), peer._slot, peer._id, len(names), out, 108)
-        if n == -errno.ERANGE:
-            return names
-        if n < 0:
-            raise bus_error(n, f"the descriptor store of peer {peer._id}")
-        names.append(ffi.buffer(out, n)[:])
-
-
 def _register(peer, socks) -> None:
+    uid, gid, mode = peer._bus._owner
+    if mode & 0o006 == 0o006:
+        gid = _ANYONE
+    elif mode & 0o060 != 0o060:
+        gid = -1
     fds = [s.fileno() for s in socks]
-    r = lib.b1_fds_register(peer._bus.base(), peer._slot, peer._id, ffi.new("int32_t[]", fds), len(fds))
+    r = lib.b1_fds_register(peer._bus.base(), peer._slot, peer._id, ffi.new("int32_t[]", fds), len(fds), uid, gid)
     if r:
         for s in socks:
             s.close()
         raise bus_error(r, f"registering the descriptor store of peer {peer._id}")
-    _stores[(peer._bus.name, peer._id)] = (peer._slot, socks)
+    with _lock:
+        _stores[(peer._bus.name, peer._id)] = Store(peer._slot, socks, [s.getsockname() for s in socks], peer._bus)
 
 
 def ensure(peer) -> None:
-    """This process holds `peer`'s store, if any process can give it one: kept, bound
-    afresh, or taken from a live holder."""
-    if (peer._bus.name, peer._id) in _stores:
+    """This process holds `peer`'s store: kept, bound afresh, or taken from a live holder;
+    else the error that says why not (nothing held then: `retry` and the next receive that
+    needs it try again)."""
+    key = (peer._bus.name, peer._id)
+    if key in _stores:
         return
-    names, socks = _addresses(peer), []
+    with _lock:
+        _missing[key] = peer
+    paths = fdpaths.paths(peer)
     try:
-        for name in names:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            socks.append(sock)
-            sock.bind(b"\0" + name)
+        dfd = fdpaths.open_dir(os.path.dirname(paths[0]), peer._bus._owner)
     except OSError as e:
-        for sock in socks:
-            sock.close()
-        if e.errno != errno.EADDRINUSE:
-            raise
-        socks = _take(peer, names)
+        raise _setup_error(peer, e) from None
+    try:
+        fcntl.flock(dfd, fcntl.LOCK_EX)  # one binder at a time (threads too); closing the fd lets go
+        if key in _stores:
+            return  # another thread of this process set it up meanwhile
+        try:
+            socks = fdpaths.bind(paths, fdpaths.classes(peer._bus._owner[2])[1])
+            if socks is None:
+                socks = fdpaths.take(peer, paths)
+        except OSError as e:
+            raise _setup_error(peer, e) from None
         if socks is None:
-            return  # receiving a message with descriptors raises EPERM
-    _register(peer, socks)
+            raise bus_error(errno.EPERM, f"the descriptor store of peer {peer._id} is held by processes "
+                                         f"{list(peer.query().pids)} that this one may not take it from "
+                                         "(pidfd_getfd needs the right to ptrace them)")
+        _register(peer, socks)
+    finally:
+        os.close(dfd)
+        with _lock:
+            if key in _stores:
+                _missing.pop(key, None)
 
 
-def _take(peer, names: list):
-    """Copies of the sockets a live holder of `peer` has bound at `names` (pidfd_getfd,
-    which needs the right to ptrace it), or None unless every one was found."""
-    inodes = {}
-    wanted = {"@" + name.decode(): k for k, name in enumerate(names)}
-    with open("/proc/net/unix") as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 8 and parts[7] in wanted:
-                inodes[f"socket:[{parts[6]}]"] = wanted[parts[7]]
-    if len(inodes) != len(names):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    for pid in peer.query().pids:
-        got = {}
+def _setup_error(peer, e: OSError) -> OSError:
+    if e.errno in (errno.EMFILE, errno.ENFILE):
+        return OSError(e.errno, f"peer {peer._id} cannot set up its descriptor store: out of file "
+                                "descriptors; close some and call again (the message stays queued)")
+    return OSError(e.errno, f"peer {peer._id} cannot set up its descriptor store: {e}")
+
+
+def missing(peer) -> bool:
+    """This process failed to set up `peer`'s store and tries again."""
+    return (peer._bus.name, peer._id) in _missing
+
+
+def retry(name) -> None:
+    """Set up again the stores of bus `name` this process failed to set up (the watcher
+    calls it at each rescan); errors stay for the receive that needs the store to raise."""
+    with _lock:
+        mine = [(key, peer) for key, peer in _missing.items() if key[0] == name]
+    for key, peer in mine:
         try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:
-            continue
-        try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                try:
-                    k = inodes.get(os.readlink(f"/proc/{pid}/fd/{fd}"))
-                except OSError:
-                    continue
-                if k is None or k in got:
-                    continue
-                new = libc.syscall(_SYS_PIDFD_GETFD, pidfd, int(fd), 0)
-                if new >= 0:
-                    os.set_inheritable(new, False)
-                    got[k] = socket.socket(fileno=new)
-        except OSError:
-            pass
-        finally:
-            os.close(pidfd)
-        if len(got) == len(names):
-            return [got[k] for k in range(len(names))]
-        for sock in got.values():
-            sock.close()
-    return None
+            ensure(peer)
+        except OSError as e:
+            if e.errno in (errno.ESHUTDOWN, errno.EINVAL):
+                with _lock:
+                    _missing.pop(key, None)  # gone: nothing to set up
 
 
 def forget(peer) -> None:
-    """This process lets go of `peer`'s store (the peer was disconnected)."""
-    _close(peer._bus._base, (peer._bus.name, peer._id))
+    """After a disconnect of `peer` here: its store emptied and let go of, unless the peer
+    is still connected (the disconnect failed)."""
+    base, out = peer._bus._base, ffi.new("struct b1_peer_info *")
+    if base is not None and not lib.b1_peer_query(base, peer._slot, peer._id, out) and out.state == _ACTIVE:
+        return
+    _close(base, (peer._bus.name, peer._id), drain=True)
 
 
 def forget_bus(bus) -> None:
-    """This process lets go of every store of `bus` (it is being closed here)."""
-    for key in [k for k in _stores if k[0] == bus.name]:
-        _close(bus._base, key)
+    """This process lets go of every store of `bus` (it is being closed here; the peers may
+    live on in other processes, so nothing is emptied).  A store no other live process is
+    recorded to hold loses its paths too: a later holder binds it afresh."""
+    out = ffi.new("struct b1_peer_info *")
+    with _lock:
+        mine = [k for k, st in _stores.items() if st.bus is bus]
+        mine += [k for k, peer in _missing.items() if peer._bus is bus]
+    for key in mine:
+        st = _stores.get(key)
+        alone = st is not None and (lib.b1_peer_query(bus._base, st.slot, key[1], out) or
+                                    not any(fdpaths.alive(pid) for pid in out.pids if pid and pid != os.getpid()))
+        _close(bus._base, key, drain=False)
+        if alone:
+            fdpaths.unlink(st.paths)
 
 
-def _close(base, key) -> None:
-    slot, socks = _stores.pop(key, (0, ()))
-    if socks:
+def _close(base, key, drain: bool) -> None:
+    """Let go of the store of `key`; with `drain` (its peer is gone) emptied first, and its
+    paths unlinked (the disconnect did, unless a bind raced it)."""
+    with _lock:
+        _missing.pop(key, None)
+        st = _stores.pop(key, None)
+    if st is not None:
+        slot, socks = st.slot, st.socks
         if base is not None:
-            lib.b1_fds_register(base, slot, key[1], ffi.NULL, 0)
+            lib.b1_fds_register(base, slot, key[1], ffi.NULL, 0, 0, -1)
+        if drain:
+            lib.b1_fds_drain(ffi.new("int32_t[]", [s.fileno() for s in socks]), len(socks))
+            fdpaths.unlink(st.paths)
         for sock in socks:
             sock.close()
+
+
+def prune(name, base) -> None:
+    """The stores this process holds of bus `name`'s peers no longer connected: emptied and
+    closed (the watcher calls it at each rescan, tidy after a gc)."""
+    out = ffi.new("struct b1_peer_info *")
+    with _lock:
+        mine = [(key, st.slot) for key, st in _stores.items() if key[0] == name]
+    for key, slot in mine:
+        if (lib.b1_peer_query(base, slot, key[1], out) or out.state != _ACTIVE):
+            _close(base, key, drain=True)
 
 
 def tidy(name, base, stats) -> None:
@@ -186,17 +233,26 @@ def tidy(name, base, stats) -> None:
     watcher (watch.py) both call it."""
     if not (stats.peers_reaped or stats.blocks_completed or stats.blocks_removed):
         return
-    out = ffi.new("struct b1_peer_info *")
-    for key, (slot, _) in list(_stores.items()):
-        if key[0] != name:
-            continue
-        if lib.b1_peer_query(base, slot, key[1], out) or out.state != _ACTIVE:
-            _close(base, key)
-        else:
-            lib.b1_fds_sweep(base, slot, key[1])
+    prune(name, base)
+    with _lock:
+        mine = [(key, st.slot) for key, st in _stores.items() if key[0] == name]
+    for key, slot in mine:
+        lib.b1_fds_sweep(base, slot, key[1])
 
 
 def sweep(peer) -> None:
     """Close the descriptors at the heads of the store whose messages are no longer queued (a reset
     dropped them)."""
     lib.b1_fds_sweep(peer._bus.base(), peer._slot, peer._id)
+
+
+def _after_fork_in_child() -> None:
+    # the parent's stores: a child that uses a peer takes its store again (ensure)
+    for st in _stores.values():
+        for sock in st.socks:
+            sock.close()
+    _stores.clear()
+    _missing.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 _EINTR = -errno.EINTR
 _EAGAIN = -errno.EAGAIN
 _EDQUOT = -errno.EDQUOT
+_EPERM = -errno.EPERM
 _UNREACHABLE = lib.B1_SEND_UNREACHABLE_ERROR
 _send = lib.b1_frame_send
 _crecv = _messages.recv  # its Message built in C
@@ -161,7 +162,9 @@ class Peer(_messages.PeerCore):
         try:
             _fds.ensure(self)  # its descriptor store (fds.py)
         except OSError:
-            pass  # a gone peer: its calls say so
+            # not set up (out of descriptors...): tried again at this peer's next call here
+            # and by the watcher; a receive that needs it raises why (_recv_slow)
+            self._attached = not _fds.missing(self)
         if r == 0:
             holders.held[(self._bus.name, self._slot, self._id)] = self
             holders.register_exit_hook()
@@ -504,10 +507,17 @@ class Peer(_messages.PeerCore):
 
     def _recv_slow(self, r, timeout) -> Message:
         """A receive interrupted by a signal (EINTR: its Python handler has run by now, so
-        wait out the time the C helper says is left), or an error to raise."""
+        wait out the time the C helper says is left), one that met descriptors without
+        this process's store (EPERM: set up now, or its error raised), or an error to raise."""
         frame = self._bus.scratch()
         addr = frame.address
+        store_tried = False
         while type(r) is int:
+            if r == _EPERM and not store_tried:
+                store_tried = True
+                _fds.ensure(self)  # raises what keeps it from being set up
+                r = _crecv(addr, self._slot, self._id, -1 if timeout is None else args.timeout_ns(timeout))
+                continue
             if r != _EINTR:
                 raise args.recv_error(self, r, timeout)
             ns = -1 if timeout is None else frame.c.info.left_ns

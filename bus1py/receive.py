@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import errno
 
-from . import _messages, args
+from . import _messages, args, fds
 from ._lib import ffi, lib
 from .message import MESSAGE_TYPES, Message, Request
 
@@ -112,8 +112,16 @@ def _hold(frame, bus) -> tuple:
 
 def retry(peer, out, frame, n, timeout_ns, flags, held, timeout) -> list:
     """After a receive failed with -errno `out`: EINTR (the signal's Python handler has run)
-    waits out the time the helper left; anything else is raised."""
+    waits out the time the helper left; EPERM (descriptors met without this process's
+    store) sets the store up once and receives again, or raises why it cannot; anything
+    else is raised."""
+    store_tried = False
     while type(out) is int:
+        if out == -errno.EPERM and not store_tried:
+            store_tried = True
+            fds.ensure(peer)  # raises what keeps it from being set up
+            out = _recv_many(frame.address, peer._slot, peer._id, n, timeout_ns, flags, held)
+            continue
         if out != _EINTR:
             raise args.recv_error(peer, out, timeout)
         ns = -1 if timeout_ns < 0 else frame.infos[0].left_ns

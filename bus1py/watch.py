@@ -4,9 +4,12 @@ The kernel's bus1 notices a dead peer at once, because its file descriptor close
 peer is a record in shared memory, so someone must watch the processes that hold peers.
 
 Invariants:
-  - Each process attached to a bus runs at most one watcher for it (started by Bus.open,
-    Bus.create and the first use of a peer in a forked child; stopped by Bus.close, and
-    forgotten by a fork child, which starts its own).
+  - Each process attached to a bus runs at most one watcher for it, however many Bus
+    objects of the bus it opened (started by Bus.open, Bus.create and the first use of a
+    peer in a forked child; shared by every open Bus of the name; stopped and joined when
+    the last of them closes, moved to another's mapping when the one it maps closes;
+    forgotten by a fork child, which starts its own).  So opening and closing a bus any
+    number of times leaves no thread, descriptor or mapping behind.
   - The watcher holds a pidfd (os.pidfd_open, Linux >= 5.3) of every other live process
     recorded in the bus's connected peers (b1_peer_watchlist), rescanned within RESCAN
     seconds of a process being recorded as a holder (the segment's holders epoch) and
@@ -30,7 +33,9 @@ Invariants:
     held alone must be the only call touching it.
   - After a gc that did something, the descriptor stores this process holds of peers
     no longer connected are closed and the others swept (fds.tidy), as Bus.gc does: the
-    descriptors in flight to a dead receiver close within the same second.
+    descriptors in flight to a dead receiver close within the same second.  Each rescan
+    (a disconnect moves the holders epoch) closes the stores of peers disconnected by
+    anyone (fds.prune).
   - BUS1PY_WATCH=0 in the environment starts no watcher (gc then runs only when called,
     or when a send meets EDQUOT), for benchmarks and tests that time gc themselves.
 """
@@ -43,6 +48,7 @@ import os
 import select
 import threading
 import time
+import weakref
 
 from . import fds
 from ._lib import ffi, lib
@@ -66,12 +72,17 @@ def ensure(bus) -> None:
     pid = os.getpid()
     with _lock:
         w = _watchers.get(bus.name)
-        if w is not None and w.pid == pid and w.bus is bus and w.thread.is_alive():
+        if w is not None and w.pid == pid and w.thread.is_alive() and w.bus._base is not None:
+            w.users.add(bus)
             return
+        users = w.users if w is not None and w.pid == pid else weakref.WeakSet()
+        if w is not None and w.pid == pid:
+            w.stop()
+        users.add(bus)
         try:
-            _watchers[bus.name] = Watcher(bus)
+            _watchers[bus.name] = Watcher(bus, users)
         except OSError:
-            pass  # out of file descriptors or threads: gc still runs when called
+            _watchers.pop(bus.name, None)  # out of descriptors or threads: gc still runs when called
 
 
 @contextlib.contextmanager
@@ -88,18 +99,30 @@ def paused(bus):
 
 
 def stop(bus) -> None:
-    """Stop this process's watcher of `bus` (before its mapping goes)."""
+    """`bus` (one Bus object) is closing here: the watcher stops when no other open Bus of
+    the name uses it, else moves off this one's mapping (before it goes)."""
     with _lock:
         w = _watchers.get(bus.name)
-        if w is None or w.bus is not bus:
+        if w is None or w.pid != os.getpid():
+            return
+        w.users.discard(bus)
+        others = [b for b in w.users if b._base is not None]
+        if others and w.bus is not bus:
             return
         del _watchers[bus.name]
     w.stop()
+    if others:
+        ensure(others[0])
+        with _lock:
+            moved = _watchers.get(bus.name)
+            if moved is not None:
+                moved.users.update(others)
 
 
 class Watcher:
-    def __init__(self, bus):
+    def __init__(self, bus, users):
         self.bus = bus
+        self.users = users  # the open Bus objects of the name in this process (weak)
         self.pid = os.getpid()
         self.base = ffi.from_buffer(bus._mmap)  # our export: the mapping outlives us
         self.wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
@@ -131,6 +154,8 @@ class Watcher:
         """Watch the processes the peers name now; True if gc has work at once."""
         with self.busy:
             n = lib.b1_peer_watchlist(self.base, holders, len(holders), dead)
+            fds.prune(self.bus.name, self.base)  # the stores of peers disconnected since
+            fds.retry(self.bus.name)  # and those this process failed to set up
         if n < 0:
             return False
         self.markers = _markers(holders, n, self.pid)

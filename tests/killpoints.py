@@ -244,6 +244,7 @@ def survivor(w, i, seed, sig_r, sig_w, dead, quiet, stop, report_path):
     mine = {}  # owner handle of a node handed to the victim -> its label
     fin = {"sent": None}
     delivered = set()  # data messages received: the other's last one may come early
+    me._attach()  # its descriptor store, set up at a fork child's first use: before the count
     fds_at_start = _fd_links()
     # the parent reaps the victim, after the survivors went quiet: a send refused with
     # EDQUOT (a dead victim's full descriptor store) must not reap it earlier, or a node

@@ -277,6 +277,7 @@ def _receive_out_of_descriptors(r, out):
     """Fill the table but 2 numbers: the 3-descriptor message cannot be installed."""
     top = max(int(fd) for fd in os.listdir("/proc/self/fd"))
     resource.setrlimit(resource.RLIMIT_NOFILE, (top + 32, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    r._attach()  # a fork child holds no store until it uses the peer: taken before the numbers run out
     fillers = []
     try:
         while True:

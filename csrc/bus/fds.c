@@ -1,43 +1,57 @@
 /*
  * fds.c -- file descriptors carried by messages (bus1's SEND fds, installed at RECV).
  *
- * The store of a peer R is R's fd_socks AF_UNIX datagram sockets, socket k bound at R's
- * abstract address "\0bus1py-fds/<R's nonce, 32 hex digits>/<R's id>/<k>".  The nonce is
- * random and lives in R's record, so only a process that may map the bus can name the
- * store (the trust boundary stays the uid).  The sockets belong to R's holder processes:
- * bus1py/fds.py binds them and registers them here; a fork inherits them.  The kernel
- * keeps descriptors queued in them valid whatever becomes of their sender, and closes
- * them when the last holder closes the sockets (a disconnected receiver drops them).
- * A datagram socket queues net.unix.max_dgram_qlen + 1 datagrams, so R has as many
- * sockets as its quota of descriptors needs (b1_fds_socks), one more for orphans.
+ * The store of a peer R is R's fd_socks AF_UNIX datagram sockets, socket k bound at the
+ * filesystem path B1_FDS_DIR "<R's nonce, 32 hex digits>/<k>".  The directory is made by
+ * bus1py/fds.py with the bus segment's owner and mode (rwx for each class that may write
+ * the segment, nothing for the others), no symbolic link: the kernel lets only those who
+ * may map the bus send to, bind in or find a store (a path socket needs search and write
+ * permission; an abstract one needs none).  The nonce is random and lives in R's record.
+ * The sockets belong to R's holder processes: bus1py/fds.py binds them (SO_PASSCRED set
+ * before the bind) and registers them here with the credentials allowed to post; a fork
+ * child drops them (it takes them again at its first use of R).  The kernel keeps
+ * descriptors queued in them valid whatever becomes of their sender, and closes them when
+ * the last holder closes the sockets.  A datagram socket queues net.unix.max_dgram_qlen + 1
+ * datagrams, so R has as many sockets as its quota of descriptors needs (b1_fds_socks).
  *
  * Invariants:
  *   - The quota is R's counter n_fds (queue.h): charged at the stage of a message to R,
  *     released where its copy leaves R's queue.  A datagram is posted only for a charged
  *     copy, so the store holds at most quota_fds datagrams of queued messages, plus
  *     orphans; a post that finds every socket full fails with EDQUOT all the same.
+ *   - A post reaches every socket it needs or the send fails: a live receiver whose store
+ *     is not bound (no holder could set it up) fails the send with ENOLINK, nothing stamped;
+ *     only a receiver no longer connected is skipped (its copy is dropped anyway).
+ *   - A datagram is valid when it is one header long, carries SCM_CREDENTIALS of a user the
+ *     store allows (the registered owner, its group for a group bus, root), a header whose
+ *     counts agree, and exactly the descriptors the header counts.  Anything else -- any
+ *     length, any header, missing or extra descriptors, no or foreign credentials -- is
+ *     never matched and is popped (its descriptors closed by the kernel) when it reaches
+ *     its socket's head.  The walk steps by each datagram's real length (SO_PEEK_OFF is in
+ *     bytes), so no datagram shifts where the next one is read.
  *   - A datagram names its message -- (sender id, stamp, transaction seq, destination
  *     index) -- and which of its descriptors it carries (first, count, of total); a
  *     message of more than SCM_MAX descriptors travels in several, in any sockets.
  *   - A sender posts under its own lock, with the stamp computed and not yet stored (tx.c).
  *   - A receiver takes a message's descriptors in the lock hold that takes its entry
  *     (recv.c), before the entry leaves the queue, by peeking: it finds the message's
- *     datagrams wherever they are (SO_PEEK_OFF) and installs copies of their descriptors
- *     (MSG_PEEK with room for them), leaving the datagrams in the store.  Nothing of
- *     another message ever leaves the store in a receive, so a receiver killed anywhere
- *     loses nothing but what it claimed.
+ *     datagrams wherever they are and installs copies of their descriptors (MSG_PEEK with
+ *     room for them), leaving the datagrams in the store.  Nothing of another message ever
+ *     leaves the store in a receive, so a receiver killed anywhere loses nothing but what
+ *     it claimed.  Every copy installed by a peek that is not used is closed at once.
  *   - A take installs all of a message's descriptors found, or none: a copy the kernel
  *     cannot install (the receiver out of descriptor numbers: MSG_CTRUNC on one of the
  *     message's datagrams) fails the take with -EMFILE, the copies installed closed.  The
- *     copies are all a take changes, so the message stays queued as it was.  Datagrams
- *     missing for any other reason (no holder had the store at the post) are not waited
- *     for: the take returns the descriptors found, packed.
- *   - A datagram is removed only from the head of its socket and only when its message
- *     is no longer in the queue (taken, dropped, flushed, never committed): an orphan.
- *     Every receive that met descriptors (at the end of its hold) and every sweep pops
- *     the orphans at the heads of the sockets; an orphan behind a queued message's
- *     datagram waits until that one is taken (its descriptors stay in flight meanwhile,
- *     charged to nobody).
+ *     copies are all a take changes, so the message stays queued as it was.  A message
+ *     whose datagrams are missing (its store closed by its last holder before the take)
+ *     fails it with -ENOLINK, copies closed: recv.c drops it and says so.
+ *   - A datagram is removed only from the head of its socket and only when it is invalid
+ *     or its message is no longer in the queue (taken, dropped, flushed, never
+ *     committed): an orphan.  Every receive that met descriptors (at the end of its hold)
+ *     and every sweep pops the orphans at the heads of the sockets; an orphan behind a
+ *     queued message's datagram waits until that one is taken.  A disconnected peer's
+ *     store is emptied by the holder that lets go of it (b1_fds_drain) and its paths
+ *     unlinked by whoever finishes the disconnect (b1_fds_unlink).
  *   - Nothing here takes a lock: post runs under the sender's, take and sweep under the
  *     receiver's.
  */
@@ -98,51 +112,76 @@ int b1_send_fds(const int32_t *fds, uint32_t n) {
 
 uint32_t b1_fds_staged(void) { return n_staged; }
 
-/* ---- the stores: addresses, and the ones this process holds ---- */
+/* ---- the stores: paths, and the ones this process holds ---- */
 
 static uint32_t socks_of(const struct b1_peer *p) {
     uint32_t n = __atomic_load_n(&p->fd_socks, __ATOMIC_RELAXED);
     return n > B1_FD_SOCKS_MAX ? B1_FD_SOCKS_MAX : n;
 }
 
-static socklen_t store_address(const struct b1_peer *p, uint64_t id, uint32_t k, struct sockaddr_un *a) {
+static void nonce_of(const struct b1_peer *p, uint64_t nonce[2]) {
+    nonce[0] = __atomic_load_n(&p->fd_nonce[0], __ATOMIC_RELAXED);
+    nonce[1] = __atomic_load_n(&p->fd_nonce[1], __ATOMIC_RELAXED);
+}
+
+static socklen_t store_address(const uint64_t nonce[2], uint32_t k, struct sockaddr_un *a) {
     memset(a, 0, sizeof *a);
     a->sun_family = AF_UNIX;
-    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "bus1py-fds/%016llx%016llx/%llu/%u",
-                     (unsigned long long)p->fd_nonce[0], (unsigned long long)p->fd_nonce[1],
-                     (unsigned long long)id, k);
-    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+    int n = snprintf(a->sun_path, sizeof a->sun_path, B1_FDS_DIR "%016llx%016llx/%u",
+                     (unsigned long long)nonce[0], (unsigned long long)nonce[1], k);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
 }
 
 int b1_fds_address(void *base, uint32_t slot, uint64_t id, uint32_t k, char *out, uint32_t cap) {
     if (!slot || slot > LIM(base).max_peers) return -EINVAL;
     struct b1_peer *p = PEER(base, slot);
+    uint64_t nonce[2];
+    nonce_of(p, nonce);
+    uint32_t n = socks_of(p);
     if (__atomic_load_n(&p->id, __ATOMIC_ACQUIRE) != id) return -ESHUTDOWN;
-    if (k >= socks_of(p)) return -ERANGE;
+    if (k >= n) return -ERANGE;
     struct sockaddr_un a;
-    socklen_t len = store_address(p, id, k, &a) - offsetof(struct sockaddr_un, sun_path) - 1;
+    socklen_t len = store_address(nonce, k, &a) - offsetof(struct sockaddr_un, sun_path) - 1;
     if (len > cap) return -ENOSPC;
-    memcpy(out, a.sun_path + 1, len);
+    memcpy(out, a.sun_path, len);
     return (int)len;
 }
 
+void b1_fds_unlink(const uint64_t nonce[2], uint32_t n) {
+    struct sockaddr_un a;
+    if (n > B1_FD_SOCKS_MAX) n = B1_FD_SOCKS_MAX;
+    for (uint32_t k = 0; k < n; k++) {
+        store_address(nonce, k, &a);
+        unlink(a.sun_path);
+    }
+    *strrchr(a.sun_path, '/') = 0;
+    rmdir(a.sun_path); /* fails while a holder binds afresh in it: the holder's own unlink then */
+}
+
 /* this process's stores, by nonce (unique per peer, so per bus and mapping alike); a
- * fork child starts with the lock free (a thread of the parent may have held it) */
-struct store { uint64_t nonce[2]; uint32_t n; int socks[B1_FD_SOCKS_MAX]; };
+ * fork child starts with none (bus1py/fds.py closes their sockets there) and the lock
+ * free (a thread of the parent may have held it) */
+struct store { uint64_t nonce[2]; struct b1_fds_store s; };
 static struct store *stores;
 static uint32_t n_stores;
 static pthread_mutex_t stores_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t stores_once = PTHREAD_ONCE_INIT;
 
-static void stores_after_fork(void) { pthread_mutex_init(&stores_lock, NULL); }
+static void stores_after_fork(void) {
+    pthread_mutex_init(&stores_lock, NULL);
+    n_stores = 0;
+}
 static void stores_init(void) { pthread_atfork(NULL, NULL, stores_after_fork); }
 
-int b1_fds_register(void *base, uint32_t slot, uint64_t id, const int32_t *socks, uint32_t n) {
+int b1_fds_register(void *base, uint32_t slot, uint64_t id, const int32_t *socks, uint32_t n,
+                    uint32_t uid, int64_t gid) {
     if (!slot || slot > LIM(base).max_peers) return -EINVAL;
     struct b1_peer *p = PEER(base, slot);
+    uint64_t nonce[2];
+    nonce_of(p, nonce);
+    uint32_t want = socks_of(p);
     if (__atomic_load_n(&p->id, __ATOMIC_ACQUIRE) != id) return -ESHUTDOWN;
-    if (n > socks_of(p) || (n && !socks)) return -EINVAL;
-    uint64_t nonce[2] = {p->fd_nonce[0], p->fd_nonce[1]};
+    if ((n && n != want) || (n && !socks)) return -EINVAL;
     int r = 0;
     pthread_once(&stores_once, stores_init);
     pthread_mutex_lock(&stores_lock);
@@ -161,27 +200,26 @@ int b1_fds_register(void *base, uint32_t slot, uint64_t id, const int32_t *socks
             }
         }
         if (!r) {
-            stores[i].nonce[0] = nonce[0];
-            stores[i].nonce[1] = nonce[1];
-            stores[i].n = n;
-            memcpy(stores[i].socks, socks, n * sizeof *socks);
+            memcpy(stores[i].nonce, nonce, sizeof nonce);
+            stores[i].s = (struct b1_fds_store){.n = n, .uid = uid, .gid = gid};
+            memcpy(stores[i].s.socks, socks, n * sizeof *socks);
         }
     }
     pthread_mutex_unlock(&stores_lock);
     return r;
 }
 
-uint32_t b1_fds_store(void *base, uint32_t slot, uint64_t id, int *socks) {
+uint32_t b1_fds_store(void *base, uint32_t slot, uint64_t id, struct b1_fds_store *out) {
     struct b1_peer *p = PEER(base, slot);
-    uint32_t n = 0;
+    uint64_t nonce[2];
+    nonce_of(p, nonce);
+    out->n = 0;
     pthread_mutex_lock(&stores_lock);
     for (uint32_t i = 0; i < n_stores; i++)
-        if (stores[i].nonce[0] == p->fd_nonce[0] && stores[i].nonce[1] == p->fd_nonce[1]) {
-            n = stores[i].n;
-            memcpy(socks, stores[i].socks, n * sizeof *socks);
-        }
+        if (!memcmp(stores[i].nonce, nonce, sizeof nonce)) *out = stores[i].s;
     pthread_mutex_unlock(&stores_lock);
-    return p->id == id ? n : 0;
+    if (__atomic_load_n(&p->id, __ATOMIC_ACQUIRE) != id) out->n = 0;
+    return out->n;
 }
 
 /* ---- posting ---- */
@@ -211,19 +249,18 @@ static int send_dgram(int sock, const struct sockaddr_un *to, socklen_t tolen,
     return sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 ? -errno : 0;
 }
 
-/* One datagram into the first of r's sockets with room: 0, 1 when r has no store bound
- * (no holder: none can receive), or -errno (-EDQUOT: every socket full). */
-static int post_one(int sock, const struct b1_peer *r, uint64_t id, const struct fd_dgram *h, const int32_t *fds) {
-    uint32_t n = socks_of(r);
+/* One datagram into the first of the store's n sockets with room: 0, 1 when a socket is
+ * not bound (no holder set the store up), or -errno (-EDQUOT: every socket full). */
+static int post_one(int sock, const uint64_t nonce[2], uint32_t n, const struct fd_dgram *h, const int32_t *fds) {
     for (uint32_t k = 0; k < n; k++) {
         struct sockaddr_un to;
-        socklen_t tolen = store_address(r, id, k, &to);
+        socklen_t tolen = store_address(nonce, k, &to);
         int e = send_dgram(sock, &to, tolen, h, fds);
         if (!e) return 0;
-        if ((e == -ECONNREFUSED || e == -ENOENT) && !k) return 1;
-        if (e == -EBADF) return e;
+        if (e == -ECONNREFUSED || e == -ENOENT || e == -ENOTDIR) return 1;
+        if (e == -EBADF || e == -EACCES || e == -EPERM) return e;
         if (e == -ETOOMANYREFS) break; /* the user's descriptors in flight at their limit */
-        /* full (EAGAIN), or a socket not bound: the next one */
+        /* full (EAGAIN): the next one */
     }
     return -EDQUOT;
 }
@@ -234,12 +271,21 @@ int b1_fds_post(void *base, int sock, const struct b1_tx *tx) {
         const struct b1_dest *d = &tx->dests[i];
         if (d->state == B1_DEST_DROPPED) continue;
         struct b1_peer *r = PEER(base, d->peer_slot);
+        uint64_t nonce[2];
+        nonce_of(r, nonce);
+        uint32_t n_socks = socks_of(r);
         if (__atomic_load_n(&r->id, __ATOMIC_ACQUIRE) != d->peer_id) continue; /* gone: dropped */
         for (uint32_t first = 0; first < n; first += SCM_MAX) {
             struct fd_dgram h = {tx->sender_id, tx->ts, tx->seq, i, n, first,
                                  n - first < SCM_MAX ? n - first : SCM_MAX};
-            int e = post_one(sock, r, d->peer_id, &h, staged + first);
-            if (e == 1) break;
+            int e = post_one(sock, nonce, n_socks, &h, staged + first);
+            if (e == 1) {
+                /* no store: dropped if the receiver is gone, else the send fails */
+                if (__atomic_load_n(&r->id, __ATOMIC_ACQUIRE) != d->peer_id ||
+                    __atomic_load_n(&r->state, __ATOMIC_ACQUIRE) != B1_PEER_ACTIVE)
+                    break;
+                return -ENOLINK;
+            }
             if (e) return e;
         }
     }
@@ -252,49 +298,68 @@ static void close_fds(const int32_t *fds, uint32_t n) {
     for (uint32_t i = 0; i < n; i++) close(fds[i]);
 }
 
-/* The datagram at position `at` of the socket into *h (peeked, left in place, at >= 0)
- * or its head (taken, at < 0); with fds, its descriptors too (*nfds of them: copies when
- * peeked), else none installed (a taken datagram's close with it).  0, or -errno
- * (-EAGAIN: no such datagram; -EMFILE: with fds, not all could be installed, and those
- * that were are closed).  A datagram of the wrong shape reads as total 0. */
-static int read_dgram(int sock, int at, struct fd_dgram *h, int32_t *fds, uint32_t *nfds) {
+#define AT_HEAD -1 /* peek the socket's head */
+#define POP -2     /* take the socket's head out (its descriptors closed by the kernel) */
+
+/* The datagram at byte offset `at` of the socket (peeked, left in place), its head
+ * (AT_HEAD) or the head taken out (POP), into *h; *len its length from there.  With fds,
+ * copies of its descriptors are installed there, else none.  Returns 1 when it is valid
+ * (see the invariants; with fds, *nfds of them), 0 when it is not (no copy left
+ * installed), -errno (-EAGAIN: no such datagram; -EMFILE: with fds, not all could be
+ * installed, and those that were are closed). */
+static int read_dgram(const struct b1_fds_store *st, int sock, int at, struct fd_dgram *h, uint32_t *len,
+                      int32_t *fds, uint32_t *nfds) {
     union {
-        char buf[CMSG_SPACE(SCM_MAX * sizeof(int))];
+        char buf[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(SCM_MAX * sizeof(int))];
         struct cmsghdr align;
     } ctl;
+    memset(h, 0, sizeof *h);
     struct iovec iov = {h, sizeof *h};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fds) {
-        mh.msg_control = ctl.buf;
-        mh.msg_controllen = sizeof ctl.buf;
-    }
-    int flags = MSG_DONTWAIT | MSG_CMSG_CLOEXEC;
-    if (at >= 0) {
-        int off = at * (int)sizeof *h; /* every datagram is one header long */
+    /* without fds the room holds the credentials only: no descriptor is installed */
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                        .msg_controllen = fds ? sizeof ctl.buf : CMSG_SPACE(sizeof(struct ucred))};
+    int flags = MSG_DONTWAIT | MSG_CMSG_CLOEXEC | MSG_TRUNC;
+    if (at != POP) {
+        int off = at; /* AT_HEAD: -1, peeking off */
         if (setsockopt(sock, SOL_SOCKET, SO_PEEK_OFF, &off, sizeof off)) return -errno;
         flags |= MSG_PEEK;
     }
     ssize_t got = recvmsg(sock, &mh, flags);
     if (got < 0) return -errno;
-    uint32_t k = 0;
-    for (struct cmsghdr *c = fds ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        uint32_t m = (uint32_t)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-        if (k + m > SCM_MAX) m = SCM_MAX - k;
-        memcpy(fds + k, CMSG_DATA(c), m * sizeof(int));
-        k += m;
+    *len = (uint32_t)got;
+    uint32_t k = 0, dropped = 0;
+    struct ucred cr;
+    int creds = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET) continue;
+        if (c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len == CMSG_LEN(sizeof cr)) {
+            memcpy(&cr, CMSG_DATA(c), sizeof cr);
+            creds = 1;
+        } else if (c->cmsg_type == SCM_RIGHTS) {
+            uint32_t m = (uint32_t)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+            int32_t *in = (int32_t *)CMSG_DATA(c);
+            for (uint32_t j = 0; j < m; j++) {
+                if (fds && k < SCM_MAX) fds[k++] = in[j];
+                else if (fds) close(in[j]), dropped++;
+            }
+        }
     }
     /* the room holds SCM_MAX: a truncation is a copy the kernel could not install -- no
      * number free (EMFILE), or one a security module refused, which reads the same */
     if (fds && (mh.msg_flags & MSG_CTRUNC)) {
         close_fds(fds, k);
-        return -EMFILE;
+        return at == POP ? 0 : -EMFILE;
+    }
+    int ok = got == (ssize_t)sizeof *h && creds &&
+             (cr.uid == 0 || cr.uid == st->uid || st->gid == B1_FDS_ANYONE || (st->gid >= 0 && cr.gid == (gid_t)st->gid)) &&
+             h->total && h->total <= B1_MAX_FDS && h->count && h->count <= SCM_MAX && h->first % SCM_MAX == 0 &&
+             h->first < h->total && h->count <= h->total - h->first && (!fds || (h->count == k && !dropped));
+    if (fds && !ok) {
+        close_fds(fds, k);
+        k = 0;
     }
     if (nfds) *nfds = k;
-    if (got != sizeof *h || h->total > B1_MAX_FDS || h->first + h->count > h->total || h->count > SCM_MAX ||
-        (fds && ((mh.msg_flags & MSG_TRUNC) || h->count != k)))
-        h->total = 0;
-    return 0;
+    return ok;
 }
 
 /* Is h's message still in p's queue, as a block or committed (p's lock held)? */
@@ -317,49 +382,62 @@ static int queued_locked(void *base, struct b1_peer *p, const struct fd_dgram *h
     return 0;
 }
 
-/* Pop the orphans at the head of the socket (p's lock held). */
-static void trim_locked(void *base, struct b1_peer *p, int sock) {
+/* Pop the invalid datagrams and the orphans at the head of the socket (p's lock held;
+ * p NULL: every datagram, the peer being gone). */
+static void trim_locked(void *base, struct b1_peer *p, const struct b1_fds_store *st, int sock) {
     struct fd_dgram h;
+    uint32_t len;
     for (uint32_t i = 0; i < WALK_MAX; i++) {
-        if (read_dgram(sock, 0, &h, NULL, NULL)) return;
-        if (h.total && queued_locked(base, p, &h)) return;
-        if (read_dgram(sock, -1, &h, NULL, NULL)) return;
+        int ok = read_dgram(st, sock, AT_HEAD, &h, &len, NULL, NULL);
+        if (ok < 0) return;
+        if (ok && p && queued_locked(base, p, &h)) return;
+        if (read_dgram(st, sock, POP, &h, &len, NULL, NULL) < 0) return;
     }
 }
 
-int b1_fds_take_locked(const int *socks, uint32_t n_socks, const struct b1_entry *e, uint32_t n, int32_t *out) {
+int b1_fds_take_locked(const struct b1_fds_store *st, const struct b1_entry *e, uint32_t n, int32_t *out) {
     int32_t fds[SCM_MAX];
     uint8_t have[(B1_MAX_FDS + SCM_MAX - 1) / SCM_MAX] = {0};
-    struct fd_dgram h;
-    uint32_t got = 0, nfds;
+    struct fd_dgram h, again;
+    uint32_t got = 0, nfds, len;
     for (uint32_t i = 0; i < n; i++) out[i] = -1;
-    for (uint32_t s = 0; s < n_socks && got < n; s++) {
-        for (int at = 0; at < WALK_MAX && got < n; at++) {
-            if (read_dgram(socks[s], at, &h, NULL, NULL)) break;
-            if (!h.total || h.sender != e->sender || h.ts != e->ts || h.seq != e->seq || h.idx != e->idx ||
-                h.total != n || h.first % SCM_MAX || have[h.first / SCM_MAX])
+    for (uint32_t s = 0; s < st->n && got < n; s++) {
+        uint32_t off = 0;
+        for (int i = 0; i < WALK_MAX && got < n && off <= INT32_MAX; i++, off += len) {
+            int ok = read_dgram(st, st->socks[s], (int)off, &h, &len, NULL, NULL);
+            if (ok < 0) break;
+            if (!ok || h.sender != e->sender || h.ts != e->ts || h.seq != e->seq || h.idx != e->idx ||
+                h.total != n || have[h.first / SCM_MAX])
                 continue;
-            int r = read_dgram(socks[s], at, &h, fds, &nfds);
-            if (r == -EMFILE) { /* all or none: the message stays queued */
-                for (uint32_t i = 0; i < n; i++)
-                    if (out[i] >= 0) close(out[i]);
-                return r;
+            ok = read_dgram(st, st->socks[s], (int)off, &again, &len, fds, &nfds);
+            if (ok == -EMFILE) { /* all or none: the message stays queued */
+                for (uint32_t j = 0; j < n; j++)
+                    if (out[j] >= 0) close(out[j]);
+                return ok;
             }
-            if (r || !h.total) continue;
+            if (ok <= 0) continue;
+            if (memcmp(&again, &h, sizeof h)) { /* cannot happen: only this lock's holder pops */
+                close_fds(fds, nfds);
+                continue;
+            }
             have[h.first / SCM_MAX] = 1;
             memcpy(out + h.first, fds, nfds * sizeof *fds);
             got += nfds;
         }
     }
-    if (got < n) { /* some are missing (no holder had the store at the post): the rest, packed */
-        uint32_t k = 0;
-        for (uint32_t i = 0; i < n; i++)
-            if (out[i] >= 0) out[k++] = out[i];
-        got = k;
+    if (got < n) { /* some are missing: the store was lost with its last holder */
+        for (uint32_t j = 0; j < n; j++)
+            if (out[j] >= 0) close(out[j]);
+        return -ENOLINK;
     }
     return (int)got;
 }
 
-void b1_fds_sweep_locked(void *base, struct b1_peer *p, const int *socks, uint32_t n_socks) {
-    for (uint32_t s = 0; s < n_socks; s++) trim_locked(base, p, socks[s]);
+void b1_fds_sweep_locked(void *base, struct b1_peer *p, const struct b1_fds_store *st) {
+    for (uint32_t s = 0; s < st->n; s++) trim_locked(base, p, st, st->socks[s]);
+}
+
+void b1_fds_drain(const int32_t *socks, uint32_t n) {
+    struct b1_fds_store st = {.n = 0};
+    for (uint32_t s = 0; s < n; s++) trim_locked(NULL, NULL, &st, socks[s]);
 }

@@ -151,7 +151,7 @@ struct b1_peer {
     struct b1_holder holders[B1_PEER_PIDS]; /* processes that used the peer (pid 0: none),
                                                each by an identity no later one shares */
     uint64_t fd_nonce[2];  /* random, set when the slot gets a peer: names its descriptor
-                              store (fds.c), which only a process that maps the bus can know */
+                              store's directory (fds.c), new for each peer of the slot */
     uint32_t n_fds;        /* descriptors of the data messages queued or staged here, not yet
                               taken (quota_fds; guarded by lock) */
     uint32_t quota_fds;

@@ -346,7 +346,12 @@ int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id) {
     if (r) return r;
     /* seq_cst: a handle released from now on sees it and retries the reclaim (handle.c) */
     __atomic_store_n(&p->state, B1_PEER_DISCONNECTED, __ATOMIC_SEQ_CST);
+    uint64_t nonce[2] = {p->fd_nonce[0], p->fd_nonce[1]};
+    uint32_t n_socks = p->fd_socks;
     flush_queue(base, p); /* unlocks */
+    /* its store: no path left to post to, and every holder's watcher prunes its copy */
+    b1_fds_unlink(nonce, n_socks);
+    atomic_fetch_add(&HDR(base)->holders_epoch, 1);
     b1_drop_peer_handles(base, slot, id);
     b1_peer_reclaim(base, slot);
     return 0;

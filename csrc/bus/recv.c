@@ -17,6 +17,9 @@
  *     it is delivered, none when it is dropped; its datagrams, orphans from then on, are
  *     popped from the store when they reach a socket's head.  A process without the store
  *     takes no message that carries descriptors (-EPERM), so none is delivered without them.
+ *   - A message whose descriptors are no longer in the store (closed by its last holder
+ *     before the receive) is consumed undelivered, alone in its call, which fails with
+ *     -ENOLINK: never delivered without them, never left to block the queue.
  *   - A message whose descriptors cannot all be installed (the process out of descriptor
  *     numbers) is not taken: it and the messages after it stay queued, unclaimed, and the
  *     call returns those before it, or fails with -EMFILE when it is the first.  The take
@@ -108,7 +111,7 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
         r = b1_lock_live(base, slot, id, &p);
         if (r) break;
         uint32_t n = 0, delivered = 0, nh = 0, steps = 0, nfd = 0;
-        int socks[B1_FD_SOCKS_MAX];
+        struct b1_fds_store st;
         int32_t n_socks = -1; /* the store, looked up at the first message that carries descriptors */
         uint64_t used = 0;
         int woke = 0;
@@ -132,17 +135,20 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
                 break;
             }
             if (type == B1_MSG_DATA && t->shape.n_fds) {
-                if (n_socks < 0) n_socks = (int32_t)b1_fds_store(base, slot, id, socks);
+                if (n_socks < 0) n_socks = (int32_t)b1_fds_store(base, slot, id, &st);
                 if (!n_socks) {
                     if (!n) r = -EPERM;
                     break;
                 }
             }
             int deliver = type != B1_MSG_DATA || !b1_data_dropped_locked(base, e);
-            int got = 0;
+            int got = 0, lost = 0;
             if (type == B1_MSG_DATA && t->shape.n_fds && deliver && q->fds) {
-                got = b1_fds_take_locked(socks, (uint32_t)n_socks, &t->key, t->shape.n_fds, q->fds + nfd);
-                if (got < 0) { /* out of descriptors: this message stays, unclaimed */
+                got = b1_fds_take_locked(&st, &t->key, t->shape.n_fds, q->fds + nfd);
+                if (got == -ENOLINK && !n) { /* its descriptors are gone: dropped, and said so */
+                    got = deliver = 0;
+                    lost = 1;
+                } else if (got < 0) { /* out of descriptors (or lost, after others): it stays */
                     if (!n) r = got;
                     break;
                 }
@@ -199,8 +205,12 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
             t->type = type;
             if (!t->held) b1_entry_claim(e); /* a slice is its peer's */
             if (type == B1_MSG_DATA && t->shape.n_fds) B1_KILL_POINT(B1_KILL_FDS_TAKEN);
+            if (lost) {
+                r = -ENOLINK;
+                break;
+            }
         }
-        if (n_socks > 0) b1_fds_sweep_locked(base, p, socks, (uint32_t)n_socks);
+        if (n_socks > 0) b1_fds_sweep_locked(base, p, &st);
         p->received += delivered;
         b1_unlock(p);
         if (woke) b1_wake(p);
@@ -401,11 +411,11 @@ int b1_frame_recv_node(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t 
 
 int b1_fds_sweep(void *base, uint32_t slot, uint64_t id) {
     struct b1_peer *p;
-    int socks[B1_FD_SOCKS_MAX], r;
-    uint32_t n = b1_fds_store(base, slot, id, socks);
-    if (!n) return 0;
+    struct b1_fds_store st;
+    int r;
+    if (!b1_fds_store(base, slot, id, &st)) return 0;
     if ((r = b1_lock_live(base, slot, id, &p))) return r;
-    b1_fds_sweep_locked(base, p, socks, n);
+    b1_fds_sweep_locked(base, p, &st);
     b1_unlock(p);
     return 0;
 }

@@ -1,0 +1,198 @@
+"""A descriptor store's place in the filesystem (fds.py keeps which stores this process
+holds; csrc/bus/fds.c posts to and takes from them).
+
+Invariants:
+  - A peer's store is its record's number of AF_UNIX datagram sockets bound at
+    B1_FDS_DIR + its nonce + "/<k>" (b1_fds_address).  The directory has the segment's
+    owner (or the caller's uid), the segment's group, and rwx for exactly the classes that
+    may open the segment read-write (0700 for a 0600 bus); one found otherwise, or a
+    symbolic link, is refused with an error naming it (`open_dir`).  So the kernel lets no
+    other user send to, bind in or find a store.  A socket file gets rw for the same
+    classes when they go beyond the owner.
+  - Every socket has SO_PASSCRED before its bind: no datagram reaches it without its
+    sender's credentials (`bind`).
+  - `bind` binds all of a store's paths or none, and only when no live process holds
+    them (a holder has all of them or none: binders hold the directory's flock); a stale
+    path is unlinked first.
+  - `take` copies a live holder's sockets (pidfd_getfd: the right to ptrace it), all of
+    them or none.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import socket
+import stat
+
+from ._lib import ffi, lib
+from .errors import bus_error
+
+_SYS_PIDFD_GETFD = 438  # the same number on every architecture (the generic syscall table)
+
+
+def paths(peer) -> list:
+    """The filesystem paths of the sockets of `peer`'s store, in order."""
+    out, paths = ffi.new("char[]", 108), []
+    while True:
+        n = lib.b1_fds_address(peer._bus.base(), peer._slot, peer._id, len(paths), out, 108)
+        if n == -errno.ERANGE:
+            return paths
+        if n < 0:
+            raise bus_error(n, f"the descriptor store of peer {peer._id}")
+        paths.append(os.fsdecode(ffi.buffer(out, n)[:]))
+
+
+def classes(mode: int) -> tuple:
+    """(directory mode, socket mode) for a segment of permission bits `mode`: rwx (rw on a
+    socket) for each class that may open the segment read-write, nothing for the others."""
+    dmode, smode = 0o700, 0o600
+    if mode & 0o060 == 0o060:
+        dmode, smode = dmode | 0o070, smode | 0o060
+    if mode & 0o006 == 0o006:
+        dmode, smode = dmode | 0o007, smode | 0o006
+    return dmode, smode
+
+
+def open_dir(path: str, owner: tuple) -> int:
+    """An fd of the store's directory, made when missing, checked: a directory (no
+    symbolic link), of the segment's owner or this uid, the segment's group, mode exact."""
+    uid, gid, mode = owner
+    dmode = classes(mode)[0]
+    try:
+        os.mkdir(path, 0o700)
+        if dmode & 0o077:
+            os.chown(path, -1, gid)
+            os.chmod(path, dmode)
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise PermissionError(e.errno, f"descriptor store directory {path!r}: {e.strerror} "
+                                       "(not a directory of this bus's users)") from None
+    st = os.fstat(fd)
+    wrong = None
+    if st.st_uid not in (uid, os.geteuid()):
+        wrong = f"owned by uid {st.st_uid}"
+    elif stat.S_IMODE(st.st_mode) != dmode:
+        wrong = f"of mode {stat.S_IMODE(st.st_mode):#05o}, not {dmode:#05o}"
+    elif dmode & 0o070 and st.st_gid != gid:
+        wrong = f"of group {st.st_gid}, not the bus's {gid}"
+    if wrong:
+        os.close(fd)
+        raise PermissionError(errno.EPERM, f"descriptor store directory {path!r} is {wrong}: refused")
+    return fd
+
+
+def live(path: str) -> bool:
+    """Some process holds the socket bound at `path` (a stale path refuses a connection)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        probe.connect(path)
+        return True
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    finally:
+        probe.close()
+
+
+def bind(paths: list, smode: int):
+    """Sockets bound at every one of `paths` (stale ones unlinked first), or None when a live
+    process holds them (under the directory's flock: a holder has all of a store's paths or
+    none, so the first one decides)."""
+    socks = []
+    try:
+        for path in paths:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # before any datagram can come
+            try:
+                sock.bind(path)
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE:
+                    raise
+                if live(path):
+                    for s in socks:
+                        s.close()
+                    return None
+                os.unlink(path)
+                sock.bind(path)
+            if smode & 0o066:  # a bus of the group or others: they need write on the file
+                os.chmod(path, smode)  # (for the owner alone the directory is what stands)
+    except OSError:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
+def unlink(paths) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.dirname(paths[0]))
+
+
+def take(peer, paths: list):
+    """Copies of the sockets a live holder of `peer` (a recorded one, or this process's
+    parent) has bound at `paths` (pidfd_getfd, which needs the right to ptrace it), or
+    None unless every one was found."""
+    inodes = {}
+    wanted = {path: k for k, path in enumerate(paths)}
+    with open("/proc/net/unix") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 8 and parts[7] in wanted:
+                inodes[f"socket:[{parts[6]}]"] = wanted[parts[7]]
+    if len(set(inodes.values())) != len(paths):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    # its recorded holders, and the parent: a fork child drops the copies it inherited
+    for pid in dict.fromkeys([*peer.query().pids, os.getppid()]):
+        if pid in (0, os.getpid()):
+            continue
+        got = {}
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError as e:
+            if e.errno in (errno.EMFILE, errno.ENFILE):
+                raise
+            continue
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    k = inodes.get(os.readlink(f"/proc/{pid}/fd/{fd}"))
+                except OSError:
+                    continue
+                if k is None or k in got:
+                    continue
+                new = libc.syscall(_SYS_PIDFD_GETFD, pidfd, int(fd), 0)
+                if new >= 0:
+                    os.set_inheritable(new, False)
+                    got[k] = socket.socket(fileno=new)
+                elif ctypes.get_errno() in (errno.EMFILE, errno.ENFILE):
+                    for sock in got.values():
+                        sock.close()
+                    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        except FileNotFoundError:
+            pass  # it exited meanwhile
+        finally:
+            os.close(pidfd)
+        if len(got) == len(paths):
+            return [got[k] for k in range(len(paths))]
+        for sock in got.values():
+            sock.close()
+    return None

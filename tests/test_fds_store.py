@@ -1,0 +1,478 @@
+"""The descriptor store against outsiders, hostile datagrams, failed set-ups and leaks
+(bus1py/fds.py, csrc/bus/fds.c; docs/RELIABILITY.md, "Trust model", row "any other local
+user").
+
+Invariants checked:
+  - a process of another uid that never opens the segment, working only from
+    /proc/net/unix and the filesystem, sends nothing into any store (no filling, no
+    injection) and binds nothing at a store's name or in its directory (no theft); the
+    peer's descriptor messages arrive whole afterwards;
+  - a take is robust against any datagram in the store (any length, any header, missing
+    or extra descriptors, a forged header with foreign credentials): every message gets
+    exactly its own descriptors, no copy is left installed, and every such datagram is
+    popped with its descriptors closed (a Hypothesis property over junk sequences);
+  - a store that cannot be set up (EMFILE at attach) makes a send with descriptors fail
+    with ENOLINK and send nothing; the peer's next call sets it up and delivery works; a
+    message whose descriptors were lost with its store is dropped with ENOLINK, alone;
+  - a group bus (0660) stays open to its members: a member of another uid posts;
+  - a fork child that does not use the bus holds no store; a store of a peer disconnected
+    by another process is closed in this holder within a watcher's rescan; 1,000
+    open/close cycles of a bus leave threads, descriptors and mappings as they were.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import multiprocessing as mp
+import os
+import select
+import socket
+import struct
+import threading
+import time
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings, strategies as st
+
+import bus1py
+from bus1py import fds as _fds
+from bus1py._lib import lib
+
+FORK = mp.get_context("fork")
+NOBODY = 65534
+
+
+@pytest.fixture
+def bus(make_bus):
+    return make_bus(max_peers=32, max_nodes=64, max_handles=256, pool_size=1 << 20, spin_ns=0, quota_fds=64)
+
+
+def _pair(bus):
+    r, s = bus.peer(), bus.peer()
+    node = r.create_node()
+    return r, s, node, r.transfer(node, s)
+
+
+def _open_fds() -> set:
+    """This process's open descriptors (not the one the listing itself used)."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            os.fstat(int(fd))
+            out.add(int(fd))
+        except OSError:
+            pass
+    return out
+
+
+def _eof(read_end, timeout=5.0) -> bool:
+    ready, _, _ = select.select([read_end], [], [], timeout)
+    return bool(ready) and os.read(read_end, 64) == b""
+
+
+def _store(peer) -> list:
+    """This process's sockets of `peer`'s store."""
+    return _fds._stores[(peer.bus.name, peer.id)][1]
+
+
+def _send_and_take(r, s, h, n=3):
+    """n messages with a pipe's write end each: each arrives with its own, working."""
+    pipes = [os.pipe() for _ in range(n)]
+    for i, (_, wr) in enumerate(pipes):
+        s.send([h], b"m%d" % i, fds=(wr,))
+        os.close(wr)
+    for i, (rd, _) in enumerate(pipes):
+        m = r.recv(timeout=1)
+        assert m.payload == b"m%d" % i and len(m.fds) == 1
+        assert os.fstat(m.fds[0]).st_ino == os.fstat(rd).st_ino
+        os.close(m.fds[0])
+        assert _eof(rd)
+        os.close(rd)
+
+
+# ---- item 1: another local user reaches no store ----
+
+def _outsider(inodes) -> dict:
+    """What a process of another uid that never opened the segment achieves against the
+    stores it finds in /proc/net/unix (those of `inodes`, the test's own: other tests'
+    stores on the machine are left alone): datagrams sent (filling a store, or injecting
+    a descriptor under a guessed header) and names bound (taking a store's name or making
+    one in its directory)."""
+    names = []
+    with open("/proc/net/unix") as f:
+        for line in f.read().splitlines()[1:]:
+            parts = line.split()
+            if len(parts) >= 8 and int(parts[6]) in inodes:
+                names.append(parts[7])
+    rd, wr = os.pipe()
+    out = {"uid": os.getuid(), "found": len(names), "sent": 0, "bound": 0, "refused": []}
+    for name in names:
+        addr = "\0" + name[1:] if name.startswith("@") else name
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            for i in range(12):
+                try:
+                    s.sendmsg([b"\1" * (1 + i)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", wr))],
+                              socket.MSG_DONTWAIT, addr)
+                    out["sent"] += 1
+                except OSError as e:
+                    out["refused"].append(e.errno)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as t:
+            try:
+                t.bind(addr)
+                out["bound"] += 1
+            except OSError as e:
+                out["refused"].append(e.errno)
+        if not addr.startswith("\0"):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as t:
+                try:
+                    t.bind(os.path.dirname(addr) + "/x")
+                    out["bound"] += 1
+                except OSError as e:
+                    out["refused"].append(e.errno)
+    return out
+
+
+def _as_outsider(fn, *args) -> dict:
+    """fn() in a fork child that drops to uid and gid 65534 (no groups) before anything
+    else and never touches the bus; its result, as json through a pipe."""
+    rd, wr = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(rd)
+            os.setgroups([])
+            os.setresgid(NOBODY, NOBODY, NOBODY)
+            os.setresuid(NOBODY, NOBODY, NOBODY)
+            os.write(wr, json.dumps(fn(*args)).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(wr)
+    with os.fdopen(rd, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and data
+    return json.loads(data)
+
+
+@pytest.mark.timeout(60)
+def test_another_user_cannot_fill_inject_into_or_take_a_store(bus):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a child as another uid")
+    r, s, _, h = _pair(bus)
+    mine = _store_inodes(r) | _store_inodes(s)
+    out = _as_outsider(_outsider, mine)
+    assert out["uid"] == NOBODY
+    assert out["found"] == len(mine)  # every store is listed: the names are no secret
+    assert out["sent"] == 0 and out["bound"] == 0, out
+    assert set(out["refused"]) <= {errno.EACCES, errno.EPERM}, out
+    _send_and_take(r, s, h, n=12)  # more than a socket's queue: nothing of the outsider's in the way
+
+
+# ---- item 2: the take against any datagram ----
+
+_HDR = struct.Struct("=QQQIIII")  # csrc/bus/fds.c struct fd_dgram
+
+
+def _post(path: str, data: bytes, fds=(), creds=None) -> bool:
+    """One datagram into a store's socket as this (trusted) process would; False when full."""
+    anc = []
+    if creds is not None:
+        anc.append((socket.SOL_SOCKET, socket.SCM_CREDENTIALS, struct.pack("iII", *creds)))
+    if fds:
+        anc.append((socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds)))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        try:
+            s.sendmsg([data], anc, socket.MSG_DONTWAIT, path)
+            return True
+        except BlockingIOError:
+            return False
+
+
+@pytest.mark.timeout(60)
+def test_forged_and_malformed_datagrams_are_never_taken_nor_leak(bus):
+    """The message's datagram lands in socket 1 (socket 0 full of junk); then
+    socket 0, walked first, gets a datagram with the message's exact header carrying an
+    outsider's descriptor under foreign credentials, and one under ours whose header
+    counts 1 descriptor but carries 2.  The take passes both and installs no copy of them;
+    the sweep pops them all."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to send foreign SCM_CREDENTIALS")
+    r, s, _, h = _pair(bus)
+    paths = [sock.getsockname() for sock in _store(r)]
+    junk_rd, junk_wr = os.pipe()
+    n = 0
+    while _post(paths[0], bytes(_HDR.size), (junk_wr,)):  # header-long, so a walk by offsets sees past it
+        n += 1
+    assert n >= 2
+    rd, wr = os.pipe()
+    ts, sender, seq = s.send([h], b"real", fds=(wr,))
+    os.close(wr)
+    head = _store(r)[0]
+    head.recv(_HDR.size)  # two places at socket 0's tail, for the forgeries
+    head.recv(_HDR.size)
+    forged_rd, forged_wr = os.pipe()
+    header = _HDR.pack(sender, ts, seq, 0, 1, 0, 1)
+    assert _post(paths[0], header, (forged_wr,), creds=(os.getpid(), NOBODY, NOBODY))
+    assert _post(paths[0], header, (forged_wr, forged_wr))
+    os.close(forged_wr)
+    os.close(junk_wr)
+    before = _open_fds()
+    m = r.recv(timeout=1)
+    assert m.payload == b"real" and len(m.fds) == 1
+    assert os.fstat(m.fds[0]).st_ino == os.fstat(rd).st_ino
+    assert _open_fds() - before == {m.fds[0]}  # no copy of a forgery left installed
+    os.close(m.fds[0])
+    lib.b1_fds_sweep(bus.base(), r._slot, r._id)
+    for end in (rd, forged_rd, junk_rd):
+        assert _eof(end)
+        os.close(end)
+
+
+_junk = st.one_of(
+    st.binary(max_size=64),
+    # headers of every shape, of a sender no peer has (a header matching a real message
+    # under a holder's credentials is a holder's word: test_forged_... covers the others)
+    st.builds(lambda *f: _HDR.pack(*f), st.sampled_from([0, 999]), st.integers(0, 8), st.integers(0, 4),
+              st.integers(0, 2), st.integers(0, 300), st.integers(0, 300), st.integers(0, 300)),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(plan=[(False, b"\1", 0, 0), (True, b"", 0, 0)])  # one byte ahead of a message
+@example(plan=[(False, b"", 2, 0), (True, b"", 0, 0), (False, bytes(_HDR.size), 3, 0), (True, b"", 0, 0)])
+@given(plan=st.lists(st.tuples(st.booleans(), _junk, st.integers(0, 3), st.integers(0, 6)), min_size=1, max_size=8))
+def test_any_junk_in_the_store_leaves_every_message_its_own(make_bus, plan):
+    """A plan interleaves real sends (True) with junk datagrams (False: bytes, n
+    descriptors, into socket k of the store).  Every real message arrives with exactly its
+    own descriptor, the receiver ends with no other new descriptor, and once swept every
+    junk descriptor is closed."""
+    bus = make_bus(max_peers=4, max_nodes=8, max_handles=32, pool_size=1 << 18, spin_ns=0, quota_fds=64)
+    r, s, _, h = _pair(bus)
+    paths = [sock.getsockname() for sock in _store(r)]
+    junk_rd, junk_wr = os.pipe()
+    real = []
+    for is_real, data, n_fds, k in plan:
+        if is_real:
+            rd, wr = os.pipe()
+            s.send([h], b"%d" % len(real), fds=(wr,))
+            os.close(wr)
+            real.append(rd)
+        else:
+            _post(paths[k % len(paths)], data, (junk_wr,) * n_fds)
+    os.close(junk_wr)
+    before = _open_fds()
+    got = [r.recv(timeout=1) for _ in real]
+    assert [m.payload for m in got] == [b"%d" % i for i in range(len(real))]
+    assert _open_fds() - before == {m.fds[0] for m in got}
+    for m, rd in zip(got, real):
+        assert len(m.fds) == 1 and os.fstat(m.fds[0]).st_ino == os.fstat(rd).st_ino
+        os.close(m.fds[0])
+    lib.b1_fds_sweep(bus.base(), r._slot, r._id)
+    for end in real + [junk_rd]:
+        assert _eof(end, 1)
+        os.close(end)
+    bus.close()
+
+
+# ---- item 3: no silent loss ----
+
+def test_a_store_that_cannot_be_set_up_fails_the_send_and_is_retried(bus):
+    """The receiver is made, and makes its node, with no descriptor number free: its store
+    is not bound.  A send with descriptors to it fails with ENOLINK and queues nothing;
+    the receiver's next call with descriptors free sets the store up, and the same send
+    then arrives whole."""
+    s = bus.peer()
+    rd, wr = os.pipe()
+    fillers = []
+    try:
+        while True:
+            fillers.append(os.dup(2))
+    except OSError:
+        pass
+    try:
+        r = bus.peer()
+        h = r.transfer(r.create_node(), s)  # each call tries the store again, in vain
+        assert _fds.missing(r)
+        os.close(fillers.pop())  # the sender's one socket
+        with pytest.raises(OSError) as e:
+            s.send([h], b"lost?", fds=(wr,))
+    finally:
+        for fd in fillers:
+            os.close(fd)
+    assert e.value.errno == errno.ENOLINK and "nothing sent" in str(e.value)
+    assert r.query().queued_messages == 0 and r.query().n_fds == 0
+    with pytest.raises(BlockingIOError):
+        r.recv(timeout=0)  # its next call: the store is set up
+    assert not _fds.missing(r)
+    s.send([h], b"whole", fds=(wr,))
+    os.close(wr)
+    m = r.recv(timeout=1)
+    assert m.payload == b"whole" and os.fstat(m.fds[0]).st_ino == os.fstat(rd).st_ino
+    os.close(m.fds[0])
+    assert _eof(rd)
+    os.close(rd)
+
+
+# ---- item 4: no leaks ----
+
+def _store_inodes(peer) -> set:
+    return {os.fstat(sock.fileno()).st_ino for sock in _store(peer)}
+
+
+def _socket_inodes(pid) -> set:
+    out = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            out.add(int(link[8:-1]))
+    return out
+
+
+def _idle(ready, done):
+    ready.set()
+    done.wait(30)
+
+
+@pytest.mark.timeout(60)
+def test_a_fork_child_that_does_not_use_the_bus_holds_no_store(bus):
+    r, s, _, h = _pair(bus)
+    ready, done = FORK.Event(), FORK.Event()
+    child = FORK.Process(target=_idle, args=(ready, done))
+    child.start()
+    try:
+        assert ready.wait(30)
+        assert not _socket_inodes(child.pid) & (_store_inodes(r) | _store_inodes(s))
+        rd, wr = os.pipe()
+        s.send([h], b"dropped", fds=(wr,))
+        os.close(wr)
+        r.disconnect()  # the message is dropped: its descriptor closes though the child lives
+        assert _eof(rd)
+        os.close(rd)
+    finally:
+        done.set()
+        child.join(30)
+
+
+def _disconnect_all(peers):
+    for p in peers:
+        p.disconnect()
+    os._exit(0)
+
+
+@pytest.mark.timeout(60)
+def test_stores_of_peers_disconnected_elsewhere_close_here(make_bus, monkeypatch):
+    """20 peers made here are disconnected by a fork child: this process's watcher closes
+    its copies of their stores within a rescan, and the descriptor in flight to one of them
+    closes with it."""
+    monkeypatch.setenv("BUS1PY_WATCH", "1")
+    bus = make_bus(max_peers=32, max_nodes=64, max_handles=256, pool_size=1 << 20, spin_ns=0, quota_fds=64)
+    s = bus.peer()
+    baseline = len(_open_fds())
+    peers = [bus.peer() for _ in range(20)]
+    h = peers[0].transfer(peers[0].create_node(), s)
+    rd, wr = os.pipe()
+    s.send([h], b"in flight", fds=(wr,))
+    os.close(wr)
+    assert len(_open_fds()) > baseline + 20
+    child = FORK.Process(target=_disconnect_all, args=(peers,))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0
+    child.close()  # its sentinel
+    deadline = time.monotonic() + 3
+    while len(_open_fds()) > baseline + 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_open_fds()) == baseline + 1, sorted(os.readlink(f"/proc/self/fd/{fd}") for fd in _open_fds())
+    assert _eof(rd, 1)
+    os.close(rd)
+
+
+def _mappings(name: str) -> int:
+    with open("/proc/self/maps") as f:
+        return sum(name.lstrip("/") in line for line in f)
+
+
+@pytest.mark.timeout(120)
+def test_a_thousand_open_close_cycles_leave_nothing_behind(make_bus, monkeypatch):
+    monkeypatch.setenv("BUS1PY_WATCH", "1")
+    bus = make_bus(max_peers=4, max_nodes=8, max_handles=32, pool_size=1 << 16, spin_ns=0)
+    bus.peer()
+    threads, fds, maps = threading.active_count(), len(_open_fds()), _mappings(bus.name)
+    for _ in range(1000):
+        other = bus1py.Bus.open(bus.name)
+        other.close()
+    assert (threading.active_count(), len(_open_fds()), _mappings(bus.name)) == (threads, fds, maps)
+    other = bus1py.Bus.open(bus.name)
+    bus.close()  # the watcher maps the closing one: it moves to the other, the mapping goes
+    assert threading.active_count() == threads and _mappings(bus.name) == maps
+    other.close()  # the last one: its watcher goes too
+    assert threading.active_count() == threads - 1 and _mappings(bus.name) == 0
+    closed = len(_open_fds())
+    for _ in range(50):  # alone: each open starts a watcher, each close joins it
+        bus1py.Bus.open(bus.name).close()
+    assert (threading.active_count(), len(_open_fds()), _mappings(bus.name)) == (threads - 1, closed, 0)
+
+
+def test_a_message_whose_store_was_lost_is_dropped_and_said_so(bus):
+    """The store closes with messages' descriptors in it while the receiver stays connected
+    (its last holder let go of it): each such message is consumed with ENOLINK, never
+    delivered without its descriptors, and the queue goes on."""
+    r, s, _, h = _pair(bus)
+    rd, wr = os.pipe()
+    s.send([h], b"one", fds=(wr,))
+    s.send([h], b"two", fds=(wr, wr))
+    s.send([h], b"three")
+    os.close(wr)
+    _fds._close(bus.base(), (bus.name, r.id), drain=False)  # the only holder lets go
+    assert _eof(rd)  # the kernel closed what was in it
+    os.close(rd)
+    for _ in range(2):
+        with pytest.raises(OSError) as e:
+            r.recv(timeout=0)  # sets a fresh store up, finds the descriptors gone
+        assert e.value.errno == errno.ENOLINK and "was dropped" in str(e.value)
+    m = r.recv(timeout=0)
+    assert m.payload == b"three" and m.fds == ()
+    assert r.query().n_fds == 0
+    _send_and_take(r, s, h, n=2)  # the fresh store carries the next ones
+
+
+def _group_sender(s, h, wr, gid):
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(NOBODY, NOBODY, NOBODY)
+    s.send([h], b"from the group", fds=(wr,))
+    os._exit(0)
+
+
+@pytest.mark.timeout(60)
+def test_a_group_bus_takes_descriptors_from_a_member_of_another_uid(make_bus):
+    """A 0660 bus: its stores' directories are 0770 of the segment's group, so a member of
+    another uid posts to them, and its credentials (the group) are accepted."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a child as another uid")
+    umask = os.umask(0o007)
+    try:
+        bus = make_bus(mode=0o660, max_peers=4, max_nodes=8, max_handles=32, pool_size=1 << 18, spin_ns=0)
+    finally:
+        os.umask(umask)
+    st = os.stat("/dev/shm" + bus.name)
+    assert st.st_mode & 0o777 == 0o660
+    gid = st.st_gid
+    r, s, _, h = _pair(bus)
+    assert os.stat(os.path.dirname(_store(r)[0].getsockname())).st_mode & 0o777 == 0o770
+    rd, wr = os.pipe()
+    child = FORK.Process(target=_group_sender, args=(s, h, wr, gid))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0
+    os.close(wr)
+    m = r.recv(timeout=1)
+    assert m.payload == b"from the group" and os.fstat(m.fds[0]).st_ino == os.fstat(rd).st_ino
+    os.close(m.fds[0])
+    assert _eof(rd)
+    os.close(rd)
