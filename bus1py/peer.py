@@ -516,7 +516,7 @@ class Peer(_messages.PeerCore):
             if r == _EPERM and not store_tried:
                 store_tried = True
                 _fds.ensure(self)  # raises what keeps it from being set up
-                r = _crecv(addr, self._slot, self._id, -1 if timeout is None else args.timeout_ns(timeout))
+                r = _crecv(addr, self._slot, self._id, -1 if timeout is None else args.timeout_ns(timeout), self)
                 continue
             if r != _EINTR:
                 raise args.recv_error(self, r, timeout)
