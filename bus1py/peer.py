@@ -88,17 +88,6 @@ class PeerInfo:
                    n_fds=out.n_fds, quota_fds=out.quota_fds)
 
 
-def _api_name(qualname: str):
-    """Name a method's code as the API call it serves (`Peer.send` for the Python path of
-    the C method send), so that Python's own argument errors name the call the user made
-    and no private name."""
-    def name(fn):
-        fn.__code__ = fn.__code__.replace(co_name=qualname.rpartition(".")[2], co_qualname=qualname)
-        fn.__qualname__ = qualname
-        return fn
-    return name
-
-
 class Peer(_messages.PeerCore):
     """One endpoint of a bus: it owns nodes, holds handles to nodes, sends to handles and
     receives from its own queue.  Made by `Bus.peer()`; picklable, so a child process
@@ -291,7 +280,7 @@ class Peer(_messages.PeerCore):
 
     # ---- messages ----
 
-    @_api_name("Peer.send")
+    @args.api_name("Peer.send")
     def _send_general(self, destinations, payload, handles=(), *, fds=(), unreachable_error: bool = False) -> tuple:
         """`send` in every form (its docstring is PeerCore.send's): what the C method does
         not take itself, with every check and error of the API."""
@@ -316,7 +305,7 @@ class Peer(_messages.PeerCore):
                 raise args.send_error(self, ts, destinations, len(payload), n or 1, nh)
         return (ts, self._id, frame.seq[0])
 
-    @_api_name("Peer.recv")
+    @args.api_name("Peer.recv")
     def _recv_general(self, timeout: float | None = None, copy: bool = True, *, node=None) -> Message:
         """`recv` in every form (its docstring is PeerCore.recv's): what the C method does
         not take itself, with every check and error of the API."""
