@@ -34,7 +34,7 @@ _SYS_PIDFD_GETFD = 438  # the same number on every architecture (the generic sys
 
 def paths(peer) -> list:
     """The filesystem paths of the sockets of `peer`'s store, in order."""
-    out, paths = ffi.new("char[]", 108), []
+    out, paths = ffi.new("char[]", 108), list[str]()
     while True:
         n = lib.b1_fds_address(peer._bus.base(), peer._slot, peer._id, len(paths), out, 108)
         if n == -errno.ERANGE:

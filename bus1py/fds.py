@@ -194,7 +194,7 @@ def forget_bus(bus) -> None:
         alone = st is not None and (lib.b1_peer_query(bus._base, st.slot, key[1], out) or
                                     not any(fdpaths.alive(pid) for pid in out.pids if pid and pid != os.getpid()))
         _close(bus._base, key, drain=False)
-        if alone:
+        if alone and st is not None:
             fdpaths.unlink(st.paths)
 
 

@@ -64,7 +64,7 @@ class Message(NamedTuple):
         `fds` go to the caller as its call's return value, and the reply capability is
         released.  ValueError for a message that is not a request or was answered already.
         A caller that gave up or is gone is no error: the reply is dropped."""
-        r = getattr(self, "_reply", False)  # a plain Message has no attributes of its own
+        r: Any = getattr(self, "_reply", False)  # a plain Message has no attributes of its own
         if not r:
             what = "is not a request" if r is False else "was answered already"
             raise ValueError(f"this message {what}: only a message sent with call() takes one reply")

@@ -120,7 +120,7 @@ def retry(peer, out, frame, n, timeout_ns, flags, held, timeout) -> list:
         if out == -errno.EPERM and not store_tried:
             store_tried = True
             fds.ensure(peer)  # raises what keeps it from being set up
-            out = _recv_many(frame.address, peer._slot, peer._id, n, timeout_ns, flags, held)
+            out = _recv_many(frame.address, peer._slot, peer._id, n, timeout_ns, flags, held, peer)
             continue
         if out != _EINTR:
             raise args.recv_error(peer, out, timeout)
