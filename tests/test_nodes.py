@@ -291,12 +291,12 @@ def test_owner_release_of_last_reference_to_live_node_is_ebusy(bus):
 
 def test_quotas_are_shown_and_enforced_with_nothing_staged(bus):
     a = bus.peer()
-    b = bus.peer(quota_messages=2, quota_bytes=100)
+    b = bus.peer(quota_messages=3, quota_bytes=100)  # a alone: 2 of 3 (fair shares)
     c = bus.peer()
     hb = b.transfer(b.create_node(), a)
     hc = c.transfer(c.create_node(), a)
     q = b.query()
-    assert (q.quota_messages, q.quota_bytes) == (2, 100)
+    assert (q.quota_messages, q.quota_bytes) == (3, 100)
     a.send([hb], b"1")
     a.send([hb], b"2")
     before_b, before_c, info = b.query(), c.query(), bus.info()

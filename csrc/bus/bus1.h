@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 /* cdef-begin */
-#define B1_VERSION 12
+#define B1_VERSION 13
 #define B1_HANDLE_INVALID 0xffffffffffffffff
 
 #define B1_MSG_DATA 0
@@ -151,6 +151,10 @@ struct b1_peer_info {
     int32_t pids[8];           /* processes that used the peer (0: none) */
     uint32_t n_fds;            /* descriptors in flight to it, charged against quota_fds */
     uint32_t quota_fds;
+    uint32_t n_chargers;       /* shares of its quotas that senders hold (fair shares) */
+    uint32_t share_messages[16]; /* n_messages, n_fds, n_bytes by share: a sender with id i */
+    uint32_t share_fds[16];      /* charges share i % 16 */
+    uint64_t share_bytes[16];
 };
 
 struct b1_gc_stats {

@@ -21,6 +21,7 @@
 #include "fds.h"
 #include "message.h"
 #include "node.h"
+#include "queue.h"
 #include "slot.h"
 #include "tx.h"
 
@@ -47,9 +48,7 @@ static int prepare_resolved(void *base, struct b1_tx *tx, const char *payload, u
      * blocks).  A unicast's stage checks before it changes anything. */
     for (uint32_t i = 0; i < n && n > 1; i++) {
         struct b1_peer *p = PEER(base, tx->dests[i].peer_slot);
-        if (__atomic_load_n(&p->n_messages, __ATOMIC_RELAXED) + 1 > p->quota_messages ||
-            __atomic_load_n(&p->n_bytes, __ATOMIC_RELAXED) + len > p->quota_bytes)
-            return -EDQUOT;
+        if (!b1_charge_fits(p, tx->sender_id, len, 0)) return -EDQUOT;
     }
     int r = b1_tx_prepare_raw(base, tx, B1_MSG_DATA, payload, len, n_handles);
     if (!r) MSG(base, tx->msg)->n_fds = b1_fds_staged();

@@ -141,7 +141,7 @@ static inline __attribute__((always_inline)) int stage_locked(void *base, struct
                         int *woke) {
     if (tx->type == B1_MSG_DATA) {
         struct b1_msg *m = MSG(base, tx->msg);
-        int r = b1_charge_locked(p, m->len, m->n_fds);
+        int r = b1_charge_locked(p, tx->sender_id, m->len, m->n_fds);
         if (r) return r;
     }
     uint64_t t = b1_sync_clock(p, tx->max_ts);
