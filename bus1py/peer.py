@@ -28,7 +28,7 @@ import time
 from array import array
 from dataclasses import dataclass, field
 
-from . import _messages, args, fds as _fds, holders, objects, receive, watch
+from . import _messages, args, fds as _fds, holders, objects, partial, receive, watch
 from ._lib import ffi, lib
 from .errors import bus_error
 from .message import Message
@@ -356,6 +356,15 @@ class Peer(_messages.PeerCore):
         stamp, `r.abort()` gives it back; as a context manager it commits unless the block
         raises.  Raises send's errors when the record cannot be taken (reserve.py)."""
         return Reservation(self, destinations, length, handles, fds=fds, unreachable_error=unreachable_error)
+
+    def send_partial(self, destinations, payload, handles=(), *, fds=()) -> tuple:
+        """bus1's SEND_FLAG_CONTINUE: `(stamp, errors)`, one transaction (one stamp)
+        delivered to every destination that can take it; `errors` maps each destination
+        that could not to its errno (EDQUOT: over its quota or this sender's share of it).
+        `stamp` is None when none took it.  A destroyed destination is dropped as `send`
+        drops it; what fails for the whole send raises `send`'s error, nothing sent.
+        `send` stays all-or-nothing (partial.py)."""
+        return partial.send_partial(self, destinations, payload, handles, fds)
 
     def send_obj(self, destinations, obj, handles=(), *, unreachable_error: bool = False) -> tuple:
         """Send a Python object, pickled with protocol 5, its out-of-band buffers (numpy

@@ -41,12 +41,13 @@ static int prepare_checks(void *base, struct b1_tx *tx, uint32_t slot, uint64_t 
 /* The rest of a prepare once tx->dests are resolved: quotas, the record, the entries, the
  * carried handles' registrations. */
 static int prepare_resolved(void *base, struct b1_tx *tx, const char *payload, uint32_t len,
-                            const uint64_t *handles, uint32_t n_handles) {
+                            const uint64_t *handles, uint32_t n_handles, uint32_t flags) {
     uint32_t n = tx->n;
     /* quotas of a multicast, read without the locks: a refusal found here touches nothing,
      * not even a clock; the stage re-checks under each lock (a race there unwinds the
-     * blocks).  A unicast's stage checks before it changes anything. */
-    for (uint32_t i = 0; i < n && n > 1; i++) {
+     * blocks).  A unicast's stage checks before it changes anything, and a partial send
+     * (B1_SEND_CONTINUE) leaves each destination to its stage. */
+    for (uint32_t i = 0; i < n && n > 1 && !(flags & B1_SEND_CONTINUE); i++) {
         struct b1_peer *p = PEER(base, tx->dests[i].peer_slot);
         if (!b1_charge_fits(p, tx->sender_id, len, 0)) return -EDQUOT;
     }
@@ -84,7 +85,7 @@ int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,
                                         .node = hd->node, .node_gen = hd->node_gen};
     }
     if ((flags & B1_SEND_UNREACHABLE_ERROR) && dead == n) return -EHOSTUNREACH;
-    return prepare_resolved(base, tx, payload, len, handles, n_handles);
+    return prepare_resolved(base, tx, payload, len, handles, n_handles, flags);
 }
 
 /* Prepare tx as first was, to the destinations first resolved, with its own payload and no
@@ -97,7 +98,7 @@ static int prepare_like(void *base, struct b1_tx *tx, const struct b1_tx *first,
     tx->sender_id = first->sender_id;
     tx->n = first->n;
     memcpy(tx->dests, first->dests, first->n * sizeof *tx->dests);
-    return prepare_resolved(base, tx, payload, len, NULL, 0);
+    return prepare_resolved(base, tx, payload, len, NULL, 0, 0);
 }
 
 int b1_tx_stage(void *base, struct b1_tx *tx, uint32_t i) {
@@ -150,6 +151,31 @@ int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, u
     if (r) return r;
     *seq = tx.seq;
     return sent(base, &tx);
+}
+
+int64_t b1_send_partial(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, uint32_t n,
+                        const char *payload, uint32_t len, const uint64_t *handles,
+                        uint32_t n_handles, int32_t *errors, uint64_t *seq) {
+    if (n == 0 || n > LIM(base).max_dests) return -EINVAL;
+    struct b1_dest small[16], *ds = n <= 16 ? small : malloc(n * sizeof *ds);
+    if (!ds) return -ENOMEM;
+    struct b1_tx tx = {.dests = ds};
+    int r = b1_tx_prepare(base, &tx, slot, id, dests, n, payload, len, handles, n_handles, B1_SEND_CONTINUE);
+    if (!r) {
+        B1_NOTICES(nt);
+        r = b1_tx_run_partial(base, &tx, errors, &nt);
+        b1_notices_send(base, &nt);
+    }
+    if (ds != small) free(ds);
+    if (r) return r;
+    if (!tx.msg) return 0; /* no destination could take it */
+    *seq = tx.seq;
+    return sent(base, &tx);
+}
+
+int64_t b1_frame_send_partial(struct b1_frame *f, uint32_t slot, uint64_t id, uint32_t n,
+                              const char *payload, uint32_t len, uint32_t n_handles, int32_t *errors) {
+    return b1_send_partial(f->base, slot, id, f->dests, n, payload, len, f->handles, n_handles, errors, &f->seq);
 }
 
 /* ---- the hot calls over a per-thread frame (see struct b1_frame) ---- */

@@ -307,11 +307,9 @@ void b1_tx_abort_nt(void *base, struct b1_tx *tx, struct b1_notices *nt) {
     }
 }
 
-/* Run a prepared transaction to the end: stage, stamp, sync, commit. */
-int b1_tx_run(void *base, struct b1_tx *tx, struct b1_notices *nt) {
-    int r = 0;
-    for (uint32_t i = 0; i < tx->n && !r; i++) r = b1_tx_stage_nt(base, tx, i, nt);
-    if (!r) r = b1_tx_stamp(base, tx);
+/* A staged transaction's rest: stamp, sync, commit (aborted if it cannot stamp). */
+static int stamp_and_commit(void *base, struct b1_tx *tx, struct b1_notices *nt) {
+    int r = b1_tx_stamp(base, tx);
     if (r) {
         b1_tx_abort_nt(base, tx, nt);
         return r;
@@ -320,6 +318,37 @@ int b1_tx_run(void *base, struct b1_tx *tx, struct b1_notices *nt) {
         for (uint32_t i = 0; i < tx->n; i++) b1_tx_sync(base, tx, i);
     for (uint32_t i = 0; i < tx->n; i++) b1_tx_commit_nt(base, tx, i, nt);
     return 0;
+}
+
+/* Run a prepared transaction to the end: stage, stamp, sync, commit. */
+int b1_tx_run(void *base, struct b1_tx *tx, struct b1_notices *nt) {
+    int r = 0;
+    for (uint32_t i = 0; i < tx->n && !r; i++) r = b1_tx_stage_nt(base, tx, i, nt);
+    if (r) {
+        b1_tx_abort_nt(base, tx, nt);
+        return r;
+    }
+    return stamp_and_commit(base, tx, nt);
+}
+
+/* bus1's SEND_FLAG_CONTINUE: a destination that cannot take its copy (over its quota, its
+ * queue broken) has the copy dropped before anything is stamped and its -errno left in
+ * errors[i] (0 for the others, a gone one included); the staged rest is one transaction,
+ * run as b1_tx_run runs it.  Nothing staged: nothing is stamped and tx->msg is 0 (the
+ * dropped copies put the record).  Returns 0, or the stamp's failure (all aborted). */
+int b1_tx_run_partial(void *base, struct b1_tx *tx, int32_t *errors, struct b1_notices *nt) {
+    uint32_t staged = 0;
+    for (uint32_t i = 0; i < tx->n; i++) {
+        int r = b1_tx_stage_nt(base, tx, i, nt);
+        errors[i] = r;
+        if (r) drop_dest(base, tx, &tx->dests[i], i, nt);
+        staged += tx->dests[i].state == B1_DEST_STAGED;
+    }
+    if (!staged) {
+        tx->msg = 0;
+        return 0;
+    }
+    return stamp_and_commit(base, tx, nt);
 }
 
 /* Does another of the n destinations name dests[i]'s peer?  (Answered "yes" past 16
