@@ -28,7 +28,7 @@ import time
 from array import array
 from dataclasses import dataclass, field
 
-from . import _messages, args, fds as _fds, holders, objects, partial, receive, watch
+from . import _messages, args, fds as _fds, holders, objects, partial, receive, topic as _topic, watch
 from ._lib import ffi, lib
 from .errors import bus_error
 from .message import Message
@@ -365,6 +365,19 @@ class Peer(_messages.PeerCore):
         drops it; what fails for the whole send raises `send`'s error, nothing sent.
         `send` stays all-or-nothing (partial.py)."""
         return partial.send_partial(self, destinations, payload, handles, fds)
+
+    def topic(self, name: str) -> "_topic.Topic":
+        """Publish a topic under the bus name `name`: `t.send(payload, *, handles=(),
+        fds=())` multicasts to every subscriber in one transaction and returns how many
+        took it; `t.subscribers` counts them; `t.close()` ends it (topic.py)."""
+        return _topic.Topic(self, name)
+
+    def subscribe(self, name: str) -> "_topic.Subscription":
+        """Subscribe to the topic published as `name`: its messages arrive as DATA with
+        `msg.destination == sub.handle`, read with `sub.recv(timeout)`, by iteration,
+        `await sub.arecv()`, or this peer's plain `recv`; `sub.missed` counts those missed
+        over this peer's quota; `sub.close()` unsubscribes (topic.py)."""
+        return _topic.Subscription(self, name)
 
     def send_obj(self, destinations, obj, handles=(), *, unreachable_error: bool = False) -> tuple:
         """Send a Python object, pickled with protocol 5, its out-of-band buffers (numpy
