@@ -14,12 +14,12 @@ every receiver sees multicasts in one order and causes before their effects.
 """
 from .bus import INJECT_KINDS, Bus, Limits
 from .errors import bus_error
-from .message import HANDLE_INVALID, Message, MessageType
+from .message import HANDLE_INVALID, Message, MessageType, Request
 from .peer import Peer, PeerInfo, send
 from .transaction import Transaction
 
 __all__ = [
-    "Bus", "Limits", "Peer", "PeerInfo", "Message", "MessageType", "HANDLE_INVALID",
+    "Bus", "Limits", "Peer", "PeerInfo", "Message", "MessageType", "Request", "HANDLE_INVALID",
     "Transaction", "send", "bus_error", "INJECT_KINDS",
 ]
 __version__ = "0.1.0"

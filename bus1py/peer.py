@@ -28,7 +28,7 @@ import time
 from array import array
 from dataclasses import dataclass, field
 
-from . import _messages, args, fds as _fds, holders, objects, partial, receive, topic as _topic, watch
+from . import _messages, args, call as _call, fds as _fds, holders, objects, partial, receive, topic as _topic, watch
 from ._lib import ffi, lib
 from .errors import bus_error
 from .message import Message
@@ -246,9 +246,12 @@ class Peer(_messages.PeerCore):
 
     # ---- messages ----
 
-    def _send_general(self, destinations, payload, handles=(), *, fds=(), unreachable_error: bool = False) -> tuple:
+    def _send_general(self, destinations, payload, handles=(), *, fds=(), unreachable_error: bool = False,
+                      **kw) -> tuple:
         """`send` in every form (its docstring is PeerCore.send's): what the C method does
         not take itself, with every check and error of the API."""
+        if kw:
+            raise TypeError(f"send() got an unexpected keyword argument {next(iter(kw))!r}")
         if fds or type(fds) is not tuple:  # () is the default; anything else is checked
             with _fds.named(fds):
                 return self._send_general(destinations, payload, handles, unreachable_error=unreachable_error)
@@ -270,9 +273,15 @@ class Peer(_messages.PeerCore):
                 raise args.send_error(self, ts, destinations, len(payload), n or 1, nh)
         return (ts, self._id, frame.seq[0])
 
-    def _recv_general(self, timeout: float | None = None, copy: bool = True) -> Message:
+    def _recv_general(self, timeout: float | None = None, copy: bool = True, **kw) -> Message:
         """`recv` in every form (its docstring is PeerCore.recv's): what the C method does
         not take itself, with every check and error of the API."""
+        if kw:
+            node = kw.pop("node", None)
+            if kw:
+                raise TypeError(f"recv() got an unexpected keyword argument {next(iter(kw))!r}")
+            if node is not None:
+                return self._recv_node(node, timeout, copy)
         if not copy:
             if timeout is None:
                 return receive.recv_slice(self, -1, None)
@@ -281,9 +290,9 @@ class Peer(_messages.PeerCore):
             return self.recv_many(1, timeout, copy=False)[0]  # raises the timeout's error
         addr = self._frame().address  # raises: closed
         if timeout is None:
-            m = _crecv(addr, self._slot, self._id, -1)
+            m = _crecv(addr, self._slot, self._id, -1, self)
         elif type(timeout) in (int, float) and timeout >= 0:
-            m = _crecv(addr, self._slot, self._id, args.timeout_ns(timeout))
+            m = _crecv(addr, self._slot, self._id, args.timeout_ns(timeout), self)
         elif type(timeout) in (int, float) and timeout < 0:
             raise ValueError(f"timeout must be None or >= 0, not {timeout!r}")
         else:
@@ -293,6 +302,56 @@ class Peer(_messages.PeerCore):
         if self._ready is not None:
             self._ready.sync()
         return m
+
+    def _recv_node(self, node, timeout, copy) -> Message:
+        """recv(node=h): the first message addressed to this peer's handle `h` (data or a
+        notice of its node), in queue order; the messages for other nodes stay queued."""
+        args.check_handle(node, "node")
+        _call.check_call(node, timeout)
+        if copy is not True:
+            raise ValueError("recv(node=...) copies the payload: copy=False is not supported with node")
+        return _call.wait(self, node, 0, _call._ANY_TAG, timeout)
+
+    def call(self, handle: int, payload, *, timeout: float | None = None, handles=(), fds=()) -> Message:
+        """Send `payload` (with `handles` and `fds`) as a request to the node behind
+        `handle` and return the reply Message (`msg.reply(...)` at the service).  Waits at
+        most `timeout` seconds (None: for ever; TimeoutError); ConnectionResetError as soon
+        as the node is destroyed or its owner's processes are all dead before replying.
+        Messages for other nodes that arrive meanwhile stay queued for `recv`.  Each thread
+        (and each `acall`) waits for its own reply (call.py)."""
+        return _call.call(self, handle, payload, timeout, handles, fds)
+
+    async def acall(self, handle: int, payload, *, timeout: float | None = None, handles=(), fds=()) -> Message:
+        """`call` for asyncio: the request is sent at once, the reply awaited without
+        blocking the event loop."""
+        return await _call.acall(self, handle, payload, timeout, handles, fds)
+
+    def _send_reply(self, handle, tag, payload, handles, fds) -> None:
+        """Message.reply: the reply, carrying the request's tag, to the caller's reply
+        node, then the capability released.  A caller that is gone is no error (its node
+        is destroyed: the reply is dropped by the bus)."""
+        if fds or type(fds) is not tuple:
+            with _fds.named(fds):
+                return self._send_reply(handle, tag, payload, handles, ())
+        frame = self._frame()  # raises: closed
+        if type(payload) is not bytes:
+            payload = args.as_bytes(payload)
+        try:
+            nh = args.fill(frame.handles, handles, self._bus.limits.max_msg_handles, "handles") if handles else 0
+        except (TypeError, OverflowError):
+            raise args.bad_ids(handle, handles) from None
+        frame.c.tag = tag
+        ts = _send(frame.c, self._slot, self._id, handle, 0, payload, len(payload), nh, 0)
+        if ts < 0:
+            frame.c.tag = 0
+            ts = _reap_and_retry(self._bus, ts, self._send_tagged, frame, handle, payload, nh, tag)
+            if ts < 0:
+                raise args.send_error(self, ts, handle, len(payload), 1, nh)
+        lib.b1_handle_release(self._bus.base(), self._slot, self._id, handle)
+
+    def _send_tagged(self, frame, handle, payload, nh, tag):
+        frame.c.tag = tag
+        return _send(frame.c, self._slot, self._id, handle, 0, payload, len(payload), nh, 0)
 
     def send_many(self, destinations, payloads, handles=(), *, fds=(), unreachable_error: bool = False) -> int:
         """Send each of `payloads` to the same `destinations`, in one C call: one
@@ -446,11 +505,11 @@ class Peer(_messages.PeerCore):
                 raise args.recv_error(self, r, timeout)
             ns = -1 if timeout is None else frame.c.info.left_ns
             if ns == 0:  # the deadline passed while the handler ran: one last look
-                r = _crecv(addr, self._slot, self._id, 0)
+                r = _crecv(addr, self._slot, self._id, 0, self)
                 if r == _EAGAIN:
                     r = -errno.ETIMEDOUT
                 continue
-            r = _crecv(addr, self._slot, self._id, ns)
+            r = _crecv(addr, self._slot, self._id, ns, self)
         return r
 
     def query(self) -> PeerInfo:
@@ -465,6 +524,7 @@ class Peer(_messages.PeerCore):
         transaction, its handles released, its queue flushed; later calls raise ESHUTDOWN
         (BrokenPipeError).  Messages it already sent stay valid."""
         r = lib.b1_peer_disconnect(self._bus.base(), self._slot, self._id)
+        _call.forget(self)
         holders.held.pop((self._bus.name, self._slot, self._id), None)
         _fds.forget(self)  # the descriptors of messages it never received close with it
         if r:
@@ -484,6 +544,7 @@ class Peer(_messages.PeerCore):
         r = lib.b1_peer_reset(self._bus.base(), self._slot, self._id)
         if r:
             raise bus_error(r, f"resetting peer {self._id}")
+        _call.forget(self)
         _fds.sweep(self)  # the descriptors of the messages it dropped
         if self._ready is not None:
             self._ready.sync()

@@ -24,7 +24,7 @@ import errno
 
 from . import _messages, args
 from ._lib import ffi, lib
-from .message import MESSAGE_TYPES, Message
+from .message import MESSAGE_TYPES, Message, Request
 
 _EINTR = -errno.EINTR
 _EAGAIN = -errno.EAGAIN
@@ -52,6 +52,7 @@ def _address(name) -> int:
 _messages.setup(Message, SliceMessage, MESSAGE_TYPES, _address("b1_frame_recv_many"),
                 _address("b1_frame_recv"), _address("b1_frame_send"), _address("b1_slice_release"),
                 _address("b1_frame_send_iov"))
+_messages.setup_calls(Request, _address("b1_frame_recv_node"))
 
 
 def recv_many(peer, max_messages, timeout_ns, copy, timeout) -> list:
@@ -67,7 +68,7 @@ def recv_many(peer, max_messages, timeout_ns, copy, timeout) -> list:
         flags, held = 0, None
     else:
         flags, held = _NOCOPY, frame.held or _hold(frame, bus)
-    out = _recv_many(frame.address, peer._slot, peer._id, n, timeout_ns, flags, held)
+    out = _recv_many(frame.address, peer._slot, peer._id, n, timeout_ns, flags, held, peer)
     if type(out) is int:
         out = retry(peer, out, frame, n, timeout_ns, flags, held, timeout)
     if peer._ready is not None:
@@ -87,7 +88,7 @@ def recv_slice(peer, timeout_ns, timeout):
         return recv_many(peer, 1, timeout_ns, False, timeout)[0]
     if not peer._attached:
         peer._attach()
-    out = _recv_many(frame.address, peer._slot, peer._id, 1, timeout_ns, _NOCOPY, held)
+    out = _recv_many(frame.address, peer._slot, peer._id, 1, timeout_ns, _NOCOPY, held, peer)
     if type(out) is int:
         out = retry(peer, out, frame, 1, timeout_ns, _NOCOPY, held, timeout)
     if peer._ready is not None:
@@ -113,7 +114,7 @@ def retry(peer, out, frame, n, timeout_ns, flags, held, timeout) -> list:
         if out != _EINTR:
             raise args.recv_error(peer, out, timeout)
         ns = -1 if timeout_ns < 0 else frame.infos[0].left_ns
-        out = _recv_many(frame.address, peer._slot, peer._id, n, ns, flags, held)
+        out = _recv_many(frame.address, peer._slot, peer._id, n, ns, flags, held, peer)
         if out == _EAGAIN and ns == 0:
             out = -errno.ETIMEDOUT
     return out

@@ -149,7 +149,7 @@ def test_the_c_methods_have_the_python_signatures():
     import inspect
     assert list(inspect.signature(bus1py.Peer.send).parameters) == [
         "self", "destinations", "payload", "handles", "fds", "unreachable_error"]
-    assert list(inspect.signature(bus1py.Peer.recv).parameters) == ["self", "timeout", "copy"]
+    assert list(inspect.signature(bus1py.Peer.recv).parameters) == ["self", "timeout", "copy", "node"]
     assert "EDQUOT" in bus1py.Peer.send.__doc__ and "copy=False" in bus1py.Peer.recv.__doc__
 
 

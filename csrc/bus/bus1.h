@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 /* cdef-begin */
-#define B1_VERSION 13
+#define B1_VERSION 14
 #define B1_HANDLE_INVALID 0xffffffffffffffff
 
 #define B1_MSG_DATA 0
@@ -36,7 +36,13 @@
 
 /* send flags */
 #define B1_SEND_UNREACHABLE_ERROR 1  /* EHOSTUNREACH when every destination is known dead */
-#define B1_SEND_CONTINUE 2           /* b1_send_partial's: each destination staged alone */
+#define B1_SEND_CONTINUE 4           /* b1_send_partial's: each destination staged alone */
+#define B1_SEND_REQUEST 2  /* a request: its last carried handle is the reply capability
+                              (EINVAL without one); the receiver's b1_msg_info.flags says so */
+
+/* node flags (b1_node_create_flags) */
+#define B1_NODE_QUIET 1  /* its owner is sent no NODE_RELEASE: a reply node, whose holders
+                            come and go with every request */
 
 /* receive flags */
 #define B1_RECV_NOCOPY 1  /* leave data payloads in the pool as slices (b1_slice_release) */
@@ -131,6 +137,8 @@ struct b1_msg_info {
     uint64_t n_fds;        /* descriptors received with it: the frame's fds[fds_at..+n_fds),
                               now the caller's to close */
     uint64_t fds_at;
+    uint64_t flags;        /* B1_SEND_REQUEST when the message is a request */
+    uint64_t tag;          /* the tag the sender's frame carried (b1_frame.tag), 0 if none */
 };
 
 struct b1_peer_info {
@@ -232,6 +240,7 @@ int b1_peer_watchlist(void *base, int32_t *pids, uint32_t cap, uint32_t *dead);
 uint32_t b1_holders_epoch(void *base);
 
 int b1_node_create(void *base, uint32_t slot, uint64_t id, uint64_t *handle);
+int b1_node_create_flags(void *base, uint32_t slot, uint64_t id, uint32_t flags, uint64_t *handle);
 int b1_handle_transfer(void *base, uint32_t slot, uint64_t id, uint64_t handle,
                        uint32_t to_slot, uint64_t to_id, uint64_t *out);
 int b1_handle_release(void *base, uint32_t slot, uint64_t id, uint64_t handle);
@@ -296,7 +305,8 @@ struct b1_frame {
     uint64_t *handles;         /* room for max_msg_handles: carried (send), received (recv) */
     char *buf;                 /* room for buflen bytes: the received payload */
     uint32_t buflen;
-    uint32_t pad;
+    uint32_t tag;              /* carried by the next b1_frame_send's message (info.tag at its
+                                  receiver), which resets it to 0: a call's and its reply's */
     uint64_t seq;              /* out of b1_frame_send: the transaction's sequence number */
     struct b1_msg_info info;   /* out of b1_frame_recv */
     struct b1_msg_info *infos; /* out of b1_frame_recv_many: room for infos_cap */
@@ -360,6 +370,13 @@ int b1_frame_send_iov(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t d
  * Returns how many (> 0) or -errno. */
 int b1_frame_recv_many(struct b1_frame *f, uint32_t slot, uint64_t id, uint32_t max,
                        int64_t timeout_ns, uint32_t flags);
+/* b1_frame_recv of one message addressed to `node` (the receiver's handle id): the first
+ * such committed entry in queue order, taken from before the first uncommitted one; the
+ * entries around it stay queued in their order.  With `watch` (a handle id, 0: none), a
+ * NODE_DESTROY for it among those committed entries, or the handle already dead, ends the
+ * wait with -ECONNRESET (the notice stays queued). */
+int b1_frame_recv_node(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t node, uint64_t watch,
+                       int64_t timeout_ns);
 /* give back a slice (info.slice) received by the peer (slot, id) */
 int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice);
 

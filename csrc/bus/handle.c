@@ -8,7 +8,7 @@
  *   - A handle id is (gen << 24) | index; gen is bumped whenever the slot is reused, so an
  *     id is never reused.  A peer holds at most one handle per node.
  *   - The process that drops a node's last holder owes the owner its NODE_RELEASE
- *     (release_pending, release_owner): it is handed up as a notice (handle.h), never sent
+ *     (release_pending, release_owner; none for a quiet node): it is handed up as a notice (handle.h), never sent
  *     from here.  A notice that cannot be kept (no memory) is left to b1_gc, which queues
  *     the NODE_RELEASE of a node whose release_owner is not a live process.
  *   - A node slot is freed only when it is destroyed, the owner has read its NODE_DESTROY
@@ -141,7 +141,8 @@ int b1_handle_put_locked(void *base, uint32_t hi, uint32_t held, uint32_t pendin
     if (b1_handle_id(base, hi) == nd->owner_handle) {
         nd->owner_handle_live = 0;
     } else {
-        if (nd->holders == hi && !hd->next_holder && nd->state == B1_NODE_ALIVE && !nd->release_pending) {
+        if (nd->holders == hi && !hd->next_holder && nd->state == B1_NODE_ALIVE && !nd->release_pending &&
+            !(nd->flags & B1_NODE_QUIET)) {
             nd->release_pending = 1;
             nd->release_owner = b1_self();
             result = PUT_RELEASE;
@@ -294,7 +295,7 @@ static void verify_nodes_locked(void *base, uint32_t slot) {
         }
         /* the NODE_RELEASE the drops owe is recorded before the list that finds them is
          * cleared: a verifier killed from here on leaves them a leak, never the notice lost */
-        if (dropped && !held && nd->state == B1_NODE_ALIVE && !nd->release_pending) {
+        if (dropped && !held && nd->state == B1_NODE_ALIVE && !nd->release_pending && !(nd->flags & B1_NODE_QUIET)) {
             nd->release_pending = 1;
             nd->release_owner = 0;
         }

@@ -123,9 +123,12 @@ struct b1_peer {
     uint32_t n_messages;   /* data messages queued or staged here (quota_messages) */
     uint32_t quota_messages;
     /* --- read without the lock --- */
-    _Atomic uint32_t wake_seq;  /* futex word: bumped whenever the front changes */
+    _Atomic uint32_t wake_seq;  /* futex word: bumped whenever the front changes (any
+                                   change while node_waiters) */
     _Atomic uint64_t front_ts;  /* ts of the front entry, 0 when empty */
     _Atomic uint32_t waiters;   /* processes or threads sleeping on wake_seq */
+    _Atomic uint32_t node_waiters; /* of them, those waiting for one node's entry (recv.c),
+                                      woken by every change of the queue, not only its front */
     /* cold */
     uint32_t quota_handles;
     uint32_t lock_initialised;
@@ -189,6 +192,8 @@ struct b1_node {
                                 queues the notice (node.c re-sends it if that one died) */
     uint64_t destroyer;      /* owner token of the process whose destruction marked it
                                 DESTROYING: gc rolls a dead one's unstamped one back */
+    uint32_t flags;          /* B1_NODE_*, set at creation */
+    uint32_t pad;
 };
 
 /* A handle: a peer's reference to a node.  Its id is (gen << 24) | index.
@@ -281,6 +286,8 @@ struct b1_msg {
                                 the pool (fsck, rebuild.c) stops at a record cut short
                                 while it was carved, instead of misreading what follows */
     uint32_t n_fds;       /* descriptors the message carries (fds.c), at most B1_MAX_FDS */
+    uint32_t flags;       /* B1_SEND_REQUEST, or 0 */
+    uint32_t tag;         /* the sender's b1_frame.tag: matches a reply to its call */
 };
 #define B1_MSG_CARVED 0x62316d73u
 _Static_assert(sizeof(struct b1_msg) <= (1u << B1_POOL_MIN_SHIFT), "a record's header fits one unit");

@@ -33,6 +33,11 @@
 /* ---- nodes ---- */
 
 int b1_node_create(void *base, uint32_t slot, uint64_t id, uint64_t *out) {
+    return b1_node_create_flags(base, slot, id, 0, out);
+}
+
+int b1_node_create_flags(void *base, uint32_t slot, uint64_t id, uint32_t flags, uint64_t *out) {
+    if (flags & ~(uint32_t)B1_NODE_QUIET) return -EINVAL;
     struct b1_header *h = HDR(base);
     uint32_t n = b1_alloc_index(base, &h->free_nodes, &h->nodes_bump, LIM(base).max_nodes + 1,
                                 offsetof(struct b1_node, next_free), sizeof(struct b1_node),
@@ -66,6 +71,7 @@ int b1_node_create(void *base, uint32_t slot, uint64_t id, uint64_t *out) {
     nd->release_pending = 0;
     nd->owner_handle_live = 1;
     nd->owner_notified = 0;
+    nd->flags = flags;
     hd->peer_id = id;
     hd->peer_slot = slot;
     hd->node = n;

@@ -173,10 +173,14 @@ static uint32_t rightmost(void *base, uint32_t t) {
     return t;
 }
 
+/* Returns whether the sleepers are owed a wake: the front changed, or one sleeps who waits
+ * for an entry behind the front (a receive for one node, recv.c), for whom any change
+ * may be the one. */
 int b1_queue_publish_front(void *base, struct b1_peer *p) {
     const struct b1_view *v = VIEW(base);
     uint64_t ts = p->front ? ENTRY_V(v, base, p->front)->ts : 0;
-    if (atomic_load_explicit(&p->front_ts, memory_order_relaxed) == ts) return 0;
+    if (atomic_load_explicit(&p->front_ts, memory_order_relaxed) == ts)
+        return atomic_load_explicit(&p->node_waiters, memory_order_seq_cst) != 0;
     atomic_store_explicit(&p->front_ts, ts, memory_order_seq_cst);
     return 1;
 }
@@ -265,6 +269,10 @@ static uint32_t successor(void *base, struct b1_peer *p, uint32_t e) {
         }
     }
     return after;
+}
+
+uint32_t b1_queue_next_locked(void *base, struct b1_peer *p, uint32_t e) {
+    return successor(base, p, e);
 }
 
 /* Give entry e (linked in p's tree) the timestamp ts > its current one.  An entry whose

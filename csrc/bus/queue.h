@@ -22,6 +22,8 @@ int b1_queue_remove_locked(void *base, struct b1_peer *p, uint32_t e);
 int b1_queue_rekey_locked(void *base, struct b1_peer *p, uint32_t e, uint64_t ts, uint32_t next,
                           int *moved);
 int b1_queue_contains_locked(void *base, struct b1_peer *p, uint32_t e);
+/* the entry after e (linked in p's tree) in key order, 0 after the last */
+uint32_t b1_queue_next_locked(void *base, struct b1_peer *p, uint32_t e);
 int b1_queue_publish_front(void *base, struct b1_peer *p);
 int b1_key_less(const struct b1_entry *a, const struct b1_entry *b);
 void b1_wake(struct b1_peer *p);

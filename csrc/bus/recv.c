@@ -33,6 +33,7 @@
 #include <string.h>
 #include "alloc.h"
 #include "fds.h"
+#include "handle.h"
 #include "kill.h"
 #include "message.h"
 #include "node.h"
@@ -51,7 +52,28 @@ struct recv_req {
     uint64_t *handles;    /* room for max_msg_handles */
     uint32_t n_handles;   /* out: how many of them the taken messages carried */
     int32_t *fds;         /* room for B1_MAX_FDS descriptors; NULL: close them */
+    uint64_t node;        /* 0: the front; else only entries for this handle id (max 1) */
+    uint64_t watch;       /* with node: a NODE_DESTROY for this handle id ends it, -ECONNRESET */
 };
+
+/* The entry a receive takes next under p's lock: the front if committed; for q->node, the
+ * first committed entry addressed to it, looked for before the first uncommitted one (the
+ * order recv would meet them in).  0 when none; *r = -ECONNRESET when a NODE_DESTROY of
+ * q->watch comes first. */
+static uint32_t next_entry_locked(void *base, struct b1_peer *p, const struct recv_req *q, int *r) {
+    uint32_t ei = p->front, steps = 0, max = LIM(base).max_entries;
+    if (!q->node) return ei && !(ENTRY(base, ei)->ts & 1) ? ei : 0;
+    for (; ei && b1_step(&steps, max); ei = b1_queue_next_locked(base, p, ei)) {
+        struct b1_entry *e = ENTRY(base, ei);
+        if (e->ts & 1) return 0;
+        if (e->destination == q->node) return ei;
+        if (q->watch && e->destination == q->watch && e->type == B1_MSG_NODE_DESTROY) {
+            *r = -ECONNRESET;
+            return 0;
+        }
+    }
+    return 0;
+}
 
 #define TAKE_ON_STACK 64
 
@@ -92,8 +114,8 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
         int woke = 0;
         r = 0;
         while (n < q->max && b1_step(&steps, max_entries)) {
-            uint32_t ei = p->front;
-            if (!ei || (ENTRY(base, ei)->ts & 1)) break;
+            uint32_t ei = next_entry_locked(base, p, q, &r);
+            if (!ei) break;
             struct b1_entry *e = ENTRY(base, ei);
             struct taken *t = &taken[n];
             *t = (struct taken){.key = {.ts = e->ts, .sender = e->sender, .seq = e->seq, .idx = e->idx},
@@ -154,6 +176,10 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
                 info->n_handles = t->shape.n_handles;
                 info->n_fds = (uint32_t)got;
                 info->fds_at = nfd;
+                struct b1_msg *m = MSG(base, t->unit);
+                /* a request names its reply capability: it carries a handle */
+                info->flags = type == B1_MSG_DATA && t->shape.n_handles ? m->flags & B1_SEND_REQUEST : 0;
+                info->tag = type == B1_MSG_DATA ? m->tag : 0;
                 nfd += (uint32_t)got;
                 if (copied) {
                     used += t->shape.len;
@@ -207,7 +233,7 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
             break;
         }
         if (!n) {
-            r = -EAGAIN;
+            if (!r) r = -EAGAIN;
             break;
         }
     }
@@ -229,12 +255,30 @@ static inline int front_ready(struct b1_peer *p) {
 
 #define REAP_CHECK_NS 200000000 /* a block at the front this long: is its sender alive? */
 
-/* recv_some, waiting while nothing is committed at the front: > 0 taken, or -errno */
+/* Has the queue changed so that q may find an entry now?  For the front: it is committed.
+ * For one node: the front's timestamp moved since `seen` (what lies behind it is found
+ * by the wake every change sends a node waiter). */
+static inline int may_take(struct b1_peer *p, const struct recv_req *q, uint64_t seen) {
+    if (!q->node) return front_ready(p);
+    return atomic_load_explicit(&p->front_ts, memory_order_acquire) != seen;
+}
+
+/* The handle `watch` of peer (slot, id) is known dead (its NODE_DESTROY was read)? */
+static int watch_dead(void *base, uint32_t slot, uint64_t id, uint64_t watch) {
+    uint32_t hi = watch ? b1_handle_lookup(base, slot, id, watch) : 0;
+    return hi && atomic_load(&HANDLE(base, hi)->dead);
+}
+
+/* recv_some, waiting while nothing is committed at the front (for one node: while none of
+ * its entries is): > 0 taken, or -errno.  A node waiter registers in node_waiters as well
+ * and looks once more after registering, so every change after that look wakes it. */
 static int recv_wait(void *base, uint32_t slot, uint64_t id, struct recv_req *q, int64_t timeout_ns) {
     uint64_t deadline = timeout_ns > 0 ? b1_now_ns() + (uint64_t)timeout_ns : 0;
     uint32_t spin_ns = LIM(base).spin_ns;
     struct b1_peer *p = PEER(base, slot);
     for (;;) {
+        if (q->watch && watch_dead(base, slot, id, q->watch)) return -ECONNRESET;
+        uint64_t seen_front = atomic_load_explicit(&p->front_ts, memory_order_acquire);
         int r = recv_some(base, slot, id, q);
         if (r != -EAGAIN || timeout_ns == 0) return r;
         /* spin briefly: a futex wake across CPUs costs tens of microseconds.  After a
@@ -242,7 +286,7 @@ static int recv_wait(void *base, uint32_t slot, uint64_t id, struct recv_req *q,
          * for may need this one (on an idle CPU sched_yield returns at once). */
         uint64_t now = b1_now_ns(), spin_end = now + spin_ns;
         if (deadline && spin_end > deadline) spin_end = deadline;
-        for (uint32_t k = 0; !front_ready(p); k++) {
+        for (uint32_t k = 0; !may_take(p, q, seen_front); k++) {
             if (k < 512) {
                 b1_relax();
                 if ((k & 63) == 63 && b1_now_ns() >= spin_end) break;
@@ -251,7 +295,7 @@ static int recv_wait(void *base, uint32_t slot, uint64_t id, struct recv_req *q,
                 if (b1_now_ns() >= spin_end) break;
             }
         }
-        if (front_ready(p)) continue;
+        if (may_take(p, q, seen_front)) continue;
         int64_t left = REAP_CHECK_NS;
         if (deadline) {
             now = b1_now_ns();
@@ -259,12 +303,20 @@ static int recv_wait(void *base, uint32_t slot, uint64_t id, struct recv_req *q,
             if ((int64_t)(deadline - now) < left) left = (int64_t)(deadline - now);
         }
         atomic_fetch_add(&p->waiters, 1); /* register first: see b1_wake */
+        if (q->node) atomic_fetch_add(&p->node_waiters, 1);
         uint32_t seen = atomic_load(&p->wake_seq);
-        if (!front_ready(p) && p->id == id && p->state == B1_PEER_ACTIVE)
+        if (q->node) { /* what changed behind the front before the registration */
+            seen_front = atomic_load_explicit(&p->front_ts, memory_order_acquire);
+            r = recv_some(base, slot, id, q);
+            if (r == -EAGAIN && q->watch && watch_dead(base, slot, id, q->watch)) r = -ECONNRESET;
+        }
+        if (r == -EAGAIN && !may_take(p, q, seen_front) && p->id == id && p->state == B1_PEER_ACTIVE)
             r = b1_futex_wait(&p->wake_seq, seen, left);
-        else
+        else if (r == -EAGAIN)
             r = 0;
+        if (q->node) atomic_fetch_sub(&p->node_waiters, 1);
         atomic_fetch_sub(&p->waiters, 1);
+        if (r > 0 || (r < 0 && r != -EINTR && r != -ETIMEDOUT && r != -EAGAIN)) return r;
         if (r == -EINTR) {
             /* the caller runs its signal handlers and calls again with the time left */
             uint64_t t = b1_now_ns();
@@ -331,6 +383,15 @@ int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice) {
 int b1_frame_recv(struct b1_frame *f, uint32_t slot, uint64_t id, int64_t timeout_ns) {
     struct recv_req q = {.infos = &f->info, .max = 1, .buf = f->buf, .buflen = f->buflen,
                          .handles = f->handles, .fds = f->fds};
+    int r = recv_wait(f->base, slot, id, &q, timeout_ns);
+    return r > 0 ? 0 : r;
+}
+
+int b1_frame_recv_node(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t node, uint64_t watch,
+                       int64_t timeout_ns) {
+    if (!node) return -EINVAL;
+    struct recv_req q = {.infos = &f->info, .max = 1, .buf = f->buf, .buflen = f->buflen,
+                         .handles = f->handles, .fds = f->fds, .node = node, .watch = watch};
     int r = recv_wait(f->base, slot, id, &q, timeout_ns);
     return r > 0 ? 0 : r;
 }

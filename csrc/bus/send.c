@@ -25,6 +25,9 @@
 #include "slot.h"
 #include "tx.h"
 
+/* The tag of the calling thread's b1_frame_send under way (0 for every other send). */
+static __thread uint32_t send_tag;
+
 /* The checks every prepare makes first: the limits, and the sender still itself. */
 static int prepare_checks(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id, uint32_t n, uint32_t len,
                           uint32_t n_handles) {
@@ -70,6 +73,7 @@ int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,
                   const uint64_t *handles, uint32_t n_handles, uint32_t flags) {
     int r = prepare_checks(base, tx, slot, id, n, len, n_handles);
     if (r) return r;
+    if ((flags & B1_SEND_REQUEST) && !n_handles) return -EINVAL; /* no reply capability */
     tx->sender_slot = slot;
     tx->sender_id = id;
     tx->n = n;
@@ -85,7 +89,13 @@ int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,
                                         .node = hd->node, .node_gen = hd->node_gen};
     }
     if ((flags & B1_SEND_UNREACHABLE_ERROR) && dead == n) return -EHOSTUNREACH;
-    return prepare_resolved(base, tx, payload, len, handles, n_handles, flags);
+    r = prepare_resolved(base, tx, payload, len, handles, n_handles, flags);
+    if (!r) {
+        struct b1_msg *m = MSG(base, tx->msg);
+        m->flags = flags & B1_SEND_REQUEST;
+        m->tag = send_tag;
+    }
+    return r;
 }
 
 /* Prepare tx as first was, to the destinations first resolved, with its own payload and no
@@ -182,8 +192,12 @@ int64_t b1_frame_send_partial(struct b1_frame *f, uint32_t slot, uint64_t id, ui
 
 int64_t b1_frame_send(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t dest, uint32_t n,
                       const char *payload, uint32_t len, uint32_t n_handles, uint32_t flags) {
-    return b1_send(f->base, slot, id, n ? f->dests : &dest, n ? n : 1, payload, len,
-                   f->handles, n_handles, flags, &f->seq);
+    send_tag = f->tag;
+    f->tag = 0;
+    int64_t r = b1_send(f->base, slot, id, n ? f->dests : &dest, n ? n : 1, payload, len,
+                        f->handles, n_handles, flags, &f->seq);
+    send_tag = 0;
+    return r;
 }
 
 /* Sends without carried handles go B1_BATCH at a time through b1_tx_run_batch (one lock

@@ -95,7 +95,8 @@ int b1_tx_prepare_raw(void *base, struct b1_tx *tx, uint32_t type, const char *p
     struct b1_msg *m = MSG(base, tx->msg);
     m->n_handles = n_handles;
     m->n_dests = n;
-    m->n_fds = 0; /* a send's own are recorded by b1_tx_prepare */
+    m->n_fds = 0; /* a send's own are recorded by b1_tx_prepare, as its flags and tag */
+    m->flags = m->tag = 0;
     m->type = type;
     if (len && payload) memcpy(msg_payload(m), payload, len); /* NULL: written in place (send.c) */
     for (uint32_t i = 0; i < n; i++) {

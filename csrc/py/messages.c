@@ -36,6 +36,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <unistd.h>
 #include "messages.h"
 #include "slice.h"
 
@@ -45,6 +46,9 @@ typedef int (*send_iov_fn)(struct b1_frame *, uint32_t, uint64_t, uint64_t, uint
 static struct {
     PyTypeObject *message;   /* message.Message */
     PyTypeObject *slice;     /* receive.SliceMessage */
+    PyTypeObject *request;   /* message.Request (setup_calls), NULL before */
+    PyObject *reply_attr;    /* "_reply" */
+    b1py_recv_node_fn recv_node;
     PyObject *types;         /* message.MESSAGE_TYPES, indexed by B1_MSG_* */
     PyObject *empty;         /* () */
     PyObject *slice_attr;    /* "_slice" */
@@ -61,6 +65,7 @@ b1py_send_fn b1py_send;
 struct ints {
     uint64_t sender, dest;
     PyObject *sender_obj, *dest_obj;
+    PyObject *peer; /* borrowed: the receiving Peer, which a request's reply sends from */
 };
 
 static PyObject *int_of(uint64_t v, uint64_t *last, PyObject **obj) {
@@ -95,11 +100,31 @@ static PyObject *fds_of(const int32_t *fds, const struct b1_msg_info *in) {
     return t;
 }
 
-/* One Message of type `tp` from an info record; steals `payload` and `handles`. */
+/* A request's reply capability, its last carried handle, taken out of `*handles` into the
+ * message's `_reply`, (peer, handle id, tag): what Message.reply sends with. */
+static PyObject *reply_of(PyObject **handles, const struct b1_msg_info *in, PyObject *peer) {
+    Py_ssize_t n = PyTuple_GET_SIZE(*handles);
+    PyObject *rest = PyTuple_GetSlice(*handles, 0, n - 1), *tag = PyLong_FromUnsignedLongLong(in->tag);
+    PyObject *reply = rest && tag ? PyTuple_Pack(3, peer ? peer : Py_None, PyTuple_GET_ITEM(*handles, n - 1), tag) : NULL;
+    Py_XDECREF(tag);
+    if (!reply) {
+        Py_XDECREF(rest);
+        return NULL;
+    }
+    Py_SETREF(*handles, rest);
+    return reply;
+}
+
+/* One Message of type `tp` from an info record; steals `payload` and `handles`.  A request
+ * is a Request (or, not copied, a SliceMessage) with `_reply` set. */
 static PyObject *new_message(PyTypeObject *tp, const struct b1_msg_info *in, PyObject *payload,
                              PyObject *handles, const int32_t *fds, struct ints *c) {
-    PyObject *m = NULL, *stamp = NULL, *carried_fds = fds_of(fds, in);
+    PyObject *m = NULL, *stamp = NULL, *carried_fds = fds_of(fds, in), *reply = NULL;
     if (!payload || !handles || !carried_fds) goto fail;
+    if ((in->flags & B1_SEND_REQUEST) && in->n_handles && S.request) {
+        if (!(reply = reply_of(&handles, in, c->peer))) goto fail;
+        if (tp == S.message) tp = S.request;
+    }
     if (in->type >= (uint64_t)PyTuple_GET_SIZE(S.types)) {
         PyErr_Format(PyExc_ValueError, "unknown message type %llu", (unsigned long long)in->type);
         goto fail;
@@ -131,8 +156,14 @@ static PyObject *new_message(PyTypeObject *tp, const struct b1_msg_info *in, PyO
     PyTuple_SET_ITEM(m, 2, payload);
     PyTuple_SET_ITEM(m, 3, handles);
     PyTuple_SET_ITEM(m, 4, stamp);
+    if (reply) {
+        int bad = PyObject_SetAttr(m, S.reply_attr, reply) < 0;
+        Py_DECREF(reply);
+        if (bad) Py_CLEAR(m);
+    }
     return m;
 fail:
+    Py_XDECREF(reply);
     Py_XDECREF(payload);
     Py_XDECREF(handles);
     Py_XDECREF(stamp);
@@ -254,9 +285,9 @@ static PyObject *py_setup(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_RETURN_NONE;
 }
 
-PyObject *b1py_copied(const struct b1_frame *f) {
+PyObject *b1py_copied(const struct b1_frame *f, PyObject *peer) {
     const struct b1_msg_info *in = &f->info;
-    struct ints c = {0};
+    struct ints c = {.peer = peer};
     PyObject *m = new_message(S.message, in, PyBytes_FromStringAndSize(f->buf, (Py_ssize_t)in->len),
                               handles_of(f->handles, in->n_handles), f->fds, &c);
     ints_clear(&c);
@@ -275,10 +306,10 @@ PyObject *b1py_stamp(int64_t ts, uint64_t id, uint64_t seq) {
     return stamp;
 }
 
-/* recv(frame, slot, id, timeout_ns) -> Message, or -errno: b1_frame_recv and the Message
- * of f->info, its payload copied from f->buf. */
+/* recv(frame, slot, id, timeout_ns, peer) -> Message, or -errno: b1_frame_recv and the
+ * Message of f->info, its payload copied from f->buf (`peer`: the receiver, for a reply). */
 static PyObject *py_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    NEED_ARGS(4);
+    NEED_ARGS(5);
     uint64_t addr, id;
     uint32_t slot;
     int64_t ns;
@@ -295,7 +326,56 @@ static PyObject *py_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         Py_END_ALLOW_THREADS
     }
     if (r) return PyLong_FromLong(r);
-    return b1py_copied(f);
+    return b1py_copied(f, args[4]);
+}
+
+/* recv_node(frame, slot, id, node, watch, timeout_ns, tag, peer) -> Message, or -errno, or
+ * 1: b1_frame_recv_node, and the Message of what it took when it carries `tag` (2**64-1:
+ * any); a message
+ * with another tag (the late reply of a call given up) is dropped, its descriptors closed,
+ * and 1 says to look again. */
+static PyObject *py_recv_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    NEED_ARGS(8);
+    uint64_t addr, id, node, watch, tag;
+    uint32_t slot;
+    int64_t ns;
+    if (!as_u64(args[0], &addr) || !as_u32(args[1], &slot) || !as_u64(args[2], &id) ||
+        !as_u64(args[3], &node) || !as_u64(args[4], &watch) || !as_i64(args[5], &ns) || !as_u64(args[6], &tag))
+        return NULL;
+    if (!S.recv_node) {
+        PyErr_SetString(PyExc_RuntimeError, "bus1py._messages.setup_calls was not called");
+        return NULL;
+    }
+    struct b1_frame *f = (struct b1_frame *)(uintptr_t)addr;
+    int r;
+    if (ns == 0) {
+        r = S.recv_node(f, slot, id, node, watch, 0);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        r = S.recv_node(f, slot, id, node, watch, ns);
+        Py_END_ALLOW_THREADS
+    }
+    if (r) return PyLong_FromLong(r);
+    if (tag != UINT64_MAX && f->info.tag != tag && f->info.type == B1_MSG_DATA) {
+        for (uint64_t i = 0; i < f->info.n_fds && f->fds; i++) close(f->fds[f->info.fds_at + i]);
+        return PyLong_FromLong(1);
+    }
+    return b1py_copied(f, args[7]);
+}
+
+/* setup_calls(Request, recv_node): the class of a received request and the address of
+ * b1_frame_recv_node. */
+static PyObject *py_setup_calls(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    uint64_t a;
+    if (nargs != 2 || !PyType_Check(args[0]) || !S.message ||
+        !PyType_IsSubtype((PyTypeObject *)args[0], S.message) || !as_u64(args[1], &a) || !a) {
+        PyErr_SetString(PyExc_TypeError, "setup_calls needs a subclass of Message and an address (after setup)");
+        return NULL;
+    }
+    Py_INCREF(args[0]);
+    Py_XSETREF(S.request, (PyTypeObject *)args[0]);
+    S.recv_node = (b1py_recv_node_fn)(uintptr_t)a;
+    Py_RETURN_NONE;
 }
 
 /* The Message of f->infos[i], whose carried handles start at h; `pool` and `held` as
@@ -344,10 +424,10 @@ static int held_pool(PyObject *held, PyObject **pool) {
     return 1;
 }
 
-PyObject *b1py_taken(struct b1_frame *f, uint32_t slot, uint64_t id, PyObject *held) {
+PyObject *b1py_taken(struct b1_frame *f, uint32_t slot, uint64_t id, PyObject *held, PyObject *peer) {
     PyObject *pool;
     int owned = 0;
-    struct ints c = {0};
+    struct ints c = {.peer = peer};
     PyObject *m = held_pool(held, &pool) ? message_at(f, 0, f->handles, held, pool, slot, id, &c, &owned)
                                          : NULL;
     ints_clear(&c);
@@ -355,12 +435,12 @@ PyObject *b1py_taken(struct b1_frame *f, uint32_t slot, uint64_t id, PyObject *h
     return m;
 }
 
-/* recv_many(frame, slot, id, max, timeout_ns, flags, held) -> [Message], or -errno:
+/* recv_many(frame, slot, id, max, timeout_ns, flags, held, peer) -> [Message], or -errno:
  * b1_frame_recv_many and its batch.  `held` is None for copies, or (pool, bus) for
  * B1_RECV_NOCOPY: a slice's payload views its record's bytes (slice.c) and its message gets
  * `_slice`, a Slice (receive.SliceMessage). */
 static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    NEED_ARGS(7);
+    NEED_ARGS(8);
     uint64_t addr, id;
     uint32_t slot, max, flags;
     int64_t ns;
@@ -382,7 +462,7 @@ static PyObject *py_recv_many(PyObject *self, PyObject *const *args, Py_ssize_t 
     PyObject *out = PyList_New(r);
     if (!out) return NULL;
     const uint64_t *h = f->handles;
-    struct ints c = {0};
+    struct ints c = {.peer = args[7]};
     int i = 0, owned = 0; /* the slices of infos[0..i + owned) belong to Slice objects */
     for (; i < r; i++) {
         owned = 0;
@@ -451,9 +531,12 @@ static PyObject *py_exported(PyObject *mod, PyObject *mv) {
 static PyMethodDef methods[] = {
     {"exported", (PyCFunction)py_exported, METH_O, "exported(memoryview): is a buffer taken from it (or one sharing its buffer, as numpy makes) still alive?"},
     {"setup", (PyCFunction)(void (*)(void))py_setup, METH_FASTCALL, "setup(Message, SliceMessage, types, recv_many, recv, send, slice_release, send_iov)"},
-    {"recv", (PyCFunction)(void (*)(void))py_recv, METH_FASTCALL, "recv(frame, slot, id, timeout_ns) -> Message | -errno"},
+    {"setup_calls", (PyCFunction)(void (*)(void))py_setup_calls, METH_FASTCALL, "setup_calls(Request, recv_node)"},
+    {"recv", (PyCFunction)(void (*)(void))py_recv, METH_FASTCALL, "recv(frame, slot, id, timeout_ns, peer) -> Message | -errno"},
+    {"recv_node", (PyCFunction)(void (*)(void))py_recv_node, METH_FASTCALL,
+     "recv_node(frame, slot, id, node, watch, timeout_ns, tag, peer) -> Message | -errno | 1"},
     {"recv_many", (PyCFunction)(void (*)(void))py_recv_many, METH_FASTCALL,
-     "recv_many(frame, slot, id, max, timeout_ns, flags, held) -> list | -errno"},
+     "recv_many(frame, slot, id, max, timeout_ns, flags, held, peer) -> list | -errno"},
     {"send_many", (PyCFunction)(void (*)(void))py_send_many, METH_FASTCALL,
      "send_many(frame, slot, id, dest, n, payloads, n_handles, flags) -> count | -errno | None"},
     {NULL, NULL, 0, NULL},
@@ -466,7 +549,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "bus1py._messages",
 PyMODINIT_FUNC PyInit__messages(void) {
     S.empty = PyTuple_New(0);
     S.slice_attr = PyUnicode_InternFromString("_slice");
-    if (!S.empty || !S.slice_attr) return NULL;
+    S.reply_attr = PyUnicode_InternFromString("_reply");
+    if (!S.empty || !S.slice_attr || !S.reply_attr) return NULL;
     PyTypeObject *slice_type = b1py_slice_type(), *peer_type = b1py_peer_type();
     if (!slice_type || !peer_type) return NULL;
     PyObject *mod = PyModule_Create(&module);

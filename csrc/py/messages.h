@@ -12,17 +12,19 @@ typedef int (*b1py_recv_fn)(struct b1_frame *, uint32_t, uint64_t, int64_t);
 typedef int64_t (*b1py_send_fn)(struct b1_frame *, uint32_t, uint64_t, uint64_t, uint32_t,
                                 const char *, uint32_t, uint32_t, uint32_t);
 
+typedef int (*b1py_recv_node_fn)(struct b1_frame *, uint32_t, uint64_t, uint64_t, uint64_t, int64_t);
+
 /* the bus calls, set by `setup` (all NULL before it) */
 extern b1py_recv_many_fn b1py_recv_many;
 extern b1py_recv_fn b1py_recv;
 extern b1py_send_fn b1py_send;
 
 /* the Message b1_frame_recv left in f (f->info, f->buf, f->handles) */
-PyObject *b1py_copied(const struct b1_frame *f);
+PyObject *b1py_copied(const struct b1_frame *f, PyObject *peer);
 /* the Message of the one message b1_frame_recv_many took into f->infos[0]; `held` is as
  * recv_many's (None, or (pool, bus) for B1_RECV_NOCOPY).  On failure a slice nothing
  * holds yet goes back to the pool. */
-PyObject *b1py_taken(struct b1_frame *f, uint32_t slot, uint64_t id, PyObject *held);
+PyObject *b1py_taken(struct b1_frame *f, uint32_t slot, uint64_t id, PyObject *held, PyObject *peer);
 /* (ts, id, seq), the stamp a send returns */
 PyObject *b1py_stamp(int64_t ts, uint64_t id, uint64_t seq);
 

@@ -193,9 +193,11 @@ static int timeout_ns(PyObject *t, int64_t *ns) {
 }
 
 PyDoc_STRVAR(recv_doc,
-"recv($self, /, timeout=None, copy=True)\n--\n\n"
+"recv($self, /, timeout=None, copy=True, *, node=None)\n--\n\n"
 "The next message: waits for one (None), fails at once (0, BlockingIOError), or\n"
-"waits at most `timeout` seconds (TimeoutError).\n\n"
+"waits at most `timeout` seconds (TimeoutError).  With node=h, the first message\n"
+"addressed to this peer's handle h (data or a notice of its node): the messages\n"
+"for other nodes stay queued, in their order (copied only).\n\n"
 "With copy=False a data message's payload is a read-only memoryview into the pool\n"
 "instead of bytes: no copy at any size, but the message's pool record and this\n"
 "peer's quota stay charged until `msg.release()` or until the message is garbage\n"
@@ -254,7 +256,7 @@ static PyObject *peer_recv(PeerCore *self, PyObject *const *args, size_t nargsf,
         m = e ? PyObject_CallMethodObjArgs((PyObject *)self, N.recv_failed, e, timeout, copy, NULL) : NULL;
         Py_XDECREF(e);
     } else {
-        m = held ? b1py_taken(f, self->slot, self->id, held) : b1py_copied(f);
+        m = held ? b1py_taken(f, self->slot, self->id, held, (PyObject *)self) : b1py_copied(f, (PyObject *)self);
     }
     Py_DECREF(frame);
     Py_XDECREF(held);
