@@ -135,6 +135,7 @@ class Subscription:
         self._last = None  # the sequence number of the last one received
         self._kept = collections.deque()  # taken by a cancelled arecv's thread, not yet returned
         self._closed = False
+        self._gone = False  # the topic's NODE_RELEASE was read: every later wait ends at once
 
     def _seen(self, m):
         """m, a message of the subscription: data counted (gaps are misses), a notice of
@@ -145,6 +146,7 @@ class Subscription:
                 self.missed += seq - self._last - 1
             self._last = seq
             return m
+        self._gone = True
         raise bus_error(-errno.ECONNRESET, f"topic {self.name!r} is gone")
 
     def recv(self, timeout: float | None = None):
@@ -185,6 +187,8 @@ class Subscription:
     def _check_open(self):
         if self._closed:
             raise bus_error(-errno.EBADF, f"subscription to {self.name!r} is closed")
+        if self._gone and not self._kept:
+            raise bus_error(-errno.ECONNRESET, f"topic {self.name!r} is gone")
 
     def __iter__(self):
         """The topic's messages, until the topic is gone."""

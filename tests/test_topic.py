@@ -1,0 +1,205 @@
+"""Topics (bus1py/topic.py): one order for every subscriber across publishers, processes
+and topics; subscribers that die or close dropped; a slow subscriber stops no one and
+counts what it missed; the ways to read a subscription."""
+from __future__ import annotations
+
+import asyncio
+import errno
+import multiprocessing as mp
+import os
+import signal
+import time
+
+import pytest
+
+import bus1py
+
+FORK = mp.get_context("fork")
+LIMITS = dict(max_peers=32, max_nodes=128, max_handles=512, max_entries=1 << 13, max_dests=16,
+              pool_size=4 << 20, max_payload=4096, spin_ns=0)
+
+
+def _wait_for(predicate, seconds, what):
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+# ---- one order across publishers, processes and topics ----
+
+def _publisher(bus_name, topic, n, n_subs, go, ready, done):
+    bus = bus1py.Bus.attach(bus_name)
+    t = bus.peer().topic(topic)
+    ready.put(topic)
+    go.wait(30)
+    _wait_for(lambda: t.subscribers == n_subs, 20, "every subscriber")
+    for i in range(n):
+        t.send(b"%s:%d" % (topic.encode(), i))
+    done.wait(30)  # the parent saw every subscriber done: the topic may go
+
+
+def _subscriber(bus_name, index, topics, n_expected, out):
+    bus = bus1py.Bus.attach(bus_name)
+    peer = bus.peer()
+    subs = [peer.subscribe(t) for t in topics]
+    handles = {s.handle for s in subs}
+    got = []
+    while len(got) < n_expected:  # plain recv: both subscriptions in the queue's one order
+        m = peer.recv(timeout=20)
+        assert m.destination in handles
+        got.append(bytes(m.payload).decode())
+    out.put((index, got))
+
+
+@pytest.mark.timeout(90)
+def test_every_subscriber_sees_one_order_across_publishers_and_topics(make_bus):
+    """Two publisher processes (topics a and b), three subscriber processes (two take
+    both topics, one takes b only): every message arrives, each publisher's in its
+    order, and any two subscribers see the messages they share in the same order."""
+    bus = make_bus(**LIMITS)
+    n = 150
+    ready, out, go, done = FORK.Queue(), FORK.Queue(), FORK.Event(), FORK.Event()
+    pubs = [FORK.Process(target=_publisher, args=(bus.name, t, n, k, go, ready, done))
+            for t, k in (("a", 2), ("b", 3))]
+    for p in pubs:
+        p.start()
+    assert {ready.get(timeout=30), ready.get(timeout=30)} == {"a", "b"}
+    wants = [("a", "b"), ("a", "b"), ("b",)]
+    subs = [FORK.Process(target=_subscriber, args=(bus.name, i, w, n * len(w), out)) for i, w in enumerate(wants)]
+    for p in subs:
+        p.start()
+    go.set()
+    got = [g for _, g in sorted(out.get(timeout=60) for _ in subs)]
+    done.set()
+    for p in subs + pubs:
+        p.join(30)
+        assert p.exitcode == 0
+    for g, w in zip(got, wants):
+        assert sorted(g) == sorted(f"{t}:{i}" for t in w for i in range(n))
+        for t in w:
+            assert [x for x in g if x[0] == t] == [f"{t}:{i}" for i in range(n)]
+    for x in got:
+        for y in got:
+            shared = set(x) & set(y)
+            assert [m for m in x if m in shared] == [m for m in y if m in shared]
+
+
+# ---- subscribers that go ----
+
+def _subscribe_and_stop(bus_name, ready):
+    peer = bus1py.Bus.attach(bus_name).peer()
+    peer.subscribe("t")
+    ready.set()
+    time.sleep(60)
+
+
+@pytest.mark.timeout(60)
+def test_a_subscriber_that_dies_is_dropped_within_a_second(make_bus):
+    bus = make_bus(**LIMITS)
+    pub, peer = bus.peer(), bus.peer()
+    t = pub.topic("t")
+    stays = peer.subscribe("t")
+    ready = FORK.Event()
+    p = FORK.Process(target=_subscribe_and_stop, args=(bus.name, ready))
+    p.start()
+    assert ready.wait(30)
+    _wait_for(lambda: t.subscribers == 2, 10, "the child's subscription taken in")
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(10)
+    killed = time.monotonic()
+    _wait_for(lambda: t.subscribers == 1, 5, "the dead subscriber dropped")
+    took = time.monotonic() - killed
+    assert took < 3, took  # the death watcher's second, with room for a loaded machine
+    assert t.send(b"after") == 1 and bytes(stays.recv(timeout=1).payload) == b"after"
+
+
+def test_close_unsubscribes_and_leaves_nothing_in_the_queue(make_bus):
+    bus = make_bus(**LIMITS)
+    pub, peer = bus.peer(), bus.peer()
+    t = pub.topic("t")
+    other = peer.create_node()
+    h_other = peer.transfer(other, pub)
+    with peer.subscribe("t") as s:
+        t.send(b"one")
+        pub.send(h_other, b"beside")
+        t.send(b"two")
+        assert bytes(s.recv(timeout=1).payload) == b"one"
+    assert t.subscribers == 0 and t.send(b"nobody") == 0
+    m = peer.recv(timeout=0)  # the other node's message stayed, nothing of the subscription
+    assert bytes(m.payload) == b"beside"
+    with pytest.raises(BlockingIOError):
+        peer.recv(timeout=0)
+    with pytest.raises(OSError, match="closed"):
+        s.recv(timeout=0)
+
+
+def test_a_topic_gone_ends_its_subscribers_waits(make_bus):
+    bus = make_bus(**LIMITS)
+    pub, peer = bus.peer(), bus.peer()
+    t = pub.topic("t")
+    s = peer.subscribe("t")
+    t.send(b"last")
+    t.close()
+    assert [bytes(m.payload) for m in s] == [b"last"]  # iteration ends with the topic
+    with pytest.raises(ConnectionResetError):
+        s.recv(timeout=1)
+    assert pub.topic("t").subscribers == 0  # the name is free again
+
+
+# ---- a slow subscriber ----
+
+@pytest.mark.timeout(60)
+def test_a_slow_subscriber_stops_no_one_and_counts_what_it_missed(make_bus):
+    """A subscriber that does not read (a stopped process's peer, quota 20: the topic's
+    share 10) misses what comes past its share; the others get everything, the sends
+    never wait, and the slow one, once it reads, knows how many it missed."""
+    bus = make_bus(**LIMITS)
+    pub = bus.peer()
+    t = pub.topic("t")
+    fast = [bus.peer().subscribe("t") for _ in range(2)]
+    slow = bus.peer(quota_messages=20).subscribe("t")
+    started = time.monotonic()
+    took = [t.send(b"%d" % i) for i in range(50)]
+    assert time.monotonic() - started < 5, "sends must never wait for a slow subscriber"
+    assert took == [3] * 10 + [2] * 40
+    for s in fast:
+        assert [int(s.recv(timeout=0).payload) for _ in range(50)] == list(range(50))
+    assert [int(slow.recv(timeout=0).payload) for _ in range(10)] == list(range(10))
+    t.send(b"50")
+    assert int(slow.recv(timeout=0).payload) == 50 and slow.missed == 40
+
+
+# ---- reading a subscription ----
+
+def test_asynchronous_reads_and_a_cancelled_one_loses_nothing(make_bus):
+    bus = make_bus(**LIMITS)
+    pub, peer = bus.peer(), bus.peer()
+    t = pub.topic("t")
+    s = peer.subscribe("t")
+
+    async def main():
+        with pytest.raises(TimeoutError):
+            await s.arecv(timeout=0.05)
+        waiting = asyncio.ensure_future(s.arecv())
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        t.send(b"kept")
+        await asyncio.sleep(0.2)  # the cancelled wait's slice may take it meanwhile
+        t.send(b"next")
+        return [bytes((await s.arecv(timeout=5)).payload) for _ in range(2)]
+
+    assert asyncio.run(main()) == [b"kept", b"next"]
+
+
+def test_bad_names_are_clear_errors(make_bus):
+    bus = make_bus(**LIMITS)
+    pub, peer = bus.peer(), bus.peer()
+    with pytest.raises(FileNotFoundError):
+        peer.subscribe("nobody")
+    pub.topic("t")
+    with pytest.raises(FileExistsError):
+        pub.topic("t")
+    with pytest.raises(OSError, match="name"):
+        pub.topic("")
+    assert bus.info()["peers"] == 3  # the refused topics' peers are gone
