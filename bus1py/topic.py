@@ -28,11 +28,15 @@ import errno
 import functools
 import os
 
+from . import _messages, args, call as _call, partial
 from ._lib import lib
 from .errors import bus_error
 from .message import MessageType
 
 SUBSCRIBE = b"bus1py-subscribe"
+_SENDER_IDLE = lib.B1_SEND_SENDER_IDLE
+_ANY_TAG = _call._ANY_TAG
+_recv_node = _messages.recv_node
 
 
 class Topic:
@@ -49,6 +53,7 @@ class Topic:
             self._tp.disconnect()
             raise
         self._subs: dict = {}  # the topic peer's handle -> references it holds
+        self._dests: list = []  # its keys, as a send's destinations
 
     @property
     def id(self) -> int:
@@ -63,6 +68,9 @@ class Topic:
 
     def _take_in(self) -> None:
         """Subscriptions and departures queued at the topic peer, applied."""
+        tp = self._tp
+        if lib.b1_peer_ready(tp._frame().c.base, tp._slot, tp._id) == 0:  # lock-free: nothing queued
+            return
         while True:
             try:
                 got = self._tp.recv_many(64, timeout=0)
@@ -77,6 +85,7 @@ class Topic:
             live = [h for h in m.handles if h != lib.B1_HANDLE_INVALID]
             if m.destination == self._node and bytes(m.payload) == SUBSCRIBE and len(live) == 1:
                 self._subs[live[0]] = self._subs.get(live[0], 0) + 1
+                self._dests = list(self._subs)
             else:  # not a subscription: what it carried goes back
                 for h in live:
                     tp.release(h)
@@ -85,17 +94,46 @@ class Topic:
         elif m.type == MessageType.NODE_DESTROY and m.destination in self._subs:
             for _ in range(self._subs.pop(m.destination)):
                 tp.release(m.destination)
+            self._dests = list(self._subs)
 
     def send(self, payload, *, handles=(), fds=()) -> int:
         """Multicast `payload` (with `handles`, the publishing peer's, and `fds`) to every
         subscription in one transaction; returns how many took it.  A subscription over
         its quota misses it (counted at the subscriber: `Subscription.missed`)."""
+        if handles or fds or type(fds) is not tuple:
+            return self._send_carrying(payload, handles, fds)
+        if type(payload) is not bytes:
+            payload = args.as_bytes(payload)
+        tp, dests = self._tp, self._dests
+        frame = tp._frame()
+        while True:
+            n = len(dests)
+            if not n:  # none known: the ones that arrived taken in
+                self._take_in()
+                dests = self._dests
+                if not dests:
+                    return 0
+                continue
+            frame.dests[0:n] = dests
+            try:  # refused, nothing done, while the topic peer has something queued
+                r = partial.run(tp, frame, n, payload, 0, dests, _SENDER_IDLE)
+            except BlockingIOError:
+                self._take_in()
+                dests = self._dests
+                continue
+            if r & 1:
+                return n - len(partial.failures(frame, n)) if r > 1 else 0
+            return n
+
+    def _send_carrying(self, payload, handles, fds) -> int:
+        """send with handles (the publishing peer's, lent to the topic peer for the send)
+        or descriptors."""
         self._take_in()
         if not self._subs:
             return 0
         carried = [self._peer.transfer(h, self._tp) for h in handles]
         try:
-            stamp, errors = self._tp.send_partial(list(self._subs), payload, handles=carried, fds=fds)
+            stamp, errors = self._tp.send_partial(self._dests, payload, handles=carried, fds=fds)
         finally:
             for h in carried:
                 self._tp.release(h)
@@ -153,15 +191,22 @@ class Subscription:
         """The next message of the topic (a DATA Message, msg.destination == self.handle),
         waiting at most `timeout` seconds (None: for ever); messages for the peer's other
         nodes stay queued.  ConnectionResetError once the topic is gone."""
-        self._check_open()
-        if self._kept:
+        if self._closed or self._gone or self._kept:
+            self._check_open()
             return self._seen(self._kept.popleft())
-        return self._seen(self._peer.recv(timeout=timeout, node=self.handle))
+        peer = self._peer
+        if timeout is None:  # the common wait in one C call; a retry or an error as call.wait's
+            m = _recv_node(peer._frame().address, peer._slot, peer._id, self.handle, 0, -1, _ANY_TAG, peer)
+            if type(m) is not int:
+                if peer._ready is not None:
+                    peer._ready.sync()
+                return self._seen(m)
+        return self._seen(_call.wait(peer, self.handle, 0, _ANY_TAG, timeout))
 
     def _take(self, timeout):
         """One receive for `arecv`, run in an executor thread: what it takes is kept here
         first, so a wait cancelled meanwhile loses nothing (the next receive returns it)."""
-        self._kept.append(self._peer.recv(timeout=timeout, node=self.handle))
+        self._kept.append(_call.wait(self._peer, self.handle, 0, _call._ANY_TAG, timeout))
 
     async def arecv(self, timeout: float | None = None):
         """`recv` for asyncio: the wait runs in the loop's default executor in slices of

@@ -165,8 +165,13 @@ int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, u
 
 int64_t b1_send_partial(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, uint32_t n,
                         const char *payload, uint32_t len, const uint64_t *handles,
-                        uint32_t n_handles, int32_t *errors, uint64_t *seq) {
-    if (n == 0 || n > LIM(base).max_dests) return -EINVAL;
+                        uint32_t n_handles, uint32_t flags, int32_t *errors, uint64_t *seq) {
+    if (n == 0 || n > LIM(base).max_dests || (flags & ~B1_SEND_SENDER_IDLE)) return -EINVAL;
+    if ((flags & B1_SEND_SENDER_IDLE) && slot && slot <= LIM(base).max_peers) {
+        /* lock-free, as b1_peer_ready reads it: a hint the caller asks again at each send */
+        uint64_t ts = atomic_load(&PEER(base, slot)->front_ts);
+        if (ts && !(ts & 1)) return -EAGAIN;
+    }
     struct b1_dest small[16], *ds = n <= 16 ? small : malloc(n * sizeof *ds);
     if (!ds) return -ENOMEM;
     struct b1_tx tx = {.dests = ds};
@@ -178,14 +183,19 @@ int64_t b1_send_partial(void *base, uint32_t slot, uint64_t id, const uint64_t *
     }
     if (ds != small) free(ds);
     if (r) return r;
-    if (!tx.msg) return 0; /* no destination could take it */
+    int64_t failed = 0;
+    for (uint32_t i = 0; i < n && !failed; i++) failed = errors[i] != 0;
+    if (!tx.msg) return failed; /* no destination could take it */
     *seq = tx.seq;
-    return sent(base, &tx);
+    int64_t ts = sent(base, &tx);
+    return ts < 0 ? ts : ts | failed; /* a stamp is even */
 }
 
 int64_t b1_frame_send_partial(struct b1_frame *f, uint32_t slot, uint64_t id, uint32_t n,
-                              const char *payload, uint32_t len, uint32_t n_handles, int32_t *errors) {
-    return b1_send_partial(f->base, slot, id, f->dests, n, payload, len, f->handles, n_handles, errors, &f->seq);
+                              const char *payload, uint32_t len, uint32_t n_handles, uint32_t flags,
+                              int32_t *errors) {
+    return b1_send_partial(f->base, slot, id, f->dests, n, payload, len, f->handles, n_handles, flags, errors,
+                           &f->seq);
 }
 
 /* ---- the hot calls over a per-thread frame (see struct b1_frame) ---- */
