@@ -68,12 +68,12 @@ class PeerInfo:
     n_fds: int = 0       # descriptors in flight to it, not yet received
     quota_fds: int = 0
     chargers: int = 0    # shares of its quotas held by senders (fair shares, SPEC.md)
-    shares: dict = field(default_factory=dict)  # share -> (messages, bytes, fds), held ones
+    shares: dict = field(default_factory=dict)  # share -> (messages, bytes, fds, handles), held ones
 
     def share_of(self, sender_id: int) -> tuple:
-        """(messages, bytes, fds) of this peer's quotas that the share of the sender with
-        id `sender_id` holds (senders whose ids agree mod 16 hold one share)."""
-        return self.shares.get(sender_id % 16, (0, 0, 0))
+        """(messages, bytes, fds, handles) of this peer's quotas that the share of the
+        sender with id `sender_id` holds (senders whose ids agree mod 16 hold one share)."""
+        return self.shares.get(sender_id % 16, (0, 0, 0, 0))
 
     @classmethod
     def from_c(cls, out) -> "PeerInfo":
@@ -84,8 +84,9 @@ class PeerInfo:
                    front_ts=out.front_ts, sent=out.sent, received=out.received,
                    lock_recoveries=out.lock_recoveries, pids=tuple(p for p in out.pids if p),
                    n_fds=out.n_fds, quota_fds=out.quota_fds, chargers=out.n_chargers,
-                   shares={i: (out.share_messages[i], out.share_bytes[i], out.share_fds[i])
-                           for i in range(16) if out.share_messages[i]})
+                   shares={i: (out.share_messages[i], out.share_bytes[i], out.share_fds[i],
+                               out.share_handles[i])
+                           for i in range(16) if out.share_messages[i] or out.share_handles[i]})
 
 
 class Peer(_messages.PeerCore):

@@ -4,7 +4,7 @@
   - a charger is a sending peer, folded into share (id mod 16);
   - n is the number of shares holding a message, the charger's own counted even when it
     holds none;
-  - a charge c of a resource (messages, bytes, descriptors) with quota Q, U in use and s
+  - a charge c of a resource (messages, bytes, descriptors, handles) with quota Q, U in use and s
     held by the charger's share passes when c == 0 or Q - U >= (s + c) * n, and a message
     is charged whole or not at all.
 
@@ -25,7 +25,7 @@ from hypothesis import given, settings, strategies as st
 import bus1py
 from bus1py._b1 import lib
 
-from segment import PEER_ROOT, PEER_SHARES, Segment
+from segment import PEER_ROOT, PEER_SHARE_HANDLES, PEER_SHARES, Segment
 
 SHARES = 16
 LIMITS = dict(max_peers=64, max_nodes=64, max_handles=256, max_entries=1024, pool_size=1 << 20,
@@ -113,9 +113,15 @@ def test_shares_follow_bus1s_rule(quota_messages, quota_bytes, ops):
                 assert len(m.payload) == model.queue[0][1]
                 model.recv()
             q = r.query()
-            assert (q.shares, q.chargers) == (model.shown(), len(model.shares))
+            assert (_message_shares(q), q.chargers) == (model.shown(), len(model.shares))
             assert (q.queued_messages, q.queued_bytes) == (len(model.queue), sum(x for _, x in model.queue))
         assert bus.check() == []
+
+
+def _message_shares(q):
+    """query()'s shares of messages, bytes and descriptors (a peer's own node is a handle
+    of its own share)."""
+    return {k: v[:3] for k, v in q.shares.items() if v[0]}
 
 
 def _flood(sender, h, payload=b"x"):
@@ -135,10 +141,10 @@ def test_a_flood_leaves_room_for_others_until_the_receiver_drains(make_bus):
     assert _flood(c, hc) == 5        # three: 20 - s >= 3 (s + 1)
     q = r.query()
     assert (q.chargers, q.share_of(a.id), q.share_of(b.id), q.share_of(c.id)) == \
-        (3, (30, 30, 0), (10, 10, 0), (5, 5, 0))
+        (3, (30, 30, 0, 0), (10, 10, 0, 0), (5, 5, 0, 0))
     assert not _outcome(a, ha, b"x")
     assert len(r.recv_many(100, timeout=0)) == 45
-    assert (r.query().chargers, r.query().shares) == (0, {})
+    assert (r.query().chargers, _message_shares(r.query())) == (0, {})
     assert _flood(a, ha) == 30
 
 
@@ -149,7 +155,7 @@ def test_bytes_and_descriptors_are_shared_too(make_bus):
     r, [(a, ha), (b, hb)] = _world(bus, 2)
     assert _flood(a, ha, b"x" * 100) == 5      # 1000 - s >= s + 100
     assert _outcome(b, hb, b"x" * 100)        # 500 >= 2 * 100
-    assert r.query().share_of(b.id) == (1, 100, 0)
+    assert r.query().share_of(b.id) == (1, 100, 0, 0)
     assert len(r.recv_many(10, timeout=0)) == 6
     fd = os.open("/dev/null", os.O_RDONLY)
     try:
@@ -162,7 +168,7 @@ def test_bytes_and_descriptors_are_shared_too(make_bus):
                 assert e.errno == errno.EDQUOT
                 break
         assert sent == 2                        # 8 - s >= s + 2 for s = 0, 2, not 4
-        assert r.query().share_of(a.id) == (2, 2, 4)
+        assert r.query().share_of(a.id) == (2, 2, 4, 0)
         b.send([hb], b"g", fds=[fd])            # 4 >= 2 * 1
         assert r.query().n_fds == 5
     finally:
@@ -199,8 +205,40 @@ def test_a_takeover_recounts_the_shares(make_bus, monkeypatch):
         seg.u32(seg.peer(r, PEER_ROOT), 0)
     q = r.query()  # takes the lock over: repaired and recounted
     assert q.lock_recoveries == 1
-    assert (q.share_of(a.id)[0], q.share_of(b.id), q.chargers) == (4, (1, 1, 0), 2)
+    assert (q.share_of(a.id)[0], q.share_of(b.id), q.chargers) == (4, (1, 1, 0, 0), 2)
     bus.gc()
-    assert r.query().share_of(a.id) == (3, 6, 0)
+    assert r.query().share_of(a.id) == (3, 6, 0, 0)
     assert [bytes(m.payload) for m in r.recv_many(10, timeout=0)] == [b"a0", b"a1", b"a2", b"b"]
-    assert (r.query().chargers, r.query().shares) == (0, {}) and bus.check() == []
+    assert (r.query().chargers, _message_shares(r.query())) == (0, {}) and bus.check() == []
+
+
+def test_handles_are_shared_and_recounted_by_a_rebuild(make_bus, monkeypatch):
+    """Handles given to a receiver (by transfer, in messages) are charged to the share of
+    the peer that gives them: one giver stops at half, another still gets through, and a
+    release gives room back.  A rebuild (gc of the bus held alone) recounts the shares
+    from the handles."""
+    monkeypatch.setenv("BUS1PY_WATCH", "0")
+    bus = make_bus(**LIMITS)
+    r, a, b = bus.peer(quota_handles=20), bus.peer(), bus.peer()
+    given = []
+    for _ in range(11):
+        node = a.create_node()
+        try:
+            given.append(a.transfer(node, r))
+        except OSError as e:
+            assert e.errno == errno.EDQUOT and len(given) == 10  # alone: 20 - s >= s + 1
+            break
+    h = b.transfer(b.create_node(), r)  # 10 >= 1 * 1
+    q = r.query()
+    assert (q.held_handles, q.share_of(a.id)[3], q.share_of(b.id)[3]) == (11, 10, 1)
+    r.release(given.pop())
+    a.transfer(a.create_node(), r)
+    with Segment(bus) as seg:
+        word = seg.peer(r, PEER_SHARE_HANDLES) + (a.id % SHARES) * 4
+        assert seg.u32(word) == 10
+        seg.u32(word, 77)
+    assert r.query().share_of(a.id)[3] == 77
+    bus.gc(sole=True)
+    assert (r.query().share_of(a.id)[3], r.query().share_of(b.id)[3]) == (10, 1)
+    r.release(h)
+    assert r.query().share_of(b.id)[3] == 0 and bus.check() == []

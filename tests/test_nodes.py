@@ -312,9 +312,10 @@ def test_quotas_are_shown_and_enforced_with_nothing_staged(bus):
 
 def test_handle_quota(bus):
     a = bus.peer()
-    b = bus.peer(quota_handles=2)
+    b = bus.peer(quota_handles=3)  # a alone holds 2 of 3 (fair shares)
     nodes = [a.create_node() for _ in range(3)]
     a.transfer(nodes[0], b), a.transfer(nodes[1], b)
-    assert b.query().held_handles == 2
+    assert b.query().held_handles == 2 and b.query().share_of(a.id)[3] == 2
     assert errno_of(lambda: a.transfer(nodes[2], b)) == errno.EDQUOT
+    b.create_node()  # its own share: the last one
     assert errno_of(lambda: b.create_node()) == errno.EDQUOT

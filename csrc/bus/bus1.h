@@ -166,6 +166,7 @@ struct b1_peer_info {
     uint32_t share_messages[16]; /* n_messages, n_fds, n_bytes by share: a sender with id i */
     uint32_t share_fds[16];      /* charges share i % 16 */
     uint64_t share_bytes[16];
+    uint32_t share_handles[16];
 };
 
 struct b1_gc_stats {

@@ -164,6 +164,8 @@ struct b1_peer {
     uint32_t pad_shares;
     struct b1_share shares[B1_CHARGERS]; /* n_messages, n_bytes, n_fds by sender (guarded
                                             by lock; queue.h) */
+    _Atomic uint32_t share_handles[B1_CHARGERS]; /* n_handles by charger (lock-free, as
+                                                    n_handles; queue.h) */
 } __attribute__((aligned(64)));
 _Static_assert(offsetof(struct b1_peer, clock) == 64 && offsetof(struct b1_peer, waiters) < 128,
                "the lock and the tree fill line 0, the rest of a message's path line 1");
@@ -210,7 +212,8 @@ struct b1_handle {
     uint32_t next_holder;
     _Atomic uint32_t dead;   /* the peer has read NODE_DESTROY for it */
     _Atomic uint32_t next_free;
-    uint32_t pad;
+    uint32_t charger;        /* the share of its peer's quota_handles it is charged to
+                                (queue.h b1_charge_handle), set when it is made */
 };
 #define B1_HANDLE_INDEX_BITS 24
 #define B1_HANDLE_INDEX_MASK ((1u << B1_HANDLE_INDEX_BITS) - 1)

@@ -59,6 +59,7 @@ static void reset_peer_locked(void *base, struct b1_peer *p, uint32_t quota_mess
     p->n_entries = p->n_messages = p->n_fds = 0;
     p->n_chargers = 0;
     memset(p->shares, 0, sizeof p->shares);
+    for (int i = 0; i < B1_CHARGERS; i++) atomic_store(&p->share_handles[i], 0); /* as n_handles: 0 */
     atomic_store(&p->front_ts, 0);
     p->lock_recoveries = 0;
     p->fifo_counter = 0;
@@ -356,6 +357,7 @@ static void fill_info(struct b1_peer *p, struct b1_peer_info *out) {
         out->share_messages[i] = p->shares[i].messages;
         out->share_fds[i] = p->shares[i].fds;
         out->share_bytes[i] = p->shares[i].bytes;
+        out->share_handles[i] = atomic_load(&p->share_handles[i]);
     }
     out->front_ts = atomic_load(&p->front_ts);
     out->sent = atomic_load(&p->sent);

@@ -77,6 +77,28 @@ static inline int b1_charge_locked(struct b1_peer *p, uint64_t sender, uint32_t 
     }
     return 0;
 }
+/* A handle slot's charge to its holder p, lock-free as n_handles is (bus1 charges its
+ * handles the same way): the charger is the peer whose call makes the slot -- the sender
+ * of a message carrying it, the peer transferring it, the holder itself for its own
+ * node or a name it looks up -- and the rule b1_charge_locked's, with n read as a hint
+ * (bus1: it need not be exact).  Counted first, decided after, undone when refused, so
+ * two racing charges may both be refused, never both let past the rule. */
+static inline int b1_charge_handle(struct b1_peer *p, uint64_t charger) {
+    _Atomic uint32_t *s = &p->share_handles[charger % B1_CHARGERS];
+    uint32_t share = atomic_fetch_add(s, 1);
+    uint32_t used = atomic_fetch_add(&p->n_handles, 1);
+    uint32_t n = __atomic_load_n(&p->n_chargers, __ATOMIC_RELAXED) +
+                 !__atomic_load_n(&b1_share_of(p, charger)->messages, __ATOMIC_RELAXED);
+    if (b1_fair(p->quota_handles, used, share, 1, n)) return 0;
+    atomic_fetch_sub(&p->n_handles, 1);
+    atomic_fetch_sub(s, 1);
+    return -EDQUOT;
+}
+/* the share's part of giving a handle slot back (the caller then decrements n_handles) */
+static inline void b1_uncharge_handle(struct b1_peer *p, uint32_t charger) {
+    atomic_fetch_sub(&p->share_handles[charger % B1_CHARGERS], 1);
+}
+
 /* a take's descriptors leave its charge (a slice keeps the rest until given back) */
 static inline void b1_uncharge_fds_locked(struct b1_peer *p, uint64_t sender, uint32_t n_fds) {
     p->n_fds -= n_fds;
