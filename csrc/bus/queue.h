@@ -48,6 +48,10 @@ int b1_futex_wait(_Atomic uint32_t *word, uint32_t seen, int64_t timeout_ns);
 static inline struct b1_share *b1_share_of(struct b1_peer *p, uint64_t sender) {
     return &p->shares[sender % B1_CHARGERS];
 }
+/* n as counted from the segment: 1 to B1_CHARGERS + 1 whatever a scribbler left there */
+static inline uint32_t b1_sharers(uint32_t n_chargers, uint32_t own_empty) {
+    return (n_chargers < B1_CHARGERS ? n_chargers : B1_CHARGERS) + (own_empty || !n_chargers);
+}
 static inline int b1_fair(uint64_t quota, uint64_t used, uint64_t share, uint64_t c, uint32_t n) {
     uint64_t left = quota > used ? quota - used : 0;
     return !c || (share + c >= c && share + c <= left / n);
@@ -57,7 +61,7 @@ static inline int b1_fair(uint64_t quota, uint64_t used, uint64_t share, uint64_
 static inline int b1_charge_fits(struct b1_peer *p, uint64_t sender, uint32_t len, uint32_t n_fds) {
 #define B1_RD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
     struct b1_share *s = b1_share_of(p, sender);
-    uint32_t n = B1_RD(p->n_chargers) + !B1_RD(s->messages);
+    uint32_t n = b1_sharers(B1_RD(p->n_chargers), !B1_RD(s->messages));
     return b1_fair(p->quota_messages, B1_RD(p->n_messages), B1_RD(s->messages), 1, n) &&
            b1_fair(p->quota_bytes, B1_RD(p->n_bytes), B1_RD(s->bytes), len, n) &&
            b1_fair(p->quota_fds, B1_RD(p->n_fds), B1_RD(s->fds), n_fds, n);
@@ -87,8 +91,8 @@ static inline int b1_charge_handle(struct b1_peer *p, uint64_t charger) {
     _Atomic uint32_t *s = &p->share_handles[charger % B1_CHARGERS];
     uint32_t share = atomic_fetch_add(s, 1);
     uint32_t used = atomic_fetch_add(&p->n_handles, 1);
-    uint32_t n = __atomic_load_n(&p->n_chargers, __ATOMIC_RELAXED) +
-                 !__atomic_load_n(&b1_share_of(p, charger)->messages, __ATOMIC_RELAXED);
+    uint32_t n = b1_sharers(__atomic_load_n(&p->n_chargers, __ATOMIC_RELAXED),
+                            !__atomic_load_n(&b1_share_of(p, charger)->messages, __ATOMIC_RELAXED));
     if (b1_fair(p->quota_handles, used, share, 1, n)) return 0;
     atomic_fetch_sub(&p->n_handles, 1);
     atomic_fetch_sub(s, 1);

@@ -143,9 +143,11 @@ static int64_t sent(void *base, struct b1_tx *tx) {
     return (int64_t)tx->ts;
 }
 
-int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, uint32_t n,
-                const char *payload, uint32_t len, const uint64_t *handles,
-                uint32_t n_handles, uint32_t flags, uint64_t *seq) {
+/* A whole send: prepared and run, all-or-nothing -- or with `errors`, partial (each
+ * destination's failure left there, B1_SEND_CONTINUE); 0 when a partial one reached none. */
+static int64_t send_whole(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, uint32_t n,
+                          const char *payload, uint32_t len, const uint64_t *handles,
+                          uint32_t n_handles, uint32_t flags, int32_t *errors, uint64_t *seq) {
     if (n == 0 || n > LIM(base).max_dests) return -EINVAL;
     /* small multicasts on the stack, large ones on the heap (threads have small stacks) */
     struct b1_dest small[16], *ds = n <= 16 ? small : malloc(n * sizeof *ds);
@@ -154,13 +156,20 @@ int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, u
     int r = b1_tx_prepare(base, &tx, slot, id, dests, n, payload, len, handles, n_handles, flags);
     if (!r) {
         B1_NOTICES(nt);
-        r = b1_tx_run(base, &tx, &nt);
+        r = errors ? b1_tx_run_partial(base, &tx, errors, &nt) : b1_tx_run(base, &tx, &nt);
         b1_notices_send(base, &nt);
     }
     if (ds != small) free(ds);
     if (r) return r;
+    if (!tx.msg) return 0;
     *seq = tx.seq;
     return sent(base, &tx);
+}
+
+int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, uint32_t n,
+                const char *payload, uint32_t len, const uint64_t *handles,
+                uint32_t n_handles, uint32_t flags, uint64_t *seq) {
+    return send_whole(base, slot, id, dests, n, payload, len, handles, n_handles, flags, NULL, seq);
 }
 
 int64_t b1_send_partial(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, uint32_t n,
@@ -172,22 +181,10 @@ int64_t b1_send_partial(void *base, uint32_t slot, uint64_t id, const uint64_t *
         uint64_t ts = atomic_load(&PEER(base, slot)->front_ts);
         if (ts && !(ts & 1)) return -EAGAIN;
     }
-    struct b1_dest small[16], *ds = n <= 16 ? small : malloc(n * sizeof *ds);
-    if (!ds) return -ENOMEM;
-    struct b1_tx tx = {.dests = ds};
-    int r = b1_tx_prepare(base, &tx, slot, id, dests, n, payload, len, handles, n_handles, B1_SEND_CONTINUE);
-    if (!r) {
-        B1_NOTICES(nt);
-        r = b1_tx_run_partial(base, &tx, errors, &nt);
-        b1_notices_send(base, &nt);
-    }
-    if (ds != small) free(ds);
-    if (r) return r;
+    int64_t ts = send_whole(base, slot, id, dests, n, payload, len, handles, n_handles, B1_SEND_CONTINUE,
+                            errors, seq);
     int64_t failed = 0;
-    for (uint32_t i = 0; i < n && !failed; i++) failed = errors[i] != 0;
-    if (!tx.msg) return failed; /* no destination could take it */
-    *seq = tx.seq;
-    int64_t ts = sent(base, &tx);
+    for (uint32_t i = 0; i < n && !failed && ts >= 0; i++) failed = errors[i] != 0;
     return ts < 0 ? ts : ts | failed; /* a stamp is even */
 }
 
