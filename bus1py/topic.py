@@ -17,8 +17,10 @@ Invariants:
     (msg.stamp[2]) are consecutive: a subscription counts what it missed (over its quota,
     partial multicast's EDQUOT) from the gaps, with no header in the payload.
   - A subscription gone (closed, or its process dead and reaped) is dropped at the next
-    take-in; the topic's peer gone (closed, or its process dead) ends every subscription's
-    wait with ConnectionResetError, from the NODE_RELEASE of its node.
+    take-in.  The topic peer holds the only other handle to a subscription's node, so the
+    node's NODE_RELEASE tells the subscriber the topic let it go -- its peer gone (closed,
+    or its process dead), or the subscription refused past the bus's max_dests (a topic's
+    message is one transaction) -- and ends its wait with ConnectionResetError.
 """
 from __future__ import annotations
 
@@ -83,7 +85,8 @@ class Topic:
         tp = self._tp
         if m.type == MessageType.DATA:
             live = [h for h in m.handles if h != lib.B1_HANDLE_INVALID]
-            if m.destination == self._node and bytes(m.payload) == SUBSCRIBE and len(live) == 1:
+            room = len(self._subs) < tp._bus.limits.max_dests or (live and live[0] in self._subs)
+            if m.destination == self._node and bytes(m.payload) == SUBSCRIBE and len(live) == 1 and room:
                 self._subs[live[0]] = self._subs.get(live[0], 0) + 1
                 self._dests = list(self._subs)
             else:  # not a subscription: what it carried goes back
@@ -151,6 +154,11 @@ class Topic:
         self.close()
 
 
+def _let_go(name):
+    return bus_error(-errno.ECONNRESET, f"topic {name!r} let this subscription go (the topic is gone, "
+                                        f"or has the bus's max_dests subscribers)")
+
+
 class Subscription:
     """A subscription to the topic published as `name` (see the module docstring)."""
 
@@ -185,7 +193,7 @@ class Subscription:
             self._last = seq
             return m
         self._gone = True
-        raise bus_error(-errno.ECONNRESET, f"topic {self.name!r} is gone")
+        raise _let_go(self.name)
 
     def recv(self, timeout: float | None = None):
         """The next message of the topic (a DATA Message, msg.destination == self.handle),
@@ -233,7 +241,7 @@ class Subscription:
         if self._closed:
             raise bus_error(-errno.EBADF, f"subscription to {self.name!r} is closed")
         if self._gone and not self._kept:
-            raise bus_error(-errno.ECONNRESET, f"topic {self.name!r} is gone")
+            raise _let_go(self.name)
 
     def __iter__(self):
         """The topic's messages, until the topic is gone."""

@@ -203,3 +203,16 @@ def test_bad_names_are_clear_errors(make_bus):
     with pytest.raises(OSError, match="name"):
         pub.topic("")
     assert bus.info()["peers"] == 3  # the refused topics' peers are gone
+
+
+def test_a_subscription_past_max_dests_is_let_go(make_bus):
+    """A topic's message is one transaction: past the bus's max_dests a subscription is
+    refused, and its subscriber learns it at its next wait."""
+    bus = make_bus(**{**LIMITS, "max_dests": 2})
+    pub = bus.peer()
+    t = pub.topic("t")
+    subs = [bus.peer().subscribe("t") for _ in range(3)]
+    assert t.subscribers == 2 and t.send(b"x") == 2
+    assert [bytes(s.recv(timeout=1).payload) for s in subs[:2]] == [b"x", b"x"]
+    with pytest.raises(ConnectionResetError, match="max_dests"):
+        subs[2].recv(timeout=1)
