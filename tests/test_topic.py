@@ -216,3 +216,25 @@ def test_a_subscription_past_max_dests_is_let_go(make_bus):
     assert [bytes(s.recv(timeout=1).payload) for s in subs[:2]] == [b"x", b"x"]
     with pytest.raises(ConnectionResetError, match="max_dests"):
         subs[2].recv(timeout=1)
+
+
+def test_handles_and_descriptors_reach_every_subscriber(make_bus):
+    """The publisher's handles are lent to the topic's peer for the send and given back
+    after it; each subscriber gets its own handle and descriptor."""
+    bus = make_bus(**LIMITS)
+    pub = bus.peer()
+    t = pub.topic("t")
+    subs = [bus.peer().subscribe("t") for _ in range(2)]
+    node = pub.create_node()
+    rd, wr = os.pipe()
+    try:
+        assert t.send(b"h", handles=[node], fds=[wr]) == 2
+    finally:
+        os.close(wr)
+    for s in subs:
+        m = s.recv(timeout=1)
+        assert len(m.handles) == 1 and m.handles[0] != bus1py.HANDLE_INVALID and len(m.fds) == 1
+        os.close(m.fds[0])
+        s._peer.release(m.handles[0])
+    assert t._tp.query().held_handles == 3  # its node and the two subscriptions: the lent one given back
+    os.close(rd)
