@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import atexit
 import errno
+import itertools
 import mmap
 import os
 import secrets
 import stat
+import time
 import threading
 import weakref
 from dataclasses import asdict, dataclass, fields
@@ -198,6 +200,36 @@ def _restore(bus_name: str, slot: int, peer_id: int, open_args=None) -> Peer:
     return peer
 
 
+_CREATE_TRIES = 200  # 10 ms apart: how long create(exist_ok=True) waits out a racer's initialisation
+
+
+def _reclaim(shm_name: str, mode: int):
+    """Unlink the bus `shm_name` if every holder is dead and this process won its claim
+    (csrc/bus/bus.c b1_bus_reclaim): None when the name is free now, else why it stays."""
+    try:
+        old = Bus.open(shm_name, mode=mode, watch=False)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"it cannot be judged ({e})"
+    try:
+        r = lib.b1_bus_reclaim(old._base)
+        if r == 0:
+            try:
+                posix_ipc.unlink_shared_memory(shm_name)
+            except posix_ipc.ExistentialError:
+                pass
+    finally:
+        old.close()
+    if r == 0:
+        return None
+    if r == -errno.EBUSY:
+        return "live processes use it"
+    if r == -errno.EALREADY:
+        return "another process is taking it over"
+    return str(bus_error(r, shm_name))
+
+
 class Bus:
     """A mapping of one bus in this process."""
 
@@ -224,14 +256,20 @@ class Bus:
 
     @classmethod
     def create(cls, name: str | None = None, *, mode: int = 0o600, persistent: bool = False,
-               inject: str | int = 0, **limits) -> "Bus":
+               exist_ok: bool = False, inject: str | int = 0, **limits) -> "Bus":
         """Create a new bus.  `name=None` picks a fresh unique name.
 
         Keyword arguments are the fields of `Limits`.  `inject` selects a deliberately
         broken ordering path (see INJECT_KINDS) for proving the checker; never use it
         otherwise.  `mode` is the segment's permission bits (less the umask); other
         processes open a bus of a wider mode than 0o600 with the same `mode` (Bus.open).
-        Raises FileExistsError if the name is taken.
+
+        A bus of that name whose every holder is dead (its creator and the processes of
+        its peers, judged as the reaper judges them) is taken over and created anew: a
+        server killed by any signal is restarted with the same call.  A live one raises
+        FileExistsError, or with `exist_ok=True` is opened (as Bus.open(name, mode=mode);
+        the limits then are the existing bus's).  Of processes that restart one at the
+        same time, one creates it (FileExistsError, or the bus opened, for the others).
         """
         _check_open_args(mode)
         unknown = set(limits) - {f.name for f in fields(Limits)}
@@ -249,10 +287,26 @@ class Bus:
         if size == 0:  # csrc/bus/bus.c limits_valid and Limits.check disagree: a bug
             raise ValueError(f"inconsistent bus limits: {asdict(lim)}")
         shm_name = _shm_name(name) if name is not None else f"/bus1py-{os.getpid()}-{secrets.token_hex(6)}"
-        try:
-            shm = posix_ipc.SharedMemory(shm_name, posix_ipc.O_CREX, mode=mode, size=size)
-        except posix_ipc.ExistentialError:
-            raise FileExistsError(errno.EEXIST, f"a bus named {shm_name!r} already exists") from None
+        for tries in itertools.count():
+            try:
+                shm = posix_ipc.SharedMemory(shm_name, posix_ipc.O_CREX, mode=mode, size=size)
+                break
+            except posix_ipc.ExistentialError:
+                pass
+            why = _reclaim(shm_name, mode)
+            if why is None:
+                continue  # the dead bus's name is free: create it anew
+            if exist_ok:
+                try:
+                    return cls.open(shm_name, mode=mode)
+                except FileNotFoundError:
+                    continue
+                except OSError as e:  # a racer's bus still being initialised
+                    if e.errno != errno.EBADMSG or tries >= _CREATE_TRIES:
+                        raise
+                    time.sleep(0.01)
+                    continue
+            raise FileExistsError(errno.EEXIST, f"a bus named {shm_name!r} already exists: {why}")
         try:
             mm = mmap.mmap(shm.fd, size)
         finally:

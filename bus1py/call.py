@@ -6,12 +6,12 @@ the call; the reply is a data message to that node with the same tag.  The recei
 Request whose `reply` sends it and releases the capability (message.py).
 
 Invariants:
-  - A reply node is quiet (B1_NODE_QUIET): its owner gets no NODE_RELEASE when a server
-    lets its handle go, so nothing of a call is left in the caller's queue once it returns.
-    The nodes are reused, each by one call at a time: a process keeps a free list per peer
-    (its own: a fork child makes its own), and a call takes one from it and puts it back
-    however it ends.  They go with the peer (disconnect, reset), never one by one, so no
-    NODE_DESTROY of a reply node ever reaches its owner.
+  - A reply node is quiet (B1_NODE_QUIET): nobody is sent a notice of it -- no NODE_RELEASE
+    to the caller when a service lets its handle go, no NODE_DESTROY to a service that
+    still holds one when the caller's peer goes -- so a call leaves nothing in either
+    queue.  The nodes are reused, each by one call at a time: a process keeps a free list
+    per peer (its own: a fork child makes its own), and a call takes one from it and puts
+    it back however it ends.  They go with the peer (disconnect, reset).
   - A reply is taken only by the call whose tag it carries: a late reply to a call that
     timed out or was interrupted reaches the node's next call with another tag and is
     dropped there (csrc/py/messages.c recv_node), its descriptors closed.
@@ -40,14 +40,15 @@ _EHOSTUNREACH = -errno.EHOSTUNREACH
 _ANY_TAG = (1 << 64) - 1
 _REQUEST = lib.B1_SEND_REQUEST | lib.B1_SEND_UNREACHABLE_ERROR
 _recv_node = _messages.recv_node
-_send = lib.b1_frame_send
+_tagged_send = _messages.tagged_send
 _tags = itertools.count(1)
-_free: dict = {}  # (bus name, peer id, pid) -> this process's idle reply nodes of the peer
+_free: dict = {}  # (bus name, peer id) -> this process's idle reply nodes of the peer
+os.register_at_fork(after_in_child=_free.clear)  # a child makes its own
 
 
 def _take_node(peer) -> int:
     """A reply node of `peer` no call of this process uses now (made when none is idle)."""
-    key = (peer._bus.name, peer._id, os.getpid())
+    key = (peer._bus.name, peer._id)
     idle = _free.get(key)
     if idle:
         try:
@@ -62,12 +63,12 @@ def _take_node(peer) -> int:
 
 
 def _give_back(peer, node: int) -> None:
-    _free.setdefault((peer._bus.name, peer._id, os.getpid()), []).append(node)
+    _free.setdefault((peer._bus.name, peer._id), []).append(node)
 
 
 def forget(peer) -> None:
     """The peer's reply nodes went with it (disconnect, reset): none is handed out again."""
-    _free.pop((peer._bus.name, peer._id, os.getpid()), None)
+    _free.pop((peer._bus.name, peer._id), None)
 
 
 def _next_tag() -> int:
@@ -78,26 +79,51 @@ def _send_request(peer, handle, payload, handles, node, tag) -> None:
     frame = peer._frame()  # raises: closed
     if type(payload) is not bytes:
         payload = args.as_bytes(payload)
-    carried = tuple(handles) + (node,)
-    try:
-        nh = args.fill(frame.handles, carried, peer._bus.limits.max_msg_handles, "handles")
-    except (TypeError, OverflowError):
-        raise args.bad_ids(handle, handles) from None
-    frame.c.tag = tag
-    ts = _send(frame.c, peer._slot, peer._id, handle, 0, payload, len(payload), nh, _REQUEST)
+    if handles:
+        try:
+            nh = args.fill(frame.handles, tuple(handles) + (node,), peer._bus.limits.max_msg_handles, "handles")
+        except (TypeError, OverflowError):
+            raise args.bad_ids(handle, handles) from None
+    else:
+        frame.handles[0], nh = node, 1
+    ts = _tagged_send(frame.address, peer._slot, peer._id, handle, payload, nh, _REQUEST, tag, 0)
     if ts < 0:
-        frame.c.tag = 0
         if ts == _EHOSTUNREACH:
             raise bus_error(_ECONNRESET, f"the service behind handle {handle} is destroyed")
         raise args.send_error(peer, ts, handle, len(payload), 1, nh)
+
+
+def reply(peer, handle, tag, payload, handles, fds, retry) -> None:
+    """Message.reply: the reply, carrying the request's tag, to the caller's reply node,
+    then the capability released (in one call into C).  A caller that is gone is no error
+    (its node is destroyed: the reply is dropped by the bus).  `retry` is peer.py's
+    reap-and-retry of a send refused with EDQUOT."""
+    if fds or type(fds) is not tuple:
+        with _fds.named(fds):
+            return reply(peer, handle, tag, payload, handles, (), retry)
+    frame = peer._frame()  # raises: closed
+    if type(payload) is not bytes:
+        payload = args.as_bytes(payload)
+    try:
+        nh = args.fill(frame.handles, handles, peer._bus.limits.max_msg_handles, "handles") if handles else 0
+    except (TypeError, OverflowError):
+        raise args.bad_ids(handle, handles) from None
+    call = (frame.address, peer._slot, peer._id, handle, payload, nh, 0, tag, 1)
+    ts = _tagged_send(*call)
+    if ts < 0:
+        ts = retry(peer._bus, ts, _tagged_send, *call)
+        if ts < 0:
+            raise args.send_error(peer, ts, handle, len(payload), 1, nh)
 
 
 def wait(peer, node: int, watch: int, tag: int, timeout):
     """The message for `node` carrying `tag` (any with _ANY_TAG), waiting as `recv` does;
     ConnectionResetError when `watch` (0: none) is destroyed first."""
     frame = peer._frame()  # raises: closed
-    deadline = None if timeout is None else time.monotonic() + timeout
-    ns = -1 if timeout is None else args.timeout_ns(timeout)
+    if timeout is None:
+        deadline, ns = None, -1
+    else:
+        deadline, ns = time.monotonic() + timeout, args.timeout_ns(timeout)
     while True:
         r = _recv_node(frame.address, peer._slot, peer._id, node, watch, ns, tag, peer)
         if type(r) is not int:

@@ -23,7 +23,8 @@ _exit_pid = [None]
 def _after_fork_in_child():
     # the child holds nothing yet: it becomes a holder of a peer when it uses it
     for peer in list(peers):
-        peer._attached = False
+        if peer._attached is not None:  # None: closed in the parent, and so here
+            peer._attached = False
         peer._ready = None
     held.clear()
 

@@ -89,6 +89,17 @@ class PeerInfo:
                            for i in range(16) if out.share_messages[i] or out.share_handles[i]})
 
 
+def _api_name(qualname: str):
+    """Name a method's code as the API call it serves (`Peer.send` for the Python path of
+    the C method send), so that Python's own argument errors name the call the user made
+    and no private name."""
+    def name(fn):
+        fn.__code__ = fn.__code__.replace(co_name=qualname.rpartition(".")[2], co_qualname=qualname)
+        fn.__qualname__ = qualname
+        return fn
+    return name
+
+
 class Peer(_messages.PeerCore):
     # _bus, _slot, _id, _ready and _attached are PeerCore's
     __slots__ = ("__weakref__",)
@@ -121,6 +132,8 @@ class Peer(_messages.PeerCore):
 
     def _attach(self):
         """Record this process as a holder of the peer (once per process)."""
+        if self._attached is None:
+            raise ValueError(f"peer {self._id} is closed in this process")
         r = lib.b1_peer_attach(self._bus.base(), self._slot, self._id, os.getpid())
         self._attached = True
         watch.ensure(self._bus)  # a fork child's own watcher (watch.py)
@@ -231,6 +244,8 @@ class Peer(_messages.PeerCore):
             self._attach()
         out = ffi.new("uint64_t *")
         r = lib.b1_name_lookup(self._bus.base(), self._slot, self._id, raw, len(raw), out)
+        if r == -errno.ENOENT:
+            raise FileNotFoundError(errno.ENOENT, f"no live node is published as {name!r} on bus {self._bus.name!r}")
         if r:
             raise bus_error(r, f"peer {self._id} looking up {name!r}")
         return out[0]
@@ -247,12 +262,10 @@ class Peer(_messages.PeerCore):
 
     # ---- messages ----
 
-    def _send_general(self, destinations, payload, handles=(), *, fds=(), unreachable_error: bool = False,
-                      **kw) -> tuple:
+    @_api_name("Peer.send")
+    def _send_general(self, destinations, payload, handles=(), *, fds=(), unreachable_error: bool = False) -> tuple:
         """`send` in every form (its docstring is PeerCore.send's): what the C method does
         not take itself, with every check and error of the API."""
-        if kw:
-            raise TypeError(f"send() got an unexpected keyword argument {next(iter(kw))!r}")
         if fds or type(fds) is not tuple:  # () is the default; anything else is checked
             with _fds.named(fds):
                 return self._send_general(destinations, payload, handles, unreachable_error=unreachable_error)
@@ -274,15 +287,12 @@ class Peer(_messages.PeerCore):
                 raise args.send_error(self, ts, destinations, len(payload), n or 1, nh)
         return (ts, self._id, frame.seq[0])
 
-    def _recv_general(self, timeout: float | None = None, copy: bool = True, **kw) -> Message:
+    @_api_name("Peer.recv")
+    def _recv_general(self, timeout: float | None = None, copy: bool = True, *, node=None) -> Message:
         """`recv` in every form (its docstring is PeerCore.recv's): what the C method does
         not take itself, with every check and error of the API."""
-        if kw:
-            node = kw.pop("node", None)
-            if kw:
-                raise TypeError(f"recv() got an unexpected keyword argument {next(iter(kw))!r}")
-            if node is not None:
-                return self._recv_node(node, timeout, copy)
+        if node is not None:
+            return self._recv_node(node, timeout, copy)
         if not copy:
             if timeout is None:
                 return receive.recv_slice(self, -1, None)
@@ -307,7 +317,6 @@ class Peer(_messages.PeerCore):
     def _recv_node(self, node, timeout, copy) -> Message:
         """recv(node=h): the first message addressed to this peer's handle `h` (data or a
         notice of its node), in queue order; the messages for other nodes stay queued."""
-        args.check_handle(node, "node")
         _call.check_call(node, timeout)
         if copy is not True:
             raise ValueError("recv(node=...) copies the payload: copy=False is not supported with node")
@@ -328,31 +337,8 @@ class Peer(_messages.PeerCore):
         return await _call.acall(self, handle, payload, timeout, handles, fds)
 
     def _send_reply(self, handle, tag, payload, handles, fds) -> None:
-        """Message.reply: the reply, carrying the request's tag, to the caller's reply
-        node, then the capability released.  A caller that is gone is no error (its node
-        is destroyed: the reply is dropped by the bus)."""
-        if fds or type(fds) is not tuple:
-            with _fds.named(fds):
-                return self._send_reply(handle, tag, payload, handles, ())
-        frame = self._frame()  # raises: closed
-        if type(payload) is not bytes:
-            payload = args.as_bytes(payload)
-        try:
-            nh = args.fill(frame.handles, handles, self._bus.limits.max_msg_handles, "handles") if handles else 0
-        except (TypeError, OverflowError):
-            raise args.bad_ids(handle, handles) from None
-        frame.c.tag = tag
-        ts = _send(frame.c, self._slot, self._id, handle, 0, payload, len(payload), nh, 0)
-        if ts < 0:
-            frame.c.tag = 0
-            ts = _reap_and_retry(self._bus, ts, self._send_tagged, frame, handle, payload, nh, tag)
-            if ts < 0:
-                raise args.send_error(self, ts, handle, len(payload), 1, nh)
-        lib.b1_handle_release(self._bus.base(), self._slot, self._id, handle)
-
-    def _send_tagged(self, frame, handle, payload, nh, tag):
-        frame.c.tag = tag
-        return _send(frame.c, self._slot, self._id, handle, 0, payload, len(payload), nh, 0)
+        """Message.reply (call.py), with a send's retry after reaping."""
+        _call.reply(self, handle, tag, payload, handles, fds, _reap_and_retry)
 
     def send_many(self, destinations, payloads, handles=(), *, fds=(), unreachable_error: bool = False) -> int:
         """Send each of `payloads` to the same `destinations`, in one C call: one
@@ -514,6 +500,7 @@ class Peer(_messages.PeerCore):
         return r
 
     def query(self) -> PeerInfo:
+        self._check_open()
         out = ffi.new("struct b1_peer_info *")
         r = lib.b1_peer_query(self._bus.base(), self._slot, self._id, out)
         if r:
@@ -524,6 +511,7 @@ class Peer(_messages.PeerCore):
         """Disconnect the peer for every process: its nodes are destroyed in one
         transaction, its handles released, its queue flushed; later calls raise ESHUTDOWN
         (BrokenPipeError).  Messages it already sent stay valid."""
+        self._check_open()
         r = lib.b1_peer_disconnect(self._bus.base(), self._slot, self._id)
         _call.forget(self)
         holders.held.pop((self._bus.name, self._slot, self._id), None)
@@ -550,11 +538,44 @@ class Peer(_messages.PeerCore):
         if self._ready is not None:
             self._ready.sync()
 
+    def _check_open(self) -> None:
+        """ValueError when this Peer object or its bus is closed in this process."""
+        if self._attached is None:
+            raise ValueError(f"peer {self._id} is closed in this process")
+        self._bus.base()  # raises: closed
+
+    def close(self) -> None:
+        """Leave the peer in this process, as closing a file descriptor does: the last
+        process that holds it disconnects it (`disconnect` ends it for every process at
+        once).  Every later call on this Peer object raises ValueError; closing again
+        does nothing.  `with bus.peer() as p:` closes it at the end of the block."""
+        if self._attached is None:
+            return
+        base = self._bus._base
+        if base is not None:
+            holders.held.pop((self._bus.name, self._slot, self._id), None)
+            if lib.b1_peer_detach(base, self._slot, self._id, os.getpid()) == 0:
+                lib.b1_peer_disconnect(base, self._slot, self._id)
+                _fds.forget(self)
+            _call.forget(self)
+        if self._ready is not None:
+            self._ready.close()
+            self._ready = None
+        self._attached = None
+
+    def __enter__(self) -> "Peer":
+        self._check_open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def fileno(self) -> int:
         """A file descriptor readable while a committed message is at the front of the
         queue (for select, poll, selectors and asyncio's add_reader)."""
         if not self._attached:
             self._attach()
+        self._bus.base()  # raises: closed
         ready = self._ready
         if ready is None or ready.pid != os.getpid():
             ready = self._ready = ReadyPipe(self)

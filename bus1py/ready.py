@@ -9,6 +9,7 @@ Invariants:
   - Once the peer is disconnected the write end is closed: poll reports POLLHUP (select
     and asyncio readable) for good, and recv raises ESHUTDOWN, as bus1's poll reports
     POLLHUP for a peer that was reset by disconnection.
+  - A closed Peer object (Peer.close) stops its watcher, which closes the pipe as it goes.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class ReadyPipe:
         self._lock = threading.Lock()
         self._full = False
         self._hup = False
+        self._closed = False
         threading.Thread(target=self._watch, name=f"bus1py-ready-{peer.id}", daemon=True).start()
 
     def _set(self, ready: int) -> None:
@@ -51,6 +53,11 @@ class ReadyPipe:
                     pass
                 self._full = False
 
+    def close(self) -> None:
+        """The Peer object is closed (Peer.close): the watcher stops within its next wait
+        and closes both ends of the pipe."""
+        self._closed = True
+
     def sync(self) -> None:
         peer = self._peer
         self._set(lib.b1_peer_ready(peer._bus.base(), peer._slot, peer._id))
@@ -65,7 +72,7 @@ class ReadyPipe:
             return
         try:
             ready = None
-            while bus._base is not None:
+            while bus._base is not None and not self._closed:
                 ready = lib.b1_peer_watch(base, slot, pid, -1000 if ready is None else ready, 500_000_000)
                 # disconnected (< 0): hung up, so the reader's recv reports it
                 self._set(ready)
@@ -73,3 +80,9 @@ class ReadyPipe:
                     return
         finally:
             ffi.release(base)
+            if self._closed:
+                with self._lock:
+                    if not self._hup:
+                        self._hup = True
+                        os.close(self._write_fd)
+                    os.close(self.read_fd)

@@ -52,7 +52,7 @@ def _address(name) -> int:
 _messages.setup(Message, SliceMessage, MESSAGE_TYPES, _address("b1_frame_recv_many"),
                 _address("b1_frame_recv"), _address("b1_frame_send"), _address("b1_slice_release"),
                 _address("b1_frame_send_iov"))
-_messages.setup_calls(Request, _address("b1_frame_recv_node"))
+_messages.setup_calls(Request, _address("b1_frame_recv_node"), _address("b1_handle_release"))
 
 
 def recv_many(peer, max_messages, timeout_ns, copy, timeout) -> list:

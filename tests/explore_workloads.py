@@ -12,6 +12,7 @@ import errno
 import os
 import signal
 
+from bus1py import MessageType, call
 from bus1py._lib import ffi, lib
 
 import killpoints as kp
@@ -199,6 +200,9 @@ class Receive(Workload):
         if self.how == "recv":
             for _ in range(3):
                 step(log, "recv", lambda: self.got(log, v.recv(timeout=0)))
+        elif self.how == "node":  # the receive for one node (all of them are nv's)
+            for _ in range(3):
+                step(log, "recv", lambda: self.got(log, v.recv(node=w["nv"], timeout=0)))
         elif self.how == "recv_many":
             for _ in range(2):
                 step(log, "recv", lambda: [self.got(log, m) for m in v.recv_many(3, timeout=0)], max=3)
@@ -215,6 +219,40 @@ class Receive(Workload):
     def check(self, bus, w, events):
         found = drain(w, "v") + drain(w, "s1") + drain(w, "s2")
         return found + check_receives(w, events, self.n)
+
+
+class Reply(Receive):
+    """s1 queued requests 1..n at v, each carrying one of s1's reply nodes (its own
+    tag); the victim takes each with the receive for one node and answers it (a tagged
+    send, then the reply handle released): s1 gets each answer at most once, in order,
+    and nothing else of a reply node, whatever the kill."""
+
+    def __init__(self, n):
+        super().__init__("reply", n)
+
+    def more(self, bus, w):
+        Workload.more(self, bus, w)
+        s1, to_v = w["s1"], w["probe"]["v"][1]
+        w["reply_nodes"] = [call._take_node(s1) for _ in range(self.n)]
+        for i, node in enumerate(w["reply_nodes"], 1):
+            call._send_request(s1, to_v, payload(i), (), node, i)
+
+    def run(self, w, log):
+        v = w["v"]
+        for _ in range(3):
+            m = step(log, "recv", lambda: v.recv(node=w["nv"], timeout=0))
+            self.got(log, m)
+            step(log, "reply", lambda: m.reply(m.payload))
+
+    def check(self, bus, w, events):
+        found = super().check(bus, w, events)
+        answers = [i for t, _, i, _ in w["drained"]["s1"] if i is not None and t == int(MessageType.DATA)]
+        if answers != sorted(set(answers)) or not set(answers) <= set(range(1, self.n + 1)):
+            found.append(f"s1's answers are not each request's once, in order: {answers}")
+        notices = [(t, d) for t, d, i, _ in w["drained"]["s1"] if d in w["reply_nodes"] and t != int(MessageType.DATA)]
+        if notices:
+            found.append(f"s1 was sent notices of its reply nodes: {notices}")
+        return found
 
 
 class Transfer(Workload):
@@ -473,7 +511,7 @@ class Reset(Disconnect):
 
 WORKLOADS = {
     "send": Send(), "multicast": Multicast(), "batch": Batch(), "partial": Partial(),
-    "recv": Receive("recv", 4), "recv_many": Receive("recv_many", 6), "zero_copy": Receive("slice", 5),
+    "recv": Receive("recv", 4), "recv_node": Receive("node", 4), "reply": Reply(4), "recv_many": Receive("recv_many", 6), "zero_copy": Receive("slice", 5),
     "reserve_commit": Reserve(abort=False), "reserve_abort": Reserve(abort=True),
     "transfer": Transfer(), "release": Release(), "destroy": Destroy(), "disconnect": Disconnect(),
     "gc": Gc(), "verify": Verify(), "create": Create(),

@@ -175,3 +175,16 @@ def test_report_keeps_the_simulator_and_checker_sections(cfg, tmp_path):
 def test_entry_points(how):
     r = subprocess.run([sys.executable, *how, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "--quick" in r.stdout, r.stderr
+
+
+@pytest.mark.timeout(120)
+def test_calls_section_times_all_three_rows(cfg):
+    from tools.bench.calls import ROWS, bench_calls, section
+    res = bench_calls(cfg)
+    assert set(res["rows"]) == set(ROWS)
+    for r in res["rows"].values():
+        assert r["n"] == cfg.n_rtt * cfg.lat_reps and 0 < r["rtt_med"] <= r["rtt_p99"]
+    lines = []
+    section(lines.append, res)
+    assert any(line.startswith("| bus1py call/reply |") for line in lines)
+    assert f"{res['call_over_zmq']:.2f} of pyzmq" in "\n".join(lines)

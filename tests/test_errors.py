@@ -587,6 +587,34 @@ def test_closed_bus_is_valueerror(shm_name):
             with pytest.raises(ValueError, match="closed"):
                 call()
         bus.close()  # twice is fine
+        with pytest.raises(ValueError, match="closed"):
+            a.fileno()
+
+
+def test_closed_peer_is_valueerror_and_the_last_close_disconnects(bus):
+    with bus.peer() as a:
+        b = bus.peer()
+        h = b.transfer(b.create_node(), a)
+        a.fileno()
+    for call in (lambda: a.send(h, b"x"), lambda: a.recv(0), lambda: a.recv(node=h, timeout=0),
+                 lambda: a.call(h, b"x"), a.fileno, a.query, a.create_node, a.disconnect,
+                 lambda: a.lookup("x"), a.__enter__):
+        with pytest.raises(ValueError, match=f"peer {a.id} is closed"):
+            call()
+    a.close()  # twice is fine
+    assert b.recv(0).type == bus1py.MessageType.NODE_RELEASE  # a's handle went with it
+    assert a.id not in {p["id"] for p in bus.peers() if p["state"] == "connected"}
+
+
+def test_messages_name_the_api_and_what_is_missing(world):
+    with pytest.raises(TypeError, match=r"^Peer\.send\(\) got an unexpected keyword argument 'bogus'$"):
+        world.a.send(world.hb, b"x", bogus=1)
+    with pytest.raises(TypeError, match=r"^Peer\.recv\(\) got an unexpected keyword argument 'bogus'$"):
+        world.b.recv(bogus=1)
+    with pytest.raises(TypeError, match=r"^Peer\.send\(\) takes"):
+        world.a.send(world.hb, b"x", (), 1)
+    with pytest.raises(FileNotFoundError, match="no live node is published as 'nobody'"):
+        world.a.lookup("nobody")
 
 
 # ---------------------------------------------------------------- bad arguments

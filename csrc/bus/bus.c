@@ -5,6 +5,9 @@
  *   - The layout is a pure function of the limits (view.c), so the size computed before
  *     creation is the size initialised.
  *   - The magic is stored last, with release order (see layout.h).
+ *   - A bus's name is taken over only by the one process whose compare-and-swap claimed
+ *     it (reclaimer) after it found every holder dead: no live bus is ever unlinked by
+ *     someone who judged an older one, and a claimant that died is replaced.
  *   - A segment is attached (or created) only if its header is the layout of its limits,
  *     and this process keeps a copy of that layout (view.c): the bounds checks of
  *     layout.h read the copy, so every access stays inside the mapping even if the
@@ -15,6 +18,7 @@
 #include <string.h>
 #include "alloc.h"
 #include "names.h"
+#include "proc.h"
 #include "view.h"
 
 uint64_t b1_segment_size(const struct b1_limits *l) {
@@ -99,3 +103,26 @@ int b1_bus_info(void *base, struct b1_bus_info *out) {
     return 0;
 }
 
+
+int b1_bus_reclaim(void *base) {
+    struct b1_header *h = HDR(base);
+    if (b1_pid_alive(h->creator_pid, h->creator_start)) return -EBUSY;
+    uint32_t bump = atomic_load(&h->peers_bump);
+    if (bump > LIM(base).max_peers + 1) bump = LIM(base).max_peers + 1;
+    for (uint32_t slot = 1; slot < bump; slot++) {
+        struct b1_peer *p = PEER(base, slot);
+        uint32_t state = __atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
+        if (state != B1_PEER_ACTIVE && state != B1_PEER_DISCONNECTING) continue;
+        if (__atomic_load_n(&p->pinned, __ATOMIC_RELAXED)) return -EBUSY;
+        uint64_t d = atomic_load(&p->disconnector);
+        if (state == B1_PEER_DISCONNECTING && d && b1_owner_alive(d)) return -EBUSY;
+        for (int i = 0; i < B1_PEER_PIDS; i++) {
+            int32_t pid = __atomic_load_n(&p->pids[i], __ATOMIC_RELAXED);
+            if (pid && b1_pid_alive(pid, __atomic_load_n(&p->pid_starts[i], __ATOMIC_RELAXED))) return -EBUSY;
+        }
+    }
+    uint64_t seen = atomic_load(&h->reclaimer), me = b1_self();
+    if (seen == me) return 0;
+    if (seen && b1_owner_alive(seen)) return -EALREADY;
+    return atomic_compare_exchange_strong(&h->reclaimer, &seen, me) ? 0 : -EALREADY;
+}

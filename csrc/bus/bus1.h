@@ -43,8 +43,9 @@
                               (EINVAL without one); the receiver's b1_msg_info.flags says so */
 
 /* node flags (b1_node_create_flags) */
-#define B1_NODE_QUIET 1  /* its owner is sent no NODE_RELEASE: a reply node, whose holders
-                            come and go with every request */
+#define B1_NODE_QUIET 1  /* no notices: no NODE_RELEASE to its owner, no NODE_DESTROY to
+                            anyone -- a reply node, whose holders come and go with every
+                            request and which goes with its peer */
 
 /* receive flags */
 #define B1_RECV_NOCOPY 1  /* leave data payloads in the pool as slices (b1_slice_release) */
@@ -208,6 +209,12 @@ uint64_t b1_segment_size(const struct b1_limits *l);
 int b1_init(void *base, uint64_t size, const struct b1_limits *l);
 int b1_attach(void *base, uint64_t size);
 int b1_bus_info(void *base, struct b1_bus_info *out);
+/* Claim a bus whose every holder is dead, as the reaper decides death (its creator and the
+ * recorded processes of every peer not free or disconnected; a pinned peer is alive): 0
+ * when this process now holds the claim -- it alone may unlink the name -- -EBUSY while a
+ * holder lives, -EALREADY while another live process holds the claim.  A claimant that
+ * died is taken over by the next one. */
+int b1_bus_reclaim(void *base);
 void b1_process_init(void);
 
 int b1_peer_new(void *base, uint32_t quota_messages, uint32_t quota_handles,

@@ -66,6 +66,8 @@ struct b1_header {
     uint32_t pad0;
     uint64_t creator_start;
     _Atomic uint64_t orphan_reaper;    /* owner token of the gc sweeping orphans (reap.c) */
+    _Atomic uint64_t reclaimer;        /* owner token of the process that found every holder
+                                          dead and takes the bus's name over (bus.c) */
     _Atomic uint32_t holders_epoch;    /* bumped when a process is recorded as a peer's holder
                                           (peer.c): death watchers rescan when it moves */
     uint32_t pad1;

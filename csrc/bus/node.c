@@ -10,6 +10,9 @@
  *     restarted, if a holder was added after its destinations were collected; so every
  *     holder registered before the stamp gets NODE_DESTROY, and every message that carries
  *     the node later is stamped above the destruction (its sender syncs to destroy_ts).
+ *   - A quiet node (B1_NODE_QUIET, a reply node) owes nobody a notice: no NODE_RELEASE to
+ *     its owner, no NODE_DESTROY to its owner or holders (a holder's send to it after its
+ *     destruction is dropped, as any; its handle goes when it is released).
  *   - The process that drops a node's last holder owes the owner its NODE_RELEASE
  *     (release_pending, release_owner): a transaction of the owner to itself, sent here for
  *     every notice handed up by handle.c, message.c and tx.c; if the process dies owing
@@ -254,7 +257,8 @@ static int destroy_stamp_check(void *base, struct b1_tx *tx, void *arg) {
         struct b1_node *nd = NODE(base, dc->nodes[i]);
         nd->destroy_msg = tx->msg;
         nd->destroy_seq = tx->seq;
-        nd->owner_notified = dc->disconnecting != B1_DESTROY_NOTIFY; /* it reads nothing more */
+        /* it reads nothing more (a quiet node's owner is sent nothing) */
+        nd->owner_notified = dc->disconnecting != B1_DESTROY_NOTIFY || (nd->flags & B1_NODE_QUIET);
         nd->destroy_ts = tx->ts;
     }
     if (tx->msg) __atomic_store_n(&MSG(base, tx->msg)->ts, tx->ts, __ATOMIC_RELEASE);
@@ -321,6 +325,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
             nd->destroyer = b1_self();
             nd->destroy_ts = 0; /* set only in the stamp's hold (destroy_stamp_check) */
             versions[i] = nd->holders_version;
+            if (nd->flags & B1_NODE_QUIET) continue; /* a reply node: nobody is told */
             count += disconnecting == B1_DESTROY_NOTIFY;
             FOR_HOLDERS(base, nd, hi) count++;
         }
@@ -333,6 +338,7 @@ int b1_destroy_nodes(void *base, uint32_t slot, uint64_t id, const uint32_t *nod
         uint32_t k = 0;
         for (uint32_t i = 0; i < n; i++) {
             struct b1_node *nd = NODE(base, nodes[i]);
+            if (nd->flags & B1_NODE_QUIET) continue;
             if (disconnecting == B1_DESTROY_NOTIFY)
                 dests[k++] = (struct b1_dest){.peer_id = id, .owner_handle = nd->owner_handle,
                                               .peer_slot = slot, .node = nodes[i], .node_gen = nd->gen};

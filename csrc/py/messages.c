@@ -49,6 +49,7 @@ static struct {
     PyTypeObject *request;   /* message.Request (setup_calls), NULL before */
     PyObject *reply_attr;    /* "_reply" */
     b1py_recv_node_fn recv_node;
+    int (*handle_release)(void *, uint32_t, uint64_t, uint64_t);
     PyObject *types;         /* message.MESSAGE_TYPES, indexed by B1_MSG_* */
     PyObject *empty;         /* () */
     PyObject *slice_attr;    /* "_slice" */
@@ -363,18 +364,50 @@ static PyObject *py_recv_node(PyObject *self, PyObject *const *args, Py_ssize_t 
     return b1py_copied(f, args[7]);
 }
 
-/* setup_calls(Request, recv_node): the class of a received request and the address of
- * b1_frame_recv_node. */
+/* tagged_send(frame, slot, id, dest, payload, n_handles, flags, tag, release) -> ts, or
+ * -errno: b1_frame_send of the bytes `payload` to the one handle `dest`, carrying the
+ * frame's first n_handles handles and `tag` (a call's request, or its reply); with release
+ * set, a send that ran releases the sender's handle `dest` after it (a reply: the
+ * capability is used once; a release that fails leaves the handle, nothing else). */
+static PyObject *py_tagged_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    NEED_ARGS(9);
+    uint64_t addr, id, dest;
+    uint32_t slot, nh, flags, tag, release;
+    if (!as_u64(args[0], &addr) || !as_u32(args[1], &slot) || !as_u64(args[2], &id) ||
+        !as_u64(args[3], &dest) || !as_u32(args[5], &nh) || !as_u32(args[6], &flags) ||
+        !as_u32(args[7], &tag) || !as_u32(args[8], &release))
+        return NULL;
+    if (!PyBytes_CheckExact(args[4]) || PyBytes_GET_SIZE(args[4]) > UINT32_MAX) {
+        PyErr_SetString(PyExc_TypeError, "tagged_send takes its payload as bytes");
+        return NULL;
+    }
+    if (!S.handle_release) {
+        PyErr_SetString(PyExc_RuntimeError, "bus1py._messages.setup_calls was not called");
+        return NULL;
+    }
+    struct b1_frame *f = (struct b1_frame *)(uintptr_t)addr;
+    f->tag = tag;
+    int64_t ts = b1py_send(f, slot, id, dest, 0, PyBytes_AS_STRING(args[4]), (uint32_t)PyBytes_GET_SIZE(args[4]),
+                           nh, flags);
+    f->tag = 0;
+    if (ts >= 0 && release) S.handle_release(f->base, slot, id, dest);
+    return PyLong_FromLongLong(ts);
+}
+
+/* setup_calls(Request, recv_node, handle_release): the class of a received request and the
+ * addresses of b1_frame_recv_node and b1_handle_release. */
 static PyObject *py_setup_calls(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    uint64_t a;
-    if (nargs != 2 || !PyType_Check(args[0]) || !S.message ||
-        !PyType_IsSubtype((PyTypeObject *)args[0], S.message) || !as_u64(args[1], &a) || !a) {
-        PyErr_SetString(PyExc_TypeError, "setup_calls needs a subclass of Message and an address (after setup)");
+    uint64_t a, b;
+    if (nargs != 3 || !PyType_Check(args[0]) || !S.message ||
+        !PyType_IsSubtype((PyTypeObject *)args[0], S.message) || !as_u64(args[1], &a) || !a ||
+        !as_u64(args[2], &b) || !b) {
+        PyErr_SetString(PyExc_TypeError, "setup_calls needs a subclass of Message and two addresses (after setup)");
         return NULL;
     }
     Py_INCREF(args[0]);
     Py_XSETREF(S.request, (PyTypeObject *)args[0]);
     S.recv_node = (b1py_recv_node_fn)(uintptr_t)a;
+    S.handle_release = (int (*)(void *, uint32_t, uint64_t, uint64_t))(uintptr_t)b;
     Py_RETURN_NONE;
 }
 
@@ -531,7 +564,10 @@ static PyObject *py_exported(PyObject *mod, PyObject *mv) {
 static PyMethodDef methods[] = {
     {"exported", (PyCFunction)py_exported, METH_O, "exported(memoryview): is a buffer taken from it (or one sharing its buffer, as numpy makes) still alive?"},
     {"setup", (PyCFunction)(void (*)(void))py_setup, METH_FASTCALL, "setup(Message, SliceMessage, types, recv_many, recv, send, slice_release, send_iov)"},
-    {"setup_calls", (PyCFunction)(void (*)(void))py_setup_calls, METH_FASTCALL, "setup_calls(Request, recv_node)"},
+    {"setup_calls", (PyCFunction)(void (*)(void))py_setup_calls, METH_FASTCALL,
+     "setup_calls(Request, recv_node, handle_release)"},
+    {"tagged_send", (PyCFunction)(void (*)(void))py_tagged_send, METH_FASTCALL,
+     "tagged_send(frame, slot, id, dest, payload, n_handles, flags, tag, release) -> ts | -errno"},
     {"recv", (PyCFunction)(void (*)(void))py_recv, METH_FASTCALL, "recv(frame, slot, id, timeout_ns, peer) -> Message | -errno"},
     {"recv_node", (PyCFunction)(void (*)(void))py_recv_node, METH_FASTCALL,
      "recv_node(frame, slot, id, node, watch, timeout_ns, tag, peer) -> Message | -errno | 1"},

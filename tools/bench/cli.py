@@ -9,6 +9,7 @@ from pathlib import Path
 
 from . import inproc, prose
 from .common import ROOT, SIZES, Config, finish_machine_info, fmt_rate, fmt_ratio, fmt_size, machine_info, raise_mq_rlimit
+from .calls import ROWS as CALL_ROWS, bench_calls
 from .drain import bench_drain
 from .perfprof import bench_futex, bench_perf
 from .plots import make_plots
@@ -17,7 +18,7 @@ from .sections import OBJ_KS, bench_memory, bench_multicast, bench_objects, benc
 from .rows import multicast_variants, object_variants
 from .peer_targets import peer_targets
 
-ALL = ("unicast", "sweep", "drain", "multicast", "objects", "queue", "memory", "profile")
+ALL = ("unicast", "sweep", "drain", "calls", "multicast", "objects", "queue", "memory", "profile")
 
 
 def render_tables(console, res):
@@ -92,6 +93,9 @@ def run_all(cfg, out: Path, cmd: str, console=None, sections=ALL, strict=False):
         if "drain" in sections:
             t = progress.add_task("1c. receive cost, a ready queue drained", total=1)
             res["drain"] = guarded("1c (receive cost)", bench_drain, cfg, progress, t)
+        if "calls" in sections:
+            t = progress.add_task("1d. a call's round trip", total=cfg.lat_reps * len(CALL_ROWS))
+            res["calls"] = guarded("1d (calls)", bench_calls, cfg, progress, t)
         if "multicast" in sections:
             t = progress.add_task("2. multicast k receivers",
                                   total=len(cfg.mc_ks) * len(multicast_variants()) * cfg.mc_reps)

@@ -244,6 +244,9 @@ def write_markdown(path, cmd, mi, cfg, res, elapsed, errors=()):
         _sweep(add, sweep)
     if res.get("drain"):
         _drain(add, res["drain"])
+    if res.get("calls"):
+        from .calls import section
+        section(add, res["calls"])
     if mc:
         multicast_section(add, mc, res.get("profile"))
     if res.get("objects"):
