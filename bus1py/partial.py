@@ -12,8 +12,10 @@ Invariants:
 """
 from __future__ import annotations
 
-from . import args, fds as _fds
-from ._lib import lib
+from . import _messages, args, fds as _fds
+from ._lib import ffi, lib
+
+_messages.setup_partial(int(ffi.cast("uintptr_t", ffi.addressof(lib, "b1_frame_send_partial"))))
 
 
 def send_partial(peer, destinations, payload, handles=(), fds=()) -> tuple:

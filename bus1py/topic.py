@@ -39,6 +39,8 @@ SUBSCRIBE = b"bus1py-subscribe"
 _SENDER_IDLE = lib.B1_SEND_SENDER_IDLE
 _ANY_TAG = _call._ANY_TAG
 _recv_node = _messages.recv_node
+_partial_send = _messages.partial_send
+_EAGAIN = -errno.EAGAIN
 
 
 class Topic:
@@ -117,10 +119,12 @@ class Topic:
                 if not dests:
                     return 0
                 continue
-            frame.dests[0:n] = dests
-            try:  # refused, nothing done, while the topic peer has something queued
-                r = partial.run(tp, frame, n, payload, 0, dests, _SENDER_IDLE)
-            except BlockingIOError:
+            # one C call (refused, nothing done, while the topic peer has something queued)
+            r = _partial_send(frame.address, tp._slot, tp._id, dests, payload, _SENDER_IDLE,
+                              frame.errors_address, frame.max_dests)
+            if r < 0:
+                if r != _EAGAIN:
+                    raise args.send_error(tp, r, dests, len(payload), n, 0)
                 self._take_in()
                 dests = self._dests
                 continue
