@@ -38,6 +38,7 @@ from .message import MessageType
 SUBSCRIBE = b"bus1py-subscribe"
 _SENDER_IDLE = lib.B1_SEND_SENDER_IDLE
 _ANY_TAG = _call._ANY_TAG
+_DATA = MessageType.DATA
 _recv_node = _messages.recv_node
 _partial_send = _messages.partial_send
 _EAGAIN = -errno.EAGAIN
@@ -182,7 +183,7 @@ class Subscription:
             peer.release(self._topic)
             raise
         self.missed = 0    # messages of the topic sent while subscribed and not received
-        self._last = None  # the sequence number of the last one received
+        self._last = -2  # the sequence number of the last one received (-2: none yet)
         self._kept = collections.deque()  # taken by a cancelled arecv's thread, not yet returned
         self._closed = False
         self._gone = False  # the topic's NODE_RELEASE was read: every later wait ends at once
@@ -192,7 +193,7 @@ class Subscription:
         the topic's end raised."""
         if m.type == MessageType.DATA:
             seq = m.stamp[2]
-            if self._last is not None and seq > self._last + 1:
+            if self._last >= 0 and seq > self._last + 1:
                 self.missed += seq - self._last - 1
             self._last = seq
             return m
@@ -212,6 +213,9 @@ class Subscription:
             if type(m) is not int:
                 if peer._ready is not None:
                     peer._ready.sync()
+                if m.type is _DATA and m.stamp[2] == self._last + 1:  # _seen's common case
+                    self._last += 1
+                    return m
                 return self._seen(m)
         return self._seen(_call.wait(peer, self.handle, 0, _ANY_TAG, timeout))
 
