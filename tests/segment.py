@@ -15,7 +15,7 @@ PEER_SHARES = 352  # shares[16], 16 bytes each: messages, fds (u32), bytes (u64)
 PEER_SHARE_HANDLES = 608  # share_handles[16], u32 each
 ENTRY_MSG = 40
 HANDLE_REFS, HANDLE_PENDING = 24, 28
-MSG_REFS, MSG_LEN, MSG_NEXT_FREE, MSG_STAGER = 0, 4, 20, 32
+MSG_REFS, MSG_LEN, MSG_NEXT_FREE, MSG_TS, MSG_STAGER = 0, 4, 20, 24, 32
 
 
 class Segment:

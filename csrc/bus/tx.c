@@ -204,10 +204,16 @@ int b1_tx_stage_nt(void *base, struct b1_tx *tx, uint32_t i, struct b1_notices *
 int b1_tx_stamp_as(void *base, struct b1_tx *tx, int allow_disconnecting,
                    int (*check)(void *, struct b1_tx *, void *), void *arg) {
     if (tx->ts) return -EINVAL;
-    for (uint32_t i = 0; i < tx->n; i++)
+    uint32_t staged = 0;
+    for (uint32_t i = 0; i < tx->n; i++) {
         if (tx->dests[i].state == B1_DEST_PREPARED) return -EINVAL;
+        staged += tx->dests[i].state == B1_DEST_STAGED;
+    }
+    /* every copy dropped put its reference: the record may be free, or another sender's by
+     * now, so nothing of it is read or written here */
+    uint32_t msg = staged ? tx->msg : 0;
     /* descriptors: the ones this thread names, as many as the prepare recorded */
-    uint32_t n_fds = tx->msg && tx->type == B1_MSG_DATA ? MSG(base, tx->msg)->n_fds : 0;
+    uint32_t n_fds = msg && tx->type == B1_MSG_DATA ? MSG(base, msg)->n_fds : 0;
     int sock = -1;
     if (n_fds) {
         if (n_fds != b1_fds_staged()) return -EINVAL;
@@ -237,7 +243,7 @@ int b1_tx_stamp_as(void *base, struct b1_tx *tx, int allow_disconnecting,
     }
     if (n_fds) B1_KILL_POINT(B1_KILL_FDS_SENT);
     p->clock = ts;
-    if (tx->msg) MSG(base, tx->msg)->ts = ts;
+    if (msg) MSG(base, msg)->ts = ts;
     b1_unlock(p);
     B1_KILL_POINT(B1_KILL_STAMP);
 out:
@@ -410,10 +416,14 @@ uint32_t b1_tx_run_batch(void *base, struct b1_tx *tx, uint32_t count, int *err,
         if (r) {
             if (!*err) *err = r;
         } else {
+            /* a destination's copies are staged or dropped alike in every transaction of
+             * the batch: with none staged the records were put (b1_tx_stamp_as) */
+            uint32_t staged = 0;
+            for (uint32_t i = 0; i < n; i++) staged += tx[0].dests[i].state == B1_DEST_STAGED;
             for (; ran < count; ran++) {
                 struct b1_tx *t = &tx[ran];
                 s->clock = t->ts = next_stamp(s, t);
-                MSG(base, t->msg)->ts = t->ts;
+                if (staged) MSG(base, t->msg)->ts = t->ts;
             }
             b1_unlock(s);
             B1_KILL_POINT(B1_KILL_STAMP);
