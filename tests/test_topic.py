@@ -11,8 +11,11 @@ import signal
 import time
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import bus1py
+
+from test_fair_shares import Model
 
 FORK = mp.get_context("fork")
 LIMITS = dict(max_peers=32, max_nodes=128, max_handles=512, max_entries=1 << 13, max_dests=16,
@@ -168,6 +171,52 @@ def test_a_slow_subscriber_stops_no_one_and_counts_what_it_missed(make_bus):
     assert [int(slow.recv(timeout=0).payload) for _ in range(10)] == list(range(10))
     t.send(b"50")
     assert int(slow.recv(timeout=0).payload) == 50 and slow.missed == 40
+
+
+# ---- against the model of fair shares ----
+
+@settings(max_examples=25, deadline=None)
+@given(quota=st.integers(1, 6), wants=st.lists(st.sets(st.integers(0, 2), min_size=1), min_size=1, max_size=3),
+       ops=st.lists(st.tuples(st.sampled_from(["publish", "publish", "take"]), st.integers(0, 2)), min_size=8,
+                    max_size=50))
+def test_who_takes_each_message_is_the_fair_share_models(quota, wants, ops):
+    """Three topics, subscriber peers of small quotas each subscribed to some: every
+    `topic.send` reaches exactly the subscribers the model of bus1's rule lets take it
+    (each topic's peer a charger of their quotas), each peer receives them in the order
+    sent, and a subscription's misses are the model's refusals between what it received."""
+    with bus1py.Bus.create(**LIMITS) as bus:
+        topics = [bus.peer().topic(f"t{i}") for i in range(3)]
+        peers = [bus.peer(quota_messages=quota) for _ in wants]
+        subs = [{t: p.subscribe(f"t{t}") for t in sorted(w)} for p, w in zip(peers, wants)]
+        assert [t.subscribers for t in topics] == [sum(i in w for w in wants) for i in range(3)]
+        models = [Model(quota, 1 << 40) for _ in peers]
+        queued = [[] for _ in peers]       # (topic, payload, n) the model says each peer holds
+        refused = [{} for _ in peers]      # topic -> the ops n whose message each peer refused
+        taken = [{} for _ in peers]        # topic -> the ops n whose message each peer received
+        for n, (op, i) in enumerate(ops):
+            if op == "publish":
+                payload = b"%d:%d" % (i, n)
+                takers = 0
+                for j, w in enumerate(wants):
+                    if i in w:
+                        if models[j].send(topics[i].id, len(payload)):
+                            queued[j].append((i, payload, n))
+                            takers += 1
+                        else:
+                            refused[j].setdefault(i, []).append(n)
+                assert topics[i].send(payload) == takers
+            elif queued[i % len(peers)]:
+                j = i % len(peers)
+                t, payload, sent = queued[j].pop(0)
+                m = subs[j][t].recv(timeout=0)  # the peer's front is this subscription's
+                assert bytes(m.payload) == payload
+                models[j].recv()
+                taken[j].setdefault(t, []).append(sent)
+        for j in range(len(peers)):
+            for t, s in subs[j].items():
+                seen = taken[j].get(t, [])
+                want = sum(1 for r in refused[j].get(t, []) if seen and seen[0] < r < seen[-1])
+                assert s.missed == want, (j, t, s.missed, want)
 
 
 # ---- reading a subscription ----
