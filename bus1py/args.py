@@ -12,6 +12,17 @@ from .errors import bus_error
 _EAGAIN = -errno.EAGAIN
 
 
+def api_name(qualname: str):
+    """Name a method's code as the API call it serves (`Peer.send` for the Python path of
+    the C method send), so that Python's own argument errors name the call the user made
+    and no private name."""
+    def name(fn):
+        fn.__code__ = fn.__code__.replace(co_name=qualname.rpartition(".")[2], co_qualname=qualname)
+        fn.__qualname__ = qualname
+        return fn
+    return name
+
+
 def timeout_ns(seconds) -> int:
     """Seconds as the C helper's nanoseconds: 0 is non-blocking, any positive time waits at
     least 1 ns, and a time past int64 nanoseconds (292 years, inf) waits forever (-1)."""

@@ -203,7 +203,8 @@ async def acall(peer, handle, payload, timeout, handles, fds):
         try:
             r = await asyncio.shield(fut)
         except asyncio.CancelledError:
-            fut.add_done_callback(lambda f: _give_back(peer, node) if not f.cancelled() else None)
+            # the executor's wait goes on for at most a slice: the node is free after it
+            fut.add_done_callback(lambda _: _give_back(peer, node))
             raise
         except BaseException:
             _give_back(peer, node)

@@ -89,17 +89,6 @@ class PeerInfo:
                            for i in range(16) if out.share_messages[i] or out.share_handles[i]})
 
 
-def _api_name(qualname: str):
-    """Name a method's code as the API call it serves (`Peer.send` for the Python path of
-    the C method send), so that Python's own argument errors name the call the user made
-    and no private name."""
-    def name(fn):
-        fn.__code__ = fn.__code__.replace(co_name=qualname.rpartition(".")[2], co_qualname=qualname)
-        fn.__qualname__ = qualname
-        return fn
-    return name
-
-
 class Peer(_messages.PeerCore):
     # _bus, _slot, _id, _ready and _attached are PeerCore's
     __slots__ = ("__weakref__",)
@@ -262,7 +251,7 @@ class Peer(_messages.PeerCore):
 
     # ---- messages ----
 
-    @_api_name("Peer.send")
+    @args.api_name("Peer.send")
     def _send_general(self, destinations, payload, handles=(), *, fds=(), unreachable_error: bool = False) -> tuple:
         """`send` in every form (its docstring is PeerCore.send's): what the C method does
         not take itself, with every check and error of the API."""
@@ -287,7 +276,7 @@ class Peer(_messages.PeerCore):
                 raise args.send_error(self, ts, destinations, len(payload), n or 1, nh)
         return (ts, self._id, frame.seq[0])
 
-    @_api_name("Peer.recv")
+    @args.api_name("Peer.recv")
     def _recv_general(self, timeout: float | None = None, copy: bool = True, *, node=None) -> Message:
         """`recv` in every form (its docstring is PeerCore.recv's): what the C method does
         not take itself, with every check and error of the API."""
@@ -321,6 +310,19 @@ class Peer(_messages.PeerCore):
         if copy is not True:
             raise ValueError("recv(node=...) copies the payload: copy=False is not supported with node")
         return _call.wait(self, node, 0, _call._ANY_TAG, timeout)
+
+    def _recv_node_failed(self, r, node, timeout) -> Message:
+        """PeerCore.recv(node=) failed with -errno `r`: EINTR (its Python handler has run)
+        waits out the time the C helper says is left; anything else is raised."""
+        if r != _EINTR:
+            raise args.recv_error(self, r, timeout)
+        if timeout is None:
+            return _call.wait(self, node, 0, _call._ANY_TAG, None)
+        left = self._bus.scratch().c.info.left_ns / 1e9
+        try:
+            return _call.wait(self, node, 0, _call._ANY_TAG, left)
+        except BlockingIOError:  # the deadline passed while the handler ran
+            raise args.recv_error(self, -errno.ETIMEDOUT, timeout) from None
 
     def call(self, handle: int, payload, *, timeout: float | None = None, handles=(), fds=()) -> Message:
         """Send `payload` (with `handles` and `fds`) as a request to the node behind

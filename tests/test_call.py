@@ -237,6 +237,30 @@ def test_threads_and_acall_each_get_their_own_reply(served):
     assert client.query().queued_entries == 0
 
 
+@pytest.mark.timeout(60)
+def test_recv_node_waits_times_out_and_outlasts_signals(bus):
+    a, b = bus.peer(), bus.peer()
+    node, other = b.create_node(), b.create_node()
+    h, ho = b.transfer(node, a), b.transfer(other, a)
+    a.send(ho, b"other")
+    with pytest.raises(BlockingIOError):
+        b.recv(0, node=node)
+    fired = []
+    old = signal.signal(signal.SIGALRM, lambda *_: fired.append(1))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05, 0.05)
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError):
+            b.recv(node=node, timeout=0.3)
+        assert time.monotonic() - t0 >= 0.3 and fired
+        threading.Timer(0.2, a.send, (h, b"late")).start()
+        assert b.recv(timeout=10, node=node).payload == b"late"  # woken behind the other message
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert b.recv(0).payload == b"other"
+
+
 def test_bad_arguments_change_nothing(bus):
     a = bus.peer()
     with pytest.raises(TypeError, match="handle id"):

@@ -18,6 +18,7 @@
  *     a change of the front publishes front_ts and then, if anyone is registered, bumps
  *     wake_seq and wakes.  Either the sleeper sees the new front or its futex word has
  *     changed: no wake-up is lost, and without sleepers a change costs no shared write.
+ *     While a receiver for one node sleeps (node_waiters), every change wakes, front or not.
  *
  * Lock rules: the peer's robust mutex guards its tree, clock and counters; every
  * *_locked call expects it held and takes no other.  This is the lowest layer with a

@@ -1,17 +1,22 @@
 /*
- * recv.c -- receiving: the front of a queue taken out under one lock hold, copied out (or
- * kept as a zero-copy slice) without it; waiting; giving slices back.
+ * recv.c -- receiving: the front of a queue (or, for one node, the first of its entries)
+ * taken out under one lock hold, copied out (or kept as a zero-copy slice) without it;
+ * waiting; giving slices back.
  *
  * Invariants:
- *   - Only committed (even) front entries are taken, in key order, and each exactly once:
- *     it leaves the queue under the lock, is claimed by this process (layout.h) before the
- *     lock goes, and is freed -- or moved to the peer's held list as a slice -- after.
+ *   - Only committed (even) entries are taken, each exactly once: the front, in key order;
+ *     for one node, its first entry before the first block, the entries around it left in
+ *     their order.  It leaves the queue under the lock, is claimed by this process
+ *     (layout.h) before the lock goes, and is freed -- or moved to the peer's held list as
+ *     a slice -- after.
  *   - An entry dropped at the front (a data message after its node's destruction, a
  *     withdrawn NODE_RELEASE) is consumed and not counted; its handle registrations are
  *     undone.
  *   - A slice keeps its record and the receiver's quota charged until it is given back,
  *     or until the peer is flushed (peer.c), whichever is first.
  *   - A waiter registers in `waiters` before it reads wake_seq (queue.c): no wake is lost.
+ *     A node waiter registers in `node_waiters` too, and looks once more after that, so
+ *     every change of the queue after its look wakes it.
  *   - A data message's descriptors are copied from the peer's store (fds.c) in the hold
  *     that takes its entry, before the entry leaves the queue: into the caller's room when
  *     it is delivered, none when it is dropped; its datagrams, orphans from then on, are

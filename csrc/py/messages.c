@@ -346,11 +346,24 @@ static PyObject *py_recv_node(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (!as_u64(args[0], &addr) || !as_u32(args[1], &slot) || !as_u64(args[2], &id) ||
         !as_u64(args[3], &node) || !as_u64(args[4], &watch) || !as_i64(args[5], &ns) || !as_u64(args[6], &tag))
         return NULL;
+    struct b1_frame *f = (struct b1_frame *)(uintptr_t)addr;
+    PyObject *m = b1py_node_message(f, slot, id, node, watch, ns, args[7]);
+    if (!m || PyLong_CheckExact(m)) return m;
+    if (tag != UINT64_MAX && f->info.tag != tag && f->info.type == B1_MSG_DATA) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(PyTuple_GET_ITEM(m, 5)); i++)
+            close((int)PyLong_AsLong(PyTuple_GET_ITEM(PyTuple_GET_ITEM(m, 5), i)));
+        Py_DECREF(m);
+        return PyLong_FromLong(1);
+    }
+    return m;
+}
+
+PyObject *b1py_node_message(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t node, uint64_t watch,
+                            int64_t ns, PyObject *peer) {
     if (!S.recv_node) {
         PyErr_SetString(PyExc_RuntimeError, "bus1py._messages.setup_calls was not called");
         return NULL;
     }
-    struct b1_frame *f = (struct b1_frame *)(uintptr_t)addr;
     int r;
     if (ns == 0) {
         r = S.recv_node(f, slot, id, node, watch, 0);
@@ -360,11 +373,7 @@ static PyObject *py_recv_node(PyObject *self, PyObject *const *args, Py_ssize_t 
         Py_END_ALLOW_THREADS
     }
     if (r) return PyLong_FromLong(r);
-    if (tag != UINT64_MAX && f->info.tag != tag && f->info.type == B1_MSG_DATA) {
-        for (uint64_t i = 0; i < f->info.n_fds && f->fds; i++) close(f->fds[f->info.fds_at + i]);
-        return PyLong_FromLong(1);
-    }
-    return b1py_copied(f, args[7]);
+    return b1py_copied(f, peer);
 }
 
 /* tagged_send(frame, slot, id, dest, payload, n_handles, flags, tag, release) -> ts, or

@@ -21,6 +21,10 @@ extern b1py_send_fn b1py_send;
 
 /* the Message b1_frame_recv left in f (f->info, f->buf, f->handles) */
 PyObject *b1py_copied(const struct b1_frame *f, PyObject *peer);
+/* b1_frame_recv_node (the GIL released while it waits) and the Message it took, or its
+ * -errno as an int; `peer` as b1py_copied's */
+PyObject *b1py_node_message(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t node, uint64_t watch,
+                            int64_t ns, PyObject *peer);
 /* the Message of the one message b1_frame_recv_many took into f->infos[0]; `held` is as
  * recv_many's (None, or (pool, bus) for B1_RECV_NOCOPY).  On failure a slice nothing
  * holds yet goes back to the pool. */

@@ -8,10 +8,11 @@
  * cost about as much again.  Here the common forms run without a Python frame:
  * `send(dests, payload)` with a bytes payload and destinations an int or a list or tuple
  * of ints, and `recv(timeout, copy)` with a timeout of None or a number >= 0 and a bool
- * copy.  Anything else -- other types, carried handles, flags, bad values, and every
- * failure of the bus call -- goes to the Python methods of bus1py.Peer (`_send_general`,
- * `_send_failed`, `_recv_general`, `_recv_failed`), so each error is raised, and EDQUOT's
- * reap-and-retry and a receive's EINTR are handled, in one place.
+ * copy, or with `node=h` (an int) and copy True, the receive for one node.  Anything
+ * else -- other types, carried handles, flags, bad values, and every failure of the bus
+ * call -- goes to the Python methods of bus1py.Peer (`_send_general`, `_send_failed`,
+ * `_recv_general`, `_recv_failed`, `_recv_node_failed`), so each error is raised, and
+ * EDQUOT's reap-and-retry and a receive's EINTR are handled, in one place.
  *
  * Invariants:
  *   - `frame` is the Frame (bus1py/frame.py) that Peer._frame() returned to the thread
@@ -50,8 +51,8 @@ typedef struct {
 
 static struct {
     PyObject *frame, *address, *max_dests, *held, *sync;
-    PyObject *send_general, *send_failed, *recv_general, *recv_failed;
-    PyObject *timeout, *copy;
+    PyObject *send_general, *send_failed, *recv_general, *recv_failed, *recv_node_failed;
+    PyObject *timeout, *copy, *node;
 } N; /* interned names */
 
 /* this thread's frame, when the cache holds it and the peer is attached; else NULL */
@@ -205,25 +206,43 @@ PyDoc_STRVAR(recv_doc,
 
 static PyObject *peer_recv(PeerCore *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *timeout = Py_None, *copy = Py_True;
+    PyObject *timeout = Py_None, *copy = Py_True, *node = Py_None;
     if (nargs > 2) goto general;
     if (nargs > 0) timeout = args[0];
     if (nargs > 1) copy = args[1];
     if (kwnames) {
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++) {
             PyObject *k = PyTuple_GET_ITEM(kwnames, i);
-            if (k == N.timeout && nargs < 1)
+            if (k == N.timeout && nargs < 1 && timeout == Py_None)
                 timeout = args[nargs + i];
-            else if (k == N.copy && nargs < 2)
+            else if (k == N.copy && nargs < 2 && copy == Py_True)
                 copy = args[nargs + i];
+            else if (k == N.node && node == Py_None)
+                node = args[nargs + i];
             else
                 goto general; /* not interned, repeated or unknown: Python's rules */
         }
     }
     int64_t ns;
     if ((copy != Py_True && copy != Py_False) || !timeout_ns(timeout, &ns)) goto general;
+    uint64_t node_id = 0;
+    if (node != Py_None && (copy != Py_True || !handle_id(node, &node_id) || !node_id)) goto general;
     struct b1_frame *f = frame_of(self);
     if (!f) return NULL;
+    if (node_id) { /* the receive for one node: messages.c, its failures peer.py's */
+        PyObject *frame = self->frame;
+        Py_INCREF(frame); /* the wait runs without the GIL: see the invariants */
+        PyObject *m = b1py_node_message(f, self->slot, self->id, node_id, 0, ns, (PyObject *)self);
+        if (m && PyLong_CheckExact(m)) {
+            Py_SETREF(m, PyObject_CallMethodObjArgs((PyObject *)self, N.recv_node_failed, m, node, timeout, NULL));
+        } else if (m && self->ready && self->ready != Py_None) {
+            PyObject *ok = PyObject_CallMethodNoArgs(self->ready, N.sync);
+            if (!ok) Py_CLEAR(m);
+            Py_XDECREF(ok);
+        }
+        Py_DECREF(frame);
+        return m;
+    }
     PyObject *held = NULL;
     if (copy == Py_False) {
         if (!self->held) {
@@ -370,6 +389,7 @@ PyTypeObject *b1py_peer_type(void) {
         {&N.held, "held"}, {&N.sync, "sync"}, {&N.send_general, "_send_general"},
         {&N.send_failed, "_send_failed"}, {&N.recv_general, "_recv_general"},
         {&N.recv_failed, "_recv_failed"}, {&N.timeout, "timeout"}, {&N.copy, "copy"},
+        {&N.node, "node"}, {&N.recv_node_failed, "_recv_node_failed"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!(*names[i].slot = PyUnicode_InternFromString(names[i].name))) return NULL;
