@@ -101,8 +101,9 @@ def send_error(peer, r, destinations, length, n, nh):
         return bus_error(r, f"no room for {n} cop{'y' if n == 1 else 'ies'} of {length} bytes "
                             f"(pool_size={limits.pool_size}, max_entries={limits.max_entries})")
     if code == errno.EDQUOT:
-        return bus_error(r, f"a receiver among {destinations!r} is at its quota of queued "
-                            f"messages, bytes, handles or descriptors (quota_fds={limits.quota_fds})")
+        return bus_error(r, f"a receiver among {destinations!r} is at its quota, or this sender at its "
+                            f"share of it, of queued messages, bytes, handles or descriptors "
+                            f"(quota_fds={limits.quota_fds})")
     if code == errno.EHOSTUNREACH:
         return bus_error(r, f"every destination in {destinations!r} is destroyed")
     if code == errno.ENOLINK:

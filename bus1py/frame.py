@@ -27,7 +27,7 @@ _FIRST_INFOS = 64  # message infos of the first batch's array at least
 
 class Frame:
     __slots__ = ("c", "address", "dests", "handles", "fds", "max_dests", "seq", "infos", "infos_cap", "held",
-                 "whole", "_buf", "__weakref__")
+                 "whole", "errors", "errors_address", "_buf", "__weakref__")
 
     def __init__(self, base, limits):
         c = self.c = ffi.new("struct b1_frame *")
@@ -37,6 +37,8 @@ class Frame:
         c.buflen = max(limits.max_payload, 1)
         self._buf = _NO_CLEAR("char[]", c.buflen)
         self.fds = ffi.new("int32_t[]", lib.B1_MAX_FDS)  # a receive's descriptors (fds.py)
+        self.errors = ffi.new("int32_t[]", max(limits.max_dests, 1))  # a partial send's (partial.py)
+        self.errors_address = int(ffi.cast("uintptr_t", self.errors))
         c.base, c.dests, c.handles, c.buf, c.fds = base, self.dests, self.handles, self._buf, self.fds
         self.address = int(ffi.cast("uintptr_t", c))
         # the last send's sequence number, read without a cdata field lookup

@@ -27,10 +27,10 @@ import os
 import time
 from array import array
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import _messages, args, call as _call, fds as _fds, holders, objects, receive, watch
+from . import _messages, args, call as _call, fds as _fds, holders, objects, partial, receive, topic as _topic, watch
 from ._lib import ffi, lib
 from .errors import bus_error
 from .message import Message
@@ -76,6 +76,13 @@ class PeerInfo:
     pids: tuple = ()
     n_fds: int = 0       # descriptors in flight to it, not yet received
     quota_fds: int = 0
+    chargers: int = 0    # shares of its quotas held by senders (fair shares, SPEC.md)
+    shares: dict = field(default_factory=dict)  # share -> (messages, bytes, fds, handles), held ones
+
+    def share_of(self, sender_id: int) -> tuple:
+        """(messages, bytes, fds, handles) of this peer's quotas that the share of the
+        sender with id `sender_id` holds (senders whose ids agree mod 16 hold one share)."""
+        return self.shares.get(sender_id % 16, (0, 0, 0, 0))
 
     @classmethod
     def from_c(cls, out: Any) -> PeerInfo:
@@ -85,7 +92,10 @@ class PeerInfo:
                    quota_bytes=out.quota_bytes, quota_handles=out.quota_handles,
                    front_ts=out.front_ts, sent=out.sent, received=out.received,
                    lock_recoveries=out.lock_recoveries, pids=tuple(p for p in out.pids if p),
-                   n_fds=out.n_fds, quota_fds=out.quota_fds)
+                   n_fds=out.n_fds, quota_fds=out.quota_fds, chargers=out.n_chargers,
+                   shares={i: (out.share_messages[i], out.share_bytes[i], out.share_fds[i],
+                               out.share_handles[i])
+                           for i in range(16) if out.share_messages[i] or out.share_handles[i]})
 
 
 class Peer(_messages.PeerCore):
@@ -435,6 +445,28 @@ class Peer(_messages.PeerCore):
         stamp, `r.abort()` gives it back; as a context manager it commits unless the block
         raises.  Raises send's errors when the record cannot be taken (reserve.py)."""
         return Reservation(self, destinations, length, handles, fds=fds, unreachable_error=unreachable_error)
+
+    def send_partial(self, destinations, payload, handles=(), *, fds=()) -> tuple:
+        """bus1's SEND_FLAG_CONTINUE: `(stamp, errors)`, one transaction (one stamp)
+        delivered to every destination that can take it; `errors` maps each destination
+        that could not to its errno (EDQUOT: over its quota or this sender's share of it).
+        `stamp` is None when none took it.  A destroyed destination is dropped as `send`
+        drops it; what fails for the whole send raises `send`'s error, nothing sent.
+        `send` stays all-or-nothing (partial.py)."""
+        return partial.send_partial(self, destinations, payload, handles, fds)
+
+    def topic(self, name: str) -> "_topic.Topic":
+        """Publish a topic under the bus name `name`: `t.send(payload, *, handles=(),
+        fds=())` multicasts to every subscriber in one transaction and returns how many
+        took it; `t.subscribers` counts them; `t.close()` ends it (topic.py)."""
+        return _topic.Topic(self, name)
+
+    def subscribe(self, name: str) -> "_topic.Subscription":
+        """Subscribe to the topic published as `name`: its messages arrive as DATA with
+        `msg.destination == sub.handle`, read with `sub.recv(timeout)`, by iteration,
+        `await sub.arecv()`, or this peer's plain `recv`; `sub.missed` counts those missed
+        over this peer's quota; `sub.close()` unsubscribes (topic.py)."""
+        return _topic.Subscription(self, name)
 
     def send_obj(self, destinations: int | Iterable[int], obj: object, handles: Iterable[int] = (), *,
                  unreachable_error: bool = False) -> tuple[int, int, int]:

@@ -65,8 +65,8 @@ def in_flight(events):
 
 # ---- the frame every workload shares ----
 
-def frame(bus, shared=False):
-    s1, s2 = bus.peer(), bus.peer()
+def frame(bus, shared=False, s2_quota=0):
+    s1, s2 = bus.peer(), bus.peer(quota_messages=s2_quota)
     n1, n2 = s1.create_node(), s2.create_node()
     v = bus.peer()
     w = {"bus": bus, "s1": s1, "s2": s2, "v": v, "n1": n1, "n2": n2,

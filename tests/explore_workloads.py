@@ -8,6 +8,7 @@ peer is its), `run(w, log)` (the victim, armed) and `check(bus, w, events) -> fi
 """
 from __future__ import annotations
 
+import errno
 import os
 import signal
 
@@ -119,6 +120,36 @@ class Batch(Workload):
                 n = 0
                 log(errno=e.errno)
             log(done=ids[:n], failed=ids[n:])
+
+
+class Partial(Workload):
+    """Partial multicasts (send_partial): s2's quota of 4 holds the victim's share (2
+    messages, queued before the trial), so every copy to s2 is refused with EDQUOT while
+    s1 takes its own; a send all of whose destinations refuse stamps nothing.  A message in
+    flight at the kill reaches every destination that takes it or none."""
+
+    FILL = 2
+
+    def setup(self, bus):
+        w = frame(bus, s2_quota=4)
+        for k in range(self.FILL):
+            w["v"].send(w["to"]["s2"], payload(-2 - k))
+        let_go(w)
+        return w
+
+    def run(self, w, log):
+        for i, takers, refused in ((1, ["s1"], ["s2"]), (2, [], ["s2"]), (3, ["s1"], ["s2"])):
+            log(op="send", ids=[i], to=takers)
+            stamp, errors = w["v"].send_partial([w["to"][n] for n in takers + refused], payload(i))
+            want = {w["to"][n]: errno.EDQUOT for n in refused}
+            log(**({"done": [i]} if stamp else {"failed": [i]}), **({} if errors == want else {"bad": [i]}))
+
+    def check(self, bus, w, events):
+        found = [f"send_partial of {e['bad']} reported other errors than s2's EDQUOT" for e in events if "bad" in e]
+        fill = [ident(w["s2"].recv(timeout=0).payload) for _ in range(self.FILL)]
+        if fill != [-2 - k for k in range(self.FILL)]:
+            found.append(f"s2's queue began with {fill}, not the fill")
+        return found + super().check(bus, w, events)
 
 
 class Reserve(Workload):
@@ -479,7 +510,7 @@ class Reset(Disconnect):
 
 
 WORKLOADS = {
-    "send": Send(), "multicast": Multicast(), "batch": Batch(),
+    "send": Send(), "multicast": Multicast(), "batch": Batch(), "partial": Partial(),
     "recv": Receive("recv", 4), "recv_node": Receive("node", 4), "reply": Reply(4), "recv_many": Receive("recv_many", 6), "zero_copy": Receive("slice", 5),
     "reserve_commit": Reserve(abort=False), "reserve_abort": Reserve(abort=True),
     "transfer": Transfer(), "release": Release(), "destroy": Destroy(), "disconnect": Disconnect(),

@@ -53,7 +53,7 @@ def test_send_many_multicast_with_handles_and_any_buffers(pair):
 
 def test_send_many_stops_at_the_first_failure(make_bus):
     bus = make_bus(spin_ns=0)
-    a, b = bus.peer(), bus.peer(quota_messages=5)
+    a, b = bus.peer(), bus.peer(quota_messages=9)  # a sender alone: 5 of 9 (fair shares)
     h = b.transfer(b.create_node(), a)
     assert a.send_many(h, [b"%d" % i for i in range(8)]) == 5  # the sixth meets EDQUOT
     with pytest.raises(OSError) as e:  # none fits: the failure itself
@@ -71,7 +71,7 @@ def test_unicast_batches_longer_than_one_lock_hold(make_bus):
     boundary they stay one transaction each, in order, and a quota met in the second
     hold keeps exactly the messages before it."""
     bus = make_bus(spin_ns=0)
-    a, b = bus.peer(), bus.peer(quota_messages=45)
+    a, b = bus.peer(), bus.peer(quota_messages=89)  # a sender alone: 45 of 89 (fair shares)
     h = b.transfer(b.create_node(), a)
     first = a.send(h, b"first")
     assert a.send_many(h, [b"%d" % i for i in range(70)]) == 44
@@ -187,7 +187,7 @@ def test_zero_copy_view_until_release(pair):
 
 def test_zero_copy_quota_blocks_senders_until_release(make_bus):
     bus = make_bus(spin_ns=0)
-    a, b = bus.peer(), bus.peer(quota_messages=2)
+    a, b = bus.peer(), bus.peer(quota_messages=3)  # a sender alone: 2 of 3 (fair shares)
     h = b.transfer(b.create_node(), a)
     assert a.send_many(h, [b"1", b"2"]) == 2
     held = b.recv_many(2, copy=False)

@@ -21,7 +21,7 @@ import pytest
 from bus1py import MessageType
 from bus1py._b1 import lib
 
-from segment import (ENTRY_MSG, HANDLE_PENDING, HANDLE_REFS, MSG_NEXT_FREE, MSG_REFS, MSG_STAGER,
+from segment import (ENTRY_MSG, HANDLE_PENDING, HANDLE_REFS, MSG_NEXT_FREE, MSG_REFS, MSG_STAGER, MSG_TS,
                      PEER_FRONT, PEER_ROOT, Segment)
 
 FORK = mp.get_context("fork")
@@ -344,3 +344,28 @@ def test_a_drop_cut_under_a_dead_holder_of_the_owners_lock_is_carried_out(make_b
     b.disconnect()
     bus.gc()
     assert not any(_usage(bus).values()), _usage(bus)
+
+
+def test_a_stamp_with_every_copy_dropped_leaves_the_record_alone(make_bus):
+    """A transaction whose every destination was gone at its stage put its record with
+    its copies; its stamp must not write the timestamp into it, which by then is free or
+    another sender's (whose reaping reads a stamp there as "stamped": roll forward)."""
+    from bus1py import Transaction
+    bus = make_bus(**LIMITS)
+    a, b, node, h = _sender_and_receiver(bus)
+    x, y = bus.peer(), bus.peer()
+    hy = y.transfer(y.create_node(), x)
+    first = Transaction(a, [h], b"to a peer that leaves")
+    unit = first._tx.msg
+    b.disconnect()
+    first.stage(0)
+    assert first.states == ("dropped",)
+    second = Transaction(x, [hy], b"another sender's")
+    assert second._tx.msg == unit  # the freed record, taken again (the pool's free stack)
+    first.stamp()
+    with Segment(bus) as seg:
+        assert seg.u64(seg.record(unit, MSG_TS)) == 0  # still unstamped: the second's
+    second.stage(0)
+    second.stamp()
+    second.commit(0)
+    assert bytes(y.recv(timeout=0).payload) == b"another sender's"

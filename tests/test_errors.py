@@ -252,10 +252,12 @@ def test_max_entries_entries_can_be_in_flight(make_bus):
     w.still_works()
 
 
-@pytest.mark.parametrize("quota", [{"quota_messages": 2}, {"quota_bytes": 10}])
+@pytest.mark.parametrize("quota", [{"quota_messages": 3}, {"quota_bytes": 15}])
 def test_receiver_quota_is_edquot(bus, quota):
     """The receiver pays; a send over its quota fails with EDQUOT and sends to nobody
-    (not even to the destinations with room); receiving makes room again."""
+    (not even to the destinations with room); receiving makes room again.  (One sender
+    alone holds at most about half a quota: fair shares, so 2 messages of 3, 10 bytes of
+    15.)"""
     w = World(bus)
     full = bus.peer(**quota)
     nf = full.create_node()

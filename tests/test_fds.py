@@ -208,46 +208,50 @@ def test_a_dropped_message_closes_its_descriptors(bus, drop):
 
 
 def test_the_quota_bounds_what_is_in_flight(make_bus):
-    """The receiver pays for descriptors in flight to it (quota_fds): past it a send fails
-    with EDQUOT and nothing is sent; a receive gives the room back."""
-    bus = make_bus(max_peers=4, max_nodes=8, max_handles=32, pool_size=1 << 20, spin_ns=0, quota_fds=8)
+    """The receiver pays for descriptors in flight to it (quota_fds), shared among its
+    senders (fair shares): past its share a send fails with EDQUOT and nothing is sent, a
+    newcomer still gets through, and a receive gives the room back."""
+    bus = make_bus(max_peers=4, max_nodes=8, max_handles=32, pool_size=1 << 20, spin_ns=0, quota_fds=16)
     r, s, _, h = _pair(bus)
     s2 = bus.peer()
     h2 = r.transfer(r.create_node(), s2)
     for i in range(4):
         s.send([h], b"%d" % i, fds=(0, 1))
-    assert (r.query().n_fds, r.query().quota_fds) == (8, 8)
+    assert (r.query().n_fds, r.query().quota_fds) == (8, 16)
     before = _open_fds()
-    for sender, dest in ((s, h), (s2, h2)):
-        with pytest.raises(OSError) as e:
-            sender.send([dest], b"one too many", fds=(0,))
-        assert e.value.errno == errno.EDQUOT
+    with pytest.raises(OSError) as e:  # alone, s may hold 8: 16 - 8 < 8 + 1
+        s.send([h], b"one too many", fds=(0,))
+    assert e.value.errno == errno.EDQUOT
     assert r.query().queued_messages == 4 and r.query().n_fds == 8 and _open_fds() == before
     s.send([h], b"without descriptors is not refused")
-    _close_all([r.recv(timeout=1)])
-    assert r.query().n_fds == 6
-    s2.send([h2], b"room again", fds=(0, 1))
+    s2.send([h2], b"a newcomer's share", fds=(0, 1, 2))  # 16 - 8 >= 2 * 3
+    with pytest.raises(OSError) as e:  # 16 - 11 < 2 * (3 + 1)
+        s2.send([h2], b"past it", fds=(0,))
+    assert e.value.errno == errno.EDQUOT and r.query().n_fds == 11
     got = r.recv_many(16, timeout=1)
-    assert [len(m.fds) for m in got] == [2, 2, 2, 0, 2] and r.query().n_fds == 0
+    assert [len(m.fds) for m in got] == [2, 2, 2, 2, 0, 3] and r.query().n_fds == 0
     _close_all(got)
+    s.send([h], b"room again", fds=(0, 1))
+    _close_all([r.recv(timeout=1)])
 
 
 @pytest.mark.timeout(60)
 def test_a_hundred_and_more_in_flight_all_arrive_with_their_own(bus):
     """Far past a datagram socket's queue (net.unix.max_dgram_qlen + 1 = 11 by default):
-    two senders, 80 messages each, each carrying its own pipe's write end; the receiver
-    takes them afterwards, each with the descriptor that was sent with it."""
+    two senders, 60 messages each (within each one's share of 256), each carrying its own
+    pipe's write end; the receiver takes them afterwards, each with the descriptor that was
+    sent with it."""
     r, s1, _, h1 = _pair(bus)
     s2 = bus.peer()
     h2 = r.transfer(r.create_node(), s2)
     pipes = {}
-    for i in range(160):
+    for i in range(120):
         rd, wr = pipes[i] = _pipe()
         (s1 if i % 2 else s2).send([h1 if i % 2 else h2], b"%d" % i, fds=(wr,))
         os.close(wr)
-    assert r.query().n_fds == 160
+    assert r.query().n_fds == 120
     got = r.recv_many(200, timeout=1)
-    assert sorted(int(m.payload) for m in got) == list(range(160))
+    assert sorted(int(m.payload) for m in got) == list(range(120))
     for m in got:
         rd = pipes[int(m.payload)][0]
         assert len(m.fds) == 1 and os.fstat(m.fds[0]).st_ino == os.fstat(rd).st_ino

@@ -144,7 +144,8 @@ def _stopped_receiver(peer, count_out, go):
 @pytest.mark.timeout(60)
 def test_stopped_receiver_makes_senders_fail_fast_while_others_work():
     with bus1py.Bus.create(spin_ns=0) as bus:
-        sender, slow, other = bus.peer(), bus.peer(quota_messages=50), bus.peer()
+        # a sender alone holds 50 of 99 (fair shares)
+        sender, slow, other = bus.peer(), bus.peer(quota_messages=99), bus.peer()
         h_slow = slow.transfer(slow.create_node(), sender)
         h_other = other.transfer(other.create_node(), sender)
         count, go = FORK.Value("i", 0), FORK.Event()

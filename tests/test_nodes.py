@@ -291,12 +291,12 @@ def test_owner_release_of_last_reference_to_live_node_is_ebusy(bus):
 
 def test_quotas_are_shown_and_enforced_with_nothing_staged(bus):
     a = bus.peer()
-    b = bus.peer(quota_messages=2, quota_bytes=100)
+    b = bus.peer(quota_messages=3, quota_bytes=100)  # a alone: 2 of 3 (fair shares)
     c = bus.peer()
     hb = b.transfer(b.create_node(), a)
     hc = c.transfer(c.create_node(), a)
     q = b.query()
-    assert (q.quota_messages, q.quota_bytes) == (2, 100)
+    assert (q.quota_messages, q.quota_bytes) == (3, 100)
     a.send([hb], b"1")
     a.send([hb], b"2")
     before_b, before_c, info = b.query(), c.query(), bus.info()
@@ -312,9 +312,10 @@ def test_quotas_are_shown_and_enforced_with_nothing_staged(bus):
 
 def test_handle_quota(bus):
     a = bus.peer()
-    b = bus.peer(quota_handles=2)
+    b = bus.peer(quota_handles=3)  # a alone holds 2 of 3 (fair shares)
     nodes = [a.create_node() for _ in range(3)]
     a.transfer(nodes[0], b), a.transfer(nodes[1], b)
-    assert b.query().held_handles == 2
+    assert b.query().held_handles == 2 and b.query().share_of(a.id)[3] == 2
     assert errno_of(lambda: a.transfer(nodes[2], b)) == errno.EDQUOT
+    b.create_node()  # its own share: the last one
     assert errno_of(lambda: b.create_node()) == errno.EDQUOT

@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 /* cdef-begin */
-#define B1_VERSION 13
+#define B1_VERSION 14
 #define B1_HANDLE_INVALID 0xffffffffffffffff
 
 #define B1_MSG_DATA 0
@@ -36,6 +36,9 @@
 
 /* send flags */
 #define B1_SEND_UNREACHABLE_ERROR 1  /* EHOSTUNREACH when every destination is known dead */
+#define B1_SEND_CONTINUE 4           /* b1_send_partial's: each destination staged alone */
+#define B1_SEND_SENDER_IDLE 8        /* -EAGAIN, nothing done, while the sender's own queue
+                                        has a committed front (a topic takes it in first) */
 #define B1_SEND_REQUEST 2  /* a request: its last carried handle is the reply capability
                               (EINVAL without one); the receiver's b1_msg_info.flags says so */
 
@@ -160,6 +163,11 @@ struct b1_peer_info {
     int32_t pids[8];           /* processes that used the peer (0: none) */
     uint32_t n_fds;            /* descriptors in flight to it, charged against quota_fds */
     uint32_t quota_fds;
+    uint32_t n_chargers;       /* shares of its quotas that senders hold (fair shares) */
+    uint32_t share_messages[16]; /* n_messages, n_fds, n_bytes by share: a sender with id i */
+    uint32_t share_fds[16];      /* charges share i % 16 */
+    uint64_t share_bytes[16];
+    uint32_t share_handles[16];
 };
 
 struct b1_gc_stats {
@@ -344,6 +352,19 @@ int64_t b1_send_reserve(void *base, struct b1_reservation *r, uint32_t slot, uin
 int64_t b1_send_commit(void *base, struct b1_reservation *r);
 int b1_send_abort(void *base, struct b1_reservation *r);
 
+/* bus1's SEND_FLAG_CONTINUE: one transaction delivered to every destination that can take
+ * it; errors[i] is 0 or the -errno of destination i that could not (EDQUOT over its quota,
+ * EBADMSG its queue broken; a gone peer's is 0, dropped as b1_send drops it).  Returns the
+ * ts (*seq its sequence number), 0 when no destination took it (nothing stamped), or
+ * -errno when the send as a whole failed (b1_send's errors), nothing sent; the ts or 0
+ * plus 1 when some errors[i] is set (a ts is even).  flags: 0 or B1_SEND_SENDER_IDLE. */
+int64_t b1_send_partial(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, uint32_t n,
+                        const char *payload, uint32_t len, const uint64_t *handles,
+                        uint32_t n_handles, uint32_t flags, int32_t *errors, uint64_t *seq);
+/* b1_send_partial over the frame: n >= 1 destinations in f->dests, f->seq */
+int64_t b1_frame_send_partial(struct b1_frame *f, uint32_t slot, uint64_t id, uint32_t n,
+                              const char *payload, uint32_t len, uint32_t n_handles, uint32_t flags,
+                              int32_t *errors);
 /* b1_send over the frame: n destinations in f->dests, or with n == 0 the one destination
  * `dest` (the common unicast passes it as a scalar, no array write) */
 int64_t b1_frame_send(struct b1_frame *f, uint32_t slot, uint64_t id, uint64_t dest, uint32_t n,

@@ -155,6 +155,7 @@ int b1_handle_put_locked(void *base, uint32_t hi, uint32_t held, uint32_t pendin
     }
     /* seq_cst, then the state: see b1_peer_reclaim_locked */
     struct b1_peer *holder = PEER(base, hd->peer_slot);
+    b1_uncharge_handle(holder, hd->charger);
     if (atomic_fetch_sub(&holder->n_handles, 1) == 1 &&
         __atomic_load_n(&holder->state, __ATOMIC_SEQ_CST) == B1_PEER_DISCONNECTED)
         result |= PUT_RECLAIM | (int)(hd->peer_slot << 8);
@@ -164,8 +165,9 @@ int b1_handle_put_locked(void *base, uint32_t hi, uint32_t held, uint32_t pendin
     return result;
 }
 
-/* The handle of peer (slot, id) for node n, created if it has none (owner lock held). */
-int b1_handle_get_locked(void *base, uint32_t n, uint32_t slot, uint64_t id, uint32_t *out) {
+/* The handle of peer (slot, id) for node n, created if it has none (owner lock held) and
+ * charged to the share of `charger` (queue.h). */
+int b1_handle_get_locked(void *base, uint32_t n, uint32_t slot, uint64_t id, uint64_t charger, uint32_t *out) {
     struct b1_node *nd = NODE(base, n);
     if (slot == nd->owner_slot && id == nd->owner_id) {
         if (!nd->owner_handle_live) return -ESTALE;
@@ -180,21 +182,22 @@ int b1_handle_get_locked(void *base, uint32_t n, uint32_t slot, uint64_t id, uin
     struct b1_peer *to = PEER(base, slot);
     /* counted first, then the peer checked (seq_cst): a slot being reclaimed either sees
      * the count or is seen here (b1_peer_reclaim_locked) */
-    if (atomic_fetch_add(&to->n_handles, 1) >= to->quota_handles) {
-        atomic_fetch_sub(&to->n_handles, 1);
-        return -EDQUOT;
-    }
+    if (b1_charge_handle(to, charger)) return -EDQUOT;
+    uint32_t share = (uint32_t)(charger % B1_CHARGERS);
     if (__atomic_load_n(&to->id, __ATOMIC_SEQ_CST) != id ||
         __atomic_load_n(&to->state, __ATOMIC_SEQ_CST) != B1_PEER_ACTIVE) {
+        b1_uncharge_handle(to, share);
         atomic_fetch_sub(&to->n_handles, 1);
         return -ESHUTDOWN;
     }
     uint32_t hi = b1_handle_alloc(base); /* lock-free: allowed under the owner's lock */
     if (!hi) {
+        b1_uncharge_handle(to, share);
         atomic_fetch_sub(&to->n_handles, 1);
         return -ENOSPC;
     }
     struct b1_handle *hd = HANDLE(base, hi);
+    hd->charger = share;
     hd->peer_id = id;
     hd->peer_slot = slot;
     hd->node = n;
@@ -241,6 +244,7 @@ static void finish_drop_locked(void *base, uint32_t hi) {
     struct b1_node *nd = NODE(base, n);
     if (b1_handle_id(base, hi) == nd->owner_handle) nd->owner_handle_live = 0;
     /* a gone holder's slot this frees is reclaimed by b1_gc (one lock at a time here) */
+    b1_uncharge_handle(PEER(base, hd->peer_slot), hd->charger);
     atomic_fetch_sub(&PEER(base, hd->peer_slot)->n_handles, 1);
     b1_handle_free(base, hi);
     b1_node_free_unnamed_locked(base, n);

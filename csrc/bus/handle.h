@@ -48,7 +48,7 @@ int b1_lock_nodes(void *base, uint32_t slot, struct b1_peer *p);
 struct b1_peer *b1_lock_owner(void *base, uint32_t n, uint32_t gen);
 void b1_node_free_unnamed_locked(void *base, uint32_t n);
 int b1_handle_put_locked(void *base, uint32_t hi, uint32_t held, uint32_t pending);
-int b1_handle_get_locked(void *base, uint32_t n, uint32_t slot, uint64_t id, uint32_t *out);
+int b1_handle_get_locked(void *base, uint32_t n, uint32_t slot, uint64_t id, uint64_t charger, uint32_t *out);
 /* finish what b1_handle_put_locked returned: the notice into nt, the reclaim now */
 void b1_put_done(void *base, int put, uint32_t n, uint32_t gen, struct b1_notices *nt);
 

@@ -36,6 +36,9 @@
  * (4 KiB in a 4 KiB + 64 B record, not the next power of two). */
 #define B1_CLASS_BYTES(c) (((uint64_t)1 << ((c) + B1_POOL_MIN_SHIFT)) + ((uint64_t)1 << B1_POOL_MIN_SHIFT))
 #define B1_USAGE_SHARDS 64
+/* shares of a receiver's quota (queue.h b1_charge_locked): a sending peer charges share
+ * (id mod B1_CHARGERS) */
+#define B1_CHARGERS 16
 
 /* A peer slot goes FREE -> ACTIVE (b1_peer_new) -> DISCONNECTING -> DISCONNECTED -> FREE
  * (reclaimed once nothing names the slot: no handle, node or queued entry; slot.c). */
@@ -95,6 +98,15 @@ struct b1_header {
         _Atomic int64_t pool;          /* bytes in live message records */
         char pad[48];
     } usage[B1_USAGE_SHARDS] __attribute__((aligned(64)));
+};
+
+/* What the senders folded into one share hold of a receiver's quota (guarded by the
+ * receiver's lock): data messages queued, staged or held as slices, their bytes, and their
+ * descriptors not yet taken -- the receiver's n_messages, n_bytes, n_fds split by sender. */
+struct b1_share {
+    uint32_t messages;
+    uint32_t fds;
+    uint64_t bytes;
 };
 
 /* A peer: one queue with its lock and clock, plus accounting.
@@ -159,6 +171,12 @@ struct b1_peer {
     _Atomic uint32_t n_handles; /* handle slots of this peer, held or in flight (quota_handles) */
     _Atomic uint64_t tx_seq;    /* the peer's next transaction sequence number */
     _Atomic uint64_t sent;
+    uint32_t n_chargers;   /* shares[] holding a message (guarded by lock) */
+    uint32_t pad_shares;
+    struct b1_share shares[B1_CHARGERS]; /* n_messages, n_bytes, n_fds by sender (guarded
+                                            by lock; queue.h) */
+    _Atomic uint32_t share_handles[B1_CHARGERS]; /* n_handles by charger (lock-free, as
+                                                    n_handles; queue.h) */
 } __attribute__((aligned(64)));
 _Static_assert(offsetof(struct b1_peer, clock) == 64 && offsetof(struct b1_peer, waiters) < 128,
                "the lock and the tree fill line 0, the rest of a message's path line 1");
@@ -205,7 +223,8 @@ struct b1_handle {
     uint32_t next_holder;
     _Atomic uint32_t dead;   /* the peer has read NODE_DESTROY for it */
     _Atomic uint32_t next_free;
-    uint32_t pad;
+    uint32_t charger;        /* the share of its peer's quota_handles it is charged to
+                                (queue.h b1_charge_handle), set when it is made */
 };
 #define B1_HANDLE_INDEX_BITS 24
 #define B1_HANDLE_INDEX_MASK ((1u << B1_HANDLE_INDEX_BITS) - 1)

@@ -70,7 +70,7 @@ int b1_tx_register_handles(void *base, struct b1_tx *tx, const uint64_t *handles
                 for (uint32_t j = 0; j < tx->n && !r; j++) {
                     uint32_t rh;
                     r = b1_handle_get_locked(base, c[k].node, tx->dests[j].peer_slot,
-                                          tx->dests[j].peer_id, &rh);
+                                          tx->dests[j].peer_id, tx->sender_id, &rh);
                     if (r == -ESHUTDOWN) { /* a receiver leaving: its copy will be dropped */
                         r = 0;
                         continue;

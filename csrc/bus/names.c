@@ -229,7 +229,7 @@ static int node_live(void *base, const struct name_copy *c, uint32_t slot, uint6
                (nd->state == B1_NODE_ALIVE || nd->state == B1_NODE_DESTROYING);
     if (live && out) {
         uint32_t hi;
-        *get_r = b1_handle_get_locked(base, c->node, slot, id, &hi);
+        *get_r = b1_handle_get_locked(base, c->node, slot, id, id, &hi);
         if (*get_r == 0) {
             HANDLE(base, hi)->refs++;
             *out = b1_handle_id(base, hi);

@@ -53,11 +53,7 @@ int b1_node_create_flags(void *base, uint32_t slot, uint64_t id, uint32_t flags,
     }
     struct b1_peer *p;
     int r = b1_lock_live(base, slot, id, &p);
-    if (r == 0 && atomic_fetch_add(&p->n_handles, 1) >= p->quota_handles) {
-        atomic_fetch_sub(&p->n_handles, 1);
-        b1_unlock(p);
-        r = -EDQUOT;
-    }
+    if (r == 0 && (r = b1_charge_handle(p, id))) b1_unlock(p);
     if (r) {
         b1_handle_free(base, hi);
         b1_free_index(&h->free_nodes, n, &NODE(base, n)->next_free);
@@ -77,6 +73,7 @@ int b1_node_create_flags(void *base, uint32_t slot, uint64_t id, uint32_t flags,
     nd->flags = flags;
     hd->peer_id = id;
     hd->peer_slot = slot;
+    hd->charger = (uint32_t)(id % B1_CHARGERS); /* its own share */
     hd->node = n;
     hd->node_gen = nd->gen;
     hd->refs = 1;
@@ -105,7 +102,7 @@ int b1_handle_transfer(void *base, uint32_t slot, uint64_t id, uint64_t handle,
     if (nd->state != B1_NODE_ALIVE && nd->state != B1_NODE_DESTROYING)
         r = -ESTALE;
     else
-        r = b1_handle_get_locked(base, n, to_slot, to_id, &hi);
+        r = b1_handle_get_locked(base, n, to_slot, to_id, id, &hi);
     if (r == 0) {
         HANDLE(base, hi)->refs++;
         *out = b1_handle_id(base, hi);

@@ -58,6 +58,9 @@ static void reset_peer_locked(void *base, struct b1_peer *p, uint32_t quota_mess
     p->n_bytes = 0;
     p->received = 0;
     p->n_entries = p->n_messages = p->n_fds = 0;
+    p->n_chargers = 0;
+    memset(p->shares, 0, sizeof p->shares);
+    for (int i = 0; i < B1_CHARGERS; i++) atomic_store(&p->share_handles[i], 0); /* as n_handles: 0 */
     atomic_store(&p->front_ts, 0);
     p->lock_recoveries = 0;
     p->fifo_counter = 0;
@@ -254,6 +257,8 @@ static void flush_queue(void *base, struct b1_peer *p) {
     p->n_messages = 0;
     p->n_bytes = 0;
     p->n_fds = 0;
+    p->n_chargers = 0;
+    memset(p->shares, 0, sizeof p->shares);
     /* the slices its processes still hold go with it: claimed here, freed below */
     uint32_t held = p->held, n_held = 0;
     p->held = 0;
@@ -370,6 +375,15 @@ static void fill_info(struct b1_peer *p, struct b1_peer_info *out) {
     out->quota_bytes = p->quota_bytes;
     out->n_fds = p->n_fds;
     out->quota_fds = p->quota_fds;
+    out->n_chargers = p->n_chargers;
+    _Static_assert(B1_CHARGERS == sizeof out->share_messages / sizeof out->share_messages[0],
+                   "the query reports every share");
+    for (int i = 0; i < B1_CHARGERS; i++) {
+        out->share_messages[i] = p->shares[i].messages;
+        out->share_fds[i] = p->shares[i].fds;
+        out->share_bytes[i] = p->shares[i].bytes;
+        out->share_handles[i] = atomic_load(&p->share_handles[i]);
+    }
     out->front_ts = atomic_load(&p->front_ts);
     out->sent = atomic_load(&p->sent);
     out->received = p->received;

@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -356,21 +357,34 @@ static int check_subtree(void *base, uint32_t t, const struct b1_entry *lo,
 
 /* The counters a queue's entries imply: data copies queued, staged or held as slices
  * (n_messages, n_bytes), and the descriptors of those not yet taken (n_fds: a slice's
- * left with its take). */
+ * left with its take); the same by sender (shares, queue.h). */
 struct queue_sums {
     uint32_t slot;
     uint32_t entries, messages, strangers; /* strangers: linked entries naming another queue */
     uint32_t fds;
     uint64_t bytes;
+    struct b1_share shares[B1_CHARGERS];
 };
 
 static void add_entry(void *base, const struct b1_entry *e, struct queue_sums *s) {
     struct b1_shape sh;
     if ((e->type & 0xff) == B1_MSG_DATA && b1_msg_shape(base, e->msg, e->idx, &sh)) {
+        struct b1_share *share = &s->shares[e->sender % B1_CHARGERS];
         s->messages++;
         s->bytes += sh.len;
-        if (e->ts != B1_TS_HELD) s->fds += sh.n_fds;
+        share->messages++;
+        share->bytes += sh.len;
+        if (e->ts != B1_TS_HELD) {
+            s->fds += sh.n_fds;
+            share->fds += sh.n_fds;
+        }
     }
+}
+
+static uint32_t chargers(const struct queue_sums *s) {
+    uint32_t n = 0;
+    for (int i = 0; i < B1_CHARGERS; i++) n += s->shares[i].messages != 0;
+    return n;
 }
 
 static void sum_tree(void *base, uint32_t t, struct queue_sums *s, uint32_t depth) {
@@ -425,7 +439,8 @@ static int verify_locked(void *base, struct b1_peer *p) {
     /* injected modes charge a copy at its stage but insert it only at its commit */
     uint32_t inject = LIM(base).inject;
     if (!bad && inject != B1_INJECT_NO_BLOCK && inject != B1_INJECT_FIFO)
-        bad = s.messages != p->n_messages || s.bytes != p->n_bytes || s.fds != p->n_fds;
+        bad = s.messages != p->n_messages || s.bytes != p->n_bytes || s.fds != p->n_fds ||
+              memcmp(s.shares, p->shares, sizeof s.shares) || chargers(&s) != p->n_chargers;
     bad |= b1_bad;
     b1_bad = saved;
     return bad;
@@ -461,6 +476,8 @@ static int repair_locked(void *base, struct b1_peer *p) {
     p->n_messages = s.messages;
     p->n_bytes = s.bytes;
     p->n_fds = s.fds;
+    memcpy(p->shares, s.shares, sizeof s.shares);
+    p->n_chargers = chargers(&s);
     if (p->clock & 1) p->clock++;
     b1_queue_publish_front(base, p);
     b1_bad = saved;
@@ -473,7 +490,7 @@ int b1_queue_give_back_locked(void *base, struct b1_peer *p, uint32_t ei, int li
     e->ts = 0;
     e->queue = 0;
     struct b1_shape sh;
-    if (e->type == B1_MSG_DATA && b1_msg_shape(base, e->msg, e->idx, &sh)) b1_uncharge_locked(p, sh.len, sh.n_fds);
+    if (e->type == B1_MSG_DATA && b1_msg_shape(base, e->msg, e->idx, &sh)) b1_uncharge_locked(p, e->sender, sh.len, sh.n_fds);
     return woke;
 }
 

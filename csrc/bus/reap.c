@@ -108,7 +108,7 @@ static int reap_queue(void *base, uint32_t slot, struct b1_gc_stats *stats) {
             if (stats) stats->blocks_completed++;
         } else {
             uint32_t type = e->type;
-            if (type == B1_MSG_DATA) b1_uncharge_locked(p, sh.len, sh.n_fds);
+            if (type == B1_MSG_DATA) b1_uncharge_locked(p, e->sender, sh.len, sh.n_fds);
             b1_entry_claim(e); /* unlinked and claimed in one hold */
             b1_unlock(p);
             if (type == B1_MSG_DATA) {

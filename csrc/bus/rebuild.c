@@ -144,15 +144,20 @@ static int recount_peer_uses(void *base) {
     uint32_t nodes = b1_bounded(&HDR(base)->nodes_bump, l->max_nodes);
     uint32_t *n_handles = calloc((size_t)peers + 1, sizeof *n_handles);
     uint32_t *n_nodes = calloc((size_t)peers + 1, sizeof *n_nodes);
-    if (!n_handles || !n_nodes) {
+    uint32_t *shares = calloc(((size_t)peers + 1) * B1_CHARGERS, sizeof *shares);
+    if (!n_handles || !n_nodes || !shares) {
         free(n_handles);
         free(n_nodes);
+        free(shares);
         return -ENOMEM;
     }
     for (uint32_t i = 1; i < handles; i++) {
         struct b1_handle *hd = HANDLE(base, i);
         uint32_t owner = hd->peer_slot; /* read once: checked, then the index */
-        if ((hd->refs || hd->pending) && owner < peers) n_handles[owner]++;
+        if ((hd->refs || hd->pending) && owner < peers) {
+            n_handles[owner]++;
+            shares[(size_t)owner * B1_CHARGERS + hd->charger % B1_CHARGERS]++;
+        }
     }
     for (uint32_t i = 1; i < nodes; i++) {
         struct b1_node *nd = NODE(base, i);
@@ -163,10 +168,13 @@ static int recount_peer_uses(void *base) {
         struct b1_peer *p = PEER(base, s);
         if (!__atomic_load_n(&p->lock_initialised, __ATOMIC_ACQUIRE) || p->state == B1_PEER_FREE) continue;
         atomic_store(&p->n_handles, n_handles[s]);
+        for (uint32_t c = 0; c < B1_CHARGERS; c++)
+            atomic_store(&p->share_handles[c], shares[(size_t)s * B1_CHARGERS + c]);
         p->n_nodes = n_nodes[s];
     }
     free(n_handles);
     free(n_nodes);
+    free(shares);
     for (uint32_t s = 1; s < peers; s++) b1_peer_carve_finish(base, s);
     b1_peer_reclaim_all(base);
     return 0;

@@ -166,9 +166,9 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
             }
             if (type == B1_MSG_DATA) {
                 if (!deliver || copied) /* a slice keeps its quota until it is given back */
-                    b1_uncharge_locked(p, t->shape.len, t->shape.n_fds);
+                    b1_uncharge_locked(p, t->key.sender, t->shape.len, t->shape.n_fds);
                 else
-                    p->n_fds -= t->shape.n_fds; /* its descriptors leave with this take */
+                    b1_uncharge_fds_locked(p, t->key.sender, t->shape.n_fds); /* they leave with this take */
             } else if (type == B1_MSG_NODE_DESTROY) {
                 b1_destroy_delivered(base, p, e);
             } else {
@@ -392,7 +392,7 @@ int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice) {
     else
         p->held = right;
     if (right) ENTRY(base, right)->left = left;
-    b1_uncharge_locked(p, sh.len, 0); /* its descriptors left with its take */
+    b1_uncharge_locked(p, e->sender, sh.len, 0); /* its descriptors left with its take */
     b1_unlock(p);
     b1_entry_free(base, ei);
     return 0;

@@ -90,7 +90,7 @@ static int flush_committed(void *base, struct b1_peer *p) {
         if (!b1_msg_shape(base, e->msg, e->idx, &sh)) break; /* scribbled: leave the rest */
         woke |= b1_queue_remove_locked(base, p, taken[k]);
         if (e->type == B1_MSG_DATA) {
-            b1_uncharge_locked(p, sh.len, sh.n_fds);
+            b1_uncharge_locked(p, e->sender, sh.len, sh.n_fds);
         } else if (e->type == B1_MSG_NODE_DESTROY) {
             b1_destroy_delivered(base, p, e); /* read, as far as the node's freeing goes */
         } else if (e->type == B1_MSG_NODE_RELEASE) {

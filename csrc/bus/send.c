@@ -21,6 +21,7 @@
 #include "fds.h"
 #include "message.h"
 #include "node.h"
+#include "queue.h"
 #include "slot.h"
 #include "tx.h"
 
@@ -43,16 +44,15 @@ static int prepare_checks(void *base, struct b1_tx *tx, uint32_t slot, uint64_t 
 /* The rest of a prepare once tx->dests are resolved: quotas, the record, the entries, the
  * carried handles' registrations. */
 static int prepare_resolved(void *base, struct b1_tx *tx, const char *payload, uint32_t len,
-                            const uint64_t *handles, uint32_t n_handles) {
+                            const uint64_t *handles, uint32_t n_handles, uint32_t flags) {
     uint32_t n = tx->n;
     /* quotas of a multicast, read without the locks: a refusal found here touches nothing,
      * not even a clock; the stage re-checks under each lock (a race there unwinds the
-     * blocks).  A unicast's stage checks before it changes anything. */
-    for (uint32_t i = 0; i < n && n > 1; i++) {
+     * blocks).  A unicast's stage checks before it changes anything, and a partial send
+     * (B1_SEND_CONTINUE) leaves each destination to its stage. */
+    for (uint32_t i = 0; i < n && n > 1 && !(flags & B1_SEND_CONTINUE); i++) {
         struct b1_peer *p = PEER(base, tx->dests[i].peer_slot);
-        if (__atomic_load_n(&p->n_messages, __ATOMIC_RELAXED) + 1 > p->quota_messages ||
-            __atomic_load_n(&p->n_bytes, __ATOMIC_RELAXED) + len > p->quota_bytes)
-            return -EDQUOT;
+        if (!b1_charge_fits(p, tx->sender_id, len, 0)) return -EDQUOT;
     }
     int r = b1_tx_prepare_raw(base, tx, B1_MSG_DATA, payload, len, n_handles);
     if (!r) MSG(base, tx->msg)->n_fds = b1_fds_staged();
@@ -89,7 +89,7 @@ int b1_tx_prepare(void *base, struct b1_tx *tx, uint32_t slot, uint64_t id,
                                         .node = hd->node, .node_gen = hd->node_gen};
     }
     if ((flags & B1_SEND_UNREACHABLE_ERROR) && dead == n) return -EHOSTUNREACH;
-    r = prepare_resolved(base, tx, payload, len, handles, n_handles);
+    r = prepare_resolved(base, tx, payload, len, handles, n_handles, flags);
     if (!r) {
         struct b1_msg *m = MSG(base, tx->msg);
         m->flags = flags & B1_SEND_REQUEST;
@@ -108,7 +108,7 @@ static int prepare_like(void *base, struct b1_tx *tx, const struct b1_tx *first,
     tx->sender_id = first->sender_id;
     tx->n = first->n;
     memcpy(tx->dests, first->dests, first->n * sizeof *tx->dests);
-    return prepare_resolved(base, tx, payload, len, NULL, 0);
+    return prepare_resolved(base, tx, payload, len, NULL, 0, 0);
 }
 
 int b1_tx_stage(void *base, struct b1_tx *tx, uint32_t i) {
@@ -143,9 +143,11 @@ static int64_t sent(void *base, struct b1_tx *tx) {
     return (int64_t)tx->ts;
 }
 
-int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, uint32_t n,
-                const char *payload, uint32_t len, const uint64_t *handles,
-                uint32_t n_handles, uint32_t flags, uint64_t *seq) {
+/* A whole send: prepared and run, all-or-nothing -- or with `errors`, partial (each
+ * destination's failure left there, B1_SEND_CONTINUE); 0 when a partial one reached none. */
+static int64_t send_whole(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, uint32_t n,
+                          const char *payload, uint32_t len, const uint64_t *handles,
+                          uint32_t n_handles, uint32_t flags, int32_t *errors, uint64_t *seq) {
     if (n == 0 || n > LIM(base).max_dests) return -EINVAL;
     /* small multicasts on the stack, large ones on the heap (threads have small stacks) */
     struct b1_dest small[16], *ds = n <= 16 ? small : malloc(n * sizeof *ds);
@@ -154,13 +156,43 @@ int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, u
     int r = b1_tx_prepare(base, &tx, slot, id, dests, n, payload, len, handles, n_handles, flags);
     if (!r) {
         B1_NOTICES(nt);
-        r = b1_tx_run(base, &tx, &nt);
+        r = errors ? b1_tx_run_partial(base, &tx, errors, &nt) : b1_tx_run(base, &tx, &nt);
         b1_notices_send(base, &nt);
     }
     if (ds != small) free(ds);
     if (r) return r;
+    if (!tx.msg) return 0;
     *seq = tx.seq;
     return sent(base, &tx);
+}
+
+int64_t b1_send(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, uint32_t n,
+                const char *payload, uint32_t len, const uint64_t *handles,
+                uint32_t n_handles, uint32_t flags, uint64_t *seq) {
+    return send_whole(base, slot, id, dests, n, payload, len, handles, n_handles, flags, NULL, seq);
+}
+
+int64_t b1_send_partial(void *base, uint32_t slot, uint64_t id, const uint64_t *dests, uint32_t n,
+                        const char *payload, uint32_t len, const uint64_t *handles,
+                        uint32_t n_handles, uint32_t flags, int32_t *errors, uint64_t *seq) {
+    if (n == 0 || n > LIM(base).max_dests || (flags & ~B1_SEND_SENDER_IDLE)) return -EINVAL;
+    if ((flags & B1_SEND_SENDER_IDLE) && slot && slot <= LIM(base).max_peers) {
+        /* lock-free, as b1_peer_ready reads it: a hint the caller asks again at each send */
+        uint64_t ts = atomic_load(&PEER(base, slot)->front_ts);
+        if (ts && !(ts & 1)) return -EAGAIN;
+    }
+    int64_t ts = send_whole(base, slot, id, dests, n, payload, len, handles, n_handles, B1_SEND_CONTINUE,
+                            errors, seq);
+    int64_t failed = 0;
+    for (uint32_t i = 0; i < n && !failed && ts >= 0; i++) failed = errors[i] != 0;
+    return ts < 0 ? ts : ts | failed; /* a stamp is even */
+}
+
+int64_t b1_frame_send_partial(struct b1_frame *f, uint32_t slot, uint64_t id, uint32_t n,
+                              const char *payload, uint32_t len, uint32_t n_handles, uint32_t flags,
+                              int32_t *errors) {
+    return b1_send_partial(f->base, slot, id, f->dests, n, payload, len, f->handles, n_handles, flags, errors,
+                           &f->seq);
 }
 
 /* ---- the hot calls over a per-thread frame (see struct b1_frame) ---- */

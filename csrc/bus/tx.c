@@ -142,7 +142,7 @@ static inline __attribute__((always_inline)) int stage_locked(void *base, struct
                         int *woke) {
     if (tx->type == B1_MSG_DATA) {
         struct b1_msg *m = MSG(base, tx->msg);
-        int r = b1_charge_locked(p, m->len, m->n_fds);
+        int r = b1_charge_locked(p, tx->sender_id, m->len, m->n_fds);
         if (r) return r;
     }
     uint64_t t = b1_sync_clock(p, tx->max_ts);
@@ -204,10 +204,16 @@ int b1_tx_stage_nt(void *base, struct b1_tx *tx, uint32_t i, struct b1_notices *
 int b1_tx_stamp_as(void *base, struct b1_tx *tx, int allow_disconnecting,
                    int (*check)(void *, struct b1_tx *, void *), void *arg) {
     if (tx->ts) return -EINVAL;
-    for (uint32_t i = 0; i < tx->n; i++)
+    uint32_t staged = 0;
+    for (uint32_t i = 0; i < tx->n; i++) {
         if (tx->dests[i].state == B1_DEST_PREPARED) return -EINVAL;
+        staged += tx->dests[i].state == B1_DEST_STAGED;
+    }
+    /* every copy dropped put its reference: the record may be free, or another sender's by
+     * now, so nothing of it is read or written here */
+    uint32_t msg = staged ? tx->msg : 0;
     /* descriptors: the ones this thread names, as many as the prepare recorded */
-    uint32_t n_fds = tx->msg && tx->type == B1_MSG_DATA ? MSG(base, tx->msg)->n_fds : 0;
+    uint32_t n_fds = msg && tx->type == B1_MSG_DATA ? MSG(base, msg)->n_fds : 0;
     int sock = -1;
     if (n_fds) {
         if (n_fds != b1_fds_staged()) return -EINVAL;
@@ -237,7 +243,7 @@ int b1_tx_stamp_as(void *base, struct b1_tx *tx, int allow_disconnecting,
     }
     if (n_fds) B1_KILL_POINT(B1_KILL_FDS_SENT);
     p->clock = ts;
-    if (tx->msg) MSG(base, tx->msg)->ts = ts;
+    if (msg) MSG(base, msg)->ts = ts;
     b1_unlock(p);
     B1_KILL_POINT(B1_KILL_STAMP);
 out:
@@ -308,11 +314,9 @@ void b1_tx_abort_nt(void *base, struct b1_tx *tx, struct b1_notices *nt) {
     }
 }
 
-/* Run a prepared transaction to the end: stage, stamp, sync, commit. */
-int b1_tx_run(void *base, struct b1_tx *tx, struct b1_notices *nt) {
-    int r = 0;
-    for (uint32_t i = 0; i < tx->n && !r; i++) r = b1_tx_stage_nt(base, tx, i, nt);
-    if (!r) r = b1_tx_stamp(base, tx);
+/* A staged transaction's rest: stamp, sync, commit (aborted if it cannot stamp). */
+static int stamp_and_commit(void *base, struct b1_tx *tx, struct b1_notices *nt) {
+    int r = b1_tx_stamp(base, tx);
     if (r) {
         b1_tx_abort_nt(base, tx, nt);
         return r;
@@ -321,6 +325,37 @@ int b1_tx_run(void *base, struct b1_tx *tx, struct b1_notices *nt) {
         for (uint32_t i = 0; i < tx->n; i++) b1_tx_sync(base, tx, i);
     for (uint32_t i = 0; i < tx->n; i++) b1_tx_commit_nt(base, tx, i, nt);
     return 0;
+}
+
+/* Run a prepared transaction to the end: stage, stamp, sync, commit. */
+int b1_tx_run(void *base, struct b1_tx *tx, struct b1_notices *nt) {
+    int r = 0;
+    for (uint32_t i = 0; i < tx->n && !r; i++) r = b1_tx_stage_nt(base, tx, i, nt);
+    if (r) {
+        b1_tx_abort_nt(base, tx, nt);
+        return r;
+    }
+    return stamp_and_commit(base, tx, nt);
+}
+
+/* bus1's SEND_FLAG_CONTINUE: a destination that cannot take its copy (over its quota, its
+ * queue broken) has the copy dropped before anything is stamped and its -errno left in
+ * errors[i] (0 for the others, a gone one included); the staged rest is one transaction,
+ * run as b1_tx_run runs it.  Nothing staged: nothing is stamped and tx->msg is 0 (the
+ * dropped copies put the record).  Returns 0, or the stamp's failure (all aborted). */
+int b1_tx_run_partial(void *base, struct b1_tx *tx, int32_t *errors, struct b1_notices *nt) {
+    uint32_t staged = 0;
+    for (uint32_t i = 0; i < tx->n; i++) {
+        int r = b1_tx_stage_nt(base, tx, i, nt);
+        errors[i] = r;
+        if (r) drop_dest(base, tx, &tx->dests[i], i, nt);
+        staged += tx->dests[i].state == B1_DEST_STAGED;
+    }
+    if (!staged) {
+        tx->msg = 0;
+        return 0;
+    }
+    return stamp_and_commit(base, tx, nt);
 }
 
 /* Does another of the n destinations name dests[i]'s peer?  (Answered "yes" past 16
@@ -381,10 +416,14 @@ uint32_t b1_tx_run_batch(void *base, struct b1_tx *tx, uint32_t count, int *err,
         if (r) {
             if (!*err) *err = r;
         } else {
+            /* a destination's copies are staged or dropped alike in every transaction of
+             * the batch: with none staged the records were put (b1_tx_stamp_as) */
+            uint32_t staged = 0;
+            for (uint32_t i = 0; i < n; i++) staged += tx[0].dests[i].state == B1_DEST_STAGED;
             for (; ran < count; ran++) {
                 struct b1_tx *t = &tx[ran];
                 s->clock = t->ts = next_stamp(s, t);
-                MSG(base, t->msg)->ts = t->ts;
+                if (staged) MSG(base, t->msg)->ts = t->ts;
             }
             b1_unlock(s);
             B1_KILL_POINT(B1_KILL_STAMP);

@@ -19,6 +19,9 @@ int b1_tx_commit_nt(void *base, struct b1_tx *tx, uint32_t i, struct b1_notices 
 void b1_tx_abort_nt(void *base, struct b1_tx *tx, struct b1_notices *nt);
 /* stage, stamp, sync and commit a prepared transaction (aborted if it cannot stamp) */
 int b1_tx_run(void *base, struct b1_tx *tx, struct b1_notices *nt);
+/* stage every destination that can take its copy (the others' -errno in errors[i]), then
+ * run the staged ones as one transaction; tx->msg 0 when none could be staged */
+int b1_tx_run_partial(void *base, struct b1_tx *tx, int32_t *errors, struct b1_notices *nt);
 /* run count prepared transactions to the same destinations in order, one lock hold per
  * step and destination for all: how many ran (a prefix, the rest aborted), *err the
  * first failure */

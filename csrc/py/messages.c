@@ -40,6 +40,8 @@
 #include "messages.h"
 #include "slice.h"
 
+typedef int64_t (*send_partial_fn)(struct b1_frame *, uint32_t, uint64_t, uint32_t, const char *, uint32_t,
+                                   uint32_t, uint32_t, int32_t *);
 typedef int (*send_iov_fn)(struct b1_frame *, uint32_t, uint64_t, uint64_t, uint32_t,
                            const char *const *, const uint32_t *, uint32_t, uint32_t, uint32_t);
 
@@ -55,6 +57,7 @@ static struct {
     PyObject *slice_attr;    /* "_slice" */
     b1py_slice_release_fn slice_release;
     send_iov_fn send_iov;
+    send_partial_fn send_partial; /* b1_frame_send_partial (setup_partial), NULL before */
 } S;
 
 b1py_recv_many_fn b1py_recv_many;
@@ -403,6 +406,55 @@ static PyObject *py_tagged_send(PyObject *self, PyObject *const *args, Py_ssize_
     return PyLong_FromLongLong(ts);
 }
 
+/* partial_send(frame, slot, id, dests, payload, flags, errors, cap) -> r | None:
+ * b1_frame_send_partial (address given by setup_partial) to the handle ids of the list or
+ * tuple `dests` (1 to `cap`, the frame's room), copied into the frame, with `payload` and
+ * no carried handles; each destination's error left at the address `errors`.  None,
+ * nothing sent, when dests or payload is not of that shape: the caller's general path. */
+static PyObject *py_partial_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    NEED_ARGS(8);
+    uint64_t addr, id, errs;
+    uint32_t slot, flags, cap;
+    if (!as_u64(args[0], &addr) || !as_u32(args[1], &slot) || !as_u64(args[2], &id) ||
+        !as_u32(args[5], &flags) || !as_u64(args[6], &errs) || !as_u32(args[7], &cap))
+        return NULL;
+    if (!S.send_partial) {
+        PyErr_SetString(PyExc_RuntimeError, "bus1py._messages.setup_partial was not called");
+        return NULL;
+    }
+    PyObject *dl = args[3], *payload = args[4];
+    if ((!PyList_CheckExact(dl) && !PyTuple_CheckExact(dl)) || !PyBytes_CheckExact(payload) ||
+        PyBytes_GET_SIZE(payload) > UINT32_MAX)
+        Py_RETURN_NONE;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(dl);
+    PyObject **items = PySequence_Fast_ITEMS(dl);
+    if (n < 1 || n > (Py_ssize_t)cap) Py_RETURN_NONE;
+    struct b1_frame *f = (struct b1_frame *)(uintptr_t)addr;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t v;
+        if (!PyLong_CheckExact(items[i]) || !as_u64(items[i], &v)) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        f->dests[i] = v;
+    }
+    /* the GIL stays held, as for the Peer's send (peer.c): a send waits for no one */
+    int64_t r = S.send_partial(f, slot, id, (uint32_t)n, PyBytes_AS_STRING(payload),
+                               (uint32_t)PyBytes_GET_SIZE(payload), 0, flags, (int32_t *)(uintptr_t)errs);
+    return PyLong_FromLongLong(r);
+}
+
+/* setup_partial(address of b1_frame_send_partial) */
+static PyObject *py_setup_partial(PyObject *self, PyObject *arg) {
+    uint64_t a;
+    if (!as_u64(arg, &a) || !a) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a null function address");
+        return NULL;
+    }
+    S.send_partial = (send_partial_fn)(uintptr_t)a;
+    Py_RETURN_NONE;
+}
+
 /* setup_calls(Request, recv_node, handle_release): the class of a received request and the
  * addresses of b1_frame_recv_node and b1_handle_release. */
 static PyObject *py_setup_calls(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -575,6 +627,9 @@ static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))py_setup, METH_FASTCALL, "setup(Message, SliceMessage, types, recv_many, recv, send, slice_release, send_iov)"},
     {"setup_calls", (PyCFunction)(void (*)(void))py_setup_calls, METH_FASTCALL,
      "setup_calls(Request, recv_node, handle_release)"},
+    {"partial_send", (PyCFunction)(void (*)(void))py_partial_send, METH_FASTCALL,
+     "partial_send(frame, slot, id, dests, payload, flags, errors, cap) -> r | None"},
+    {"setup_partial", (PyCFunction)py_setup_partial, METH_O, "setup_partial(address of b1_frame_send_partial)"},
     {"tagged_send", (PyCFunction)(void (*)(void))py_tagged_send, METH_FASTCALL,
      "tagged_send(frame, slot, id, dest, payload, n_handles, flags, tag, release) -> ts | -errno"},
     {"recv", (PyCFunction)(void (*)(void))py_recv, METH_FASTCALL, "recv(frame, slot, id, timeout_ns, peer) -> Message | -errno"},

@@ -80,7 +80,7 @@ def bench_drain(cfg, progress=None, task=None):
     jobs = [(api, s) for s in sizes for api in APIS]
     quota = BATCH * (max(sizes) + 4096)
     with bus1py.Bus.create(pool_size=max(64 << 20, 2 * quota)) as bus:
-        tx, rx = bus.peer(), bus.peer(quota_bytes=quota)
+        tx, rx = bus.peer(), bus.peer(quota_bytes=2 * quota)  # the one sender holds half (fair shares)
         h = rx.transfer(rx.create_node(), tx)
         go_r, go_w = os.pipe()      # receiver -> sender: fill the queue
         full_r, full_w = os.pipe()  # sender -> receiver: the batch is queued

@@ -89,7 +89,7 @@ def bench_queue_cost(cfg, progress=None, task=None, size=64):
     cap = total + max(100_000, total // 10)
     rec = 1 << (16 + size - 1).bit_length()  # the pool's size class for one record
     limits = dict(max_entries=cap, pool_size=cap * max(rec, 64) + (16 << 20),
-                  quota_messages=cap, quota_bytes=1 << 40)
+                  quota_messages=2 * cap, quota_bytes=1 << 40)  # one sender holds half (fair shares)
     res = {"limits": limits, "rows": []}
     payload = bytes(size)
     pc = time.thread_time_ns  # CPU time: time spent preempted by other jobs is not counted

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .bus_channels import BusBatchChannel, BusChannel, BusReserveChannel, BusZeroCopyChannel
+from .bus_channels import BusBatchChannel, BusChannel, BusReserveChannel, BusTopicChannel, BusZeroCopyChannel
 from .transports import FasterFifoChannel, MPPipeChannel, MPQueueChannel, MQChannel, OsPipeChannel, SocketChannel
 from .transports import faster_fifo, posix_ipc
 from .peer_libs import IceoryxChannel, ZmqChannel, iox2, zmq
@@ -67,7 +67,8 @@ def multicast_variants(batch=64):
     out = {"bus1py multicast": lambda s, k: BusChannel(s, k, multicast=True),
            "bus1py multicast spin_ns=0": lambda s, k: BusChannel(s, k, multicast=True, spin_ns=0),
            "bus1py k x unicast": lambda s, k: BusChannel(s, k, multicast=False),
-           "bus1py multicast send_many/recv_many": lambda s, k: BusBatchChannel(s, batch, k=k, multicast=True)}
+           "bus1py multicast send_many/recv_many": lambda s, k: BusBatchChannel(s, batch, k=k, multicast=True),
+           "bus1py topic": lambda s, k: BusTopicChannel(s, k)}
     if posix_ipc is not None:
         out["posix_ipc MQ k x unicast"] = lambda s, k: MQChannel(s, k)
     if zmq is not None:
