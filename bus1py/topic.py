@@ -33,7 +33,7 @@ import os
 from . import _messages, args, call as _call, partial
 from ._lib import lib
 from .errors import bus_error
-from .message import MessageType
+from .message import Message, MessageType
 
 SUBSCRIBE = b"bus1py-subscribe"
 _SENDER_IDLE = lib.B1_SEND_SENDER_IDLE
@@ -184,7 +184,7 @@ class Subscription:
             raise
         self.missed = 0    # messages of the topic sent while subscribed and not received
         self._last = -2  # the sequence number of the last one received (-2: none yet)
-        self._kept = collections.deque()  # taken by a cancelled arecv's thread, not yet returned
+        self._kept: collections.deque[Message] = collections.deque()  # taken by a cancelled arecv's thread, not yet returned
         self._closed = False
         self._gone = False  # the topic's NODE_RELEASE was read: every later wait ends at once
 
