@@ -23,7 +23,7 @@ import threading
 
 from .. import __version__
 from .outcome import (BAD_INPUT, BROKEN_PIPE, INTERRUPTED, CommandError, json_to_stdout,
-                      report_error)
+                      report_error, report_interrupt)
 
 # module that provides register(subparsers) -> the subcommands it registers
 SUBCOMMAND_MODULES = {
@@ -166,7 +166,7 @@ def main(argv=None) -> int:
         # after a Ctrl-C, whatever surfaces (KeyboardInterrupt, or the error of a call
         # the interrupt cut short, such as py4j's) ends the command the same way
         if interrupt.seen:
-            return INTERRUPTED
+            return report_interrupt(args.command, json_stdout)
         if isinstance(e, BrokenPipeError):   # the reader left (`| head`): stop, quietly
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())

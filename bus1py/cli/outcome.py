@@ -8,7 +8,9 @@ Invariants:
     stdout ({"ok": false, "command", "error", "exit"}), so a program reading stdout always
     gets an object, the error included.
   - `--json FILE|-` writes the command's result as one JSON object: to FILE, or with `-` to
-    stdout, and then stdout carries that object alone (human output goes to stderr).
+    stdout, and then stdout carries that object alone (human output goes to stderr).  A
+    command stopped by Ctrl-C before it wrote its object to stdout writes the error object
+    ({"error": "interrupted", "exit": 130}) there instead.
 """
 from __future__ import annotations
 
@@ -44,10 +46,15 @@ def add_json_option(parser, what: str) -> None:
                              f"and the rest to stderr)")
 
 
+_wrote_stdout = False  # has this process written its one JSON object to stdout?
+
+
 def write_json(path: str, obj) -> None:
     """`--json FILE|-`: `obj` as one JSON document, to FILE or (`-`) stdout."""
+    global _wrote_stdout
     text = json.dumps(obj, indent=1, default=str)
     if path == "-":
+        _wrote_stdout = True
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
     else:
@@ -60,6 +67,18 @@ def json_to_stdout(argv) -> bool:
     is known even when the arguments are refused.)"""
     argv = list(argv)
     return "--json=-" in argv or any(a == "--json" and b == "-" for a, b in zip(argv, argv[1:]))
+
+
+def report_interrupt(command: str, json_stdout: bool) -> int:
+    """Ctrl-C ended the command (its one line is on stderr already): with `--json -`, the
+    JSON object on stdout unless the command wrote its own before; the code."""
+    if json_stdout and not _wrote_stdout:
+        try:
+            write_json("-", {"ok": False, "command": command, "error": "interrupted",
+                             "exit": INTERRUPTED})
+        except OSError:
+            pass
+    return INTERRUPTED
 
 
 def report_error(command: str | None, e: CommandError, json_stdout: bool) -> int:

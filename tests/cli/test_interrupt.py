@@ -1,6 +1,7 @@
 """Ctrl-C, as a terminal sends it (SIGINT to the whole process group): every command stops
 with exit 130, one line, no traceback from it or its workers, nothing left running or in
 /dev/shm."""
+import json
 import os
 import signal
 import subprocess
@@ -13,10 +14,12 @@ import pytest
 from tests.cli.conftest import RUN
 
 
-def interrupt_after(args, seconds, until=None):
+def interrupt_after(args, seconds, until=None, out=None):
     """Start `bus1py ARGS` in a process group of its own, send the group SIGINT after
-    `seconds` (or once a line containing `until` is on stderr), return (rc, stderr, pid)."""
-    p = subprocess.Popen([sys.executable, RUN, "--", *args], stdout=subprocess.DEVNULL,
+    `seconds` (or once a line containing `until` is on stderr), return (rc, stderr, pid);
+    stdout goes to the file `out` (default: nowhere)."""
+    p = subprocess.Popen([sys.executable, RUN, "--", *args],
+                         stdout=subprocess.DEVNULL if out is None else out,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     seen = []
     if until:
@@ -57,6 +60,15 @@ def test_ctrl_c_during_stress(tmp_path):
     assert_quiet_and_clean(*interrupt_after(
         ["stress", "-n", "4", "--duration", "60", "--trace", str(tmp_path / "t")],
         2, until="run:"))
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_with_json_to_stdout_still_writes_one_object(tmp_path):
+    with open(tmp_path / "out.json", "w") as out:
+        assert_quiet_and_clean(*interrupt_after(
+            ["stress", "-n", "2", "--duration", "60", "--no-trace", "--json", "-"], 1, until="run:", out=out))
+    assert json.loads((tmp_path / "out.json").read_text()) == {
+        "ok": False, "command": "stress", "error": "interrupted", "exit": 130}
 
 
 @pytest.mark.timeout(180)
