@@ -36,6 +36,12 @@ DRIVER_MAX_CELLS = 20_000_000
 # traces take the main pass, whose exact phase holds about 40 bytes an event.
 ONE_TASK_MAX_ROWS = 32_000_000
 
+# On a cluster, a trace without stamps that could witness takes the path by message from
+# this many rows: its walk is split by column blocks over tasks that each hold a bounded
+# part (spark/walk_blocks.py), where the whole check in one task holds the whole trace in
+# one executor.
+CLUSTER_BY_MESSAGE_MIN_ROWS = SCREEN_MIN_ROWS
+
 NO_STAMPS = "no stamps to screen with"
 SKIPPED = "skipped (--exact)"
 TOO_WIDE = "inconclusive: stamps too wide to pack into 62 bits"

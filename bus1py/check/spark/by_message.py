@@ -31,7 +31,7 @@ from .. import kinds as K
 from ..arrays.properties import PROBLEMS, example
 from ..examples import LOST
 from ..load import row_problem_code
-from . import walk_task
+from . import walk_blocks, walk_task
 
 EVENT, VIOLATION, SUMMARY = 0, 1, 2
 OUT_SCHEMA = ("rec byte, process int, seq long, kind_code byte, msg long, "
@@ -43,14 +43,23 @@ WANT = ("causal", "consistent", "fifo", "node_rules")
 BATCH_ROWS = 1 << 20
 # rows per bucket when the tasks by message run in the driver's process
 BUCKET_ROWS = 4_000_000
+# The Spark setting naming the directory, readable by every executor, under which a check
+# on a cluster writes its linked events (default: the temporary directory, enough when
+# the executors share the driver's machine)
+LINKED_DIR = "spark.bus1py.linkedDir"
 
 
-def link_task(max_examples):
+def link_task(max_examples, where=None):
     """The function mapInArrow runs on each task of job 1: the rows of some ids in, their
-    linked events, their exactly_once violations and one summary row out."""
+    linked events, their exactly_once violations and one summary row out. where: a
+    directory every executor reads; the linked events then go to a file of their own
+    there (arrays/linked_files.py), named in the summary with the events of each
+    process, instead of into the task's output."""
     def run(batches):
+        import numpy as np
         import pyarrow as pa
 
+        from ..arrays import linked_files
         from ..arrays import properties as P
         from ..arrays.events import Events
         from ..load import TraceError
@@ -72,9 +81,18 @@ def link_task(max_examples):
         del t
         n = ev.n
         node = pa.array(ev.node, mask=~ev.has_node)
-        yield _rows(n, EVENT, process=ev.process, seq=ev.seq, kind_code=ev.code, msg=ev.msg,
-                    first_delivery=ev.first, sender_process=ev.sender,
-                    send_seq=ev.send_seq, is_destroy=ev.is_destroy, node=node)
+        events = _rows(n, EVENT, process=ev.process, seq=ev.seq, kind_code=ev.code,
+                       msg=ev.msg, first_delivery=ev.first, sender_process=ev.sender,
+                       send_seq=ev.send_seq, is_destroy=ev.is_destroy, node=node)
+        written = {}
+        if where is None:
+            yield events
+        else:
+            procs, counts = np.unique(ev.process, return_counts=True)
+            written = {"file": linked_files.write(where, pa.Table.from_batches(
+                           [events]).select(list(linked_files.COLUMNS))),
+                       "counts": [procs.tolist(), counts.tolist()]}
+        del events
         if len(msg):
             yield _rows(len(msg), VIOLATION, process=proc, msg=msg, problem=problem,
                         sender_process=ev.process[origin], send_seq=ev.seq[origin],
@@ -84,9 +102,10 @@ def link_task(max_examples):
         again = problem > 0
         ex = P.examples(ev, msg[again], proc[again], origin[again], problem[again],
                         max_examples)
-        yield _summary({"procs": ev.procs.tolist(), "violations": int(len(msg)),
-                        "destroys": int((ev.code == K.DESTROY).sum()),
-                        "examples": [[e["highlight"][0], e["process"], e] for e in ex]})
+        yield _summary(dict(written, procs=ev.procs.tolist(), violations=int(len(msg)),
+                            destroys=int((ev.code == K.DESTROY).sum()),
+                            origins=int((ev.code <= K.SIGNAL_SEND).sum()),
+                            examples=[[e["highlight"][0], e["process"], e] for e in ex]))
     return run
 
 
@@ -218,7 +237,9 @@ def _drain(batches):
 
 
 def _cluster(c):
-    """Job 1 and the walk's job on Spark's executors: as _local."""
+    """Job 1 and the walk by column blocks on Spark's executors, the linked events
+    exchanged through files (walk_blocks.py): as _local."""
+    from ..arrays import linked_files
     df = c.trace.df
     code = K.kind_code()
     base = df.select(F.col("process").cast("int").alias("process"), "seq",
@@ -226,27 +247,34 @@ def _cluster(c):
                      F.when(code <= K.DESTROY, F.col("dests")).alias("dests"), "node",
                      row_problem_code().alias("row_problem"))
     parts = int(c.spark.conf.get("spark.sql.shuffle.partitions"))
+    where = linked_files.directory(c.spark.conf.get(LINKED_DIR, None))
+    try:
+        return _linked_and_walked(c, base, parts, where)
+    finally:
+        import shutil
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def _linked_and_walked(c, base, parts, where):
+    """_cluster's two jobs, the linked events written under `where`."""
     with c.conf(execution__arrow__maxRecordsPerBatch=str(BATCH_ROWS)):
         c.phase("by message: linking and exactly_once, in tasks by id")
         linked = c.persist(base.repartition(parts, "msg")
-                           .mapInArrow(link_task(c.max_examples), OUT_SCHEMA))
+                           .mapInArrow(link_task(c.max_examples, where), OUT_SCHEMA))
         rec = F.col("rec")
         sums = [json.loads(r["info"]) for r in c.timed(
             "by_message", lambda: linked.where(rec == SUMMARY).select("info").collect())]
         if any(s.get("malformed") for s in sums):
             return None
-        procs, fn, vstatus, walked = _walk_task(c, sums)
-        c.phase("the walk: causal, consistent, fifo and node_rules in one task")
-        columns = walk_task.COLUMNS + ("node",)
-        out = c.persist(linked.where(rec == EVENT).select(*columns).coalesce(1)
-                        .mapInArrow(fn, walk_task.OUT_SCHEMA))
-        info = json.loads(c.timed("walk", lambda: out.where(F.col("rec") == "summary")
-                                  .collect())[0]["info"])
+        procs = sorted(set().union(*(s["procs"] for s in sums)))
+        c.set_procs(procs)
+        walked = engine.walk_on_driver(c.trace.rows, len(procs), c.driver_max_cells)
+        c.phase("the walk by column blocks: causal, consistent, fifo and node_rules")
+        info, by_rec, vstatus = c.timed("walk", walk_blocks.run, c, WANT, sums,
+                                        any(s["destroys"] for s in sums), not walked)
     violations = (linked.where(rec == VIOLATION).toArrow() if sum(
         s["violations"] for s in sums) else _arrow_schema().empty_table())
-    return (procs, violations, info,
-            lambda name: out.where(F.col("rec") == name).select("process"), sums, vstatus,
-            walked)
+    return procs, violations, info, by_rec, sums, vstatus, walked
 
 
 def _entry(n, examples, extra):

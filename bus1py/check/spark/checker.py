@@ -160,9 +160,12 @@ class Checker:
         t0 = time.perf_counter()
         if self.trace.rows == 0:  # an empty trace: every property holds vacuously
             return self._summary(t0, all_hold(()), "empty trace")
-        whole = engine.whole_trace(self.trace, self.force_exact, self.one_task_max_rows)
-        spread = not whole and engine.by_message(self.trace, self.force_exact,
-                                                 self.by_message_min_rows)
+        local = self.spark.sparkContext.master.startswith("local")
+        spread = engine.by_message(self.trace, self.force_exact, self.by_message_min_rows
+                                   if local else min(self.by_message_min_rows,
+                                                     engine.CLUSTER_BY_MESSAGE_MIN_ROWS))
+        whole = not spread and engine.whole_trace(self.trace, self.force_exact,
+                                                  self.one_task_max_rows)
         self.screen = engine.screen_skipped(self.trace, self.force_exact, whole or spread,
                                             self.screen_min_rows)
         if self.screen is None:

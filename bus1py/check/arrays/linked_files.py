@@ -1,0 +1,53 @@
+"""The linked events of a trace as Arrow IPC files: written once, each by the task that
+linked its part (spark/by_message.py), and read whole by every task of the walk by column
+blocks (spark/walk_blocks.py), so no event travels through the driver or one JVM stream.
+
+Invariants: a file appears under its final name only complete (written under a name of
+its own, then renamed: one atomic step), so a reader never sees a partial file; a writer
+names its file itself (a random name), so a retried task never overwrites the file an
+earlier attempt left, and only the files the driver collected from the tasks' summaries
+are read. The files are read batch by batch, each batch let go once used, so a reader
+holds one batch of them at a time. The directory belongs to the one check that made it
+(`directory`, mode 0700: reachable by its user only), which removes it whole. Nothing here
+imports pyspark.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+
+# The columns the walk's layout places (layout.COLUMNS) and `node` for node_rules.
+COLUMNS = ("process", "seq", "kind_code", "msg", "first_delivery", "sender_process",
+           "send_seq", "is_destroy", "node")
+# Rows per written batch: a reader holds about one batch of them at a time.
+BATCH_ROWS = 1 << 20
+
+
+def directory(base=None):
+    """A new directory for one check's files (mode 0700), under `base` (a path every
+    executor can read, on a cluster of several machines a shared one) or the temporary
+    directory."""
+    import tempfile
+    return tempfile.mkdtemp(prefix="bus1py-linked-", dir=base)
+
+
+def write(where, table):
+    """Write the Arrow table `table` (COLUMNS) as a new file under `where`; its name."""
+    import pyarrow as pa
+    name = os.path.join(where, f"part-{uuid.uuid4().hex}.arrow")
+    tmp = name + ".partial"
+    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
+        for batch in table.to_batches(max_chunksize=BATCH_ROWS):
+            out.write_batch(batch)
+    os.rename(tmp, name)
+    return name
+
+
+def read(files):
+    """The record batches of `files`, one at a time (none held here once yielded)."""
+    import pyarrow as pa
+    for name in files:
+        with pa.OSFile(name, "rb") as source:
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)

@@ -1,0 +1,79 @@
+# Invariants: past one task on a cluster, causal and consistent (and fifo and node_rules
+# beside them) are decided by the walk split by column blocks of the vector clocks over
+# tasks (arrays/walk.py's Block: each block's columns are exact by themselves, and a
+# delivery is judged by the one block holding its sender's column). Every task reads the
+# linked events from the files the tasks by message wrote (arrays/linked_files.py), never
+# through the driver or one JVM stream, and holds the walk's layout (about 40 bytes an
+# event) and only its own block's origin clocks (4 bytes an entry; docs/CHECKER.md, "The
+# memory of a task"). Blocks are as many as the cluster has cores, and more when one
+# block's clocks would pass BLOCK_BYTES. The tasks' answers merge into the one walk's
+# answer: counts add up, the causal examples are the lowest (position, partner) pairs of
+# all blocks (positions are the same in every task's layout), the processes of the causal
+# violations come in position order; consistent comes from task 0, fifo and node_rules
+# from task 1. A usable clock column is read, verified and used by one task holding every
+# column (vclock verification reads whole clocks).
+from __future__ import annotations
+
+import json
+
+from .. import vclock
+from ..arrays.walk import BLOCK_BYTES, block_edges
+from .walk_task import BESIDE, OUT_SCHEMA, kernel_task
+
+
+def run(c, want, sums, destroys, clocks, block_bytes=BLOCK_BYTES):
+    """(the walk's info, processes of a property's violations by name, the clock
+    column's status or None) for Checker c (its processes set), from the tasks by
+    message's summaries `sums` (each names its file, the events of each process and its
+    origins). clocks: whether a clock column is read (and reported). The info says
+    `malformed` when the numbering is broken."""
+    import numpy as np
+    files = [s["file"] for s in sums if "file" in s]
+    slot = {p: i for i, p in enumerate(c.procs)}
+    counts = np.zeros(len(c.procs), np.int64)
+    for s in sums:
+        if "counts" in s:
+            procs, n = s["counts"]
+            counts[[slot[p] for p in procs]] += n
+    vname, vstatus = (vclock.status(c.trace.files, c.span) if "causal" in want and clocks
+                      else (None, None))
+    edges = None if vname else block_edges(
+        int(counts.sum()), sum(s.get("origins", 0) for s in sums), c.P,
+        c.spark.sparkContext.defaultParallelism, block_bytes)
+    tasks = len(edges or [None])
+    fn = kernel_task([int(p) for p in c.procs], c.span, c.max_examples, sorted(want),
+                     list(c.trace.files) if vname else None, vname, destroys,
+                     (files, counts.tolist(), edges))
+    got = (c.spark.range(tasks, numPartitions=tasks).mapInArrow(fn, OUT_SCHEMA)
+           .toArrow().to_pylist())
+    info = merge([json.loads(r["info"]) for r in got if r["rec"] == "summary"],
+                 c.max_examples)
+    if vstatus is not None and "vclock" not in info:
+        info["vclock"] = vstatus
+    by_name = {}
+    for r in got:
+        if r["rec"] != "summary":
+            by_name.setdefault(r["rec"], []).append(r["process"])
+    by_name["causal"] = sorted(by_name.get("causal", []))
+    return info, lambda name: by_name.get(name, []), vstatus
+
+
+def merge(infos, max_examples):
+    """The one walk's info (walk_task.kernel_task's) from its blocks' infos."""
+    if any(i.get("malformed") for i in infos):
+        return {"malformed": True}
+    out = {"seconds": {}, "walk_complete": all(i.get("walk_complete") for i in infos)}
+    for i in infos:
+        for k, v in i.pop("seconds").items():
+            out["seconds"][k] = max(v, out["seconds"].get(k, 0))
+        pairs = i.pop("causal_pairs", None)
+        examples = i.pop("causal_examples", None)
+        if pairs is not None:
+            out.setdefault("causal", []).extend(zip(map(tuple, pairs), examples))
+        out["causal_count"] = out.get("causal_count", 0) + i.pop("causal_count", 0)
+        for k, v in i.items():
+            if k.startswith(("consistent", "vclock", "destroyed")) or k.startswith(BESIDE):
+                out[k] = v
+    chosen = sorted(out.pop("causal", []), key=lambda e: e[0])[:max_examples]
+    out["causal_examples"] = [e for _, e in chosen]
+    return out
