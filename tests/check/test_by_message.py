@@ -132,3 +132,89 @@ def test_fifo_by_chunks_of_processes_is_fifo_whole(tmp_path):
     assert whole[2] > 0           # the mutations plant fifo violations
     for chunk in (1, 2, 7, 100):
         assert fifo(ev, 50, chunk=chunk) == whole, chunk
+
+
+def _linked(trace, where, buckets):
+    """The tasks by message over `buckets` buckets of the trace, their linked events
+    written under `where`: their summaries."""
+    import json
+
+    from bus1py.check.arrays.buckets import read_buckets
+    link = by_message.link_task(50, where)
+    sums = []
+    for table in read_buckets(trace, buckets):
+        for b in link(iter(table.to_batches()) if table is not None else iter(())):
+            assert b.column("rec")[0].as_py() != by_message.EVENT   # written, not sent
+            if b.column("rec")[0].as_py() == by_message.SUMMARY:
+                sums.append(json.loads(b.column("info")[0].as_py()))
+    return sums
+
+
+def _by_blocks(procs, sums, destroys, edges):
+    """The walk's tasks, one per block of `edges`, over the linked files: the merged
+    info (seconds and pairs dropped) and the sorted processes of each property's
+    violations."""
+    import json
+
+    import pyarrow as pa
+
+    from bus1py.check.spark import walk_blocks
+    from bus1py.check.spark.walk_task import kernel_task
+    files, counts, _ = walk_blocks.linked_input(sums, procs)
+    fn = kernel_task(procs, SPAN, 50, sorted(by_message.WANT), None, None, destroys,
+                     (files, counts, edges))
+    infos, per = [], {}
+    for i in range(len(edges or [None])):
+        for b in fn(iter([pa.record_batch({"id": pa.array([i], pa.int64())})])):
+            for r in b.to_pylist():
+                if r["rec"] == "summary":
+                    infos.append(json.loads(r["info"]))
+                else:
+                    per.setdefault(r["rec"], []).append(r["process"])
+    info = walk_blocks.merge(infos, 50)
+    info.pop("seconds", None)
+    return info, {name: sorted(v) for name, v in per.items()}
+
+
+def test_the_walk_by_column_blocks_over_files_is_the_one_walk(tmp_path):
+    # the tasks by message write their linked events to files; the walk's tasks, one per
+    # column block, each read them all and walk their own columns: any block count
+    # merges into the one walk's answer, whose counts are the reference's
+    from bus1py.check.arrays import linked_files
+    from bus1py.check.arrays.walk import even_edges
+    keys = dict.fromkeys(("dests", "node", "wall_ns", "stamp_ts", "stamp_peer", "stamp_tx"))
+    # p0 sends m1 and then m2 to p1 and p2, and p2 delivers m2 first: a causal violation
+    inverted = [dict(keys, process=0, seq=0, kind="send", msg=1, dests=[1, 2]),
+                dict(keys, process=0, seq=1, kind="send", msg=2, dests=[1, 2]),
+                dict(keys, process=1, seq=0, kind="deliver", msg=1),
+                dict(keys, process=1, seq=1, kind="deliver", msg=2),
+                dict(keys, process=2, seq=0, kind="deliver", msg=2),
+                dict(keys, process=2, seq=1, kind="deliver", msg=1)]
+    batch = _batch(6, 7000) + [inverted]
+    path = str(tmp_path / "u")
+    _write(batch, path)
+    sums = _linked(read_footers(path), linked_files.directory(str(tmp_path)), 5)
+    procs = sorted(set().union(*(s["procs"] for s in sums)))
+    destroys = any(s["destroys"] for s in sums)
+    one, per = _by_blocks(procs, sums, destroys, None)
+    assert one["walk_complete"]
+    ncols = max(p % SPAN for p in procs) + 1
+    assert ncols >= 4
+    for count in range(2, ncols + 1):
+        assert _by_blocks(procs, sums, destroys, even_edges(ncols, count)) == (one, per)
+    for k, rows in enumerate(batch):
+        ref = reference_check(rows)
+        for name in by_message.WANT:
+            assert sum(p // SPAN == k for p in per.get(name, [])) == ref[name], (k, name)
+    assert one["causal_count"] and one["causal_examples"]
+
+
+def test_a_broken_numbering_in_the_linked_files_is_malformed(tmp_path):
+    # counts that do not match the files' rows (a part missing) never make a layout
+    from bus1py.check.arrays import linked_files
+    rows = _unstamped(_make(7, 3, 40, None))
+    path = str(tmp_path / "t")
+    S.write_rows(rows, path, files=2)
+    sums = _linked(read_footers(path), linked_files.directory(str(tmp_path)), 3)
+    procs = sorted(set().union(*(s["procs"] for s in sums)))
+    assert _by_blocks(procs, sums[1:], False, None)[0] == {"malformed": True}

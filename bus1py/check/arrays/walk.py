@@ -101,7 +101,13 @@ def block_edges(events, origins, ncols, parts, block_bytes=BLOCK_BYTES):
     import math
     want = max(parts if events > BLOCK_MIN_EVENTS else 1,
                math.ceil(origins * ncols * 4 / block_bytes))
-    count = max(1, min(want, ncols // BLOCK_MIN_COLUMNS))
+    return even_edges(ncols, min(want, ncols // BLOCK_MIN_COLUMNS))
+
+
+def even_edges(ncols, count):
+    """The (lo, hi) columns of `count` blocks as even as they go, at least one column
+    each; None for one block of every column."""
+    count = max(1, min(count, ncols))
     if count == 1:
         return None
     edges = np.linspace(0, ncols, count + 1).round().astype(int)

@@ -55,13 +55,15 @@ class Checker:
                  screen_min_rows=engine.SCREEN_MIN_ROWS,
                  driver_max_cells=engine.DRIVER_MAX_CELLS,
                  one_task_max_rows=engine.ONE_TASK_MAX_ROWS,
-                 by_message_min_rows=engine.ONE_TASK_MAX_ROWS):
+                 by_message_min_rows=engine.ONE_TASK_MAX_ROWS, walk_blocks=None):
         self.spark = spark
         # The limits of engine.py (tests lower them to reach every path with small traces)
         self.screen_min_rows = screen_min_rows
         self.driver_max_cells = driver_max_cells
         self.one_task_max_rows = one_task_max_rows
         self.by_message_min_rows = by_message_min_rows
+        # column blocks of the walk on a cluster (None: by its cores and the clocks' size)
+        self.walk_blocks = walk_blocks
         self.trace = trace
         self.force_exact = exact
         self.max_examples = max_examples
@@ -310,7 +312,7 @@ class Checker:
 def check_trace(spark, trace, exact=False, max_examples=3, on_phase=None, keep_details=False,
                 group_span=None, **plan):
     """Check one trace; `plan` may set Checker's screen_min_rows, driver_max_cells,
-    one_task_max_rows and by_message_min_rows."""
+    one_task_max_rows, by_message_min_rows and walk_blocks."""
     c = Checker(spark, trace, exact=exact, max_examples=max_examples, on_phase=on_phase,
                 keep_details=keep_details, group_span=group_span, **plan)
     try:

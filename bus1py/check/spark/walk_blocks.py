@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 from .. import vclock
-from ..arrays.walk import BLOCK_BYTES, block_edges
+from ..arrays.walk import BLOCK_BYTES, block_edges, even_edges
 from .walk_task import BESIDE, OUT_SCHEMA, kernel_task
 
 
@@ -27,23 +27,20 @@ def run(c, want, sums, destroys, clocks, block_bytes=BLOCK_BYTES):
     message's summaries `sums` (each names its file, the events of each process and its
     origins). clocks: whether a clock column is read (and reported). The info says
     `malformed` when the numbering is broken."""
-    import numpy as np
-    files = [s["file"] for s in sums if "file" in s]
-    slot = {p: i for i, p in enumerate(c.procs)}
-    counts = np.zeros(len(c.procs), np.int64)
-    for s in sums:
-        if "counts" in s:
-            procs, n = s["counts"]
-            counts[[slot[p] for p in procs]] += n
+    files, counts, origins = linked_input(sums, c.procs)
     vname, vstatus = (vclock.status(c.trace.files, c.span) if "causal" in want and clocks
                       else (None, None))
-    edges = None if vname else block_edges(
-        int(counts.sum()), sum(s.get("origins", 0) for s in sums), c.P,
-        c.spark.sparkContext.defaultParallelism, block_bytes)
+    if vname:
+        edges = None
+    elif c.walk_blocks:
+        edges = even_edges(c.P, c.walk_blocks)
+    else:
+        edges = block_edges(sum(counts), origins, c.P,
+                            c.spark.sparkContext.defaultParallelism, block_bytes)
     tasks = len(edges or [None])
     fn = kernel_task([int(p) for p in c.procs], c.span, c.max_examples, sorted(want),
                      list(c.trace.files) if vname else None, vname, destroys,
-                     (files, counts.tolist(), edges))
+                     (files, counts, edges))
     got = (c.spark.range(tasks, numPartitions=tasks).mapInArrow(fn, OUT_SCHEMA)
            .toArrow().to_pylist())
     info = merge([json.loads(r["info"]) for r in got if r["rec"] == "summary"],
@@ -56,6 +53,18 @@ def run(c, want, sums, destroys, clocks, block_bytes=BLOCK_BYTES):
             by_name.setdefault(r["rec"], []).append(r["process"])
     by_name["causal"] = sorted(by_name.get("causal", []))
     return info, lambda name: by_name.get(name, []), vstatus
+
+
+def linked_input(sums, procs):
+    """(files, events of each process of `procs`, origins) from the tasks by message's
+    summaries."""
+    slot = {p: i for i, p in enumerate(procs)}
+    counts = [0] * len(procs)
+    for s in sums:
+        for p, n in zip(*s.get("counts", ((), ()))):
+            counts[slot[p]] += n
+    return ([s["file"] for s in sums if "file" in s], counts,
+            sum(s.get("origins", 0) for s in sums))
 
 
 def merge(infos, max_examples):
