@@ -218,3 +218,45 @@ def test_a_broken_numbering_in_the_linked_files_is_malformed(tmp_path):
     sums = _linked(read_footers(path), linked_files.directory(str(tmp_path)), 3)
     procs = sorted(set().union(*(s["procs"] for s in sums)))
     assert _by_blocks(procs, sums[1:], False, None)[0] == {"malformed": True}
+
+
+def test_a_walk_task_holds_what_the_memory_model_says(tmp_path):
+    # the peak of the arrays of each task of the walk by column blocks (tracemalloc sees
+    # numpy's) is the model's (arrays/walk.py, task_bytes): at most it, and at least
+    # 80% of it for a task that only walks (the model is no loose bound), whatever the
+    # block's width
+    import sys
+    import tracemalloc
+    from pathlib import Path
+
+    import pyarrow as pa
+
+    from bus1py.check.arrays import linked_files
+    from bus1py.check.arrays.walk import even_edges, task_bytes
+    from bus1py.check.spark import walk_blocks
+    from bus1py.check.spark.walk_task import kernel_task
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from gen_trace import generate
+    generate(str(tmp_path / "t"), 100_000, 16, stamps=False, quiet=True)
+    sums = _linked(read_footers(str(tmp_path / "t")), linked_files.directory(str(tmp_path)),
+                   2)
+    procs = sorted(set().union(*(s["procs"] for s in sums)))
+    files, counts, origins = walk_blocks.linked_input(sums, procs)
+    events = sum(counts)
+    for blocks in (1, 2, 4):
+        edges = even_edges(len(procs), blocks)
+        fn = kernel_task(procs, None, 3, sorted(by_message.WANT), None, None, False,
+                         (files, counts, edges))
+        for i in range(blocks):
+            tracemalloc.start()
+            try:
+                list(fn(iter([pa.record_batch({"id": pa.array([i], pa.int64())})])))
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            width = edges[i][1] - edges[i][0] if edges else len(procs)
+            beside = i == 1 % blocks
+            model = task_bytes(events, origins, width, beside)
+            assert peak <= model, (blocks, i, peak / events, model / events)
+            if not beside:
+                assert peak >= 0.8 * model, (blocks, i, peak / events, model / events)
