@@ -10,8 +10,9 @@ Invariants:
     or meets a causality cycle.
   - On Spark: an empty trace holds vacuously; a trace whose exact path is certain and
     whose rows fit one task is checked whole in one task (the array engine's whole check);
-    one whose exact path is certain without stamps, past one task, by the array engine in
-    tasks by message and the walk in one task (`by_message`); else the screen (`screen_skipped` says when not), the main pass, exactly_once, fifo
+    one whose exact path is certain without stamps, past one task (on a cluster from
+    CLUSTER_BY_MESSAGE_MIN_ROWS), by the array engine in tasks by message and the walk
+    (`by_message`); else the screen (`screen_skipped` says when not), the main pass, exactly_once, fifo
     and node_rules, then causal and consistent by the exact walk on the driver when
     `walk_on_driver`, else the stamp witness and the exact formulations.
   - LOCAL_MAX_ROWS <= SCREEN_MIN_ROWS: a trace the driver takes is one Spark's path too

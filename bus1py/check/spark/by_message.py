@@ -12,7 +12,9 @@
 #      (properties.excused, as the one task does).
 # With a local master both steps run in the driver's process (as one_task.py's task):
 # buckets read with pyarrow (arrays/buckets.py), two linked side by side; with a cluster,
-# a repartition by id and mapInArrow, then a job of one task. So the summary is the one
+# a repartition by id and mapInArrow whose tasks write the linked events to files
+# (arrays/linked_files.py, in a directory of this check, removed at its end), then the
+# walk by column blocks over tasks reading them (walk_blocks.py). So the summary is the one
 # the whole check in one task gives (all but `seconds` and `timings`). A trace breaking
 # any rule (a per-row rule, the numbering, one origin per id, no dangling receive) or with
 # a causality cycle is handed back (None): the main pass and the phases after it then name

@@ -21,7 +21,8 @@
 # Only a handful of counterexample rows ever reach the driver; everything else stays in Spark
 # (persisted MEMORY_AND_DISK, so big traces spill instead of exhausting memory).
 # This module owns one check's state and its order of phases: the screen (screen.py), the
-# whole check in one task (one_task.py) or, past one task, by message (by_message.py), the
+# whole check in one task (one_task.py) or, past one task, by message (by_message.py; its
+# walk by column blocks on a cluster, walk_blocks.py), the
 # main pass (main_pass.py), exactly_once/fifo/node_rules (direct.py), the stamp witness
 # (witness.py), then exact causal and consistent in one job (walk_task.py), and causal in
 # Spark rounds (causal.py) when the walk meets a causality cycle; explain.py puts the
