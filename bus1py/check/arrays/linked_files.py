@@ -1,6 +1,8 @@
-"""The linked events of a trace as Arrow IPC files: written once, each by the task that
-linked its part (spark/by_message.py), and read whole by every task of the walk by column
-blocks (spark/walk_blocks.py), so no event travels through the driver or one JVM stream.
+"""The exchange between the tasks of a check on a cluster, as Arrow IPC files: the pieces
+of the trace's files by bucket, and the linked events, each written once by the task
+that made it (spark/by_message.py), read by the task linking a bucket and by every task
+of the walk by column blocks (spark/walk_blocks.py), so no event travels through the
+driver or a JVM stream.
 
 Invariants: a file appears under its final name only complete (written under a name of
 its own, then renamed: one atomic step), so a reader never sees a partial file; a writer
@@ -16,7 +18,8 @@ from __future__ import annotations
 import os
 import uuid
 
-# The columns the walk's layout places (layout.COLUMNS) and `node` for node_rules.
+# The columns of the linked events: the walk's layout places them (layout.COLUMNS), and
+# `node` for node_rules.
 COLUMNS = ("process", "seq", "kind_code", "msg", "first_delivery", "sender_process",
            "send_seq", "is_destroy", "node")
 # Rows per written batch: a reader holds about one batch of them at a time.
@@ -32,7 +35,7 @@ def directory(base=None):
 
 
 def write(where, table):
-    """Write the Arrow table `table` (COLUMNS) as a new file under `where`; its name."""
+    """Write the Arrow table `table` as a new file under `where`; its name."""
     import pyarrow as pa
     name = os.path.join(where, f"part-{uuid.uuid4().hex}.arrow")
     tmp = name + ".partial"
