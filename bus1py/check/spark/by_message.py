@@ -261,7 +261,7 @@ def _through_files(c, where):
                   stamp_ranges=c.trace.stamp_ranges)
     buckets = max(-(-c.trace.rows // BUCKET_ROWS), c.spark.sparkContext.defaultParallelism)
     c.phase("by message: the trace's files split by id, a task a file")
-    pieces = _tasks(c, len(plain.files), _split_task(plain, buckets, where))
+    pieces = c.timed("split", _tasks, c, len(plain.files), _split_task(plain, buckets, where))
     if any(s.get("malformed") for s in pieces[SUMMARY]):
         return None
     files = [[] for _ in range(buckets)]
