@@ -1,7 +1,8 @@
 # Invariants: the exact path of `causal` and `consistent` as one Spark job: the main pass's
 # persisted table (validated), or the events linked by message (by_message.py, whose
 # numbering the layout checks: a summary says `malformed` otherwise), is read by one task
-# (coalesce(1), no shuffle) through Arrow (mapInArrow), and arrays/walk.py decides both
+# (coalesce(1), no shuffle) through Arrow (mapInArrow), or by each task of the walk by
+# column blocks from the linked events' files (walk_blocks.py), and arrays/walk.py decides both
 # properties on it with compiled kernels -- one topological walk for the vector clocks,
 # one linear scan for causal, Tarjan for the components; `fifo` and `node_rules` may be
 # decided beside the walk on the same layout (arrays/properties.py). The job's output stays in Spark: one row per violation (the details) and one
