@@ -9,6 +9,8 @@
 # rounds' answer. Each Spark test checks a batch of Hypothesis-drawn traces, every
 # assertion holding for any draw.
 
+import os
+
 import pytest
 
 from bus1py import schema as S
@@ -193,7 +195,9 @@ def test_the_walk_by_column_blocks_over_files_is_the_one_walk(tmp_path):
     batch = _batch(6, 7000) + [inverted]
     path = str(tmp_path / "u")
     _write(batch, path)
-    sums = _linked(read_footers(path), linked_files.directory(str(tmp_path)), 5)
+    where = linked_files.directory(str(tmp_path))
+    assert os.stat(where).st_mode & 0o777 == 0o700     # the check's user's alone
+    sums = _linked(read_footers(path), where, 5)
     procs = sorted(set().union(*(s["procs"] for s in sums)))
     destroys = any(s["destroys"] for s in sums)
     one, per = _by_blocks(procs, sums, destroys, None)

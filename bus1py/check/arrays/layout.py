@@ -115,8 +115,9 @@ class Layout:
         return slot
 
     def _link(self, kind, msg, first, is_destroy, sender, send_seq):
+        # a receive's send seq is kept only in src (its origin's position): the seq is
+        # src - start[slot_of[src]]
         self.kind, self.msg, self.first, self.is_destroy = kind, msg, first, is_destroy
-        self.send_seq = send_seq
         recv = (kind == K.DELIVER) | (kind == K.SIGNAL_RECV)
         sslot = np.searchsorted(self.procs, sender)
         sslot[~recv] = 0

@@ -37,8 +37,8 @@ BLOCK_MIN_COLUMNS = 4
 # columns and the scan's output whatever its block (TASK_EVENT_BYTES), and its block's
 # origin clocks, 4 bytes an entry (task_bytes); the task that decides fifo and node_rules
 # beside its walk holds their temporaries too (BESIDE_EVENT_BYTES).
-TASK_EVENT_BYTES = 56
-BESIDE_EVENT_BYTES = 36
+TASK_EVENT_BYTES = 48
+BESIDE_EVENT_BYTES = 32
 
 
 def task_bytes(events, origins, width, beside=False):
