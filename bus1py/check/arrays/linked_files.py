@@ -47,9 +47,14 @@ def write(where, table):
 
 
 def read(files):
-    """The record batches of `files`, one at a time (none held here once yielded)."""
+    """The record batches of `files` (Arrow IPC, or Parquet written by Spark's tasks), one
+    at a time (none held here once yielded)."""
     import pyarrow as pa
+    import pyarrow.parquet as pq
     for name in files:
+        if name.endswith(".parquet"):
+            yield from pq.ParquetFile(name).iter_batches(batch_size=BATCH_ROWS)
+            continue
         with pa.OSFile(name, "rb") as source:
             reader = pa.ipc.open_file(source)
             for i in range(reader.num_record_batches):

@@ -43,10 +43,6 @@ WANT = ("causal", "consistent", "fifo", "node_rules")
 BATCH_ROWS = 1 << 20
 # rows per bucket when the tasks by message run in the driver's process
 BUCKET_ROWS = 4_000_000
-# The Spark setting naming the directory, readable by every executor, under which a check
-# on a cluster writes its linked events (default: the temporary directory, enough when
-# the executors share the driver's machine)
-LINKED_DIR = "spark.bus1py.linkedDir"
 
 
 def link_task(max_examples, where=None):
@@ -242,7 +238,7 @@ def _cluster(c):
     import shutil
 
     from ..arrays import linked_files
-    where = linked_files.directory(c.spark.conf.get(LINKED_DIR, None))
+    where = linked_files.directory(c.spark.conf.get(walk_blocks.LINKED_DIR, None))
     try:
         return _through_files(c, where)
     finally:

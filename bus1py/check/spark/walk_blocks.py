@@ -18,7 +18,14 @@ import json
 
 from .. import vclock
 from ..arrays.walk import BLOCK_BYTES, block_edges, even_edges
+from ..arrays.layout import COLUMNS
 from .walk_task import BESIDE, OUT_SCHEMA, kernel_task
+
+
+# The Spark setting naming the directory, readable by every executor, under which a check
+# on a cluster writes the files its tasks exchange (default: the temporary directory,
+# enough when the executors share the driver's machine)
+LINKED_DIR = "spark.bus1py.linkedDir"
 
 
 def run(c, want, sums, destroys, clocks, block_bytes=BLOCK_BYTES):
@@ -27,7 +34,46 @@ def run(c, want, sums, destroys, clocks, block_bytes=BLOCK_BYTES):
     message's summaries `sums` (each names its file, the events of each process and its
     origins). clocks: whether a clock column is read (and reported). The info says
     `malformed` when the numbering is broken."""
-    files, counts, origins = linked_input(sums, c.procs)
+    return _walk(c, want, *linked_input(sums, c.procs), destroys, clocks, block_bytes)
+
+
+def exact(c, want):
+    """walk_task.exact's answer on a cluster: the main pass's table (c.rows, validated)
+    written once as Parquet by its own tasks, then the walk by column blocks over tasks
+    reading it (causal and consistent only)."""
+    import glob
+    import os
+    import shutil
+
+    from pyspark.sql import functions as F
+
+    from .. import kinds as K
+    from ..arrays import linked_files
+    from .walk_task import found
+    where = linked_files.directory(c.spark.conf.get(LINKED_DIR, None))
+    try:
+        rows = c.rows.select(*COLUMNS)
+        rows.write.parquet(os.path.join(where, "rows"))
+        slot = {p: i for i, p in enumerate(c.procs)}
+        counts, origins = [0] * len(c.procs), 0
+        for r in rows.groupBy("process").agg(
+                F.count("*").alias("n"),
+                F.sum((F.col("kind_code") <= K.SIGNAL_SEND).cast("long")).alias("o")).collect():
+            counts[slot[r["process"]]] = r["n"]
+            origins += r["o"]
+        files = sorted(glob.glob(os.path.join(where, "rows", "*.parquet")))
+        info, by_name, vstatus = _walk(c, want, files, counts, origins, False, True)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    # the details as the one task's job gives them (a DataFrame), only when kept
+    return found(c, want, info, vstatus, lambda name: c.spark.createDataFrame(
+        [(int(p),) for p in by_name(name)], "process int") if c.keep_details
+        else by_name(name))
+
+
+def _walk(c, want, files, counts, origins, destroys, clocks, block_bytes=BLOCK_BYTES):
+    """run's answer from the files of the events, the events of each process and the
+    origins."""
     vname, vstatus = (vclock.status(c.trace.files, c.span) if "causal" in want and clocks
                       else (None, None))
     if vname:
