@@ -1,11 +1,11 @@
-# Invariants: past one task on a cluster, causal and consistent (and fifo and node_rules
+# Invariants: on a cluster, causal and consistent (and by message fifo and node_rules
 # beside them) are decided by the walk split by column blocks of the vector clocks over
 # tasks (arrays/walk.py's Block: each block's columns are exact by themselves, and a
 # delivery is judged by the one block holding its sender's column). Every task reads the
-# linked events from the files the tasks by message wrote (arrays/linked_files.py), never
-# through the driver or one JVM stream, and holds the walk's layout (about 40 bytes an
-# event) and only its own block's origin clocks (4 bytes an entry; docs/CHECKER.md, "The
-# memory of a task"). Blocks are as many as the cluster has cores, and more when one
+# events from files written once by tasks (arrays/linked_files.py: the linked events of
+# the tasks by message, or the main pass's table as Parquet), never through the driver or
+# one JVM stream, and holds the walk's layout and only its own block's origin clocks
+# (arrays/walk.py's task_bytes; docs/CHECKER.md, "The memory of a task"). Blocks are as many as the cluster has cores, and more when one
 # block's clocks would pass BLOCK_BYTES. The tasks' answers merge into the one walk's
 # answer: counts add up, the causal examples are the lowest (position, partner) pairs of
 # all blocks (positions are the same in every task's layout), the processes of the causal
