@@ -264,3 +264,19 @@ def test_a_walk_task_holds_what_the_memory_model_says(tmp_path):
             assert peak <= model, (blocks, i, peak / events, model / events)
             if not beside:
                 assert peak >= 0.8 * model, (blocks, i, peak / events, model / events)
+
+
+def test_blocks_narrow_until_a_task_fits_a_python_memory_limit():
+    # with spark.executor.pyspark.memory set, the walk's blocks are narrowed until the
+    # largest task's model fits it when it can, and are the narrowest when it cannot
+    from bus1py.check.arrays.walk import BLOCK_MIN_COLUMNS, block_edges, task_bytes
+    from bus1py.check.spark.walk_blocks import clock_budget
+    events, origins, procs = 100_000_000, 46_000_000, 64
+    assert clock_budget(None, events, origins) == clock_budget(0, events, origins)
+    for gib in (9, 10, 12, 16, 64):
+        limit = gib << 30
+        edges = block_edges(events, origins, procs, 2, clock_budget(limit, events, origins))
+        widths = [b - a for a, b in edges or [(0, procs)]]
+        assert max(task_bytes(events, origins, w, beside=True) for w in widths) <= limit, gib
+    edges = block_edges(events, origins, procs, 2, clock_budget(6 << 30, events, origins))
+    assert len(edges) == procs // BLOCK_MIN_COLUMNS      # 6 GiB cannot hold 80 B an event

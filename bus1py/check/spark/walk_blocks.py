@@ -5,19 +5,21 @@
 # events from files written once by tasks (arrays/linked_files.py: the linked events of
 # the tasks by message, or the main pass's table as Parquet), never through the driver or
 # one JVM stream, and holds the walk's layout and only its own block's origin clocks
-# (arrays/walk.py's task_bytes; docs/CHECKER.md, "The memory of a task"). Blocks are as many as the cluster has cores, and more when one
-# block's clocks would pass BLOCK_BYTES. The tasks' answers merge into the one walk's
-# answer: counts add up, the causal examples are the lowest (position, partner) pairs of
-# all blocks (positions are the same in every task's layout), the processes of the causal
-# violations come in position order; consistent comes from task 0, fifo and node_rules
-# from task 1. A usable clock column is read, verified and used by one task holding every
-# column (vclock verification reads whole clocks).
+# (arrays/walk.py's task_bytes; docs/CHECKER.md, "The memory of a task"). Blocks are as
+# many as the cluster has cores, and more when one block's clocks would pass
+# BLOCK_BYTES, or what a Python worker's memory limit leaves. The tasks' answers merge
+# into the one walk's answer: counts add up, the causal examples are the lowest
+# (position, partner) pairs of all blocks (positions are the same in every task's
+# layout), the processes of the causal violations come in position order; consistent
+# comes from task 0, fifo and node_rules from task 1. A usable clock column is read,
+# verified and used by one task holding every column (vclock verification reads whole
+# clocks).
 from __future__ import annotations
 
 import json
 
 from .. import vclock
-from ..arrays.walk import BLOCK_BYTES, block_edges, even_edges
+from ..arrays.walk import BLOCK_BYTES, block_edges, even_edges, task_bytes
 from ..arrays.layout import COLUMNS
 from .walk_task import BESIDE, OUT_SCHEMA, kernel_task
 
@@ -26,6 +28,9 @@ from .walk_task import BESIDE, OUT_SCHEMA, kernel_task
 # on a cluster writes the files its tasks exchange (default: the temporary directory,
 # enough when the executors share the driver's machine)
 LINKED_DIR = "spark.bus1py.linkedDir"
+# Spark's limit of a Python worker's memory (it sets the worker's RLIMIT_AS): when set,
+# blocks are narrowed until the largest task's model (task_bytes) fits it, if they can
+PYTHON_MEMORY = "spark.executor.pyspark.memory"
 
 
 def run(c, want, sums, destroys, clocks, block_bytes=BLOCK_BYTES):
@@ -35,6 +40,18 @@ def run(c, want, sums, destroys, clocks, block_bytes=BLOCK_BYTES):
     origins). clocks: whether a clock column is read (and reported). The info says
     `malformed` when the numbering is broken."""
     return _walk(c, want, *linked_input(sums, c.procs), destroys, clocks, block_bytes)
+
+
+def clock_budget(limit, events, origins, block_bytes=BLOCK_BYTES):
+    """The bytes one block's origin clocks may take: block_bytes, or less when a Python
+    worker's memory is limited to `limit` bytes (spark.executor.pyspark.memory): what the
+    limit leaves after the rest of the largest task (task_bytes with fifo beside, the
+    column shared by the processes outside the block, and one more for a block a column
+    wider than the even share). At least 1: the narrowest blocks when nothing is left."""
+    if not limit:
+        return block_bytes
+    left = limit - task_bytes(events, origins, 1, beside=True)
+    return max(1, min(block_bytes, left))
 
 
 def exact(c, want):
@@ -81,8 +98,13 @@ def _walk(c, want, files, counts, origins, destroys, clocks, block_bytes=BLOCK_B
     elif c.walk_blocks:
         edges = even_edges(c.P, c.walk_blocks)
     else:
+        limit = c.spark.conf.get(PYTHON_MEMORY, None)
+        if limit:   # Spark's own size syntax, MiB without a unit
+            limit = c.spark.sparkContext._jvm.org.apache.spark.network.util.JavaUtils \
+                .byteStringAsMb(limit) << 20
         edges = block_edges(sum(counts), origins, c.P,
-                            c.spark.sparkContext.defaultParallelism, block_bytes)
+                            c.spark.sparkContext.defaultParallelism,
+                            clock_budget(limit, sum(counts), origins, block_bytes))
     tasks = len(edges or [None])
     fn = kernel_task([int(p) for p in c.procs], c.span, c.max_examples, sorted(want),
                      list(c.trace.files) if vname else None, vname, destroys,
