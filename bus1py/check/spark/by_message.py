@@ -6,8 +6,9 @@
 #      rows (arrays/events.py, Events.of_messages) and finds exactly_once's violations
 #      among them (arrays/properties.violations), the losses not yet excused (the
 #      NODE_DESTROY that excuses one may be delivered in another task);
-#   2. the walk: the linked events in one task (walk_task.kernel_task), fifo and node_rules
-#      beside causal and consistent; it also reports the (process, node) pairs that
+#   2. the walk: the linked events in one task (walk_task.kernel_task; on a cluster split
+#      by column blocks over tasks, walk_blocks.py), fifo and node_rules beside causal and
+#      consistent; it also reports the (process, node) pairs that
 #      delivered a NODE_DESTROY, with which the driver excuses the losses
 #      (properties.excused, as the one task does).
 # With a local master both steps run in the driver's process (as one_task.py's task):
@@ -38,10 +39,7 @@ OUT_SCHEMA = ("rec byte, process int, seq long, kind_code byte, msg long, "
               "first_delivery boolean, sender_process int, send_seq long, "
               "is_destroy boolean, node long, problem byte, info string")
 WANT = ("causal", "consistent", "fifo", "node_rules")
-# rows per Arrow batch between Spark and the tasks (Spark's default, 10,000, costs a
-# round trip per batch)
-BATCH_ROWS = 1 << 20
-# rows per bucket when the tasks by message run in the driver's process
+# rows per bucket of the tasks by message (on a cluster, at least a bucket a core)
 BUCKET_ROWS = 4_000_000
 
 
@@ -281,15 +279,14 @@ def _through_files(c, where):
 
 
 def _tasks(c, n, fn):
-    """{EVENT: [], VIOLATION: [batches], SUMMARY: [infos]} of a job of n tasks, task i
-    given the one row i (fn: a mapInArrow function of OUT_SCHEMA)."""
-    got = {EVENT: [], VIOLATION: [], SUMMARY: []}
+    """{VIOLATION: [batches], SUMMARY: [infos]} of a job of n tasks, task i given the one
+    row i (fn: a mapInArrow function of OUT_SCHEMA writing no EVENT rows)."""
+    got = {VIOLATION: [], SUMMARY: []}
     out = c.spark.range(n, numPartitions=n).mapInArrow(fn, OUT_SCHEMA).toArrow()
     for b in out.to_batches():
         rec = b.column("rec").to_numpy(zero_copy_only=False)
-        for r in (VIOLATION,):
-            if (rec == r).any():
-                got[r].append(b.filter(rec == r))
+        if (rec == VIOLATION).any():
+            got[VIOLATION].append(b.filter(rec == VIOLATION))
         for info in b.filter(rec == SUMMARY).column("info").to_pylist():
             got[SUMMARY].append(json.loads(info))
     return got
