@@ -280,3 +280,22 @@ def test_blocks_narrow_until_a_task_fits_a_python_memory_limit():
         assert max(task_bytes(events, origins, w, beside=True) for w in widths) <= limit, gib
     edges = block_edges(events, origins, procs, 2, clock_budget(6 << 30, events, origins))
     assert len(edges) == procs // BLOCK_MIN_COLUMNS      # 6 GiB cannot hold 80 B an event
+
+
+def test_a_dead_checks_directory_is_removed_by_the_next(tmp_path):
+    # a check killed before removing its files' directory leaves it; the next check
+    # under the same base removes it once the kernel says that process is gone, and
+    # never a live check's
+    import subprocess
+    import sys
+
+    from bus1py.check.arrays import linked_files
+    code = ("import sys; from bus1py.check.arrays import linked_files; "
+            f"print(linked_files.directory({str(tmp_path)!r}))")
+    dead = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True).stdout.strip()
+    assert os.path.isdir(dead)
+    live = linked_files.directory(str(tmp_path))
+    assert not os.path.exists(dead) and os.path.isdir(live)
+    again = linked_files.directory(str(tmp_path))
+    assert os.path.isdir(live) and os.path.isdir(again)

@@ -10,8 +10,10 @@ names its file itself (a random name), so a retried task never overwrites the fi
 earlier attempt left, and only the files the driver collected from the tasks' summaries
 are read. The files are read batch by batch, each batch let go once used, so a reader
 holds one batch of them at a time. The directory belongs to the one check that made it
-(`directory`, mode 0700: reachable by its user only), which removes it whole. Nothing here
-imports pyspark.
+(`directory`, mode 0700: reachable by its user only), which removes it whole; its name
+carries that process's id and start time, so the directory of a check that died before
+removing it is removed by the next check of the same user under the same base, once the
+kernel says that process is gone. Nothing here imports pyspark.
 """
 from __future__ import annotations
 
@@ -26,12 +28,50 @@ COLUMNS = ("process", "seq", "kind_code", "msg", "first_delivery", "sender_proce
 BATCH_ROWS = 1 << 20
 
 
+PREFIX = "bus1py-linked-"
+
+
 def directory(base=None):
     """A new directory for one check's files (mode 0700), under `base` (a path every
     executor can read, on a cluster of several machines a shared one) or the temporary
-    directory."""
+    directory; the directories there of this user's dead checks are removed first."""
     import tempfile
-    return tempfile.mkdtemp(prefix="bus1py-linked-", dir=base)
+    base = base or tempfile.gettempdir()
+    _remove_dead(base)
+    return tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-{_started(os.getpid())}-",
+                            dir=base)
+
+
+def _started(pid):
+    """The start time of process pid (clock ticks since boot, from /proc), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _remove_dead(base):
+    """Remove this user's check directories under base whose process is gone (no such
+    process, or another one started since under its id)."""
+    import shutil
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        parts = name[len(PREFIX):].split("-")
+        if not name.startswith(PREFIX) or len(parts) < 3:
+            continue
+        path = os.path.join(base, name)
+        try:
+            if os.lstat(path).st_uid != os.getuid():
+                continue
+            pid, started = int(parts[0]), int(parts[1])
+        except (OSError, ValueError):
+            continue
+        if _started(pid) != started:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def write(where, table):
