@@ -33,8 +33,9 @@ def _wait_for(path, text, proc, timeout):
     raise RuntimeError(f"Spark {os.path.basename(path)} did not report {text!r}:\n{tail}")
 
 
-def start_cluster(logdir, cores=2, memory="2g", timeout=120):
-    """Start a master and a worker; return (master URL, stop function)."""
+def start_cluster(logdir, cores=2, memory="2g", timeout=120, workers=1):
+    """Start a master and `workers` workers of `cores` cores and `memory` each; return
+    (master URL, stop function)."""
     import pyspark
     home = os.path.dirname(pyspark.__file__)
     env = dict(os.environ, SPARK_HOME=home, SPARK_LOCAL_IP="127.0.0.1",
@@ -63,10 +64,11 @@ def start_cluster(logdir, cores=2, memory="2g", timeout=120):
         m, mlog = launch("master", "org.apache.spark.deploy.master.Master", "--host",
                          "127.0.0.1", "--port", str(port), "--webui-port", "0")
         _wait_for(mlog, "I have been elected leader", m, timeout)
-        w, wlog = launch("worker", "org.apache.spark.deploy.worker.Worker", url, "--host",
-                         "127.0.0.1", "--cores", str(cores), "--memory", memory,
-                         "--webui-port", "0")
-        _wait_for(wlog, "Successfully registered with master", w, timeout)
+        for i in range(workers):
+            w, wlog = launch(f"worker{i or ''}", "org.apache.spark.deploy.worker.Worker",
+                             url, "--host", "127.0.0.1", "--cores", str(cores), "--memory",
+                             memory, "--webui-port", "0")
+            _wait_for(wlog, "Successfully registered with master", w, timeout)
     except BaseException:
         stop()
         raise

@@ -10,8 +10,9 @@ Invariants:
     or meets a causality cycle.
   - On Spark: an empty trace holds vacuously; a trace whose exact path is certain and
     whose rows fit one task is checked whole in one task (the array engine's whole check);
-    one whose exact path is certain without stamps, past one task, by the array engine in
-    tasks by message and the walk in one task (`by_message`); else the screen (`screen_skipped` says when not), the main pass, exactly_once, fifo
+    one whose exact path is certain without stamps, past one task (on a cluster from
+    CLUSTER_BY_MESSAGE_MIN_ROWS), by the array engine in tasks by message and the walk
+    (`by_message`); else the screen (`screen_skipped` says when not), the main pass, exactly_once, fifo
     and node_rules, then causal and consistent by the exact walk on the driver when
     `walk_on_driver`, else the stamp witness and the exact formulations.
   - LOCAL_MAX_ROWS <= SCREEN_MIN_ROWS: a trace the driver takes is one Spark's path too
@@ -35,6 +36,12 @@ DRIVER_MAX_CELLS = 20_000_000
 # processes; the walk's clocks are bounded by its column blocks, arrays/walk.py): larger
 # traces take the main pass, whose exact phase holds about 40 bytes an event.
 ONE_TASK_MAX_ROWS = 32_000_000
+
+# On a cluster, a trace without stamps that could witness takes the path by message from
+# this many rows: its walk is split by column blocks over tasks that each hold a bounded
+# part (spark/walk_blocks.py), where the whole check in one task holds the whole trace in
+# one executor.
+CLUSTER_BY_MESSAGE_MIN_ROWS = SCREEN_MIN_ROWS
 
 NO_STAMPS = "no stamps to screen with"
 SKIPPED = "skipped (--exact)"

@@ -9,6 +9,8 @@
 # rounds' answer. Each Spark test checks a batch of Hypothesis-drawn traces, every
 # assertion holding for any draw.
 
+import os
+
 import pytest
 
 from bus1py import schema as S
@@ -132,3 +134,168 @@ def test_fifo_by_chunks_of_processes_is_fifo_whole(tmp_path):
     assert whole[2] > 0           # the mutations plant fifo violations
     for chunk in (1, 2, 7, 100):
         assert fifo(ev, 50, chunk=chunk) == whole, chunk
+
+
+def _linked(trace, where, buckets):
+    """The tasks by message over `buckets` buckets of the trace, their linked events
+    written under `where`: their summaries."""
+    import json
+
+    from bus1py.check.arrays.buckets import read_buckets
+    link = by_message.link_task(50, where)
+    sums = []
+    for table in read_buckets(trace, buckets):
+        for b in link(iter(table.to_batches()) if table is not None else iter(())):
+            assert b.column("rec")[0].as_py() != by_message.EVENT   # written, not sent
+            if b.column("rec")[0].as_py() == by_message.SUMMARY:
+                sums.append(json.loads(b.column("info")[0].as_py()))
+    return sums
+
+
+def _by_blocks(procs, sums, destroys, edges):
+    """The walk's tasks, one per block of `edges`, over the linked files: the merged
+    info (seconds and pairs dropped) and the sorted processes of each property's
+    violations."""
+    import json
+
+    import pyarrow as pa
+
+    from bus1py.check.spark import walk_blocks
+    from bus1py.check.spark.walk_task import kernel_task
+    files, counts, _ = walk_blocks.linked_input(sums, procs)
+    fn = kernel_task(procs, SPAN, 50, sorted(by_message.WANT), None, None, destroys,
+                     (files, counts, edges))
+    infos, per = [], {}
+    for i in range(len(edges or [None])):
+        for b in fn(iter([pa.record_batch({"id": pa.array([i], pa.int64())})])):
+            for r in b.to_pylist():
+                if r["rec"] == "summary":
+                    infos.append(json.loads(r["info"]))
+                else:
+                    per.setdefault(r["rec"], []).append(r["process"])
+    info = walk_blocks.merge(infos, 50)
+    info.pop("seconds", None)
+    return info, {name: sorted(v) for name, v in per.items()}
+
+
+def test_the_walk_by_column_blocks_over_files_is_the_one_walk(tmp_path):
+    # the tasks by message write their linked events to files; the walk's tasks, one per
+    # column block, each read them all and walk their own columns: any block count
+    # merges into the one walk's answer, whose counts are the reference's
+    from bus1py.check.arrays import linked_files
+    from bus1py.check.arrays.walk import even_edges
+    keys = dict.fromkeys(("dests", "node", "wall_ns", "stamp_ts", "stamp_peer", "stamp_tx"))
+    # p0 sends m1 and then m2 to p1 and p2, and p2 delivers m2 first: a causal violation
+    inverted = [dict(keys, process=0, seq=0, kind="send", msg=1, dests=[1, 2]),
+                dict(keys, process=0, seq=1, kind="send", msg=2, dests=[1, 2]),
+                dict(keys, process=1, seq=0, kind="deliver", msg=1),
+                dict(keys, process=1, seq=1, kind="deliver", msg=2),
+                dict(keys, process=2, seq=0, kind="deliver", msg=2),
+                dict(keys, process=2, seq=1, kind="deliver", msg=1)]
+    batch = _batch(6, 7000) + [inverted]
+    path = str(tmp_path / "u")
+    _write(batch, path)
+    where = linked_files.directory(str(tmp_path))
+    assert os.stat(where).st_mode & 0o777 == 0o700     # the check's user's alone
+    sums = _linked(read_footers(path), where, 5)
+    procs = sorted(set().union(*(s["procs"] for s in sums)))
+    destroys = any(s["destroys"] for s in sums)
+    one, per = _by_blocks(procs, sums, destroys, None)
+    assert one["walk_complete"]
+    ncols = max(p % SPAN for p in procs) + 1
+    assert ncols >= 4
+    for count in range(2, ncols + 1):
+        assert _by_blocks(procs, sums, destroys, even_edges(ncols, count)) == (one, per)
+    for k, rows in enumerate(batch):
+        ref = reference_check(rows)
+        for name in by_message.WANT:
+            assert sum(p // SPAN == k for p in per.get(name, [])) == ref[name], (k, name)
+    assert one["causal_count"] and one["causal_examples"]
+
+
+def test_a_broken_numbering_in_the_linked_files_is_malformed(tmp_path):
+    # counts that do not match the files' rows (a part missing) never make a layout
+    from bus1py.check.arrays import linked_files
+    rows = _unstamped(_make(7, 3, 40, None))
+    path = str(tmp_path / "t")
+    S.write_rows(rows, path, files=2)
+    sums = _linked(read_footers(path), linked_files.directory(str(tmp_path)), 3)
+    procs = sorted(set().union(*(s["procs"] for s in sums)))
+    assert _by_blocks(procs, sums[1:], False, None)[0] == {"malformed": True}
+
+
+def test_a_walk_task_holds_what_the_memory_model_says(tmp_path):
+    # the peak of the arrays of each task of the walk by column blocks (tracemalloc sees
+    # numpy's) is the model's (arrays/walk.py, task_bytes): at most it, and at least
+    # 80% of it for a task that only walks (the model is no loose bound), whatever the
+    # block's width
+    import sys
+    import tracemalloc
+    from pathlib import Path
+
+    import pyarrow as pa
+
+    from bus1py.check.arrays import linked_files
+    from bus1py.check.arrays.walk import even_edges, task_bytes
+    from bus1py.check.spark import walk_blocks
+    from bus1py.check.spark.walk_task import kernel_task
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from gen_trace import generate
+    generate(str(tmp_path / "t"), 100_000, 16, stamps=False, quiet=True)
+    sums = _linked(read_footers(str(tmp_path / "t")), linked_files.directory(str(tmp_path)),
+                   2)
+    procs = sorted(set().union(*(s["procs"] for s in sums)))
+    files, counts, origins = walk_blocks.linked_input(sums, procs)
+    events = sum(counts)
+    for blocks in (1, 2, 4):
+        edges = even_edges(len(procs), blocks)
+        fn = kernel_task(procs, None, 3, sorted(by_message.WANT), None, None, False,
+                         (files, counts, edges))
+        for i in range(blocks):
+            tracemalloc.start()
+            try:
+                list(fn(iter([pa.record_batch({"id": pa.array([i], pa.int64())})])))
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            width = edges[i][1] - edges[i][0] if edges else len(procs)
+            beside = i == 1 % blocks
+            model = task_bytes(events, origins, width, beside)
+            assert peak <= model, (blocks, i, peak / events, model / events)
+            if not beside:
+                assert peak >= 0.8 * model, (blocks, i, peak / events, model / events)
+
+
+def test_blocks_narrow_until_a_task_fits_a_python_memory_limit():
+    # with spark.executor.pyspark.memory set, the walk's blocks are narrowed until the
+    # largest task's model fits it when it can, and are the narrowest when it cannot
+    from bus1py.check.arrays.walk import BLOCK_MIN_COLUMNS, block_edges, task_bytes
+    from bus1py.check.spark.walk_blocks import clock_budget
+    events, origins, procs = 100_000_000, 46_000_000, 64
+    assert clock_budget(None, events, origins) == clock_budget(0, events, origins)
+    for gib in (9, 10, 12, 16, 64):
+        limit = gib << 30
+        edges = block_edges(events, origins, procs, 2, clock_budget(limit, events, origins))
+        widths = [b - a for a, b in edges or [(0, procs)]]
+        assert max(task_bytes(events, origins, w, beside=True) for w in widths) <= limit, gib
+    edges = block_edges(events, origins, procs, 2, clock_budget(6 << 30, events, origins))
+    assert len(edges) == procs // BLOCK_MIN_COLUMNS      # 6 GiB cannot hold 80 B an event
+
+
+def test_a_dead_checks_directory_is_removed_by_the_next(tmp_path):
+    # a check killed before removing its files' directory leaves it; the next check
+    # under the same base removes it once the kernel says that process is gone, and
+    # never a live check's
+    import subprocess
+    import sys
+
+    from bus1py.check.arrays import linked_files
+    code = ("import sys; from bus1py.check.arrays import linked_files; "
+            f"print(linked_files.directory({str(tmp_path)!r}))")
+    dead = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True).stdout.strip()
+    assert os.path.isdir(dead)
+    live = linked_files.directory(str(tmp_path))
+    assert not os.path.exists(dead) and os.path.isdir(live)
+    again = linked_files.directory(str(tmp_path))
+    assert os.path.isdir(live) and os.path.isdir(again)

@@ -170,7 +170,9 @@ def test_check_on_a_standalone_cluster(spark, spark_cluster, tmp_path):
     # one process on the cluster (its session and executors start once) runs: the command
     # twice, the main pass and (--exact) the whole check as one task on the worker
     # (one_task.py); then the path by message (spark/by_message.py: the link in tasks by
-    # id, the walk in a job of one task) on a batch of drawn traces
+    # id writing the linked events to files, the walk by three column blocks in three
+    # tasks reading them, spark/walk_blocks.py) on a batch of drawn traces, and the main
+    # pass with --exact, whose walk too runs by column blocks
     from test_by_message import BY_MESSAGE, SPAN, _batch, _summary_and_counts, _write
     rng = random.Random(4)
     rows = mutate(simulate(rng, nprocs=4, steps=50, p_signal=0.2), "swap", rng)
@@ -189,10 +191,12 @@ rcs = [main(["check", {str(tmp_path / "t")!r}, "--master", {spark_cluster!r}, "-
        for i, extra in enumerate({runs!r})]
 spark = get_session({spark_cluster!r})
 s, c = check_trace(spark, load_trace(spark, {str(tmp_path / "u")!r}), group_span={SPAN},
-                   max_examples=50, keep_details=True, **{BY_MESSAGE!r})
+                   max_examples=50, keep_details=True, walk_blocks=3, **{BY_MESSAGE!r})
 s["per"] = sorted((r["process"], n) for n, v in c.details.items() if v is not None
                   for r in v.collect())
-print(json.dumps({{"rcs": rcs, "by_message": s}}))
+exact, _ = check_trace(spark, load_trace(spark, {str(tmp_path / "t")!r}), exact=True,
+                       one_task_max_rows=0, driver_max_cells=0, walk_blocks=2)
+print(json.dumps({{"rcs": rcs, "by_message": s, "exact": exact}}))
 """
     cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                         timeout=500)
@@ -211,6 +215,17 @@ print(json.dumps({{"rcs": rcs, "by_message": s}}))
             s.pop("timings")
         assert on_cluster == summary
         assert not summary["ok"]
+    # the main pass's exact phase on the cluster: its table written as Parquet, the walk
+    # by two column blocks over tasks reading it (walk_blocks.exact)
+    exact = got["exact"]
+    timings = exact.pop("timings")
+    assert "main_pass" in timings and "exact" in timings, timings
+    exact.pop("seconds")
+    summary, _ = check_local(read_footers(str(tmp_path / "t")), max_examples=3, exact=True,
+                             driver_max_cells=0)
+    summary.pop("seconds")
+    summary.pop("timings")
+    assert exact == summary
     spread = got["by_message"]
     assert "by_message" in spread.pop("timings")
     spread.pop("seconds")

@@ -29,29 +29,36 @@ def bucket_of(msg, count):
     return ((msg.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) % count
 
 
+def split(trace, files, count):
+    """(bucket, table) for the rows of trace.files[i] for i in `files` (module
+    invariants), each table a copy of its own."""
+    for t in read_files(trace, files, COLUMNS):
+        code = pc.index_in(t.column("kind"), _codes())
+        _check_rows(t, code, trace)
+        code = pc.fill_null(code, K.INTERNAL).cast(pa.int8())
+        has = pc.is_valid(t.column("msg")).to_numpy(zero_copy_only=False)
+        b = np.where(has, bucket_of(pc.fill_null(t.column("msg"), 0).to_numpy(), count), 0)
+        origin = pc.less_equal(code, K.DESTROY)
+        t = pa.table({"process": t.column("process"), "seq": t.column("seq"),
+                      "kind_code": code, "msg": t.column("msg"),
+                      "dests": pc.if_else(origin, t.column("dests"),
+                                          pa.nulls(t.num_rows, t.column("dests").type)),
+                      "node": t.column("node")})
+        order = stable_order(b)
+        cuts = np.searchsorted(b[order], np.arange(count + 1))
+        # a copy per bucket (not slices of one): a bucket's rows are let go once linked
+        for k in range(count):
+            if cuts[k + 1] > cuts[k]:
+                yield k, t.take(pa.array(order[cuts[k]:cuts[k + 1]]))
+
+
 def read_buckets(trace, count):
     """The trace's rows as `count` Arrow tables, by message id (module invariants)."""
     parts = [[] for _ in range(count)]
     files = range(len(trace.files))
     for lo in range(0, len(files), FILES_AT_ONCE):
-        for t in read_files(trace, files[lo:lo + FILES_AT_ONCE], COLUMNS):
-            code = pc.index_in(t.column("kind"), _codes())
-            _check_rows(t, code, trace)
-            code = pc.fill_null(code, K.INTERNAL).cast(pa.int8())
-            has = pc.is_valid(t.column("msg")).to_numpy(zero_copy_only=False)
-            b = np.where(has, bucket_of(pc.fill_null(t.column("msg"), 0).to_numpy(), count), 0)
-            origin = pc.less_equal(code, K.DESTROY)
-            t = pa.table({"process": t.column("process"), "seq": t.column("seq"),
-                          "kind_code": code, "msg": t.column("msg"),
-                          "dests": pc.if_else(origin, t.column("dests"),
-                                              pa.nulls(t.num_rows, t.column("dests").type)),
-                          "node": t.column("node")})
-            order = stable_order(b)
-            cuts = np.searchsorted(b[order], np.arange(count + 1))
-            # a copy per bucket (not slices of one): a bucket's rows are let go once linked
-            for k in range(count):
-                if cuts[k + 1] > cuts[k]:
-                    parts[k].append(t.take(pa.array(order[cuts[k]:cuts[k + 1]])))
+        for k, piece in split(trace, files[lo:lo + FILES_AT_ONCE], count):
+            parts[k].append(piece)
     for k in range(count):
         yield pa.concat_tables(parts[k]) if parts[k] else None
         parts[k] = None

@@ -23,13 +23,19 @@ class Layout:
     """The rows of a trace as arrays by position. procs: ascending process ids; span: the
     tests' group_span (clock columns shared by process id modulo span) or None."""
 
-    def __init__(self, table, procs, span, extra=()):
+    def __init__(self, table, procs, span, extra=(), counts=None):
         """The layout of the rows of `table`: an Arrow table, or a list of record batches
         that is emptied as they are placed (each batch let go once its rows are, so the
-        rows and their layout are not held twice). extra: more columns to place, as
-        self.extra[name] = (values with nulls as 0, validity)."""
-        batches = table.to_batches() if not isinstance(table, list) else table
-        self._frame_of(procs, span, (b.column("process") for b in batches))
+        rows and their layout are not held twice), or, with `counts` (the events of each
+        process of procs), any iterable of batches, read once. extra: more columns to
+        place, as self.extra[name] = (values with nulls as 0, validity)."""
+        if counts is None:
+            batches = table.to_batches() if not isinstance(table, list) else table
+            self._frame_of(procs, span, (b.column("process") for b in batches))
+            batches = _drain(batches)
+        else:
+            self._frame_of(procs, span, (), counts)
+            batches = iter(table)
         n = self.n
 
         def full(dtype, fill=0):
@@ -42,10 +48,10 @@ class Layout:
         self.extra = {name: (full(np.int64), full(np.bool_)) for name in extra}
         filled = np.zeros(n, bool)
         bad = ValueError("rows are not numbered 0,1,2,... per process below 2^31")
-        batches.reverse()
-        while batches:
-            b = batches.pop()
+        rows = 0
+        for b in batches:
             seq = b.column("seq").to_numpy(zero_copy_only=False)
+            rows += len(seq)
             if len(seq) and (seq.min() < 0 or seq.max() >= 2 ** 31 - 1):
                 raise bad
             pos = self.start[self._slots(b.column("process"))] + seq
@@ -63,9 +69,9 @@ class Layout:
                 valid[pos] = col.is_valid().to_numpy(zero_copy_only=False)
             del b, seq, pos
         # every seq at least 0 and every position inside the rows: the numbering holds when
-        # no two rows share a position (by induction over the processes in order, each one's
-        # rows then fill exactly its own positions)
-        if not filled.all():
+        # n rows fill the n positions, no two on one (by induction over the processes in
+        # order, each one's rows then fill exactly its own positions)
+        if rows != n or not filled.all():
             raise bad
         del filled
         self._link(placed.pop("kind_code"), placed.pop("msg"), placed.pop("first_delivery"),
@@ -83,14 +89,14 @@ class Layout:
                   ev.send_seq)
         return lay
 
-    def _frame_of(self, procs, span, process_chunks):
+    def _frame_of(self, procs, span, process_chunks, counts=None):
         """Processes, their columns and where each one's events start, from the process
-        column in chunks (ids all among procs)."""
+        column in chunks (ids all among procs), or from the counts of each one's events."""
         self.procs = np.asarray(procs, dtype=np.int64)
         P = len(self.procs)
         self.col = (self.procs % span if span else np.arange(P)).astype(np.int32)
         self.ncols = int(self.col.max()) + 1 if P else 0
-        counts = np.zeros(P, np.int64)
+        counts = np.zeros(P, np.int64) if counts is None else np.asarray(counts, np.int64)
         for chunk in process_chunks:
             counts += np.bincount(self._slots(chunk), minlength=P)[:P]
         self.start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -109,8 +115,9 @@ class Layout:
         return slot
 
     def _link(self, kind, msg, first, is_destroy, sender, send_seq):
+        # a receive's send seq is kept only in src (its origin's position): the seq is
+        # src - start[slot_of[src]]
         self.kind, self.msg, self.first, self.is_destroy = kind, msg, first, is_destroy
-        self.send_seq = send_seq
         recv = (kind == K.DELIVER) | (kind == K.SIGNAL_RECV)
         sslot = np.searchsorted(self.procs, sender)
         sslot[~recv] = 0
@@ -140,3 +147,11 @@ class Layout:
             o = (self.process_at(self.src[k]), self.seq_at(self.src[k]))
         return event(self.process_at(k), self.seq_at(k), K.NAMES[code],
                      None if code == K.INTERNAL else int(self.msg[k]), origin=o)
+
+
+def _drain(batches):
+    """The list's batches, each let go once taken (the caller then holds the only
+    reference)."""
+    batches.reverse()
+    while batches:
+        yield batches.pop()

@@ -227,13 +227,15 @@ class ByPosition:
 
     def __init__(self, lay, node=None, has_node=None):
         self.n, self.code, self.first = lay.n, lay.kind, lay.first.view(np.bool_)
-        self.msg, self.send_seq, self.is_destroy = lay.msg, lay.send_seq, lay.is_destroy
+        self.msg, self.is_destroy = lay.msg, lay.is_destroy
         self.node, self.has_node = node, has_node
         self.starts = lay.start[:-1]
         slot, start, procs, src = lay.slot_of, lay.start, lay.procs, lay.src
         self.process = _Computed(lambda k: procs[slot[k]])
         self.seq = _Computed(lambda k: k - start[slot[k]])
         self.sender = _Computed(lambda k: np.where(src[k] >= 0, procs[slot[src[k]]], -1))
+        self.send_seq = _Computed(lambda k: np.where(src[k] >= 0,
+                                                     src[k] - start[slot[src[k]]], -1))
 
 
 class _Computed:

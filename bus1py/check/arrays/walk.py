@@ -31,6 +31,23 @@ BLOCK_MIN_EVENTS = 1_000_000
 BLOCK_BYTES = 1 << 30
 BLOCK_MIN_COLUMNS = 4
 
+# The memory of one task of the walk by column blocks (spark/walk_blocks.py), bytes an
+# event (docs/CHECKER.md, "The memory of a task"; tests/check/test_by_message.py holds a
+# task's peak to it): every task holds the layout, the origin rows, its block's sender
+# columns and the scan's output whatever its block (TASK_EVENT_BYTES), and its block's
+# origin clocks, 4 bytes an entry (task_bytes); the task that decides fifo and node_rules
+# beside its walk holds their temporaries too (BESIDE_EVENT_BYTES).
+TASK_EVENT_BYTES = 48
+BESIDE_EVENT_BYTES = 32
+
+
+def task_bytes(events, origins, width, beside=False):
+    """The most one task of the walk holds, by the model above: `events` events of which
+    `origins` are sends, destroys or signal_sends, a block of `width` columns."""
+    return (events * (TASK_EVENT_BYTES + (BESIDE_EVENT_BYTES if beside else 0))
+            + origins * 4 * (width + 1))
+
+
 def _ptr(ffi, a, ctype):
     return ffi.cast(ctype + " *", a.ctypes.data) if a.size else ffi.NULL
 
@@ -84,17 +101,34 @@ def blocks(lay, cpus=None):
     BLOCK_MIN_EVENTS events (the blocks walk side by side, the kernels release the GIL),
     more when one block's origin clocks would pass BLOCK_BYTES; never narrower than
     BLOCK_MIN_COLUMNS columns."""
-    import math
     import os
     cpus = cpus or os.cpu_count() or 1
     origins = int((lay.kind <= K.SIGNAL_SEND).sum())
-    want = max(cpus if lay.n > BLOCK_MIN_EVENTS else 1,
-               math.ceil(origins * lay.ncols * 4 / BLOCK_BYTES))
-    count = max(1, min(want, lay.ncols // BLOCK_MIN_COLUMNS))
-    if count == 1:
+    edges = block_edges(lay.n, origins, lay.ncols, cpus)
+    if edges is None:
         return [None]       # every column at once
-    edges = np.linspace(0, lay.ncols, count + 1).round().astype(int)
-    return [Block(lay, int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+    return [Block(lay, a, b) for a, b in edges]
+
+
+def block_edges(events, origins, ncols, parts, block_bytes=BLOCK_BYTES):
+    """The (lo, hi) columns of each block: `parts` of them (the cores that walk them) for
+    more than BLOCK_MIN_EVENTS events, more when one block's origin clocks (4 bytes an
+    entry) would pass block_bytes, never narrower than BLOCK_MIN_COLUMNS columns; None for
+    one walk of every column."""
+    import math
+    want = max(parts if events > BLOCK_MIN_EVENTS else 1,
+               math.ceil(origins * ncols * 4 / block_bytes))
+    return even_edges(ncols, min(want, ncols // BLOCK_MIN_COLUMNS))
+
+
+def even_edges(ncols, count):
+    """The (lo, hi) columns of `count` blocks as even as they go, at least one column
+    each; None for one block of every column."""
+    count = max(1, min(count, ncols))
+    if count == 1:
+        return None
+    edges = np.linspace(0, ncols, count + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
 
 def verify(lay, claimed):
@@ -112,12 +146,14 @@ def verify(lay, claimed):
     return why[reason[0]], int(bad)
 
 
-def decide(lay, want, max_examples, claimed=None):
+def decide(lay, want, max_examples, claimed=None, parts=None):
     """({property: processes of its violations}, info) for the properties in `want`
     (causal, consistent). claimed: None, or a function giving the producer's clocks by
     position (n x P int32) or (None, (why, position)), used for causal once verified.
-    info: counts, examples, the vclock status and the seconds of each step; walk_complete
-    False means a causality cycle: causal is not decided (no "causal" entry)."""
+    parts: the Blocks whose columns alone this walk decides (default: blocks(), every
+    column). info: counts, examples (and their (position, partner) pairs as
+    `causal_pairs`), the vclock status and the seconds of each step; walk_complete False
+    means a causality cycle: causal is not decided (no "causal" entry)."""
     import time
     info = {"events": lay.n, "seconds": {}}
     clock_rows = clocks = None
@@ -138,13 +174,14 @@ def decide(lay, want, max_examples, claimed=None):
     if "causal" in want:
         t = time.perf_counter()
         if clocks is None:
-            complete, bad, examples = causal_by_blocks(lay, max_examples)
+            complete, bad, pairs = _causal_blocks(lay, max_examples, parts)
         else:
             complete = True
-            bad, examples = causal(lay, clock_rows, clocks, max_examples)
+            bad, pairs = _scan(lay, clock_rows, clocks, max_examples)
         info["walk_complete"] = complete
         if complete:
-            info["causal_examples"] = examples
+            info["causal_pairs"] = [[int(k), int(later)] for k, later in pairs]
+            info["causal_examples"] = inversions(lay, pairs)
             out["causal"] = lay.procs[lay.slot_of[bad]].tolist()
         info["seconds"]["causal"] = round(time.perf_counter() - t, 3)
     if "consistent" in want:
@@ -220,15 +257,19 @@ def causal_by_blocks(lay, max_examples, cpus=None):
     by block (blocks()), side by side; complete False: a causality cycle, nothing
     decided. Every delivery is judged by the one block holding its sender's column, so
     the positions and examples are the whole walk's."""
+    complete, bad, pairs = _causal_blocks(lay, max_examples, None, cpus)
+    return complete, bad, None if pairs is None else inversions(lay, pairs)
+
+
+def _causal_blocks(lay, max_examples, parts=None, cpus=None):
+    """causal_by_blocks over the Blocks `parts` (default blocks(lay, cpus)), its examples
+    as (position, partner) pairs."""
     from concurrent.futures import ThreadPoolExecutor
     row = origin_rows(lay)
-    parts = blocks(lay, cpus)
+    parts = parts or blocks(lay, cpus)
 
     def one(block):
-        _, clocks, complete = walk(lay, row, block)
-        if not complete:
-            return False, None, None
-        return (True, *_scan(lay, row, clocks, max_examples, block))
+        return causal_block(lay, row, block, max_examples)
 
     if len(parts) == 1:
         got = [one(parts[0])]
@@ -239,8 +280,23 @@ def causal_by_blocks(lay, max_examples, cpus=None):
     if not all(complete for complete, _, _ in got):
         return False, None, None
     bad = np.sort(np.concatenate([b for _, b, _ in got]))
-    chosen = sorted(e for _, _, ex in got for e in ex)[:max_examples]
-    return True, bad, [_inversion(lay, k, later) for k, later in chosen]
+    return True, bad, sorted(e for _, _, ex in got for e in ex)[:max_examples]
+
+
+def causal_block(lay, row, block, max_examples):
+    """(complete, violating positions, [(position, its partner)] of the first
+    max_examples) of the causal test by the walk of one Block's columns (None: every
+    column); complete False: a causality cycle, nothing decided. row: origin_rows(lay).
+    The blocks' pairs together, sorted, begin with the one walk's first max_examples."""
+    _, clocks, complete = walk(lay, row, block)
+    if not complete:
+        return False, None, None
+    return (True, *_scan(lay, row, clocks, max_examples, block))
+
+
+def inversions(lay, pairs):
+    """The causal examples of (position, partner) pairs."""
+    return [_inversion(lay, k, later) for k, later in pairs]
 
 
 def _inversion(lay, k, later):

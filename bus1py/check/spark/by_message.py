@@ -6,13 +6,17 @@
 #      rows (arrays/events.py, Events.of_messages) and finds exactly_once's violations
 #      among them (arrays/properties.violations), the losses not yet excused (the
 #      NODE_DESTROY that excuses one may be delivered in another task);
-#   2. the walk: the linked events in one task (walk_task.kernel_task), fifo and node_rules
-#      beside causal and consistent; it also reports the (process, node) pairs that
+#   2. the walk: the linked events in one task (walk_task.kernel_task; on a cluster split
+#      by column blocks over tasks, walk_blocks.py), fifo and node_rules beside causal and
+#      consistent; it also reports the (process, node) pairs that
 #      delivered a NODE_DESTROY, with which the driver excuses the losses
 #      (properties.excused, as the one task does).
 # With a local master both steps run in the driver's process (as one_task.py's task):
 # buckets read with pyarrow (arrays/buckets.py), two linked side by side; with a cluster,
-# a repartition by id and mapInArrow, then a job of one task. So the summary is the one
+# every exchange through files of this check (arrays/linked_files.py, in a directory
+# removed at its end): a task per trace file splits its rows into buckets, a task per
+# bucket links them and writes its linked events, then the walk by column blocks over
+# tasks reading them (walk_blocks.py). So the summary is the one
 # the whole check in one task gives (all but `seconds` and `timings`). A trace breaking
 # any rule (a per-row rule, the numbering, one origin per id, no dangling receive) or with
 # a causality cycle is handed back (None): the main pass and the phases after it then name
@@ -24,33 +28,32 @@ from __future__ import annotations
 import json
 import time
 
-from pyspark.sql import functions as F
-
 from .. import engine
 from .. import kinds as K
 from ..arrays.properties import PROBLEMS, example
 from ..examples import LOST
-from ..load import row_problem_code
-from . import walk_task
+from . import walk_blocks, walk_task
 
 EVENT, VIOLATION, SUMMARY = 0, 1, 2
 OUT_SCHEMA = ("rec byte, process int, seq long, kind_code byte, msg long, "
               "first_delivery boolean, sender_process int, send_seq long, "
               "is_destroy boolean, node long, problem byte, info string")
 WANT = ("causal", "consistent", "fifo", "node_rules")
-# rows per Arrow batch between Spark and the tasks (Spark's default, 10,000, costs a
-# round trip per batch)
-BATCH_ROWS = 1 << 20
-# rows per bucket when the tasks by message run in the driver's process
+# rows per bucket of the tasks by message (on a cluster, at least a bucket a core)
 BUCKET_ROWS = 4_000_000
 
 
-def link_task(max_examples):
+def link_task(max_examples, where=None):
     """The function mapInArrow runs on each task of job 1: the rows of some ids in, their
-    linked events, their exactly_once violations and one summary row out."""
+    linked events, their exactly_once violations and one summary row out. where: a
+    directory every executor reads; the linked events then go to a file of their own
+    there (arrays/linked_files.py), named in the summary with the events of each
+    process, instead of into the task's output."""
     def run(batches):
+        import numpy as np
         import pyarrow as pa
 
+        from ..arrays import linked_files
         from ..arrays import properties as P
         from ..arrays.events import Events
         from ..load import TraceError
@@ -72,9 +75,18 @@ def link_task(max_examples):
         del t
         n = ev.n
         node = pa.array(ev.node, mask=~ev.has_node)
-        yield _rows(n, EVENT, process=ev.process, seq=ev.seq, kind_code=ev.code, msg=ev.msg,
-                    first_delivery=ev.first, sender_process=ev.sender,
-                    send_seq=ev.send_seq, is_destroy=ev.is_destroy, node=node)
+        events = _rows(n, EVENT, process=ev.process, seq=ev.seq, kind_code=ev.code,
+                       msg=ev.msg, first_delivery=ev.first, sender_process=ev.sender,
+                       send_seq=ev.send_seq, is_destroy=ev.is_destroy, node=node)
+        written = {}
+        if where is None:
+            yield events
+        else:
+            procs, counts = np.unique(ev.process, return_counts=True)
+            written = {"file": linked_files.write(where, pa.Table.from_batches(
+                           [events]).select(list(linked_files.COLUMNS))),
+                       "counts": [procs.tolist(), counts.tolist()]}
+        del events
         if len(msg):
             yield _rows(len(msg), VIOLATION, process=proc, msg=msg, problem=problem,
                         sender_process=ev.process[origin], send_seq=ev.seq[origin],
@@ -84,9 +96,10 @@ def link_task(max_examples):
         again = problem > 0
         ex = P.examples(ev, msg[again], proc[again], origin[again], problem[again],
                         max_examples)
-        yield _summary({"procs": ev.procs.tolist(), "violations": int(len(msg)),
-                        "destroys": int((ev.code == K.DESTROY).sum()),
-                        "examples": [[e["highlight"][0], e["process"], e] for e in ex]})
+        yield _summary(dict(written, procs=ev.procs.tolist(), violations=int(len(msg)),
+                            destroys=int((ev.code == K.DESTROY).sum()),
+                            origins=int((ev.code <= K.SIGNAL_SEND).sum()),
+                            examples=[[e["highlight"][0], e["process"], e] for e in ex]))
     return run
 
 
@@ -218,35 +231,97 @@ def _drain(batches):
 
 
 def _cluster(c):
-    """Job 1 and the walk's job on Spark's executors: as _local."""
-    df = c.trace.df
-    code = K.kind_code()
-    base = df.select(F.col("process").cast("int").alias("process"), "seq",
-                     code.alias("kind_code"), "msg",
-                     F.when(code <= K.DESTROY, F.col("dests")).alias("dests"), "node",
-                     row_problem_code().alias("row_problem"))
-    parts = int(c.spark.conf.get("spark.sql.shuffle.partitions"))
-    with c.conf(execution__arrow__maxRecordsPerBatch=str(BATCH_ROWS)):
-        c.phase("by message: linking and exactly_once, in tasks by id")
-        linked = c.persist(base.repartition(parts, "msg")
-                           .mapInArrow(link_task(c.max_examples), OUT_SCHEMA))
-        rec = F.col("rec")
-        sums = [json.loads(r["info"]) for r in c.timed(
-            "by_message", lambda: linked.where(rec == SUMMARY).select("info").collect())]
-        if any(s.get("malformed") for s in sums):
-            return None
-        procs, fn, vstatus, walked = _walk_task(c, sums)
-        c.phase("the walk: causal, consistent, fifo and node_rules in one task")
-        columns = walk_task.COLUMNS + ("node",)
-        out = c.persist(linked.where(rec == EVENT).select(*columns).coalesce(1)
-                        .mapInArrow(fn, walk_task.OUT_SCHEMA))
-        info = json.loads(c.timed("walk", lambda: out.where(F.col("rec") == "summary")
-                                  .collect())[0]["info"])
-    violations = (linked.where(rec == VIOLATION).toArrow() if sum(
-        s["violations"] for s in sums) else _arrow_schema().empty_table())
-    return (procs, violations, info,
-            lambda name: out.where(F.col("rec") == name).select("process"), sums, vstatus,
-            walked)
+    """Job 1 and the walk by column blocks on Spark's executors, every exchange through
+    files of this check (arrays/linked_files.py): as _local."""
+    import shutil
+
+    from ..arrays import linked_files
+    where = linked_files.directory(c.spark.conf.get(walk_blocks.LINKED_DIR, None))
+    try:
+        return _through_files(c, where)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def _through_files(c, where):
+    """_cluster's jobs, their files under `where`: the trace's files split by id into
+    buckets, a task a file (the rows read with pyarrow where Spark's own scan would read
+    them); each bucket linked by a task (link_task, its linked events written to a file);
+    then the walk by column blocks (walk_blocks.py)."""
+    import pyarrow as pa
+
+    from ..load import Trace
+    plain = Trace(path=c.trace.path, df=None, files=list(c.trace.files), rows=c.trace.rows,
+                  stamp_ranges=c.trace.stamp_ranges)
+    buckets = max(-(-c.trace.rows // BUCKET_ROWS), c.spark.sparkContext.defaultParallelism)
+    c.phase("by message: the trace's files split by id, a task a file")
+    pieces = c.timed("split", _tasks, c, len(plain.files), _split_task(plain, buckets, where))
+    if any(s.get("malformed") for s in pieces[SUMMARY]):
+        return None
+    files = [[] for _ in range(buckets)]
+    for s in pieces[SUMMARY]:
+        files[s["bucket"]].append(s["file"])
+    c.phase("by message: linking and exactly_once, a task a bucket")
+    linked = c.timed("by_message", _tasks, c, buckets,
+                     _bucket_task(link_task(c.max_examples, where), files))
+    sums = linked[SUMMARY]
+    if any(s.get("malformed") for s in sums):
+        return None
+    procs = sorted(set().union(*(s["procs"] for s in sums)))
+    c.set_procs(procs)
+    walked = engine.walk_on_driver(c.trace.rows, len(procs), c.driver_max_cells)
+    c.phase("the walk by column blocks: causal, consistent, fifo and node_rules")
+    info, by_rec, vstatus = c.timed("walk", walk_blocks.run, c, WANT, sums,
+                                    any(s["destroys"] for s in sums), not walked)
+    violations = (pa.Table.from_batches(linked[VIOLATION], _arrow_schema())
+                  if linked[VIOLATION] else _arrow_schema().empty_table())
+    return procs, violations, info, by_rec, sums, vstatus, walked
+
+
+def _tasks(c, n, fn):
+    """{VIOLATION: [batches], SUMMARY: [infos]} of a job of n tasks, task i given the one
+    row i (fn: a mapInArrow function of OUT_SCHEMA writing no EVENT rows)."""
+    got = {VIOLATION: [], SUMMARY: []}
+    out = c.spark.range(n, numPartitions=n).mapInArrow(fn, OUT_SCHEMA).toArrow()
+    for b in out.to_batches():
+        rec = b.column("rec").to_numpy(zero_copy_only=False)
+        if (rec == VIOLATION).any():
+            got[VIOLATION].append(b.filter(rec == VIOLATION))
+        for info in b.filter(rec == SUMMARY).column("info").to_pylist():
+            got[SUMMARY].append(json.loads(info))
+    return got
+
+
+def _split_task(trace, buckets, where):
+    """The function of the tasks that split the trace's files: file i in, a summary
+    naming each bucket's piece written under `where` out (one saying `malformed` when a
+    row breaks a per-row rule: the main pass names it)."""
+    def run(batches):
+        from ..arrays import linked_files
+        from ..arrays.buckets import split
+        from ..load import TraceError
+        files = [i for b in batches for i in b.column(0).to_pylist()]
+        if not files:
+            return
+        try:
+            written = [(k, linked_files.write(where, piece))
+                       for k, piece in split(trace, files, buckets)]
+        except TraceError:
+            yield _summary({"malformed": True})
+            return
+        for k, name in written:
+            yield _summary({"bucket": k, "file": name})
+    return run
+
+
+def _bucket_task(link, files):
+    """The function of the tasks that link: bucket k in, link's rows over the pieces
+    `files[k]` out."""
+    def run(batches):
+        from ..arrays import linked_files
+        for k in [k for b in batches for k in b.column(0).to_pylist()]:
+            yield from link(linked_files.read(files[k]))
+    return run
 
 
 def _entry(n, examples, extra):

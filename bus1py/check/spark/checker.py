@@ -21,7 +21,8 @@
 # Only a handful of counterexample rows ever reach the driver; everything else stays in Spark
 # (persisted MEMORY_AND_DISK, so big traces spill instead of exhausting memory).
 # This module owns one check's state and its order of phases: the screen (screen.py), the
-# whole check in one task (one_task.py) or, past one task, by message (by_message.py), the
+# whole check in one task (one_task.py) or, past one task, by message (by_message.py; its
+# walk by column blocks on a cluster, walk_blocks.py), the
 # main pass (main_pass.py), exactly_once/fifo/node_rules (direct.py), the stamp witness
 # (witness.py), then exact causal and consistent in one job (walk_task.py), and causal in
 # Spark rounds (causal.py) when the walk meets a causality cycle; explain.py puts the
@@ -40,7 +41,7 @@ from .. import engine
 from ..arrays import walk as arrays_walk
 from ..arrays.layout import COLUMNS as WALK_COLUMNS, Layout
 from ..summary import PROPERTIES, all_hold, build
-from . import by_message, direct, main_pass, one_task, walk_task
+from . import by_message, direct, main_pass, one_task, walk_blocks, walk_task
 from .causal import causal_exact
 from .screen import screen
 from .witness import MAX_ROUNDS_FACTOR, witness
@@ -55,13 +56,15 @@ class Checker:
                  screen_min_rows=engine.SCREEN_MIN_ROWS,
                  driver_max_cells=engine.DRIVER_MAX_CELLS,
                  one_task_max_rows=engine.ONE_TASK_MAX_ROWS,
-                 by_message_min_rows=engine.ONE_TASK_MAX_ROWS):
+                 by_message_min_rows=engine.ONE_TASK_MAX_ROWS, walk_blocks=None):
         self.spark = spark
         # The limits of engine.py (tests lower them to reach every path with small traces)
         self.screen_min_rows = screen_min_rows
         self.driver_max_cells = driver_max_cells
         self.one_task_max_rows = one_task_max_rows
         self.by_message_min_rows = by_message_min_rows
+        # column blocks of the walk on a cluster (None: by its cores and the clocks' size)
+        self.walk_blocks = walk_blocks
         self.trace = trace
         self.force_exact = exact
         self.max_examples = max_examples
@@ -160,9 +163,12 @@ class Checker:
         t0 = time.perf_counter()
         if self.trace.rows == 0:  # an empty trace: every property holds vacuously
             return self._summary(t0, all_hold(()), "empty trace")
-        whole = engine.whole_trace(self.trace, self.force_exact, self.one_task_max_rows)
-        spread = not whole and engine.by_message(self.trace, self.force_exact,
-                                                 self.by_message_min_rows)
+        local = self.spark.sparkContext.master.startswith("local")
+        spread = engine.by_message(self.trace, self.force_exact, self.by_message_min_rows
+                                   if local else min(self.by_message_min_rows,
+                                                     engine.CLUSTER_BY_MESSAGE_MIN_ROWS))
+        whole = not spread and engine.whole_trace(self.trace, self.force_exact,
+                                                  self.one_task_max_rows)
         self.screen = engine.screen_skipped(self.trace, self.force_exact, whole or spread,
                                             self.screen_min_rows)
         if self.screen is None:
@@ -229,8 +235,10 @@ class Checker:
         causality cycle (the walk cannot finish; Tarjan's components decide consistent on
         any graph)."""
         found = {}
-        for name, (v, n, ex, extra) in self.timed("exact", walk_task.exact, self,
-                                                   set(exact)).items():
+        # on a cluster, the walk by column blocks over tasks (no one-task funnel)
+        walk = (walk_task.exact if self.spark.sparkContext.master.startswith("local")
+                else walk_blocks.exact)
+        for name, (v, n, ex, extra) in self.timed("exact", walk, self, set(exact)).items():
             verified = extra.get("vclock") == "holds"
             extra = dict(extra, method="vector-clock witness" if verified else "exact")
             if v is None:
@@ -307,7 +315,7 @@ class Checker:
 def check_trace(spark, trace, exact=False, max_examples=3, on_phase=None, keep_details=False,
                 group_span=None, **plan):
     """Check one trace; `plan` may set Checker's screen_min_rows, driver_max_cells,
-    one_task_max_rows and by_message_min_rows."""
+    one_task_max_rows, by_message_min_rows and walk_blocks."""
     c = Checker(spark, trace, exact=exact, max_examples=max_examples, on_phase=on_phase,
                 keep_details=keep_details, group_span=group_span, **plan)
     try:

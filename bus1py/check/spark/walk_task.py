@@ -1,7 +1,8 @@
 # Invariants: the exact path of `causal` and `consistent` as one Spark job: the main pass's
 # persisted table (validated), or the events linked by message (by_message.py, whose
 # numbering the layout checks: a summary says `malformed` otherwise), is read by one task
-# (coalesce(1), no shuffle) through Arrow (mapInArrow), and arrays/walk.py decides both
+# (coalesce(1), no shuffle) through Arrow (mapInArrow), or by each task of the walk by
+# column blocks from the linked events' files (walk_blocks.py), and arrays/walk.py decides both
 # properties on it with compiled kernels -- one topological walk for the vector clocks,
 # one linear scan for causal, Tarjan for the components; `fifo` and `node_rules` may be
 # decided beside the walk on the same layout (arrays/properties.py). The job's output stays in Spark: one row per violation (the details) and one
@@ -27,20 +28,28 @@ OUT_SCHEMA = "rec string, process int, info string"
 BESIDE = ("fifo", "node_rules")
 
 
-def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name, destroys=False):
+def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name, destroys=False,
+                linked=None):
     """The function mapInArrow runs on the one task: all rows in, violation and summary
     rows out. want: causal and consistent (the walk), and fifo and node_rules (BESIDE:
     the rows then carry `node` too and have no stamps). vclock_files: the trace's files,
     read here for their clock column `vclock_name` (with pyarrow: Spark's conversion of a
     list column to Arrow costs several times the walk), or None. The task reads them where
     Spark's own scan would, so they are as reachable. Rows not numbered 0, 1, 2, ... per
-    process give a summary with `malformed` and nothing decided."""
+    process give a summary with `malformed` and nothing decided.
+    linked: (files, counts, edges) for the walk by column blocks over tasks
+    (walk_blocks.py): the rows are read from the linked events' files
+    (arrays/linked_files.py; counts: the events of each process), the input row of a
+    task is the index i of its block in edges ((lo, hi) columns; None: one block of
+    every column), and the task decides causal for that block's senders, consistent
+    when i is 0 and fifo and node_rules when i is 1 (0 with one block)."""
     def run(batches):
         import numpy as np
         import pyarrow as pa
 
         from .. import kinds as K
         from .. import vclock as V
+        from ..arrays import linked_files
         from ..arrays import properties as P
         from ..arrays import walk as W
         from ..arrays.layout import Layout
@@ -50,16 +59,27 @@ def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name, dest
         if not batches:
             return
         received = time.perf_counter() - t0
-        beside = [name for name in BESIDE if name in want]
+        mine, parts, counts = list(want), None, None
+        if linked is not None:
+            files, counts, edges = linked
+            i = int(batches[0].column(0)[0].as_py())
+            batches = linked_files.read(files)
+            mine = [name for name in want if name == "causal"
+                    or name == "consistent" and i == 0
+                    or name in BESIDE and i == 1 % len(edges or [None])]
+        beside = [name for name in BESIDE if name in mine]
         try:
-            lay = Layout(batches, procs, span, ("node",) if destroys else ())
+            lay = Layout(batches, procs, span, ("node",) if destroys and beside else (),
+                         counts)
         except ValueError:
             yield summary_row({"malformed": True})
             return
         del batches
+        if linked is not None and edges is not None:
+            parts = [W.Block(lay, *edges[i])]
         node = has_node = None
         destroyed = []
-        if destroys:
+        if destroys and beside:
             node, has_node = lay.extra.pop("node")
             # the (process, node) pairs that delivered a NODE_DESTROY: what excuses a loss
             gone = np.flatnonzero((lay.kind == K.DELIVER) & lay.is_destroy & has_node)
@@ -85,7 +105,8 @@ def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name, dest
             view = P.ByPosition(lay, node, has_node)
             side = {name: pool.submit(_beside, getattr(P, name), view, max_examples)
                     for name in beside}
-            out, info = W.decide(lay, want, max_examples, claimed if vclock_files else None)
+            out, info = W.decide(lay, mine, max_examples, claimed if vclock_files else None,
+                                 parts)
             for name, run_ in side.items():
                 (method, procs_, n, examples), took = run_.result()
                 out[name] = procs_ or []
