@@ -247,6 +247,10 @@ def sweep(peer) -> None:
 
 
 def _after_fork_in_child() -> None:
+    # the fork waited for _lock (before=), so the tables are whole; the child's copy of the
+    # lock is held by the forking thread's twin: a lock of its own instead
+    global _lock
+    _lock = threading.RLock()
     # the parent's stores: a child that uses a peer takes its store again (ensure)
     for st in _stores.values():
         for sock in st.socks:
@@ -255,4 +259,7 @@ def _after_fork_in_child() -> None:
     _missing.clear()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+# a fork while another thread (the watcher's prune) holds _lock would give the child a lock
+# no thread of it can release: the fork waits for it instead
+os.register_at_fork(before=lambda: _lock.acquire(), after_in_parent=lambda: _lock.release(),
+                    after_in_child=_after_fork_in_child)
