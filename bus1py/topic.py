@@ -39,7 +39,6 @@ SUBSCRIBE = b"bus1py-subscribe"
 _SENDER_IDLE = lib.B1_SEND_SENDER_IDLE
 _ANY_TAG = _call._ANY_TAG
 _DATA = MessageType.DATA
-_recv_node = _messages.recv_node
 _partial_send = _messages.partial_send
 _EAGAIN = -errno.EAGAIN
 
@@ -111,7 +110,12 @@ class Topic:
         if type(payload) is not bytes:
             payload = args.as_bytes(payload)
         tp, dests = self._tp, self._dests
-        frame = tp._frame()
+        try:  # tp._frame() inlined: this thread's frame, the topic peer attached
+            frame = tp._bus._tls.frame
+        except AttributeError:
+            frame = tp._frame()  # raises: closed
+        if not tp._attached:
+            tp._attach()
         while True:
             n = len(dests)
             if not n:  # none known: the ones that arrived taken in
@@ -184,6 +188,7 @@ class Subscription:
             raise
         self.missed = 0    # messages of the topic sent while subscribed and not received
         self._last = -2  # the sequence number of the last one received (-2: none yet)
+        self._recv = peer.recv
         self._kept: collections.deque[Message] = collections.deque()  # taken by a cancelled arecv's thread, not yet returned
         self._closed = False
         self._gone = False  # the topic's NODE_RELEASE was read: every later wait ends at once
@@ -207,17 +212,13 @@ class Subscription:
         if self._closed or self._gone or self._kept:
             self._check_open()
             return self._seen(self._kept.popleft())
-        peer = self._peer
-        if timeout is None:  # the common wait in one C call; a retry or an error as call.wait's
-            m = _recv_node(peer._frame().address, peer._slot, peer._id, self.handle, 0, -1, _ANY_TAG, peer)
-            if type(m) is not int:
-                if peer._ready is not None:
-                    peer._ready.sync()
-                if m.type is _DATA and m.stamp[2] == self._last + 1:  # _seen's common case
-                    self._last += 1
-                    return m
-                return self._seen(m)
-        return self._seen(_call.wait(peer, self.handle, 0, _ANY_TAG, timeout))
+        # PeerCore.recv(node=) in C: the wait, its retries and errors, the readiness pipe's sync
+        m = self._recv(timeout, node=self.handle)
+        seq = m.stamp[2]
+        if seq == self._last + 1 and m.type is _DATA:  # _seen's common case
+            self._last = seq
+            return m
+        return self._seen(m)
 
     def _take(self, timeout):
         """One receive for `arecv`, run in an executor thread: what it takes is kept here
