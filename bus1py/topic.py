@@ -187,22 +187,31 @@ class Subscription:
             peer.release(self._topic)
             raise
         self.missed = 0    # messages of the topic sent while subscribed and not received
-        self._last = -2  # the sequence number of the last one received (-2: none yet)
-        self._recv = peer.recv
         self._kept: collections.deque[Message] = collections.deque()  # taken by a cancelled arecv's thread, not yet returned
         self._closed = False
         self._gone = False  # the topic's NODE_RELEASE was read: every later wait ends at once
+        # recv's common form as one C call (csrc/py/reader.c), keeping the sequence number
+        # of the last message received (.last; -2: none yet): the instance's `recv` while
+        # the subscription is open, not gone and keeps nothing (_slow drops it)
+        self._reader = _messages.NodeReader(peer, self.handle, _DATA, self._seen,
+                                            functools.partial(Subscription.recv, self))
+        self.recv = self._reader
+
+    def _slow(self):
+        """From now on every receive takes the method below, which looks at the state."""
+        self.__dict__.pop("recv", None)
 
     def _seen(self, m):
         """m, a message of the subscription: data counted (gaps are misses), a notice of
         the topic's end raised."""
         if m.type == MessageType.DATA:
-            seq = m.stamp[2]
-            if self._last >= 0 and seq > self._last + 1:
-                self.missed += seq - self._last - 1
-            self._last = seq
+            seq, last = m.stamp[2], self._reader.last
+            if last >= 0 and seq > last + 1:
+                self.missed += seq - last - 1
+            self._reader.last = seq
             return m
         self._gone = True
+        self._slow()
         raise _let_go(self.name)
 
     def recv(self, timeout: float | None = None):
@@ -212,18 +221,13 @@ class Subscription:
         if self._closed or self._gone or self._kept:
             self._check_open()
             return self._seen(self._kept.popleft())
-        # PeerCore.recv(node=) in C: the wait, its retries and errors, the readiness pipe's sync
-        m = self._recv(timeout, node=self.handle)
-        seq = m.stamp[2]
-        if seq == self._last + 1 and m.type is _DATA:  # _seen's common case
-            self._last = seq
-            return m
-        return self._seen(m)
+        return self._reader(timeout)
 
     def _take(self, timeout):
         """One receive for `arecv`, run in an executor thread: what it takes is kept here
         first, so a wait cancelled meanwhile loses nothing (the next receive returns it)."""
         self._kept.append(_call.wait(self._peer, self.handle, 0, _call._ANY_TAG, timeout))
+        self._slow()
 
     async def arecv(self, timeout: float | None = None):
         """`recv` for asyncio: the wait runs in the loop's default executor in slices of
@@ -266,6 +270,7 @@ class Subscription:
         if self._closed:
             return
         self._closed = True
+        self._slow()
         self._kept.clear()
         try:
             self._peer.destroy(self.handle, release=True)

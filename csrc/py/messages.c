@@ -651,11 +651,12 @@ PyMODINIT_FUNC PyInit__messages(void) {
     S.slice_attr = PyUnicode_InternFromString("_slice");
     S.reply_attr = PyUnicode_InternFromString("_reply");
     if (!S.empty || !S.slice_attr || !S.reply_attr) return NULL;
-    PyTypeObject *slice_type = b1py_slice_type(), *peer_type = b1py_peer_type();
-    if (!slice_type || !peer_type) return NULL;
+    PyTypeObject *slice_type = b1py_slice_type(), *peer_type = b1py_peer_type(), *reader_type = b1py_reader_type();
+    if (!slice_type || !peer_type || !reader_type) return NULL;
     PyObject *mod = PyModule_Create(&module);
     if (!mod) return NULL;
-    if (PyModule_AddType(mod, slice_type) < 0 || PyModule_AddType(mod, peer_type) < 0) {
+    if (PyModule_AddType(mod, slice_type) < 0 || PyModule_AddType(mod, peer_type) < 0 ||
+        PyModule_AddType(mod, reader_type) < 0) {
         Py_DECREF(mod);
         return NULL;
     }

@@ -32,6 +32,12 @@ PyObject *b1py_taken(struct b1_frame *f, uint32_t slot, uint64_t id, PyObject *h
 /* (ts, id, seq), the stamp a send returns */
 PyObject *b1py_stamp(int64_t ts, uint64_t id, uint64_t seq);
 
+/* peer.recv(timeout, node=node) of a PeerCore (peer.c): its fast form when the arguments
+ * fit it, else the Python method's; the Message, or NULL with an exception set */
+PyObject *b1py_recv_node(PyObject *peer, PyObject *node, PyObject *timeout);
+/* the NodeReader type (reader.c), ready, or NULL with an exception set; once, at module init */
+PyTypeObject *b1py_reader_type(void);
+
 /* the PeerCore type (peer.c), ready, or NULL with an exception set; once, at module init */
 PyTypeObject *b1py_peer_type(void);
 

@@ -52,8 +52,10 @@ typedef struct {
 static struct {
     PyObject *frame, *address, *max_dests, *held, *sync;
     PyObject *send_general, *send_failed, *recv_general, *recv_failed, *recv_node_failed;
-    PyObject *timeout, *copy, *node;
+    PyObject *timeout, *copy, *node, *node_kw;
 } N; /* interned names */
+
+static PyTypeObject PeerType;
 
 /* this thread's frame, when the cache holds it and the peer is attached; else NULL */
 static inline struct b1_frame *cached(PeerCore *self) {
@@ -193,6 +195,36 @@ static int timeout_ns(PyObject *t, int64_t *ns) {
     return 1;
 }
 
+/* the receive for one node (recv's node=, b1py_recv_node): messages.c, its failures peer.py's */
+static PyObject *recv_node(PeerCore *self, struct b1_frame *f, uint64_t node_id, PyObject *node,
+                           PyObject *timeout, int64_t ns) {
+    PyObject *frame = self->frame;
+    Py_INCREF(frame); /* the wait runs without the GIL: see the invariants */
+    PyObject *m = b1py_node_message(f, self->slot, self->id, node_id, 0, ns, (PyObject *)self);
+    if (m && PyLong_CheckExact(m)) {
+        Py_SETREF(m, PyObject_CallMethodObjArgs((PyObject *)self, N.recv_node_failed, m, node, timeout, NULL));
+    } else if (m && self->ready && self->ready != Py_None) {
+        PyObject *ok = PyObject_CallMethodNoArgs(self->ready, N.sync);
+        if (!ok) Py_CLEAR(m);
+        Py_XDECREF(ok);
+    }
+    Py_DECREF(frame);
+    return m;
+}
+
+PyObject *b1py_recv_node(PyObject *peer, PyObject *node, PyObject *timeout) {
+    PeerCore *self = (PeerCore *)peer;
+    int64_t ns;
+    uint64_t node_id;
+    if (!PyObject_TypeCheck(peer, &PeerType) || !timeout_ns(timeout, &ns) || !handle_id(node, &node_id) ||
+        !node_id) {
+        PyObject *a[] = {timeout, node};
+        return delegate(self, N.recv_general, a, 1, N.node_kw);
+    }
+    struct b1_frame *f = frame_of(self);
+    return f ? recv_node(self, f, node_id, node, timeout, ns) : NULL;
+}
+
 PyDoc_STRVAR(recv_doc,
 "recv($self, /, timeout=None, copy=True, *, node=None)\n--\n\n"
 "The next message: waits for one (None), fails at once (0, BlockingIOError), or\n"
@@ -229,20 +261,7 @@ static PyObject *peer_recv(PeerCore *self, PyObject *const *args, size_t nargsf,
     if (node != Py_None && (copy != Py_True || !handle_id(node, &node_id) || !node_id)) goto general;
     struct b1_frame *f = frame_of(self);
     if (!f) return NULL;
-    if (node_id) { /* the receive for one node: messages.c, its failures peer.py's */
-        PyObject *frame = self->frame;
-        Py_INCREF(frame); /* the wait runs without the GIL: see the invariants */
-        PyObject *m = b1py_node_message(f, self->slot, self->id, node_id, 0, ns, (PyObject *)self);
-        if (m && PyLong_CheckExact(m)) {
-            Py_SETREF(m, PyObject_CallMethodObjArgs((PyObject *)self, N.recv_node_failed, m, node, timeout, NULL));
-        } else if (m && self->ready && self->ready != Py_None) {
-            PyObject *ok = PyObject_CallMethodNoArgs(self->ready, N.sync);
-            if (!ok) Py_CLEAR(m);
-            Py_XDECREF(ok);
-        }
-        Py_DECREF(frame);
-        return m;
-    }
+    if (node_id) return recv_node(self, f, node_id, node, timeout, ns);
     PyObject *held = NULL;
     if (copy == Py_False) {
         if (!self->held) {
@@ -393,5 +412,6 @@ PyTypeObject *b1py_peer_type(void) {
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!(*names[i].slot = PyUnicode_InternFromString(names[i].name))) return NULL;
+    if (!(N.node_kw = PyTuple_Pack(1, N.node))) return NULL;
     return PyType_Ready(&PeerType) < 0 ? NULL : &PeerType;
 }
