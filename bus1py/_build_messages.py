@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def extension(root=Path(".")) -> Extension:
     """The extension, with paths relative to `root` (setup.py runs from the checkout)."""
     py = root / "csrc" / "py"
-    return Extension("bus1py._messages", sources=[str(py / f) for f in ("messages.c", "slice.c", "peer.c", "reader.c")],
+    return Extension("bus1py._messages", sources=[str(py / f) for f in ("messages.c", "slice.c", "peer.c", "topic.c")],
                      include_dirs=[str(root / "csrc" / "bus"), str(py)],
                      extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"])
 

@@ -57,7 +57,10 @@ class Topic:
             self._tp.disconnect()
             raise
         self._subs: dict = {}  # the topic peer's handle -> references it holds
-        self._dests: list = []  # its keys, as a send's destinations
+        self._dests: list = []  # its keys, as a send's destinations (changed in place: the sender's)
+        # send's common form as one C call (csrc/py/topic.c); the method below serves the rest
+        self.send = _messages.PartialSender(self._tp, self._dests, _SENDER_IDLE,
+                                            functools.partial(Topic.send, self))
 
     @property
     def id(self) -> int:
@@ -90,7 +93,7 @@ class Topic:
             room = len(self._subs) < tp._bus.limits.max_dests or (live and live[0] in self._subs)
             if m.destination == self._node and bytes(m.payload) == SUBSCRIBE and len(live) == 1 and room:
                 self._subs[live[0]] = self._subs.get(live[0], 0) + 1
-                self._dests = list(self._subs)
+                self._dests[:] = self._subs
             else:  # not a subscription: what it carried goes back
                 for h in live:
                     tp.release(h)
@@ -99,7 +102,7 @@ class Topic:
         elif m.type == MessageType.NODE_DESTROY and m.destination in self._subs:
             for _ in range(self._subs.pop(m.destination)):
                 tp.release(m.destination)
-            self._dests = list(self._subs)
+            self._dests[:] = self._subs
 
     def send(self, payload, *, handles=(), fds=()) -> int:
         """Multicast `payload` (with `handles`, the publishing peer's, and `fds`) to every

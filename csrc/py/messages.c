@@ -40,8 +40,6 @@
 #include "messages.h"
 #include "slice.h"
 
-typedef int64_t (*send_partial_fn)(struct b1_frame *, uint32_t, uint64_t, uint32_t, const char *, uint32_t,
-                                   uint32_t, uint32_t, int32_t *);
 typedef int (*send_iov_fn)(struct b1_frame *, uint32_t, uint64_t, uint64_t, uint32_t,
                            const char *const *, const uint32_t *, uint32_t, uint32_t, uint32_t);
 
@@ -57,12 +55,12 @@ static struct {
     PyObject *slice_attr;    /* "_slice" */
     b1py_slice_release_fn slice_release;
     send_iov_fn send_iov;
-    send_partial_fn send_partial; /* b1_frame_send_partial (setup_partial), NULL before */
 } S;
 
 b1py_recv_many_fn b1py_recv_many;
 b1py_recv_fn b1py_recv;
 b1py_send_fn b1py_send;
+b1py_send_partial_fn b1py_send_partial;
 
 /* The ints of a batch's senders and destinations, which repeat from message to message:
  * the last one's object is handed out again (ints are immutable). */
@@ -418,7 +416,7 @@ static PyObject *py_partial_send(PyObject *self, PyObject *const *args, Py_ssize
     if (!as_u64(args[0], &addr) || !as_u32(args[1], &slot) || !as_u64(args[2], &id) ||
         !as_u32(args[5], &flags) || !as_u64(args[6], &errs) || !as_u32(args[7], &cap))
         return NULL;
-    if (!S.send_partial) {
+    if (!b1py_send_partial) {
         PyErr_SetString(PyExc_RuntimeError, "bus1py._messages.setup_partial was not called");
         return NULL;
     }
@@ -439,7 +437,7 @@ static PyObject *py_partial_send(PyObject *self, PyObject *const *args, Py_ssize
         f->dests[i] = v;
     }
     /* the GIL stays held, as for the Peer's send (peer.c): a send waits for no one */
-    int64_t r = S.send_partial(f, slot, id, (uint32_t)n, PyBytes_AS_STRING(payload),
+    int64_t r = b1py_send_partial(f, slot, id, (uint32_t)n, PyBytes_AS_STRING(payload),
                                (uint32_t)PyBytes_GET_SIZE(payload), 0, flags, (int32_t *)(uintptr_t)errs);
     return PyLong_FromLongLong(r);
 }
@@ -451,7 +449,7 @@ static PyObject *py_setup_partial(PyObject *self, PyObject *arg) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a null function address");
         return NULL;
     }
-    S.send_partial = (send_partial_fn)(uintptr_t)a;
+    b1py_send_partial = (b1py_send_partial_fn)(uintptr_t)a;
     Py_RETURN_NONE;
 }
 
@@ -651,12 +649,13 @@ PyMODINIT_FUNC PyInit__messages(void) {
     S.slice_attr = PyUnicode_InternFromString("_slice");
     S.reply_attr = PyUnicode_InternFromString("_reply");
     if (!S.empty || !S.slice_attr || !S.reply_attr) return NULL;
-    PyTypeObject *slice_type = b1py_slice_type(), *peer_type = b1py_peer_type(), *reader_type = b1py_reader_type();
-    if (!slice_type || !peer_type || !reader_type) return NULL;
+    PyTypeObject *slice_type = b1py_slice_type(), *peer_type = b1py_peer_type(), *reader_type = b1py_reader_type(),
+                 *sender_type = b1py_sender_type();
+    if (!slice_type || !peer_type || !reader_type || !sender_type) return NULL;
     PyObject *mod = PyModule_Create(&module);
     if (!mod) return NULL;
     if (PyModule_AddType(mod, slice_type) < 0 || PyModule_AddType(mod, peer_type) < 0 ||
-        PyModule_AddType(mod, reader_type) < 0) {
+        PyModule_AddType(mod, reader_type) < 0 || PyModule_AddType(mod, sender_type) < 0) {
         Py_DECREF(mod);
         return NULL;
     }

@@ -12,12 +12,15 @@ typedef int (*b1py_recv_fn)(struct b1_frame *, uint32_t, uint64_t, int64_t);
 typedef int64_t (*b1py_send_fn)(struct b1_frame *, uint32_t, uint64_t, uint64_t, uint32_t,
                                 const char *, uint32_t, uint32_t, uint32_t);
 
+typedef int64_t (*b1py_send_partial_fn)(struct b1_frame *, uint32_t, uint64_t, uint32_t, const char *,
+                                        uint32_t, uint32_t, uint32_t, int32_t *);
 typedef int (*b1py_recv_node_fn)(struct b1_frame *, uint32_t, uint64_t, uint64_t, uint64_t, int64_t);
 
 /* the bus calls, set by `setup` (all NULL before it) */
 extern b1py_recv_many_fn b1py_recv_many;
 extern b1py_recv_fn b1py_recv;
 extern b1py_send_fn b1py_send;
+extern b1py_send_partial_fn b1py_send_partial; /* b1_frame_send_partial (setup_partial) */
 
 /* the Message b1_frame_recv left in f (f->info, f->buf, f->handles) */
 PyObject *b1py_copied(const struct b1_frame *f, PyObject *peer);
@@ -35,8 +38,13 @@ PyObject *b1py_stamp(int64_t ts, uint64_t id, uint64_t seq);
 /* peer.recv(timeout, node=node) of a PeerCore (peer.c): its fast form when the arguments
  * fit it, else the Python method's; the Message, or NULL with an exception set */
 PyObject *b1py_recv_node(PyObject *peer, PyObject *node, PyObject *timeout);
-/* the NodeReader type (reader.c), ready, or NULL with an exception set; once, at module init */
+/* this thread's frame of the PeerCore `peer` (peer.c), its slot and id, and the frame's
+ * room for destinations; NULL with an exception set when it is no PeerCore or its bus is
+ * closed */
+struct b1_frame *b1py_peer_frame(PyObject *peer, uint32_t *slot, uint64_t *id, uint32_t *max_dests);
+/* the types of topic.c, ready, or NULL with an exception set; once, at module init */
 PyTypeObject *b1py_reader_type(void);
+PyTypeObject *b1py_sender_type(void);
 
 /* the PeerCore type (peer.c), ready, or NULL with an exception set; once, at module init */
 PyTypeObject *b1py_peer_type(void);

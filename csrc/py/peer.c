@@ -225,6 +225,19 @@ PyObject *b1py_recv_node(PyObject *peer, PyObject *node, PyObject *timeout) {
     return f ? recv_node(self, f, node_id, node, timeout, ns) : NULL;
 }
 
+struct b1_frame *b1py_peer_frame(PyObject *peer, uint32_t *slot, uint64_t *id, uint32_t *max_dests) {
+    if (!PyObject_TypeCheck(peer, &PeerType)) {
+        PyErr_SetString(PyExc_TypeError, "a bus1py Peer was expected");
+        return NULL;
+    }
+    PeerCore *self = (PeerCore *)peer;
+    struct b1_frame *f = frame_of(self);
+    *slot = self->slot;
+    *id = self->id;
+    *max_dests = self->max_dests;
+    return f;
+}
+
 PyDoc_STRVAR(recv_doc,
 "recv($self, /, timeout=None, copy=True, *, node=None)\n--\n\n"
 "The next message: waits for one (None), fails at once (0, BlockingIOError), or\n"
