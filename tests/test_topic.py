@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import multiprocessing as mp
 import os
 import signal
@@ -287,3 +288,41 @@ def test_handles_and_descriptors_reach_every_subscriber(make_bus):
         s._peer.release(m.handles[0])
     assert t._tp.query().held_handles == 3  # its node and the two subscriptions: the lent one given back
     os.close(rd)
+
+
+# ---- the C forms of send and recv (csrc/py/topic.c) ----
+
+def test_the_c_forms_of_send_and_recv_are_the_methods_forms(make_bus):
+    """topic.send and sub.recv are single C calls in their common forms; every other form
+    (and every failure) is the Python method's, with the same results and errors, and the
+    misses are counted whichever form read the messages around a gap."""
+    from bus1py.topic import Subscription, Topic
+    bus = make_bus(**LIMITS)
+    pub = bus.peer()
+    t = pub.topic("t")
+    s = bus.peer().subscribe("t")
+    slow = bus.peer(quota_messages=2).subscribe("t")  # the topic's share of it: 1
+    assert type(t.send).__name__ == "PartialSender" and type(s.recv).__name__ == "NodeReader"
+    assert [t.send(b"0"), t.send(bytearray(b"1")), Topic.send(t, memoryview(b"2"))] == [2, 1, 1]
+    assert [bytes(s.recv(0).payload), bytes(s.recv(timeout=0).payload),
+            bytes(Subscription.recv(s, 0).payload)] == [b"0", b"1", b"2"]
+    for call, error, words in [(lambda: s.recv(timeout=-1), ValueError, "timeout must be None or >= 0"),
+                               (lambda: s.recv("x"), TypeError, "timeout must be None or a number"),
+                               (lambda: s.recv(1, 2), TypeError, "positional arguments"),
+                               (lambda: s.recv(tmo=1), TypeError, "unexpected keyword argument 'tmo'"),
+                               (lambda: t.send(), TypeError, "missing 1 required positional argument"),
+                               (lambda: t.send(5), TypeError, "payload must be bytes-like")]:
+        with pytest.raises(error, match=words):
+            call()
+    with pytest.raises(BlockingIOError):
+        s.recv(timeout=0)
+    assert bytes(slow.recv(timeout=0).payload) == b"0" and slow.missed == 0
+    assert [t.send(b"%d" % i) for i in range(3, 6)] == [2, 1, 1]  # slow's share is free again, once
+    assert bytes(Subscription.recv(slow, 0).payload) == b"3" and slow.missed == 2  # the Python form
+    assert t.send(b"6") == 2
+    assert bytes(slow.recv(timeout=0).payload) == b"6" and slow.missed == 4        # the C form, past a gap
+    assert bytes(s.recv().payload) == b"3"  # a wait for ever, then the C form's next in sequence
+    t.close()
+    for send in (t.send, functools.partial(Topic.send, t)):
+        with pytest.raises(BrokenPipeError, match="peer disconnected"):
+            send(b"x")
