@@ -271,11 +271,14 @@ static inline int front_ready(struct b1_peer *p) {
 #define REAP_CHECK_NS 200000000 /* a block at the front this long: is its sender alive? */
 
 /* Has the queue changed so that q may find an entry now?  For the front: it is committed.
- * For one node: the front's timestamp moved since `seen` (what lies behind it is found
- * by the wake every change sends a node waiter). */
+ * For one node: the front's timestamp moved since `seen` and the front is committed --
+ * behind an uncommitted front nothing is taken (next_entry_locked), so a transaction's
+ * staging is not looked at under the lock its sender needs to commit; what lies behind
+ * the front is found by the wake every change sends a node waiter. */
 static inline int may_take(struct b1_peer *p, const struct recv_req *q, uint64_t seen) {
     if (!q->node) return front_ready(p);
-    return atomic_load_explicit(&p->front_ts, memory_order_acquire) != seen;
+    uint64_t ts = atomic_load_explicit(&p->front_ts, memory_order_acquire);
+    return ts != seen && ts && !(ts & 1);
 }
 
 /* The handle `watch` of peer (slot, id) is known dead (its NODE_DESTROY was read)? */
