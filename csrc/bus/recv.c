@@ -15,8 +15,9 @@
  *   - A slice keeps its record and the receiver's quota charged until it is given back,
  *     or until the peer is flushed (peer.c), whichever is first.
  *   - A waiter registers in `waiters` before it reads wake_seq (queue.c): no wake is lost.
- *     A node waiter registers in `node_waiters` too, and looks once more after that, so
- *     every change of the queue after its look wakes it.
+ *     A node waiter registers in `node_waiters` too, and looks once more after that (under
+ *     the lock only when the front is committed: an empty queue or an uncommitted front
+ *     holds nothing it may take), so every change of the queue after its look wakes it.
  *   - A data message's descriptors are copied from the peer's store (fds.c) in the hold
  *     that takes its entry, before the entry leaves the queue: into the caller's room when
  *     it is delivered, none when it is dropped; its datagrams, orphans from then on, are
@@ -323,9 +324,12 @@ static int recv_wait(void *base, uint32_t slot, uint64_t id, struct recv_req *q,
         atomic_fetch_add(&p->waiters, 1); /* register first: see b1_wake */
         if (q->node) atomic_fetch_add(&p->node_waiters, 1);
         uint32_t seen = atomic_load(&p->wake_seq);
-        if (q->node) { /* what changed behind the front before the registration */
-            seen_front = atomic_load_explicit(&p->front_ts, memory_order_acquire);
-            r = recv_some(base, slot, id, q);
+        if (q->node) {
+            /* what changed behind a committed front before the registration, looked for
+             * under the lock; a queue empty or blocked at its front now holds nothing to
+             * take, and every change after the registration wakes (no lock taken then) */
+            seen_front = atomic_load_explicit(&p->front_ts, memory_order_seq_cst);
+            if (seen_front && !(seen_front & 1)) r = recv_some(base, slot, id, q);
             if (r == -EAGAIN && q->watch && watch_dead(base, slot, id, q->watch)) r = -ECONNRESET;
         }
         if (r == -EAGAIN && !may_take(p, q, seen_front) && p->id == id && p->state == B1_PEER_ACTIVE)
