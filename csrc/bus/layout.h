@@ -137,7 +137,8 @@ struct b1_peer {
     _Atomic uint32_t wake_seq;  /* futex word: bumped whenever the front changes (any
                                    change while node_waiters) */
     _Atomic uint64_t front_ts;  /* ts of the front entry, 0 when empty */
-    _Atomic uint32_t waiters;   /* processes or threads sleeping on wake_seq */
+    _Atomic uint32_t waiters;   /* processes or threads sleeping on wake_seq, and
+                                   B1_WAITERS_WOKEN: a wake since the last one looked */
     _Atomic uint32_t node_waiters; /* of them, those waiting for one node's entry (recv.c),
                                       woken by every change of the queue, not only its front */
     /* cold */

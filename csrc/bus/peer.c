@@ -433,10 +433,11 @@ uint32_t b1_peer_wake_seq(void *base, uint32_t slot) {
 int b1_peer_watch(void *base, uint32_t slot, uint64_t id, int last, int64_t timeout_ns) {
     struct b1_peer *p = b1_peer_at_slot(base, slot);
     if (!p) return -EINVAL;
-    atomic_fetch_add(&p->waiters, 1);
+    b1_sleeper_register(p);
     uint32_t seen = atomic_load(&p->wake_seq);
+    b1_sleeper_looked(p);
     int ready = b1_peer_ready(base, slot, id);
     if (ready == last) b1_futex_wait(&p->wake_seq, seen, timeout_ns);
-    atomic_fetch_sub(&p->waiters, 1);
+    b1_sleeper_unregister(p);
     return ready == last ? b1_peer_ready(base, slot, id) : ready;
 }

@@ -15,8 +15,8 @@
  *   - p->back is the rightmost entry (0 when empty), also updated by every change.
  *   - Only a committed (even) front can be dequeued; an odd front blocks the whole queue.
  *   - A sleeper first registers in `waiters`, then reads wake_seq, then re-checks front_ts;
- *     a change of the front publishes front_ts and then, if anyone is registered, bumps
- *     wake_seq and wakes.  Either the sleeper sees the new front or its futex word has
+ *     a change of the front publishes front_ts and then, if anyone is registered and no
+ *     wake is pending since the last sleeper's look (b1_wake), bumps wake_seq and wakes.  Either the sleeper sees the new front or its futex word has
  *     changed: no wake-up is lost, and without sleepers a change costs no shared write.
  *     While a receiver for one node sleeps (node_waiters), every change wakes, front or not.
  *
@@ -316,12 +316,20 @@ int b1_queue_contains_locked(void *base, struct b1_peer *p, uint32_t e) {
 
 /* Called after a change of the front was published (front_ts, seq_cst).  A sleeper
  * registers in `waiters` before it reads wake_seq and re-checks front_ts, so when no one is
- * registered the change needs no write here -- the common case costs one shared read. */
+ * registered the change needs no write here -- the common case costs one shared read.
+ * A wake marks `waiters` (B1_WAITERS_WOKEN) before it bumps wake_seq, and every sleeper
+ * clears the mark after it has read wake_seq and before it looks at the queue: while the
+ * mark stands, every registered sleeper either read wake_seq before that bump (its wait
+ * returns) or looks after this change, so another wake is owed to no one and is skipped
+ * -- a receiver woken and not yet run costs its senders no further syscalls.  A waker
+ * killed between the mark and the bump leaves the mark to the next sleeper's clear; until
+ * then a sleeper's wait ends by its own timeout (every wait is bounded: recv.c, peer.c). */
 void b1_wake(struct b1_peer *p) {
-    if (atomic_load_explicit(&p->waiters, memory_order_seq_cst)) {
-        atomic_fetch_add_explicit(&p->wake_seq, 1, memory_order_seq_cst);
-        syscall(SYS_futex, &p->wake_seq, FUTEX_WAKE, 0x7fffffff, NULL, NULL, 0);
-    }
+    uint32_t w = atomic_load_explicit(&p->waiters, memory_order_seq_cst);
+    if (!(w & ~B1_WAITERS_WOKEN) || (w & B1_WAITERS_WOKEN)) return;
+    if (atomic_fetch_or_explicit(&p->waiters, B1_WAITERS_WOKEN, memory_order_seq_cst) & B1_WAITERS_WOKEN) return;
+    atomic_fetch_add_explicit(&p->wake_seq, 1, memory_order_seq_cst);
+    syscall(SYS_futex, &p->wake_seq, FUTEX_WAKE, 0x7fffffff, NULL, NULL, 0);
 }
 
 /* Sleep while *word == seen (shared futex: the word lives in shared memory). */

@@ -27,6 +27,13 @@ uint32_t b1_queue_next_locked(void *base, struct b1_peer *p, uint32_t e);
 int b1_queue_publish_front(void *base, struct b1_peer *p);
 int b1_key_less(const struct b1_entry *a, const struct b1_entry *b);
 void b1_wake(struct b1_peer *p);
+/* A sleeper's registration, in this order: b1_sleeper_register, read wake_seq, then
+ * b1_sleeper_looked (the wake that came before is spent), then its look at the queue, then
+ * b1_futex_wait on what it read; b1_sleeper_unregister after. */
+#define B1_WAITERS_WOKEN 0x80000000u /* in waiters: woken since the last sleeper looked */
+static inline void b1_sleeper_register(struct b1_peer *p) { atomic_fetch_add(&p->waiters, 1); }
+static inline void b1_sleeper_looked(struct b1_peer *p) { atomic_fetch_and(&p->waiters, ~B1_WAITERS_WOKEN); }
+static inline void b1_sleeper_unregister(struct b1_peer *p) { atomic_fetch_sub(&p->waiters, 1); }
 int b1_futex_wait(_Atomic uint32_t *word, uint32_t seen, int64_t timeout_ns);
 
 /* A data copy's charge to its receiver p (p's lock held): one message, its payload bytes

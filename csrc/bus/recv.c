@@ -321,9 +321,10 @@ static int recv_wait(void *base, uint32_t slot, uint64_t id, struct recv_req *q,
             if (now >= deadline) return -ETIMEDOUT;
             if ((int64_t)(deadline - now) < left) left = (int64_t)(deadline - now);
         }
-        atomic_fetch_add(&p->waiters, 1); /* register first: see b1_wake */
+        b1_sleeper_register(p); /* register first: see b1_wake */
         if (q->node) atomic_fetch_add(&p->node_waiters, 1);
         uint32_t seen = atomic_load(&p->wake_seq);
+        b1_sleeper_looked(p);
         if (q->node) {
             /* what changed behind a committed front before the registration, looked for
              * under the lock; a queue empty or blocked at its front now holds nothing to
@@ -337,7 +338,7 @@ static int recv_wait(void *base, uint32_t slot, uint64_t id, struct recv_req *q,
         else if (r == -EAGAIN)
             r = 0;
         if (q->node) atomic_fetch_sub(&p->node_waiters, 1);
-        atomic_fetch_sub(&p->waiters, 1);
+        b1_sleeper_unregister(p);
         if (r > 0 || (r < 0 && r != -EINTR && r != -ETIMEDOUT && r != -EAGAIN)) return r;
         if (r == -EINTR) {
             /* the caller runs its signal handlers and calls again with the time left */
