@@ -188,3 +188,10 @@ def test_calls_section_times_all_three_rows(cfg):
     section(lines.append, res)
     assert any(line.startswith("| bus1py call/reply |") for line in lines)
     assert f"{res['call_over_zmq']:.2f} of pyzmq" in "\n".join(lines)
+
+
+@pytest.mark.timeout(60)
+def test_topic_calls_times_every_row():
+    from tools.bench.topic_calls import RECV_ROWS, SEND_ROWS, measure
+    best = measure(2, n=20, reps=2)
+    assert set(best) == set(SEND_ROWS + RECV_ROWS) and all(_positive(v) for v in best.values())
