@@ -1,4 +1,4 @@
-# Types of bus1py._messages (csrc/py/messages.c, peer.c, slice.c): the hot calls in C.
+# Types of bus1py._messages (csrc/py/messages.c, peer.c, slice.c, topic.c): the hot calls in C.
 # PeerCore.send and PeerCore.recv are Peer's public send and recv; their texts are the C
 # docstrings (help(bus1py.Peer.send)).  The module functions are the private calls of
 # peer.py and receive.py, typed as the C code parses them.
@@ -36,6 +36,16 @@ class PeerCore:
     @overload
     def recv(self, timeout: float | None = None, copy: bool = True, *, node: int | None = None) -> Message:
         """The next message."""
+
+# topic.c: a topic's send and a subscription's receive as single C calls (bus1py/topic.py)
+class PartialSender:
+    def __init__(self, peer: PeerCore, dests: list[int], flags: int, slow: Any, /) -> None: ...
+    def __call__(self, payload: Buffer, *, handles: Iterable[int] = (), fds: Iterable[int] = ()) -> int: ...
+
+class NodeReader:
+    last: int
+    def __init__(self, peer: PeerCore, node: int, data: Any, other: Any, slow: Any, /) -> None: ...
+    def __call__(self, timeout: float | None = None) -> Message: ...
 
 class Slice:
     token: int

@@ -59,8 +59,8 @@ class Topic:
         self._subs: dict = {}  # the topic peer's handle -> references it holds
         self._dests: list = []  # its keys, as a send's destinations (changed in place: the sender's)
         # send's common form as one C call (csrc/py/topic.c); the method below serves the rest
-        self.send = _messages.PartialSender(self._tp, self._dests, _SENDER_IDLE,
-                                            functools.partial(Topic.send, self))
+        self.send = _messages.PartialSender(  # type: ignore[method-assign]  # the instance's C form
+            self._tp, self._dests, _SENDER_IDLE, functools.partial(Topic.send, self))
 
     @property
     def id(self) -> int:
@@ -198,7 +198,7 @@ class Subscription:
         # the subscription is open, not gone and keeps nothing (_slow drops it)
         self._reader = _messages.NodeReader(peer, self.handle, _DATA, self._seen,
                                             functools.partial(Subscription.recv, self))
-        self.recv = self._reader
+        self.recv = self._reader  # type: ignore[method-assign]  # the instance's C form
 
     def _slow(self):
         """From now on every receive takes the method below, which looks at the state."""
