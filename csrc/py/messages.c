@@ -362,10 +362,10 @@ PyObject *b1py_node_message(struct b1_frame *f, uint32_t slot, uint64_t id, uint
         PyErr_SetString(PyExc_RuntimeError, "bus1py._messages.setup_calls was not called");
         return NULL;
     }
-    int r;
-    if (ns == 0) {
-        r = S.recv_node(f, slot, id, node, watch, 0);
-    } else {
+    /* a look without waiting first, with the GIL (as peer.c's recv): giving the GIL up and
+     * back is worth it only to wait */
+    int r = S.recv_node(f, slot, id, node, watch, 0);
+    if (r == -EAGAIN && ns != 0) {
         Py_BEGIN_ALLOW_THREADS
         r = S.recv_node(f, slot, id, node, watch, ns);
         Py_END_ALLOW_THREADS
