@@ -193,7 +193,7 @@ class Subscription:
         self._kept: collections.deque[Message] = collections.deque()  # taken by a cancelled arecv's thread, not yet returned
         self._closed = False
         self._gone = False  # the topic's NODE_RELEASE was read: every later wait ends at once
-        # recv's common form as one C call (csrc/py/reader.c), keeping the sequence number
+        # recv's common form as one C call (csrc/py/topic.c), keeping the sequence number
         # of the last message received (.last; -2: none yet): the instance's `recv` while
         # the subscription is open, not gone and keeps nothing (_slow drops it)
         self._reader = _messages.NodeReader(peer, self.handle, _DATA, self._seen,
@@ -229,8 +229,9 @@ class Subscription:
     def _take(self, timeout):
         """One receive for `arecv`, run in an executor thread: what it takes is kept here
         first, so a wait cancelled meanwhile loses nothing (the next receive returns it)."""
-        self._kept.append(_call.wait(self._peer, self.handle, 0, _call._ANY_TAG, timeout))
-        self._slow()
+        m = _call.wait(self._peer, self.handle, 0, _ANY_TAG, timeout)
+        self._slow()  # before it is kept: no receive passes it by through the C form
+        self._kept.append(m)
 
     async def arecv(self, timeout: float | None = None):
         """`recv` for asyncio: the wait runs in the loop's default executor in slices of

@@ -229,7 +229,7 @@ static PyTypeObject ReaderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "bus1py._messages.NodeReader",
     .tp_doc = "NodeReader(peer, node, data, other, slow): the receive of one node's numbered "
-              "stream in one C call (reader.c).",
+              "stream in one C call (topic.c).",
     .tp_basicsize = sizeof(NodeReader),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = reader_new,
