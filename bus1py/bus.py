@@ -10,8 +10,8 @@ Invariants:
     created persistent; other processes keep their mappings until they close them.
   - A name whose every holder is dead is taken over by one creator (b1_bus_reclaim's
     claim), never by two.
-  - The limits are limits.py's, the segment file's naming and checks segment.py's: this
-    module maps, initialises and closes.
+  - The limits are limits.py's; the segment file's naming, checks, mapping and takeover
+    are segment.py's: this module creates, initialises and closes a bus's mapping.
 """
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ import itertools
 import mmap
 import os
 import secrets
-import stat
 import time
 import threading
 import weakref
@@ -56,33 +55,6 @@ def _restore(bus_name: str, slot: int, peer_id: int, open_args: dict[str, Any] |
 
 
 _CREATE_TRIES = 200  # 10 ms apart: how long create(exist_ok=True) waits out a racer's initialisation
-
-
-def _reclaim(shm_name: str, mode: int):
-    """Unlink the bus `shm_name` if every holder is dead and this process won its claim
-    (csrc/bus/bus.c b1_bus_reclaim): None when the name is free now, else why it stays."""
-    try:
-        old = Bus.open(shm_name, mode=mode, watch=False)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        return f"it cannot be judged ({e})"
-    try:
-        r = lib.b1_bus_reclaim(old._base)
-        if r == 0:
-            try:
-                posix_ipc.unlink_shared_memory(shm_name)
-            except posix_ipc.ExistentialError:
-                pass
-    finally:
-        old.close()
-    if r == 0:
-        return None
-    if r == -errno.EBUSY:
-        return "live processes use it"
-    if r == -errno.EALREADY:
-        return "another process is taking it over"
-    return str(bus_error(r, shm_name))
 
 
 class Bus:
@@ -138,16 +110,7 @@ class Bus:
         same time, one creates it (FileExistsError, or the bus opened, for the others).
         """
         _segment.check_open_args(mode)
-        unknown = set(limits) - {f.name for f in fields(Limits)}
-        if unknown:
-            raise TypeError(f"unknown bus limit(s): {', '.join(sorted(unknown))}; "
-                            f"known: {', '.join(f.name for f in fields(Limits))}")
-        if isinstance(inject, str):
-            if inject not in INJECT_KINDS:
-                raise ValueError(f"unknown inject kind {inject!r}; known: {', '.join(INJECT_KINDS)}")
-            inject = INJECT_KINDS[inject]
-        lim = Limits(**limits, inject=inject)
-        lim.check()
+        lim = Limits.asked(inject, limits)
         c_limits = lim.to_c()
         size = lib.b1_segment_size(c_limits)
         if size == 0:  # csrc/bus/bus.c limits_valid and Limits.check disagree: a bug
@@ -159,7 +122,7 @@ class Bus:
                 break
             except posix_ipc.ExistentialError:
                 pass
-            why = _reclaim(shm_name, mode)
+            why = _segment.reclaim(shm_name, mode)
             if why is None:
                 continue  # the dead bus's name is free: create it anew
             if exist_ok:
@@ -179,7 +142,7 @@ class Bus:
         finally:
             shm.close_fd()
         bus = cls(shm_name, mm, created=True)
-        bus._owner = (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
+        bus._owner = _segment.owner(st)
         r = lib.b1_init(bus._base, size, c_limits)
         if r:
             bus.close()
@@ -211,31 +174,9 @@ class Bus:
         """
         shm_name = _segment.shm_name(name)
         _segment.check_open_args(mode, trust_other_owner)
-        fd = _segment.open_segment(shm_name)
-        try:
-            # every check reads the fd that is mapped, never the path: a name swapped after
-            # the open changes nothing here
-            st = os.fstat(fd)
-            _segment.check_segment(shm_name, st, mode, trust_other_owner)
-            try:
-                mm = mmap.mmap(fd, st.st_size)
-            except (OSError, OverflowError) as e:
-                raise OSError(getattr(e, "errno", None) or errno.ENOMEM,
-                              f"cannot map bus {shm_name!r} of {st.st_size} bytes: {e}") from None
-        finally:
-            os.close(fd)
-        probe = ffi.from_buffer(mm)
-        r = lib.b1_attach(probe, len(mm))
-        ffi.release(probe)
-        if r:
-            recorded = int.from_bytes(mm[16:24], "little")  # struct b1_header.segment_size
-            mm.close()
-            if r == -errno.EBADMSG and recorded > st.st_size:
-                raise bus_error(r, f"{shm_name!r} is truncated: {st.st_size} bytes, its header "
-                                   f"records {recorded}")
-            raise bus_error(r, f"{shm_name!r}")
+        mm, st = _segment.map_segment(shm_name, mode, trust_other_owner)
         bus = cls(shm_name, mm, created=False)
-        bus._owner = (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
+        bus._owner = _segment.owner(st)
         bus._open_args = {"mode": mode, "trust_other_owner": trust_other_owner}
         if watch:
             _watch.ensure(bus)

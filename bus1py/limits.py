@@ -80,6 +80,23 @@ class Limits:
             if getattr(self, name) >= 1 << width:
                 raise ValueError(f"bus limit {name}={getattr(self, name)} must be below 2**{width}")
 
+    @classmethod
+    def asked(cls, inject: str | int, limits: dict[str, Any]) -> Limits:
+        """The limits `Bus.create(inject=inject, **limits)` asks for, checked: TypeError
+        naming an unknown keyword, ValueError an unknown inject kind or the first limit
+        out of range (`check`)."""
+        unknown = set(limits) - {f.name for f in fields(cls)}
+        if unknown:
+            raise TypeError(f"unknown bus limit(s): {', '.join(sorted(unknown))}; "
+                            f"known: {', '.join(f.name for f in fields(cls))}")
+        if isinstance(inject, str):
+            if inject not in INJECT_KINDS:
+                raise ValueError(f"unknown inject kind {inject!r}; known: {', '.join(INJECT_KINDS)}")
+            inject = INJECT_KINDS[inject]
+        lim = cls(**limits, inject=inject)
+        lim.check()
+        return lim
+
     def to_c(self) -> Any:
         """The limits as the C helper's struct b1_limits (a cffi object); ValueError for a
         value its field cannot hold."""

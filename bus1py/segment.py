@@ -1,5 +1,6 @@
-"""The segment's file: a bus's name, opening it without following or blocking, judging
-its owner and mode, and finding this user's buses.
+"""The segment's file: a bus's name, opening and mapping it without following or
+blocking, judging its owner, mode and header, taking over a dead bus's name, and finding
+this user's buses.
 
 Invariants:
   - A bus name is one path component of valid UTF-8 without NUL (posix_ipc would crash
@@ -7,16 +8,21 @@ Invariants:
   - Every judgement of a segment reads the fd that is mapped or read, never the path: a
     name swapped between two looks changes nothing; a symbolic link or a FIFO is never
     followed or waited on.
-  - Nothing here maps a segment or knows the Bus class above it.
+  - A segment is mapped only after those checks, and handed on only once the C helper
+    accepted its header (b1_attach); this module knows no Bus class above it.
+  - A name is taken over (`reclaim`) only when every holder is dead and this process won
+    the claim in the segment, one atomic step (b1_bus_reclaim): of racers, one unlinks.
 """
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import stat
 
 import posix_ipc
 
+from ._lib import ffi, lib
 from .errors import bus_error
 
 SHM_DIR = "/dev/shm"
@@ -47,7 +53,7 @@ def check_open_args(mode: int, trust_other_owner: bool = False) -> None:
         raise TypeError(f"trust_other_owner must be True or False, not {trust_other_owner!r}")
 
 
-def open_segment(shm_name: str) -> int:
+def _open_segment(shm_name: str) -> int:
     """An fd of the segment `shm_name`, opened read-write.
 
     On Linux the segment is the file /dev/shm/NAME (what glibc's shm_open opens), so it is
@@ -79,7 +85,7 @@ def open_segment(shm_name: str) -> int:
         shm.close_fd()
 
 
-def check_segment(shm_name: str, st: os.stat_result, mode: int, trust_other_owner: bool) -> None:
+def _check_segment(shm_name: str, st: os.stat_result, mode: int, trust_other_owner: bool) -> None:
     """Refuse a segment that is not a regular file, belongs to another user (unless
     trusted) or is open to more than `mode` allows; see Bus.open."""
     if not stat.S_ISREG(st.st_mode):
@@ -94,6 +100,71 @@ def check_segment(shm_name: str, st: os.stat_result, mode: int, trust_other_owne
                                            f"{mode:#05o}; refused unless opened with mode={bits:#05o}")
     if st.st_size == 0:
         raise bus_error(errno.EBADMSG, f"{shm_name!r} is empty")
+
+def map_segment(shm_name: str, mode: int, trust_other_owner: bool) -> tuple[mmap.mmap, os.stat_result]:
+    """The segment `shm_name` mapped, and the fstat it was judged by: a regular file of
+    this user (or trusted) within `mode` (see Bus.open), whose header the C helper
+    accepts (b1_attach); else the error that says which, nothing left mapped."""
+    fd = _open_segment(shm_name)
+    try:
+        # every check reads the fd that is mapped, never the path: a name swapped after
+        # the open changes nothing here
+        st = os.fstat(fd)
+        _check_segment(shm_name, st, mode, trust_other_owner)
+        try:
+            mm = mmap.mmap(fd, st.st_size)
+        except (OSError, OverflowError) as e:
+            raise OSError(getattr(e, "errno", None) or errno.ENOMEM,
+                          f"cannot map bus {shm_name!r} of {st.st_size} bytes: {e}") from None
+    finally:
+        os.close(fd)
+    probe = ffi.from_buffer(mm)
+    r = lib.b1_attach(probe, len(mm))
+    ffi.release(probe)
+    if r:
+        recorded = int.from_bytes(mm[16:24], "little")  # struct b1_header.segment_size
+        mm.close()
+        if r == -errno.EBADMSG and recorded > st.st_size:
+            raise bus_error(r, f"{shm_name!r} is truncated: {st.st_size} bytes, its header "
+                               f"records {recorded}")
+        raise bus_error(r, f"{shm_name!r}")
+    return mm, st
+
+
+def reclaim(shm_name: str, mode: int) -> str | None:
+    """Unlink the bus `shm_name` if every holder is dead and this process won its claim
+    (csrc/bus/bus.c b1_bus_reclaim): None when the name is free now, else why it stays."""
+    try:
+        mm, _ = map_segment(shm_name, mode, False)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"it cannot be judged ({e})"
+    base = ffi.from_buffer(mm)
+    try:
+        r = lib.b1_bus_reclaim(base)
+        if r == 0:
+            try:
+                posix_ipc.unlink_shared_memory(shm_name)
+            except posix_ipc.ExistentialError:
+                pass
+    finally:
+        ffi.release(base)
+        mm.close()
+    if r == 0:
+        return None
+    if r == -errno.EBUSY:
+        return "live processes use it"
+    if r == -errno.EALREADY:
+        return "another process is taking it over"
+    return str(bus_error(r, shm_name))
+
+
+def owner(st: os.stat_result) -> tuple[int, int, int]:
+    """The segment's uid, gid and permission bits, from the fstat of its fd (fds.py
+    gives its descriptor stores the same)."""
+    return (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
+
 
 def list_names() -> list[str]:
     """Names of the bus1py buses in /dev/shm that belong to this user.
