@@ -1,6 +1,6 @@
 """Peer.send and Peer.recv run in C (csrc/py/peer.c) for their common forms and hand
 everything else to Python: whichever path a call takes, it returns or raises exactly what
-the Python path (Peer._send_general, Peer._recv_general) does for the same arguments, and
+the Python path (Peer._send_general, Peer._recv_general: sending.py, receiving.py) does for the same arguments, and
 the frame the C methods keep is each thread's own, refused once the bus is closed."""
 from __future__ import annotations
 
