@@ -115,7 +115,10 @@ class Bus:
         size = lib.b1_segment_size(c_limits)
         if size == 0:  # csrc/bus/bus.c limits_valid and Limits.check disagree: a bug
             raise ValueError(f"inconsistent bus limits: {asdict(lim)}")
-        shm_name = _segment.shm_name(name) if name is not None else f"/bus1py-{os.getpid()}-{secrets.token_hex(6)}"
+        if name is None:
+            shm_name = f"/bus1py-{os.getpid()}-{secrets.token_hex(6)}"
+        else:
+            shm_name = _segment.shm_name(name)
         for tries in itertools.count():
             try:
                 shm = posix_ipc.SharedMemory(shm_name, posix_ipc.O_CREX, mode=mode, size=size)

@@ -71,7 +71,6 @@ class Peer(NodeOps, SendOps, RecvOps):
         super().__init__(bus, slot, peer_id)  # _bus, _slot, _id; not _attached, no _ready
         holders.peers.add(self)
 
-
     def __reduce__(self) -> tuple[Any, ...]:
         bus = self._bus
         return (bus._restore_peer, (bus.name, self._slot, self._id, bus._open_args))
@@ -137,7 +136,6 @@ class Peer(NodeOps, SendOps, RecvOps):
         (stamp, errors).  An object that cannot be pickled raises TypeError, nothing sent.
         The receiver rebuilds it with `msg.obj()` (objects.py)."""
         return objects.send_obj(self, destinations, obj, handles, unreachable_error)
-
 
     async def arecv(self, timeout: float | None = None, copy: bool = True) -> Message:
         """`recv` for asyncio: waits on the running loop's reader for `fileno()`, never in
@@ -231,9 +229,7 @@ class Peer(NodeOps, SendOps, RecvOps):
         return ready.read_fd
 
 
-
 def send(peer: Peer, destinations: int | Iterable[int], payload: Buffer, handles: Iterable[int] = (),
          **flags: Any) -> tuple[int, int, int]:
     """`peer.send(destinations, payload, handles)` as a function."""
     return peer.send(destinations, payload, handles, **flags)
-

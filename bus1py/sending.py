@@ -60,7 +60,7 @@ class SendOps(PeerBase):
             raise args.bad_ids(destinations, handles) from None
         if ts < 0:
             ts = reap_and_retry(bus, ts, _send, frame.c, self._slot, self._id, dest, n, payload,
-                                 len(payload), nh, flags)
+                                len(payload), nh, flags)
             if ts < 0:
                 raise args.send_error(self, ts, destinations, len(payload), n or 1, nh)
         return (ts, self._id, frame.seq[0])
@@ -100,7 +100,7 @@ class SendOps(PeerBase):
         if r is not None:
             if r < 0:
                 r = reap_and_retry(bus, r, _csend_many, frame.address, self._slot, self._id, dest, n,
-                                    payloads, nh, flags)
+                                   payloads, nh, flags)
             if r < 0:
                 raise args.send_error(self, r, destinations, memoryview(payloads[0]).nbytes, n or 1, nh)
             return r
@@ -116,7 +116,7 @@ class SendOps(PeerBase):
         r = _send_many(frame.c, self._slot, self._id, dest, n, data, arr, len(lens), nh, flags)
         if r < 0:
             r = reap_and_retry(bus, r, _send_many, frame.c, self._slot, self._id, dest, n, data, arr,
-                                len(lens), nh, flags)
+                               len(lens), nh, flags)
         if r < 0:
             raise args.send_error(self, r, destinations, lens[0], n or 1, nh)
         return r
