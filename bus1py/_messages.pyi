@@ -1,7 +1,7 @@
 # Types of bus1py._messages (csrc/py/messages.c, peer.c, slice.c, topic.c): the hot calls in C.
 # PeerCore.send and PeerCore.recv are Peer's public send and recv; their texts are the C
 # docstrings (help(bus1py.Peer.send)).  The module functions are the private calls of
-# peer.py and receive.py, typed as the C code parses them.
+# sending.py, receiving.py and receive.py, typed as the C code parses them.
 from collections.abc import Iterable
 from typing import Any, Literal, overload
 

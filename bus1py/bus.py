@@ -8,6 +8,10 @@ Invariants:
     ValueError instead of touching unmapped memory.
   - The creating process unlinks the name when it exits normally, unless the bus was
     created persistent; other processes keep their mappings until they close them.
+  - A name whose every holder is dead is taken over by one creator (b1_bus_reclaim's
+    claim), never by two.
+  - The limits are limits.py's; the segment file's naming, checks, mapping and takeover
+    are segment.py's: this module creates, initialises and closes a bus's mapping.
 """
 from __future__ import annotations
 
@@ -17,192 +21,27 @@ import itertools
 import mmap
 import os
 import secrets
-import stat
 import time
 import threading
 import weakref
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
 import posix_ipc
 
-from . import fds as _fds, watch as _watch
+from . import fds as _fds, segment as _segment, watch as _watch
 from ._lib import ffi, lib
 from .errors import bus_error
 from .frame import Frame
-from .peer import Peer, PeerInfo
+from .limits import INJECT_KINDS, MAX_NAMES, MAX_PEERS, MAX_SLOTS, Limits
+from .peer import Peer
+from .peerinfo import PeerInfo
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
 lib.b1_process_init()  # the C helper's cached pid is reset in forked children
-_SHM_DIR = "/dev/shm"
-_MAGIC = 0x7962317375627962  # csrc/bus/layout.h B1_MAGIC
-
-
-# slots of the node, handle and entry tables at most (csrc/bus/bus.c B1_MAX_SLOTS): a handle
-# id keeps 24 bits of index; peers at most (csrc/bus/layout.h B1_MAX_PEERS): an entry names
-# its queue's peer slot in 16 bits
-MAX_SLOTS = (1 << 24) - 2
-MAX_PEERS = (1 << 16) - 1
-# well-known names at most (csrc/bus/view.h B1_MAX_NAMES): the table has twice as many slots
-MAX_NAMES = 1 << 16
-# the width of each field of struct b1_limits (csrc/bus/bus1.h)
-_LIMIT_BITS = {name: 8 * ffi.sizeof(field.type) for name, field in ffi.typeof("struct b1_limits").fields}
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Sizes fixed when a bus is created (keyword arguments of `Bus.create`): table sizes
-    (max_peers, max_nodes, max_handles, max_entries, max_names), per-message bounds
-    (max_payload bytes, max_dests, max_msg_handles), the pool's bytes (pool_size), each
-    peer's default quotas (quota_messages, quota_handles, quota_bytes, quota_fds), the
-    receive spin before sleeping (spin_ns), and the fault injection (inject,
-    inject_pause_ns).  `check()` names the first one out of range."""
-
-    max_peers: int = 1024
-    max_nodes: int = 65536
-    max_handles: int = 262144
-    max_entries: int = 262144
-    max_payload: int = 1 << 20
-    max_dests: int = 1024
-    max_msg_handles: int = 256
-    spin_ns: int = 50_000
-    pool_size: int = 64 << 20
-    quota_messages: int = 65536
-    quota_handles: int = 65536
-    quota_bytes: int = 16 << 20
-    inject: int = 0
-    inject_pause_ns: int = 0
-    max_names: int = 1024
-    quota_fds: int = 64
-
-    def check(self) -> None:
-        """Raise ValueError naming the first limit that cannot work and its bound (the rules
-        of csrc/bus/bus.c limits_valid, plus the width of each field of struct b1_limits)."""
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"bus limit {f.name} must be a non-negative int, not {value!r}")
-        for name, most in (("max_peers", MAX_PEERS), ("max_nodes", MAX_SLOTS), ("max_handles", MAX_SLOTS),
-                           ("max_entries", MAX_SLOTS)):
-            if not 1 <= getattr(self, name) <= most:
-                raise ValueError(f"bus limit {name}={getattr(self, name)} must be from 1 to {most}")
-        if not 1 <= self.max_dests <= min(self.max_entries, 65536):
-            raise ValueError(f"bus limit max_dests={self.max_dests} must be from 1 to "
-                             f"max_entries={self.max_entries} and at most 65536")
-        if self.max_msg_handles > 65536:
-            raise ValueError(f"bus limit max_msg_handles={self.max_msg_handles} must be at most 65536")
-        if not 4096 <= self.pool_size <= 1 << 38:
-            raise ValueError(f"bus limit pool_size={self.pool_size} must be from 4096 to 2**38 bytes")
-        if self.max_payload + 32 > 1 << 27:
-            raise ValueError(f"bus limit max_payload={self.max_payload} must be at most {(1 << 27) - 32}")
-        if self.max_names > MAX_NAMES:
-            raise ValueError(f"bus limit max_names={self.max_names} must be from 0 to {MAX_NAMES}")
-        if self.inject > lib.B1_INJECT_FIFO:
-            raise ValueError(f"bus limit inject={self.inject} is not a known fault kind")
-        for name, width in _LIMIT_BITS.items():  # the rest: what their fields hold
-            if getattr(self, name) >= 1 << width:
-                raise ValueError(f"bus limit {name}={getattr(self, name)} must be below 2**{width}")
-
-    def to_c(self) -> Any:
-        """The limits as the C helper's struct b1_limits (a cffi object); ValueError for a
-        value its field cannot hold."""
-        c = ffi.new("struct b1_limits *")
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"bus limit {f.name} must be a non-negative int, not {value!r}")
-            try:
-                setattr(c, f.name, value)
-            except OverflowError:
-                raise ValueError(f"bus limit {f.name}={value} is out of range") from None
-        return c
-
-
-INJECT_KINDS: dict[str, int] = {
-    "no-block": lib.B1_INJECT_NO_BLOCK,
-    "no-sync": lib.B1_INJECT_NO_SYNC,
-    "address-tiebreak": lib.B1_INJECT_ADDRESS_TIEBREAK,
-    "fifo": lib.B1_INJECT_FIFO,
-}
-"""The deliberately broken ordering paths `Bus.create(inject=...)` selects, to prove that
-the checker catches each (never for real use): ``no-block`` (no blocks staged before the
-stamp), ``no-sync`` (no sync round), ``address-tiebreak`` (ties broken by entry address),
-``fifo`` (per-queue arrival order, no clocks); docs/DESIGN.md, "Fault injection"."""
-
-
-def _shm_name(name: str) -> str:
-    if not isinstance(name, str) or not name.strip("/"):
-        raise ValueError(f"bus name must be a non-empty string, not {name!r}")
-    name = "/" + name.lstrip("/")
-    if "/" in name[1:] or len(name) > 255:
-        raise ValueError(f"bus name {name!r} must be one path component of at most 254 characters")
-    # posix_ipc hands the name to C as a NUL-terminated UTF-8 string: an embedded NUL or a
-    # lone surrogate crashes it rather than raising, so both are refused here
-    if "\x00" in name:
-        raise ValueError(f"bus name {name!r} must not contain a NUL character")
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"bus name {name!r} is not valid UTF-8 text") from None
-    return name
-
-
-def _check_open_args(mode: int, trust_other_owner: bool = False) -> None:
-    if not isinstance(mode, int) or isinstance(mode, bool) or not 0 <= mode <= 0o777:
-        raise ValueError(f"bus mode must be permission bits from 0o000 to 0o777, not {mode!r}")
-    if not isinstance(trust_other_owner, bool):
-        raise TypeError(f"trust_other_owner must be True or False, not {trust_other_owner!r}")
-
-
-def _open_segment(shm_name: str) -> int:
-    """An fd of the segment `shm_name`, opened read-write.
-
-    On Linux the segment is the file /dev/shm/NAME (what glibc's shm_open opens), so it is
-    opened there directly with O_NOFOLLOW and O_NONBLOCK: a symbolic link is refused
-    rather than followed, and a FIFO or other special file cannot block the open (its
-    type is refused after, on the fd).  posix_ipc takes no such flags.  Elsewhere
-    shm_open is the only way in, and the caller's fstat checks are what stands."""
-    if os.path.isdir(_SHM_DIR):
-        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        try:
-            return os.open(_SHM_DIR + shm_name, flags)
-        except FileNotFoundError:
-            raise FileNotFoundError(errno.ENOENT, f"no bus named {shm_name!r}") from None
-        except PermissionError as e:
-            raise PermissionError(e.errno, f"cannot open bus {shm_name!r}: {e.strerror}") from None
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise OSError(errno.ELOOP, f"{shm_name!r} is a symbolic link, not a bus segment") from None
-            raise OSError(e.errno, f"cannot open bus {shm_name!r}: {e.strerror}") from None
-    try:
-        shm = posix_ipc.SharedMemory(shm_name)
-    except posix_ipc.ExistentialError:
-        raise FileNotFoundError(errno.ENOENT, f"no bus named {shm_name!r}") from None
-    except posix_ipc.PermissionsError as e:
-        raise PermissionError(errno.EACCES, f"cannot open bus {shm_name!r}: {e}") from None
-    try:
-        return os.dup(shm.fd)
-    finally:
-        shm.close_fd()
-
-
-def _check_segment(shm_name: str, st: os.stat_result, mode: int, trust_other_owner: bool) -> None:
-    """Refuse a segment that is not a regular file, belongs to another user (unless
-    trusted) or is open to more than `mode` allows; see Bus.open."""
-    if not stat.S_ISREG(st.st_mode):
-        raise bus_error(errno.EBADMSG, f"{shm_name!r} is not a regular file")
-    if st.st_uid != os.geteuid() and not trust_other_owner:
-        raise PermissionError(errno.EPERM, f"bus {shm_name!r} is owned by uid {st.st_uid}, not by this "
-                                           f"user (uid {os.geteuid()}); refused unless opened with "
-                                           f"trust_other_owner=True")
-    bits = stat.S_IMODE(st.st_mode)
-    if bits & ~mode:
-        raise PermissionError(errno.EPERM, f"bus {shm_name!r} has mode {bits:#05o}, wider than "
-                                           f"{mode:#05o}; refused unless opened with mode={bits:#05o}")
-    if st.st_size == 0:
-        raise bus_error(errno.EBADMSG, f"{shm_name!r} is empty")
+__all__ = ["Bus", "Limits", "INJECT_KINDS", "MAX_NAMES", "MAX_PEERS", "MAX_SLOTS"]
 
 
 def _restore(bus_name: str, slot: int, peer_id: int, open_args: dict[str, Any] | None = None) -> Peer:
@@ -216,33 +55,6 @@ def _restore(bus_name: str, slot: int, peer_id: int, open_args: dict[str, Any] |
 
 
 _CREATE_TRIES = 200  # 10 ms apart: how long create(exist_ok=True) waits out a racer's initialisation
-
-
-def _reclaim(shm_name: str, mode: int):
-    """Unlink the bus `shm_name` if every holder is dead and this process won its claim
-    (csrc/bus/bus.c b1_bus_reclaim): None when the name is free now, else why it stays."""
-    try:
-        old = Bus.open(shm_name, mode=mode, watch=False)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        return f"it cannot be judged ({e})"
-    try:
-        r = lib.b1_bus_reclaim(old._base)
-        if r == 0:
-            try:
-                posix_ipc.unlink_shared_memory(shm_name)
-            except posix_ipc.ExistentialError:
-                pass
-    finally:
-        old.close()
-    if r == 0:
-        return None
-    if r == -errno.EBUSY:
-        return "live processes use it"
-    if r == -errno.EALREADY:
-        return "another process is taking it over"
-    return str(bus_error(r, shm_name))
 
 
 class Bus:
@@ -297,29 +109,23 @@ class Bus:
         the limits then are the existing bus's).  Of processes that restart one at the
         same time, one creates it (FileExistsError, or the bus opened, for the others).
         """
-        _check_open_args(mode)
-        unknown = set(limits) - {f.name for f in fields(Limits)}
-        if unknown:
-            raise TypeError(f"unknown bus limit(s): {', '.join(sorted(unknown))}; "
-                            f"known: {', '.join(f.name for f in fields(Limits))}")
-        if isinstance(inject, str):
-            if inject not in INJECT_KINDS:
-                raise ValueError(f"unknown inject kind {inject!r}; known: {', '.join(INJECT_KINDS)}")
-            inject = INJECT_KINDS[inject]
-        lim = Limits(**limits, inject=inject)
-        lim.check()
+        _segment.check_open_args(mode)
+        lim = Limits.asked(inject, limits)
         c_limits = lim.to_c()
         size = lib.b1_segment_size(c_limits)
         if size == 0:  # csrc/bus/bus.c limits_valid and Limits.check disagree: a bug
             raise ValueError(f"inconsistent bus limits: {asdict(lim)}")
-        shm_name = _shm_name(name) if name is not None else f"/bus1py-{os.getpid()}-{secrets.token_hex(6)}"
+        if name is None:
+            shm_name = f"/bus1py-{os.getpid()}-{secrets.token_hex(6)}"
+        else:
+            shm_name = _segment.shm_name(name)
         for tries in itertools.count():
             try:
                 shm = posix_ipc.SharedMemory(shm_name, posix_ipc.O_CREX, mode=mode, size=size)
                 break
             except posix_ipc.ExistentialError:
                 pass
-            why = _reclaim(shm_name, mode)
+            why = _segment.reclaim(shm_name, mode)
             if why is None:
                 continue  # the dead bus's name is free: create it anew
             if exist_ok:
@@ -339,7 +145,7 @@ class Bus:
         finally:
             shm.close_fd()
         bus = cls(shm_name, mm, created=True)
-        bus._owner = (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
+        bus._owner = _segment.owner(st)
         r = lib.b1_init(bus._base, size, c_limits)
         if r:
             bus.close()
@@ -369,33 +175,11 @@ class Bus:
         process for it: for tools that only look (`bus1py ls`, `fsck`), whose looking must
         not collect anything.
         """
-        shm_name = _shm_name(name)
-        _check_open_args(mode, trust_other_owner)
-        fd = _open_segment(shm_name)
-        try:
-            # every check reads the fd that is mapped, never the path: a name swapped after
-            # the open changes nothing here
-            st = os.fstat(fd)
-            _check_segment(shm_name, st, mode, trust_other_owner)
-            try:
-                mm = mmap.mmap(fd, st.st_size)
-            except (OSError, OverflowError) as e:
-                raise OSError(getattr(e, "errno", None) or errno.ENOMEM,
-                              f"cannot map bus {shm_name!r} of {st.st_size} bytes: {e}") from None
-        finally:
-            os.close(fd)
-        probe = ffi.from_buffer(mm)
-        r = lib.b1_attach(probe, len(mm))
-        ffi.release(probe)
-        if r:
-            recorded = int.from_bytes(mm[16:24], "little")  # struct b1_header.segment_size
-            mm.close()
-            if r == -errno.EBADMSG and recorded > st.st_size:
-                raise bus_error(r, f"{shm_name!r} is truncated: {st.st_size} bytes, its header "
-                                   f"records {recorded}")
-            raise bus_error(r, f"{shm_name!r}")
+        shm_name = _segment.shm_name(name)
+        _segment.check_open_args(mode, trust_other_owner)
+        mm, st = _segment.map_segment(shm_name, mode, trust_other_owner)
         bus = cls(shm_name, mm, created=False)
-        bus._owner = (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
+        bus._owner = _segment.owner(st)
         bus._open_args = {"mode": mode, "trust_other_owner": trust_other_owner}
         if watch:
             _watch.ensure(bus)
@@ -405,7 +189,7 @@ class Bus:
     def attach(cls, name: str, *, mode: int = 0o600, trust_other_owner: bool = False) -> "Bus":
         """This process's mapping of the bus, opened on first use (what unpickling uses,
         with the checks the pickling process's mapping was opened with; see `open`)."""
-        shm_name = _shm_name(name)
+        shm_name = _segment.shm_name(name)
         with cls._lock:
             bus = cls._attached.get(shm_name)
             if bus is None or bus._base is None:
@@ -584,40 +368,10 @@ class Bus:
 
     @staticmethod
     def list_names() -> list[str]:
-        """Names of the bus1py buses in /dev/shm that belong to this user.
-
-        Each entry is opened with O_NOFOLLOW and O_NONBLOCK and judged by fstat of that fd:
-        a symbolic link, a FIFO (whose read-only open would otherwise block until a writer
-        came) or any other special file, and a file of another owner are skipped, never
-        followed, waited on or read."""
-        names: list[str] = []
-        try:
-            entries = os.listdir(_SHM_DIR)
-        except FileNotFoundError:
-            return names
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        for entry in sorted(entries):
-            path = os.path.join(_SHM_DIR, entry)
-            try:
-                # a first look that opens nothing: a FIFO is not even opened (an open would
-                # pair with a writer waiting on it); the fd's fstat below is what decides
-                if not stat.S_ISREG(os.lstat(path).st_mode):
-                    continue
-                fd = os.open(path, flags)
-            except OSError:
-                continue
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-                    continue
-                head = os.pread(fd, 8, 0)
-            except OSError:
-                continue
-            finally:
-                os.close(fd)
-            if len(head) == 8 and int.from_bytes(head, "little") == _MAGIC:
-                names.append("/" + entry)
-        return names
+        """Names of the bus1py buses in /dev/shm that belong to this user (segment.py:
+        symbolic links, FIFOs, other special files and files of another owner are skipped,
+        never followed, waited on or read)."""
+        return _segment.list_names()
 
     def __repr__(self) -> str:
         state = "closed" if self._base is None else "open"

@@ -26,6 +26,10 @@ Invariants:
     message with descriptors retries first; a sender to a store nobody bound gets
     ENOLINK and sends nothing.
   - A fork child holds no store (closed at the fork): only processes that use the peer do.
+    Nor does it hold a directory's flock: a descriptor of a directory a thread is binding in
+    is in `_binding` from its open to its close (both under `_lock`, which a fork waits
+    for), and the child closes its copies, or the flock would outlive the binding for as
+    long as the child lives and stop every later binder, the child's own threads too.
   - Received descriptors (`Message.fds`) are the receiver's to close: nothing here does.
   - A store of a peer no longer connected is emptied (every datagram popped, its
     descriptors closed) and closed by each holder: at `Peer.disconnect`, and within a
@@ -49,6 +53,7 @@ MAX_FDS: int = lib.B1_MAX_FDS
 _stores = {}  # (bus name, peer id) -> Store: this process's sockets of the peer's store
 _missing = {}  # (bus name, peer id) -> the peer, for stores this process failed to set up
 _lock = threading.RLock()  # around every change of _stores and each look at all of it (the watcher's too)
+_binding: set = set()  # descriptors of store directories this process's threads hold flocks of
 
 
 class Store(NamedTuple):
@@ -121,7 +126,9 @@ def ensure(peer) -> None:
         _missing[key] = peer
     paths = fdpaths.paths(peer)
     try:
-        dfd = fdpaths.open_dir(os.path.dirname(paths[0]), peer._bus._owner)
+        with _lock:
+            dfd = fdpaths.open_dir(os.path.dirname(paths[0]), peer._bus._owner)
+            _binding.add(dfd)
     except OSError as e:
         raise _setup_error(peer, e) from None
     try:
@@ -140,8 +147,9 @@ def ensure(peer) -> None:
                                          "(pidfd_getfd needs the right to ptrace them)")
         _register(peer, socks)
     finally:
-        os.close(dfd)
         with _lock:
+            _binding.discard(dfd)
+            os.close(dfd)
             if key in _stores:
                 _missing.pop(key, None)
 
@@ -251,6 +259,9 @@ def _after_fork_in_child() -> None:
     # lock is held by the forking thread's twin: a lock of its own instead
     global _lock
     _lock = threading.RLock()
+    for dfd in _binding:  # the parent's threads' flocks stay theirs
+        os.close(dfd)
+    _binding.clear()
     # the parent's stores: a child that uses a peer takes its store again (ensure)
     for st in _stores.values():
         for sock in st.socks:

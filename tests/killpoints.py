@@ -257,7 +257,7 @@ def survivor(w, i, seed, sig_r, sig_w, dead, quiet, stop, report_path):
     # the parent reaps the victim, after the survivors went quiet: a send refused with
     # EDQUOT (a dead victim's full descriptor store) must not reap it earlier, or a node
     # handed to it meanwhile would owe no NODE_RELEASE
-    bus1py.peer._last_reap[me.bus.name] = float("inf")
+    bus1py.sending._last_reap[me.bus.name] = float("inf")
 
     def send(dests, handles=(), labels=()):
         msg = tr.new_id()

@@ -511,3 +511,58 @@ def test_a_fork_while_another_thread_holds_the_stores_lock_gives_a_child_that_ru
             child.kill()
         t.join(10)
     assert child.exitcode == 0
+
+
+def _make_peer(bus, q, done):
+    peer = bus.peer()  # this process holds the new peer's store until `done`
+    q.put(peer)
+    q.put(peer)
+    done.wait(30)
+
+
+def _ensure_in_child(q, out):
+    peer = q.get(timeout=20)  # attached here: its store set up (ensure)
+    out.put(peer.id)
+
+
+@pytest.mark.timeout(90)
+def test_a_fork_while_a_thread_binds_a_store_leaves_the_child_no_flock(make_bus, monkeypatch):
+    """A thread of this process sets up a store (holding the flock of its directory) while
+    another forks: the child's copy of the directory's descriptor must not keep the flock,
+    or the child -- and every other binder -- waits for it for ever."""
+    from bus1py import fdpaths
+    bus = make_bus()
+    slow, binding = fdpaths.bind, threading.Event()
+
+    def bind_slowly(*a, **kw):
+        binding.set()
+        time.sleep(0.5)  # the flock is held meanwhile
+        return slow(*a, **kw)
+
+    monkeypatch.setattr(fdpaths, "bind", bind_slowly)
+    q, out, done = FORK.Queue(), FORK.Queue(), FORK.Event()
+    maker = FORK.Process(target=_make_peer, args=(bus, q, done))
+    maker.start()
+    got = []
+    t = threading.Thread(target=lambda: got.append(q.get(timeout=20)))  # attaches: ensure
+    t.start()
+    try:
+        assert binding.wait(20)
+        child = FORK.Process(target=_ensure_in_child, args=(q, out))
+        child.start()
+        try:
+            assert out.get(timeout=20) > 0
+        finally:
+            child.join(20)
+            if child.is_alive():
+                child.kill()
+        assert child.exitcode == 0
+    finally:
+        t.join(20)
+        done.set()
+        maker.join(20)
+    assert got and fds_held(got[0])
+
+
+def fds_held(peer) -> bool:
+    return (peer._bus.name, peer._id) in _fds._stores

@@ -148,3 +148,14 @@ def test_the_simulator_and_the_checker_share_only_the_spark_session():
     assert not sorted(m for m in reached if m.startswith("bus1py.check")), \
         "the simulator imports the checker"
     assert "bus1py.spark_session" in _reachable(graph, "bus1py.check.cli")
+
+
+def test_the_parts_of_bus_and_peer_know_nothing_above_them():
+    """Peer is gathered from peerbase, nodes, sending and receiving, and Bus stands on limits
+    and segment: none of those parts reaches peer.py or bus.py (each file says so)."""
+    _, graph = _graph()
+    for part in ("peerbase", "peerinfo", "nodes", "sending", "receiving", "limits", "segment"):
+        reached = _reachable(graph, f"bus1py.{part}")
+        assert not reached & {"bus1py.peer", "bus1py.bus"}, f"bus1py.{part} imports {sorted(reached)}"
+    assert {"bus1py.nodes", "bus1py.sending", "bus1py.receiving"} <= graph["bus1py.peer"]
+    assert {"bus1py.limits", "bus1py.segment"} <= graph["bus1py.bus"]

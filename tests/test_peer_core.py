@@ -1,6 +1,6 @@
 """Peer.send and Peer.recv run in C (csrc/py/peer.c) for their common forms and hand
 everything else to Python: whichever path a call takes, it returns or raises exactly what
-the Python path (Peer._send_general, Peer._recv_general) does for the same arguments, and
+the Python path (Peer._send_general, Peer._recv_general: sending.py, receiving.py) does for the same arguments, and
 the frame the C methods keep is each thread's own, refused once the bus is closed."""
 from __future__ import annotations
 
@@ -152,6 +152,32 @@ def test_the_c_methods_have_the_python_signatures():
     assert list(inspect.signature(bus1py.Peer.recv).parameters) == ["self", "timeout", "copy", "node"]
     assert "EDQUOT" in bus1py.Peer.send.__doc__ and "copy=False" in bus1py.Peer.recv.__doc__
 
+
+
+def test_peer_keeps_the_layout_of_peercore(make_bus):
+    """Peer is gathered from one module per concept (peerbase, nodes, sending, receiving):
+    none of those classes adds a slot, so a Peer is PeerCore's layout plus a weak
+    reference, with no __dict__; every method the C code calls back is found, and a
+    pickled Peer still unpickles through bus1py.bus._restore as the same peer."""
+    import pickle
+
+    from bus1py._messages import PeerCore
+    mro = bus1py.Peer.__mro__
+    between = mro[1:mro.index(PeerCore)]
+    assert [c.__module__ for c in between] == ["bus1py.nodes", "bus1py.sending", "bus1py.receiving",
+                                               "bus1py.peerbase"]
+    assert all(vars(c)["__slots__"] == () for c in between)
+    for name in ("_frame", "_send_general", "_send_failed", "_recv_general", "_recv_failed",
+                 "_recv_node_failed", "_attach", "_send_reply"):
+        assert callable(getattr(bus1py.Peer, name)), name
+    bus = make_bus()
+    p = bus.peer()
+    assert not hasattr(p, "__dict__")
+    with pytest.raises(AttributeError):
+        p.anything = 1
+    fn = p.__reduce__()[0]
+    assert (fn.__module__, fn.__qualname__) == ("bus1py.bus", "_restore")
+    assert pickle.loads(pickle.dumps(p)) == p
 
 def test_a_kept_frame_does_not_keep_a_closed_bus_mapped(make_bus):
     """After zero-copy receives and a reservation, with no message or reservation left,
