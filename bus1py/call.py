@@ -96,7 +96,7 @@ def _send_request(peer, handle, payload, handles, node, tag) -> None:
 def reply(peer, handle, tag, payload, handles, fds, retry) -> None:
     """Message.reply: the reply, carrying the request's tag, to the caller's reply node,
     then the capability released (in one call into C).  A caller that is gone is no error
-    (its node is destroyed: the reply is dropped by the bus).  `retry` is peer.py's
+    (its node is destroyed: the reply is dropped by the bus).  `retry` is sending.py's
     reap-and-retry of a send refused with EDQUOT."""
     if fds or type(fds) is not tuple:
         with _fds.named(fds):

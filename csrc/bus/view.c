@@ -24,7 +24,7 @@
 #include "view.h"
 
 _Static_assert(B1_MAX_SLOTS == (1u << 24) - 2 && B1_MAX_PEERS == 65535u && B1_MAX_NAMES == 65536u,
-               "Limits.check (bus1py/bus.py) states these bounds");
+               "Limits.check (bus1py/limits.py) states these bounds");
 
 /* what an unknown, unvalidated base reads: every index is out of range */
 static const struct b1_view no_view;
@@ -52,7 +52,7 @@ void b1_layout_offsets(const struct b1_limits *l, uint64_t off[7]) {
     off[6] = off[5] + sizeof(struct b1_names_head) + (uint64_t)(slots ? slots : 1) * sizeof(struct b1_name);
 }
 
-/* the rules Limits.check (bus1py/bus.py) states in words; keep the two the same */
+/* the rules Limits.check (bus1py/limits.py) states in words; keep the two the same */
 int b1_limits_valid(const struct b1_limits *l) {
     if (!l->max_peers || !l->max_nodes || !l->max_handles || !l->max_entries) return 0;
     if (l->max_peers > B1_MAX_PEERS) return 0;

@@ -1,6 +1,6 @@
 /*
  * peer.c -- bus1py._messages.PeerCore: the base class of bus1py.Peer, holding what names
- * a peer (its bus, slot and id) and the per-process state that peer.py keeps of it, and
+ * a peer (its bus, slot and id) and the per-process state that peerbase.py keeps of it, and
  * giving it `send` and `recv` as methods in C.
  *
  * Why in C: a one-message send or receive costs the bus about 1,300 instructions, and a
@@ -195,7 +195,7 @@ static int timeout_ns(PyObject *t, int64_t *ns) {
     return 1;
 }
 
-/* the receive for one node (recv's node=, b1py_recv_node): messages.c, its failures peer.py's */
+/* the receive for one node (recv's node=, b1py_recv_node): messages.c, its failures receiving.py's */
 static PyObject *recv_node(PeerCore *self, struct b1_frame *f, uint64_t node_id, PyObject *node,
                            PyObject *timeout, int64_t ns) {
     PyObject *frame = self->frame;
