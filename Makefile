@@ -18,7 +18,8 @@ run: $(STAMP)
 	$(VENV)/bin/bus1py demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m 'not alone'
+	$(PY) -m pytest -q -m alone
 
 bench: $(STAMP)
 	$(PY) tools/bench

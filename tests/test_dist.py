@@ -19,6 +19,10 @@ import zipfile
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# a build copies the source tree while other tests write into it (their programs, caches):
+# `make test` runs these alone, after the rest (the marker `alone`)
+pytestmark = pytest.mark.alone
 DEPS = ("cffi", "posix_ipc", "psutil")  # the core's dependencies (pyproject's [project])
 
 
