@@ -164,7 +164,7 @@ def test_another_user_cannot_fill_inject_into_or_take_a_store(bus):
     mine = _store_inodes(r) | _store_inodes(s)
     out = _as_outsider(_outsider, mine)
     assert out["uid"] == NOBODY
-    assert out["found"] == len(mine)  # every store is listed: the names are no secret
+    assert out["found"] == 2  # every inbox is listed (the names are no secret), no pair has a name
     assert out["sent"] == 0 and out["bound"] == 0, out
     assert set(out["refused"]) <= {errno.EACCES, errno.EPERM}, out
     _send_and_take(r, s, h, n=12)  # more than a socket's queue: nothing of the outsider's in the way
@@ -192,30 +192,27 @@ def _post(path: str, data: bytes, fds=(), creds=None) -> bool:
 
 @pytest.mark.timeout(60)
 def test_forged_and_malformed_datagrams_are_never_taken_nor_leak(bus):
-    """The message's datagram lands in socket 1 (socket 0 full of junk); then
-    socket 0, walked first, gets a datagram with the message's exact header carrying an
-    outsider's descriptor under foreign credentials, and one under ours whose header
-    counts 1 descriptor but carries 2.  The take passes both and installs no copy of them;
-    the sweep pops them all."""
+    """The message's post finds the inbox full of junk and moves it (the sender's process
+    holds the store): the junk is popped, never forwarded.  Then the inbox gets a datagram
+    with the message's exact header carrying an outsider's descriptor under foreign
+    credentials, and one under ours whose header counts 1 descriptor but carries 2.  The
+    take passes both and installs no copy of them; the sweep pops them all."""
     if os.geteuid() != 0:
         pytest.skip("needs root to send foreign SCM_CREDENTIALS")
     r, s, _, h = _pair(bus)
-    paths = [sock.getsockname() for sock in _store(r)]
+    inbox = _store(r)[0].getsockname()
     junk_rd, junk_wr = os.pipe()
     n = 0
-    while _post(paths[0], bytes(_HDR.size), (junk_wr,)):  # header-long, so a walk by offsets sees past it
+    while _post(inbox, bytes(_HDR.size), (junk_wr,)):  # header-long, so a walk by offsets sees past it
         n += 1
     assert n >= 2
     rd, wr = os.pipe()
     ts, sender, seq = s.send([h], b"real", fds=(wr,))
     os.close(wr)
-    head = _store(r)[0]
-    head.recv(_HDR.size)  # two places at socket 0's tail, for the forgeries
-    head.recv(_HDR.size)
     forged_rd, forged_wr = os.pipe()
     header = _HDR.pack(sender, ts, seq, 0, 1, 0, 1)
-    assert _post(paths[0], header, (forged_wr,), creds=(os.getpid(), NOBODY, NOBODY))
-    assert _post(paths[0], header, (forged_wr, forged_wr))
+    assert _post(inbox, header, (forged_wr,), creds=(os.getpid(), NOBODY, NOBODY))
+    assert _post(inbox, header, (forged_wr, forged_wr))
     os.close(forged_wr)
     os.close(junk_wr)
     before = _open_fds()
@@ -245,12 +242,12 @@ _junk = st.one_of(
 @given(plan=st.lists(st.tuples(st.booleans(), _junk, st.integers(0, 3), st.integers(0, 6)), min_size=1, max_size=8))
 def test_any_junk_in_the_store_leaves_every_message_its_own(make_bus, plan):
     """A plan interleaves real sends (True) with junk datagrams (False: bytes, n
-    descriptors, into socket k of the store).  Every real message arrives with exactly its
+    descriptors, into the store's inbox, k of them).  Every real message arrives with exactly its
     own descriptor, the receiver ends with no other new descriptor, and once swept every
     junk descriptor is closed."""
     bus = make_bus(max_peers=4, max_nodes=8, max_handles=32, pool_size=1 << 18, spin_ns=0, quota_fds=64)
     r, s, _, h = _pair(bus)
-    paths = [sock.getsockname() for sock in _store(r)]
+    inbox = _store(r)[0].getsockname()
     junk_rd, junk_wr = os.pipe()
     real = []
     for is_real, data, n_fds, k in plan:
@@ -260,7 +257,8 @@ def test_any_junk_in_the_store_leaves_every_message_its_own(make_bus, plan):
             os.close(wr)
             real.append(rd)
         else:
-            _post(paths[k % len(paths)], data, (junk_wr,) * n_fds)
+            for _ in range(k):
+                _post(inbox, data, (junk_wr,) * n_fds)
     os.close(junk_wr)
     before = _open_fds()
     got = [r.recv(timeout=1) for _ in real]
