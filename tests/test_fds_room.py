@@ -24,6 +24,7 @@ import time
 import pytest
 
 from bus1py import fds as _fds
+from fdhelp import open_fds as _open_fds
 
 FORK = mp.get_context("fork")
 INBOX_ROOM = 11  # net.unix.max_dgram_qlen + 1 by default: what the inbox alone queues
@@ -39,17 +40,6 @@ def _pair_room() -> int:
 def _within_room(n: int) -> None:
     if n > _pair_room():
         pytest.skip(f"{n} datagrams exceed what this kernel's net.core.wmem_max lets the pair queue")
-
-
-def _open_fds() -> set:
-    out = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            os.fstat(int(fd))
-            out.add(int(fd))
-        except OSError:
-            pass
-    return out
 
 
 def _carrier(i: int) -> int:

@@ -25,7 +25,6 @@ import errno
 import json
 import multiprocessing as mp
 import os
-import select
 import socket
 import struct
 import threading
@@ -37,6 +36,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 import bus1py
 from bus1py import fds as _fds
 from bus1py._lib import lib
+from fdhelp import arrives_with, eof as _eof, fill_table, open_fds as _open_fds
 
 FORK = mp.get_context("fork")
 NOBODY = 65534
@@ -53,23 +53,6 @@ def _pair(bus):
     return r, s, node, r.transfer(node, s)
 
 
-def _open_fds() -> set:
-    """This process's open descriptors (not the one the listing itself used)."""
-    out = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            os.fstat(int(fd))
-            out.add(int(fd))
-        except OSError:
-            pass
-    return out
-
-
-def _eof(read_end, timeout=5.0) -> bool:
-    ready, _, _ = select.select([read_end], [], [], timeout)
-    return bool(ready) and os.read(read_end, 64) == b""
-
-
 def _store(peer) -> list:
     """This process's sockets of `peer`'s store."""
     return _fds._stores[(peer.bus.name, peer.id)][1]
@@ -82,12 +65,7 @@ def _send_and_take(r, s, h, n=3):
         s.send([h], b"m%d" % i, fds=(wr,))
         os.close(wr)
     for i, (rd, _) in enumerate(pipes):
-        m = r.recv(timeout=1)
-        assert m.payload == b"m%d" % i and len(m.fds) == 1
-        assert os.fstat(m.fds[0]).st_ino == os.fstat(rd).st_ino
-        os.close(m.fds[0])
-        assert _eof(rd)
-        os.close(rd)
+        arrives_with(r, b"m%d" % i, rd)
 
 
 # ---- item 1: another local user reaches no store ----
@@ -283,12 +261,7 @@ def test_a_store_that_cannot_be_set_up_fails_the_send_and_is_retried(bus):
     then arrives whole."""
     s = bus.peer()
     rd, wr = os.pipe()
-    fillers = []
-    try:
-        while True:
-            fillers.append(os.dup(2))
-    except OSError:
-        pass
+    fillers = fill_table()
     try:
         r = bus.peer()
         h = r.transfer(r.create_node(), s)  # each call tries the store again, in vain
@@ -306,11 +279,7 @@ def test_a_store_that_cannot_be_set_up_fails_the_send_and_is_retried(bus):
     assert not _fds.missing(r)
     s.send([h], b"whole", fds=(wr,))
     os.close(wr)
-    m = r.recv(timeout=1)
-    assert m.payload == b"whole" and os.fstat(m.fds[0]).st_ino == os.fstat(rd).st_ino
-    os.close(m.fds[0])
-    assert _eof(rd)
-    os.close(rd)
+    arrives_with(r, b"whole", rd)
 
 
 # ---- item 4: no leaks ----
@@ -471,11 +440,7 @@ def test_a_group_bus_takes_descriptors_from_a_member_of_another_uid(make_bus):
     child.join(30)
     assert child.exitcode == 0
     os.close(wr)
-    m = r.recv(timeout=1)
-    assert m.payload == b"from the group" and os.fstat(m.fds[0]).st_ino == os.fstat(rd).st_ino
-    os.close(m.fds[0])
-    assert _eof(rd)
-    os.close(rd)
+    arrives_with(r, b"from the group", rd)
 
 
 def _touch_the_stores(q):
