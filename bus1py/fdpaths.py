@@ -141,15 +141,17 @@ def unlink(path: str) -> None:
         os.rmdir(os.path.dirname(path))
 
 
-def take(peer, path: str, pair: tuple):
-    """Copies of the inbox bound at `path` and of the pair of inodes `pair` that a live
+def take(peer, inbox: str):
+    """Copies of the inbox bound at `inbox` and of the pair its record names (read under
+    the directory's flock: the holder that bound them wrote it under the same) that a live
     holder of `peer` (a recorded one, or this process's parent) holds (pidfd_getfd, which
     needs the right to ptrace it), or None unless all three were found in one holder."""
+    pair = path(peer)[1]
     inodes = {f"socket:[{ino}]": k for k, ino in ((1, pair[0]), (2, pair[1])) if ino}
     with open("/proc/net/unix") as f:
         for line in f:
             parts = line.split()
-            if len(parts) >= 8 and parts[7] == path:
+            if len(parts) >= 8 and parts[7] == inbox:
                 inodes[f"socket:[{parts[6]}]"] = 0
     if len(set(inodes.values())) != 3:
         return None

@@ -133,7 +133,7 @@ def ensure(peer) -> None:
         return
     with _lock:
         _missing[key] = peer
-    path, pair = fdpaths.path(peer)
+    path = fdpaths.path(peer)[0]
     try:
         with _lock:
             dfd = fdpaths.open_dir(os.path.dirname(path), peer._bus._owner)
@@ -147,7 +147,7 @@ def ensure(peer) -> None:
         try:
             socks = fdpaths.bind(path, fdpaths.classes(peer._bus._owner[2])[1])
             if socks is None:
-                socks = fdpaths.take(peer, path, pair)
+                socks = fdpaths.take(peer, path)
         except OSError as e:
             raise _setup_error(peer, e) from None
         if socks is None:

@@ -9,6 +9,7 @@ Invariants checked:
     receiver's death watcher moves the inbox when a sender finds it full;
   - a peer sends itself its share of quota_fds in messages with descriptors and receives none: no
     deadlock (its own process moves), and then all arrive;
+  - a process that joins a store (pidfd_getfd) takes the pair with what was moved into it;
   - with no watcher in the receiver's process (BUS1PY_WATCH=0) a sender of another
     process that finds the inbox full waits B1_FDS_WAIT_MS and fails with EDQUOT, nothing
     sent, unless a receive of the peer makes room meanwhile.
@@ -160,4 +161,32 @@ def test_without_a_watcher_a_full_inbox_waits_for_a_receive_then_fails(make_bus,
         m = r.recv(timeout=5)
         assert len(m.fds) == 1
         os.close(m.fds[0])
+    assert r.query().n_fds == 0
+
+
+def _receive_all(r, n, errors):
+    try:
+        _receive_in_order(r, n)
+    except BaseException as e:  # noqa: BLE001 -- reported to the test
+        errors.put(repr(e))
+        errors.close()
+        errors.join_thread()
+        os._exit(1)
+    os._exit(0)
+
+
+@pytest.mark.timeout(60)
+def test_a_joining_holder_takes_the_pair_with_what_was_moved_into_it(make_bus):
+    """This process holds r's store and moved its inbox into the pair (20 sends, past the
+    inbox's room); a fork child, which takes the store from this process (pidfd_getfd:
+    the pair found by the inodes r's record names), receives all 20 with their own."""
+    bus = make_bus(max_peers=8, max_nodes=16, max_handles=64, pool_size=1 << 20, spin_ns=0, quota_fds=64)
+    r, s = bus.peer(), bus.peer()
+    h = r.transfer(r.create_node(), s)
+    _send_carriers(s, h, 0, 20)
+    errors = FORK.Queue()
+    child = FORK.Process(target=_receive_all, args=(r, 20, errors))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0, errors.get(timeout=1)
     assert r.query().n_fds == 0

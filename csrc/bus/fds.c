@@ -397,7 +397,9 @@ int b1_fds_wakeup(int sock) {
 
 /* ---- posting ---- */
 
-/* This process moves R's inbox itself when it holds R's store: > 0 when room was made. */
+/* This process moves R's inbox itself when it holds R's store: 1 when room was made, 0
+ * when it holds no store, -1 when it does and no room can be made (b full, or no numbers
+ * for the copies): waiting for another mover would not help. */
 static int move_mine(void *base, uint32_t slot, uint64_t id) {
     struct b1_fds_store st;
     if (!b1_fds_store(base, slot, id, &st)) return 0;
@@ -405,7 +407,7 @@ static int move_mine(void *base, uint32_t slot, uint64_t id) {
     mover_lock(p);
     int r = move_locked(&st, MOVE_MAX);
     mover_unlock(p);
-    return r > 0;
+    return r > 0 ? 1 : -1;
 }
 
 int b1_fds_post(void *base, int sock, const struct b1_tx *tx, uint32_t *full) {
@@ -422,10 +424,11 @@ int b1_fds_post(void *base, int sock, const struct b1_tx *tx, uint32_t *full) {
         for (uint32_t first = 0; first < n; first += SCM_MAX) {
             struct fd_dgram h = {tx->sender_id, tx->ts, tx->seq, i, n, first,
                                  n - first < SCM_MAX ? n - first : SCM_MAX};
-            int e;
+            int e, mine = 1;
             while ((e = send_dgram(sock, &to, tolen, &h, staged + first)) == -EAGAIN &&
-                   move_mine(base, d->peer_slot, d->peer_id))
+                   (mine = move_mine(base, d->peer_slot, d->peer_id)) > 0)
                 ;
+            if (e == -EAGAIN && mine < 0) return -EDQUOT;
             if (e == -ECONNREFUSED || e == -ENOENT || e == -ENOTDIR) {
                 /* no store: dropped if the receiver is gone, else the send fails */
                 if (__atomic_load_n(&r->id, __ATOMIC_ACQUIRE) != d->peer_id ||
