@@ -8,7 +8,7 @@ A lower layer that needs work done above it returns the work (handle.h's notices
 of calling up.  And the lock rule the *_locked convention states: a function called with a
 peer's lock held never takes a peer's or the name table's lock, directly or through what
 it calls (no two at once); the one lock taken under them, a descriptor store's mover lock
-(fds.c), is a leaf: whoever takes it takes no other lock, directly or through what it calls.
+(fdio.c), is a leaf: whoever takes it takes no other lock, directly or through what it calls.
 """
 import re
 from pathlib import Path
@@ -21,6 +21,7 @@ LAYERS = [
     ["view"],                # this process's validated copy of a bus's layout
     ["alloc"],               # lock-free slots, entries and pool records
     ["queue"],               # one peer's queue and its lock
+    ["fdio"],                # a descriptor store's datagrams, its mover lock and move
     ["fds"],                 # descriptors in messages: the store, posting and taking
     ["slot"],                # a peer slot named by (slot, id)
     ["handle"],              # handles and the node owner's lock; notices handed up
@@ -110,7 +111,7 @@ def test_locked_functions_take_no_lock():
 
 def test_the_mover_lock_is_a_leaf():
     calls = _calls()
-    takers = {f for f, callees in calls.items() if "mover_lock" in callees}
+    takers = {f for f, callees in calls.items() if "b1_fds_mover_lock" in callees}
     assert {"b1_fds_take_locked", "b1_fds_sweep_locked", "b1_fds_wakeup"} <= takers
     under = set()  # what the takers call, directly or not
     todo = set().union(*(calls[f] for f in takers))

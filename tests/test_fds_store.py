@@ -150,7 +150,7 @@ def test_another_user_cannot_fill_inject_into_or_take_a_store(bus):
 
 # ---- item 2: the take against any datagram ----
 
-_HDR = struct.Struct("=QQQIIII")  # csrc/bus/fds.c struct fd_dgram
+_HDR = struct.Struct("=QQQIIII")  # csrc/bus/fdio.h struct b1_fd_dgram
 
 
 def _post(path: str, data: bytes, fds=(), creds=None) -> bool:

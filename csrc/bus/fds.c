@@ -41,12 +41,12 @@
  *     steps by each datagram's real length (SO_PEEK_OFF is in bytes).
  *   - A datagram names its message -- (sender id, stamp, transaction seq, destination
  *     index) -- and which of its descriptors it carries (first, count, of total); a
- *     message of more than SCM_MAX descriptors travels in several.
+ *     message of more than B1_SCM_MAX descriptors travels in several.
  *   - A move (R's mover lock held) peeks the inbox's head, forwards a valid one on a with
  *     copies of its descriptors, THEN pops it.  Killed before the forward nothing is lost;
  *     killed between, b holds a duplicate: a take uses the first copy of each part and the
  *     other is an orphan.  So a move is finished by whoever moves next.
- *   - The mover lock (R's record, a robust mutex) is a leaf: held by every reader and
+ *   - The mover lock (R's record, a robust mutex; fdio.c) is a leaf: held by every reader and
  *     popper of R's inbox (movers, takes, sweeps), since SO_PEEK_OFF is one per socket
  *     shared by every holder and a pop shifts it; nothing else is locked under it, and
  *     this process's table of stores is never locked while one is held.
@@ -81,18 +81,9 @@
 #include <unistd.h>
 #include "fds.h"
 
-#define SCM_MAX 253     /* the kernel's SCM_MAX_FD: descriptors one datagram carries */
 #define WALK_MAX 4096   /* datagrams one take looks at in one socket, at most */
 #define MOVE_MAX 64     /* datagrams one move forwards, at most */
 #define B1_FDS_MOVE_AT 4 /* a sweep moves an inbox holding this many datagrams */
-#define INBOX 0
-#define PAIR_A 1
-#define PAIR_B 2
-
-struct fd_dgram {
-    uint64_t sender, ts, seq;
-    uint32_t idx, total, first, count;
-};
 
 /* ---- the descriptors of this thread's next send ---- */
 
@@ -215,8 +206,8 @@ int b1_fds_register(void *base, uint32_t slot, uint64_t id, const int32_t *socks
             memcpy(stores[i].nonce, nonce, sizeof nonce);
             memcpy(stores[i].s.socks, socks, n * sizeof *socks);
             /* where a joiner finds the pair in a live holder (bus1py/fdpaths.py) */
-            __atomic_store_n(&p->fd_pair[0], inode_of(socks[PAIR_A]), __ATOMIC_RELAXED);
-            __atomic_store_n(&p->fd_pair[1], inode_of(socks[PAIR_B]), __ATOMIC_RELAXED);
+            __atomic_store_n(&p->fd_pair[0], inode_of(socks[B1_FDS_A]), __ATOMIC_RELAXED);
+            __atomic_store_n(&p->fd_pair[1], inode_of(socks[B1_FDS_B]), __ATOMIC_RELAXED);
         }
     }
     pthread_mutex_unlock(&stores_lock);
@@ -236,139 +227,7 @@ uint32_t b1_fds_store(void *base, uint32_t slot, uint64_t id, struct b1_fds_stor
     return out->n;
 }
 
-/* ---- the mover lock ---- */
-
-static void mover_lock(struct b1_peer *p) {
-    /* a mover killed under it left at most a duplicate in b (see the invariants) */
-    if (pthread_mutex_lock(&p->fd_mover) == EOWNERDEAD) pthread_mutex_consistent(&p->fd_mover);
-}
-
-static void mover_unlock(struct b1_peer *p) { pthread_mutex_unlock(&p->fd_mover); }
-
-/* ---- reading and writing datagrams ---- */
-
-int b1_fds_sender(void) {
-    int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    return s < 0 ? -errno : s;
-}
-
-/* one datagram on sock, to `to` (NULL: its connected peer) */
-static int send_dgram(int sock, const struct sockaddr_un *to, socklen_t tolen,
-                      const struct fd_dgram *h, const int32_t *fds) {
-    union {
-        char buf[CMSG_SPACE(SCM_MAX * sizeof(int))];
-        struct cmsghdr align;
-    } ctl;
-    struct iovec iov = {(void *)h, sizeof *h};
-    struct msghdr mh = {.msg_name = (void *)to, .msg_namelen = to ? tolen : 0, .msg_iov = &iov, .msg_iovlen = 1};
-    if (h->count) {
-        mh.msg_control = ctl.buf;
-        mh.msg_controllen = CMSG_SPACE(h->count * sizeof(int));
-        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(h->count * sizeof(int));
-        memcpy(CMSG_DATA(c), fds, h->count * sizeof(int));
-    }
-    return sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 ? -errno : 0;
-}
-
-static void close_fds(const int32_t *fds, uint32_t n) {
-    for (uint32_t i = 0; i < n; i++) close(fds[i]);
-}
-
-#define AT_HEAD -1 /* peek the socket's head */
-#define POP -2     /* take the socket's head out (its descriptors closed by the kernel) */
-
-/* The datagram at byte offset `at` of socket k of the store (peeked, left in place), its
- * head (AT_HEAD) or the head taken out (POP), into *h; *len its length from there.  With
- * fds, copies of its descriptors are installed there, else none.  Returns 1 when it is
- * valid (see the invariants; with fds, *nfds of them), 0 when it is not (no copy left
- * installed), -errno (-EAGAIN: no such datagram; -EMFILE: with fds, not all could be
- * installed, and those that were are closed). */
-static int read_dgram(const struct b1_fds_store *st, int k, int at, struct fd_dgram *h, uint32_t *len,
-                      int32_t *fds, uint32_t *nfds) {
-    union {
-        char buf[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(SCM_MAX * sizeof(int))];
-        struct cmsghdr align;
-    } ctl;
-    int sock = st->socks[k];
-    memset(h, 0, sizeof *h);
-    struct iovec iov = {h, sizeof *h};
-    /* without fds the room holds the inbox's credentials only (b has none): no descriptor
-     * is installed */
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-                        .msg_controllen = fds ? sizeof ctl.buf : k == PAIR_B ? 0 : CMSG_SPACE(sizeof(struct ucred))};
-    int flags = MSG_DONTWAIT | MSG_CMSG_CLOEXEC | MSG_TRUNC;
-    if (at != POP) {
-        int off = at; /* AT_HEAD: -1, peeking off */
-        if (setsockopt(sock, SOL_SOCKET, SO_PEEK_OFF, &off, sizeof off)) return -errno;
-        flags |= MSG_PEEK;
-    }
-    ssize_t got = recvmsg(sock, &mh, flags);
-    if (got < 0) return -errno;
-    *len = (uint32_t)got;
-    uint32_t n = 0, dropped = 0;
-    struct ucred cr;
-    int creds = 0;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level != SOL_SOCKET) continue;
-        if (c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len == CMSG_LEN(sizeof cr)) {
-            memcpy(&cr, CMSG_DATA(c), sizeof cr);
-            creds = 1;
-        } else if (c->cmsg_type == SCM_RIGHTS) {
-            uint32_t m = (uint32_t)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-            int32_t *in = (int32_t *)CMSG_DATA(c);
-            for (uint32_t j = 0; j < m; j++) {
-                if (fds && n < SCM_MAX) fds[n++] = in[j];
-                else if (fds) close(in[j]), dropped++;
-            }
-        }
-    }
-    /* the room holds SCM_MAX: a truncation is a copy the kernel could not install -- no
-     * number free (EMFILE), or one a security module refused, which reads the same */
-    if (fds && (mh.msg_flags & MSG_CTRUNC)) {
-        close_fds(fds, n);
-        return at == POP ? 0 : -EMFILE;
-    }
-    /* b receives only from a, which only holders hold: its datagrams were checked at the move */
-    int trusted = k == PAIR_B ||
-                  (creds && (cr.uid == 0 || cr.uid == st->uid || st->gid == B1_FDS_ANYONE ||
-                             (st->gid >= 0 && cr.gid == (gid_t)st->gid)));
-    int ok = got == (ssize_t)sizeof *h && trusted &&
-             h->total && h->total <= B1_MAX_FDS && h->count && h->count <= SCM_MAX && h->first % SCM_MAX == 0 &&
-             h->first < h->total && h->count <= h->total - h->first && (!fds || (h->count == n && !dropped));
-    if (fds && !ok) {
-        close_fds(fds, n);
-        n = 0;
-    }
-    if (nfds) *nfds = n;
-    return ok;
-}
-
-/* ---- moving: the inbox's head into the pair ---- */
-
-/* Move up to max datagrams from the inbox's head into b (p's mover lock held): the number
- * moved or popped as invalid, or -errno when none was (-EAGAIN: b is full, or the inbox
- * empty; -EMFILE: no numbers for the copies). */
-static int move_locked(const struct b1_fds_store *st, uint32_t max) {
-    int32_t fds[SCM_MAX];
-    struct fd_dgram h;
-    uint32_t len, nfds, moved = 0;
-    int r = -EAGAIN;
-    while (moved < max) {
-        r = read_dgram(st, INBOX, AT_HEAD, &h, &len, fds, &nfds);
-        if (r < 0) break;
-        if (r) {
-            r = send_dgram(st->socks[PAIR_A], NULL, 0, &h, fds);
-            close_fds(fds, nfds);
-            if (r) break;
-        }
-        if ((r = read_dgram(st, INBOX, POP, &h, &len, NULL, NULL)) < 0) break;
-        moved++;
-    }
-    return moved ? (int)moved : (r < 0 ? r : -EAGAIN);
-}
+/* ---- moving: what a process is asked for ---- */
 
 int b1_fds_wakeup(int sock) {
     uint64_t nonce[2];
@@ -384,10 +243,10 @@ int b1_fds_wakeup(int sock) {
             if (memcmp(s->nonce, nonce, sizeof nonce)) continue;
             struct b1_peer *p = PEER(s->base, s->slot);
             if (__atomic_load_n(&p->id, __ATOMIC_ACQUIRE) != s->id) break;
-            mover_lock(p);
+            b1_fds_mover_lock(p);
             int r;
-            while ((r = move_locked(&s->s, MOVE_MAX)) > 0) moved += r;
-            mover_unlock(p);
+            while ((r = b1_fds_move_locked(&s->s, MOVE_MAX)) > 0) moved += r;
+            b1_fds_mover_unlock(p);
             break;
         }
         pthread_mutex_unlock(&stores_lock);
@@ -397,6 +256,11 @@ int b1_fds_wakeup(int sock) {
 
 /* ---- posting ---- */
 
+int b1_fds_sender(void) {
+    int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    return s < 0 ? -errno : s;
+}
+
 /* This process moves R's inbox itself when it holds R's store: 1 when room was made, 0
  * when it holds no store, -1 when it does and no room can be made (b full, or no numbers
  * for the copies): waiting for another mover would not help. */
@@ -404,9 +268,9 @@ static int move_mine(void *base, uint32_t slot, uint64_t id) {
     struct b1_fds_store st;
     if (!b1_fds_store(base, slot, id, &st)) return 0;
     struct b1_peer *p = PEER(base, slot);
-    mover_lock(p);
-    int r = move_locked(&st, MOVE_MAX);
-    mover_unlock(p);
+    b1_fds_mover_lock(p);
+    int r = b1_fds_move_locked(&st, MOVE_MAX);
+    b1_fds_mover_unlock(p);
     return r > 0 ? 1 : -1;
 }
 
@@ -421,11 +285,11 @@ int b1_fds_post(void *base, int sock, const struct b1_tx *tx, uint32_t *full) {
         if (__atomic_load_n(&r->id, __ATOMIC_ACQUIRE) != d->peer_id) continue; /* gone: dropped */
         struct sockaddr_un to;
         socklen_t tolen = store_address(nonce, &to);
-        for (uint32_t first = 0; first < n; first += SCM_MAX) {
-            struct fd_dgram h = {tx->sender_id, tx->ts, tx->seq, i, n, first,
-                                 n - first < SCM_MAX ? n - first : SCM_MAX};
+        for (uint32_t first = 0; first < n; first += B1_SCM_MAX) {
+            struct b1_fd_dgram h = {tx->sender_id, tx->ts, tx->seq, i, n, first,
+                                 n - first < B1_SCM_MAX ? n - first : B1_SCM_MAX};
             int e, mine = 1;
-            while ((e = send_dgram(sock, &to, tolen, &h, staged + first)) == -EAGAIN &&
+            while ((e = b1_fd_send(sock, &to, tolen, &h, staged + first)) == -EAGAIN &&
                    (mine = move_mine(base, d->peer_slot, d->peer_id)) > 0)
                 ;
             if (e == -EAGAIN && mine < 0) return -EDQUOT;
@@ -489,7 +353,7 @@ int64_t b1_fds_deadline(void) { return now_ms() + B1_FDS_WAIT_MS; }
 /* ---- taking ---- */
 
 /* Is h's message still in p's queue, as a block or committed (p's lock held)? */
-static int queued_locked(void *base, struct b1_peer *p, const struct fd_dgram *h) {
+static int queued_locked(void *base, struct b1_peer *p, const struct b1_fd_dgram *h) {
     uint32_t max = LIM(base).max_entries, stack[64], top = 0, steps = 0;
     uint32_t t = p->root;
     /* in-order walk with a bounded stack; a deeper tree (far beyond a treap's expected
@@ -511,50 +375,50 @@ static int queued_locked(void *base, struct b1_peer *p, const struct fd_dgram *h
 /* Pop the invalid datagrams and the orphans at the head of socket k (p's lock held, and
  * its mover lock for the inbox; p NULL: every datagram, the peer being gone). */
 static void trim_locked(void *base, struct b1_peer *p, const struct b1_fds_store *st, int k) {
-    struct fd_dgram h;
+    struct b1_fd_dgram h;
     uint32_t len;
     for (uint32_t i = 0; i < WALK_MAX; i++) {
-        int ok = read_dgram(st, k, AT_HEAD, &h, &len, NULL, NULL);
+        int ok = b1_fd_read(st, k, B1_AT_HEAD, &h, &len, NULL, NULL);
         if (ok < 0) return;
         if (ok && p && queued_locked(base, p, &h)) return;
-        if (read_dgram(st, k, POP, &h, &len, NULL, NULL) < 0) return;
+        if (b1_fd_read(st, k, B1_POP, &h, &len, NULL, NULL) < 0) return;
     }
 }
 
 int b1_fds_take_locked(struct b1_peer *p, const struct b1_fds_store *st, const struct b1_entry *e,
                        uint32_t n, int32_t *out) {
-    static const int order[] = {PAIR_B, INBOX}; /* b holds the older ones */
-    int32_t fds[SCM_MAX];
-    uint8_t have[(B1_MAX_FDS + SCM_MAX - 1) / SCM_MAX] = {0};
-    struct fd_dgram h, again;
+    static const int order[] = {B1_FDS_B, B1_FDS_INBOX}; /* b holds the older ones */
+    int32_t fds[B1_SCM_MAX];
+    uint8_t have[(B1_MAX_FDS + B1_SCM_MAX - 1) / B1_SCM_MAX] = {0};
+    struct b1_fd_dgram h, again;
     uint32_t got = 0, nfds, len;
     int r = 0;
     for (uint32_t i = 0; i < n; i++) out[i] = -1;
-    mover_lock(p);
+    b1_fds_mover_lock(p);
     for (int s = 0; s < 2 && got < n && !r; s++) {
         uint32_t off = 0;
         for (int i = 0; i < WALK_MAX && got < n && off <= INT32_MAX; i++, off += len) {
-            int ok = read_dgram(st, order[s], (int)off, &h, &len, NULL, NULL);
+            int ok = b1_fd_read(st, order[s], (int)off, &h, &len, NULL, NULL);
             if (ok < 0) break;
             if (!ok || h.sender != e->sender || h.ts != e->ts || h.seq != e->seq || h.idx != e->idx ||
-                h.total != n || have[h.first / SCM_MAX])
+                h.total != n || have[h.first / B1_SCM_MAX])
                 continue; /* another's, invalid, or a duplicate a killed move left */
-            ok = read_dgram(st, order[s], (int)off, &again, &len, fds, &nfds);
+            ok = b1_fd_read(st, order[s], (int)off, &again, &len, fds, &nfds);
             if (ok == -EMFILE) { /* all or none: the message stays queued */
                 r = ok;
                 break;
             }
             if (ok <= 0) continue;
             if (memcmp(&again, &h, sizeof h)) { /* cannot happen: only the mover lock's holder pops */
-                close_fds(fds, nfds);
+                b1_fd_close(fds, nfds);
                 continue;
             }
-            have[h.first / SCM_MAX] = 1;
+            have[h.first / B1_SCM_MAX] = 1;
             memcpy(out + h.first, fds, nfds * sizeof *fds);
             got += nfds;
         }
     }
-    mover_unlock(p);
+    b1_fds_mover_unlock(p);
     if (!r && got < n) r = -ENOLINK; /* some are missing: the store was lost with its last holder */
     if (r) {
         for (uint32_t j = 0; j < n; j++)
@@ -565,22 +429,22 @@ int b1_fds_take_locked(struct b1_peer *p, const struct b1_fds_store *st, const s
 }
 
 void b1_fds_sweep_locked(void *base, struct b1_peer *p, const struct b1_fds_store *st) {
-    struct fd_dgram h;
+    struct b1_fd_dgram h;
     uint32_t len;
-    mover_lock(p);
-    trim_locked(base, p, st, PAIR_B);
-    trim_locked(base, p, st, INBOX);
+    b1_fds_mover_lock(p);
+    trim_locked(base, p, st, B1_FDS_B);
+    trim_locked(base, p, st, B1_FDS_INBOX);
     /* an inbox filling (senders faster than this receiver): into b, before it refuses them */
-    if (read_dgram(st, INBOX, (int)(B1_FDS_MOVE_AT * sizeof h), &h, &len, NULL, NULL) >= 0)
-        while (move_locked(st, MOVE_MAX) > 0)
+    if (b1_fd_read(st, B1_FDS_INBOX, (int)(B1_FDS_MOVE_AT * sizeof h), &h, &len, NULL, NULL) >= 0)
+        while (b1_fds_move_locked(st, MOVE_MAX) > 0)
             ;
-    mover_unlock(p);
+    b1_fds_mover_unlock(p);
 }
 
 void b1_fds_drain(const int32_t *socks, uint32_t n) {
     struct b1_fds_store st = {.n = 0};
     if (n != B1_FDS_SOCKS) return;
     memcpy(st.socks, socks, sizeof st.socks);
-    trim_locked(NULL, NULL, &st, PAIR_B);
-    trim_locked(NULL, NULL, &st, INBOX);
+    trim_locked(NULL, NULL, &st, B1_FDS_B);
+    trim_locked(NULL, NULL, &st, B1_FDS_INBOX);
 }

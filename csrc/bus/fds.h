@@ -6,25 +6,15 @@
  * Lock rules: b1_fds_post runs under the sender's lock, b1_fds_take_locked and
  * b1_fds_sweep_locked under the receiver's; b1_fds_wait_room, b1_fds_unlink and
  * b1_fds_drain (a gone peer's store) under none.  The only lock taken here is a store's
- * mover lock (fds.c), a leaf: nothing else is locked under it.
+ * mover lock (fdio.c), a leaf: nothing else is locked under it.
  */
 #ifndef BUS1PY_FDS_H
 #define BUS1PY_FDS_H
-#include "layout.h"
+#include "fdio.h"
 
-#define B1_FDS_SOCKS 3 /* sockets of a store: the inbox, the pair's a and b */
 #define B1_FDS_DIR "/dev/shm/.bus1py-fds-" /* a store's directory: this, then its nonce */
 #define B1_FDS_MOVER "bus1py-fds-mover-" /* a process's mover socket: this, then its pid (abstract) */
 #define B1_FDS_WAIT_MS 2000 /* how long a send waits for room in a full inbox */
-
-/* this process's sockets of one store, and who may post to it: the credentials a datagram
- * must carry (uid, or gid when >= 0, anyone's for B1_FDS_ANYONE; root always) */
-#define B1_FDS_ANYONE (-2)
-struct b1_fds_store {
-    uint32_t n, uid;
-    int64_t gid;
-    int socks[B1_FDS_SOCKS];
-};
 
 /* how many descriptors this thread's next send carries (b1_send_fds) */
 uint32_t b1_fds_staged(void);
