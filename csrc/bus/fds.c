@@ -328,7 +328,13 @@ int b1_fds_wait_room(void *base, uint32_t slot, uint64_t id, int64_t deadline_ms
     if (s < 0) return -errno;
     struct sockaddr_un to;
     socklen_t tolen = store_address(nonce, &to);
-    int r = connect(s, (struct sockaddr *)&to, tolen) ? -errno : -ETIMEDOUT;
+    int r = -ETIMEDOUT;
+    if (connect(s, (struct sockaddr *)&to, tolen)) { /* gone meanwhile: the post will say */
+        close(s);
+        if (now_ms() >= deadline_ms) return -EDQUOT;
+        poll(NULL, 0, 1);
+        return 0;
+    }
     while (r == -ETIMEDOUT) {
         for (int i = 0; i < B1_PEER_PIDS; i++) { /* each holder's mover: a lost wake is a retry */
             if (pids[i] <= 0) continue;
