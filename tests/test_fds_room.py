@@ -4,11 +4,12 @@
 Invariants checked:
   - a holder process holds three descriptors for a peer's store, and its directory one
     path, whatever quota_fds (64 or 2000);
-  - a sender's share of quota_fds (half of it) of messages with descriptors from another process to a receiver that does not
-    receive all succeed, then all arrive in order, each with its own descriptor: the
-    receiver's death watcher moves the inbox when a sender finds it full;
-  - a peer sends itself its share of quota_fds in messages with descriptors and receives none: no
-    deadlock (its own process moves), and then all arrive;
+  - a sender's share of quota_fds (half of it) in messages with descriptors, from another
+    process to a receiver whose process is busy and never receives, all succeed, then all
+    arrive in order, each with its own descriptor: the receiver's death watcher moves the
+    inbox when a sender finds it full;
+  - a peer sends itself its share of quota_fds in messages with descriptors and receives
+    none: no deadlock (its own process moves), and then all arrive;
   - a process that joins a store (pidfd_getfd) takes the pair with what was moved into it;
   - with no watcher in the receiver's process (BUS1PY_WATCH=0) a sender of another
     process that finds the inbox full waits B1_FDS_WAIT_MS and fails with EDQUOT, nothing
@@ -28,7 +29,8 @@ from bus1py import fds as _fds
 from fdhelp import open_fds as _open_fds
 
 FORK = mp.get_context("fork")
-INBOX_ROOM = 11  # net.unix.max_dgram_qlen + 1 by default: what the inbox alone queues
+with open("/proc/sys/net/unix/max_dgram_qlen") as _f:
+    INBOX_ROOM = int(_f.read()) + 1  # what the inbox alone queues (11 by default)
 
 
 def _pair_room() -> int:
