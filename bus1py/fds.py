@@ -18,7 +18,7 @@ Invariants:
     owner, its group for a group bus, anyone for a world bus; root).
   - A sender that finds an inbox full while its process holds no copy of the store asks
     the holder processes' movers (csrc/bus/fds.c): `mover_socket()` is this process's,
-    bound at an abstract address named by its pid and polled by each of its death
+    bound at an abstract address named by its pid and pidfs inode and polled by each of its death
     watchers (watch.py), which move what is asked for (b1_fds_wakeup).  With no watcher
     (BUS1PY_WATCH=0) only a receive of the peer (which moves a filling inbox) or a send
     from a holder process makes room, and a send waits B1_FDS_WAIT_MS for it, then fails
@@ -265,14 +265,16 @@ def sweep(peer) -> None:
 
 def mover_socket():
     """This process's mover socket (made at its first call), or None when its address is
-    taken (another pid namespace's process of the same pid: senders then wait for a
+    taken (by a process that bound it after this one started: senders then wait for a
     receive of the peer instead).  Anyone may send it a request: it moves at most what a
     store this process holds already has, so a request is harmless."""
     global _mover
     with _lock:
         if _mover is None:
             out = ffi.new("char[]", 108)
-            n = lib.b1_fds_mover_address(os.getpid(), out, 108)
+            n = lib.b1_fds_mover_address(out, 108)
+            if n < 0:
+                return None
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK)
             try:
                 sock.bind(ffi.buffer(out, n)[:])

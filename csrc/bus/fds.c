@@ -80,6 +80,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "fds.h"
+#include "proc.h"
 
 #define WALK_MAX 4096   /* datagrams one take looks at in one socket, at most */
 #define MOVE_MAX 64     /* datagrams one move forwards, at most */
@@ -115,17 +116,23 @@ static socklen_t store_address(const uint64_t nonce[2], struct sockaddr_un *a) {
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
 }
 
-/* the abstract address of process pid's mover socket (bus1py/watch.py binds it) */
-static socklen_t mover_address(int32_t pid, struct sockaddr_un *a) {
+/* the abstract address of a holder process's mover socket (bus1py/watch.py binds it): its
+ * pid and its pidfs inode (its start time without pidfs), so that no name can be taken
+ * before its process exists */
+static socklen_t mover_address(const struct b1_holder *h, struct sockaddr_un *a) {
     memset(a, 0, sizeof *a);
     a->sun_family = AF_UNIX;
-    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, B1_FDS_MOVER "%d", (int)pid);
+    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, B1_FDS_MOVER "%d-%llx", (int)h->pid,
+                     (unsigned long long)(h->ino ? h->ino : h->start));
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
 }
 
-int b1_fds_mover_address(int32_t pid, char *out, uint32_t cap) {
+int b1_fds_mover_address(char *out, uint32_t cap) {
+    struct b1_holder me;
+    b1_holder_of(b1_pid(), &me);
+    if (!me.pid) return -ESRCH;
     struct sockaddr_un a;
-    socklen_t len = mover_address(pid, &a) - offsetof(struct sockaddr_un, sun_path);
+    socklen_t len = mover_address(&me, &a) - offsetof(struct sockaddr_un, sun_path);
     if (len > cap) return -ENOSPC;
     memcpy(out, a.sun_path, len);
     return (int)len;
@@ -320,9 +327,13 @@ static int64_t now_ms(void) {
 int b1_fds_wait_room(void *base, uint32_t slot, uint64_t id, int64_t deadline_ms) {
     struct b1_peer *p = PEER(base, slot);
     uint64_t nonce[2];
-    int32_t pids[B1_PEER_PIDS];
+    struct b1_holder holders[B1_PEER_PIDS];
     nonce_of(p, nonce);
-    for (int i = 0; i < B1_PEER_PIDS; i++) pids[i] = __atomic_load_n(&p->holders[i].pid, __ATOMIC_RELAXED);
+    for (int i = 0; i < B1_PEER_PIDS; i++) {
+        holders[i].pid = __atomic_load_n(&p->holders[i].pid, __ATOMIC_RELAXED);
+        holders[i].ino = __atomic_load_n(&p->holders[i].ino, __ATOMIC_RELAXED);
+        holders[i].start = __atomic_load_n(&p->holders[i].start, __ATOMIC_RELAXED);
+    }
     if (__atomic_load_n(&p->id, __ATOMIC_ACQUIRE) != id) return 0; /* gone: the post skips it */
     int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (s < 0) return -errno;
@@ -337,9 +348,9 @@ int b1_fds_wait_room(void *base, uint32_t slot, uint64_t id, int64_t deadline_ms
     }
     while (r == -ETIMEDOUT) {
         for (int i = 0; i < B1_PEER_PIDS; i++) { /* each holder's mover: a lost wake is a retry */
-            if (pids[i] <= 0) continue;
+            if (holders[i].pid <= 0) continue;
             struct sockaddr_un m;
-            socklen_t mlen = mover_address(pids[i], &m);
+            socklen_t mlen = mover_address(&holders[i], &m);
             sendto(s, nonce, sizeof nonce, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&m, mlen);
         }
         int64_t left = deadline_ms - now_ms();
