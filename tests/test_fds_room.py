@@ -11,6 +11,7 @@ Invariants checked:
   - a peer sends itself its share of quota_fds in messages with descriptors and receives
     none: no deadlock (its own process moves), and then all arrive;
   - a process that joins a store (pidfd_getfd) takes the pair with what was moved into it;
+  - a move request (anyone may send one) moves only what a store this process holds has;
   - with no watcher in the receiver's process (BUS1PY_WATCH=0) a sender of another
     process that finds the inbox full waits B1_FDS_WAIT_MS and fails with EDQUOT, nothing
     sent, unless a receive of the peer makes room meanwhile.
@@ -20,12 +21,15 @@ from __future__ import annotations
 import errno
 import multiprocessing as mp
 import os
+import socket
+import struct
 import threading
 import time
 
 import pytest
 
 from bus1py import fds as _fds
+from bus1py._lib import lib
 from fdhelp import open_fds as _open_fds
 
 FORK = mp.get_context("fork")
@@ -195,3 +199,26 @@ def test_a_joining_holder_takes_the_pair_with_what_was_moved_into_it(make_bus):
     child.join(30)
     assert child.exitcode == 0, errors.get(timeout=1)
     assert r.query().n_fds == 0
+
+
+def test_a_move_request_moves_only_what_a_held_store_holds(make_bus, monkeypatch):
+    """What a mover socket receives (anyone may send it): junk and a request naming no
+    store of this process move nothing; a request naming r's store moves its inbox (5
+    datagrams) into the pair, and the messages still arrive whole, in order."""
+    monkeypatch.setenv("BUS1PY_WATCH", "0")
+    bus = make_bus(max_peers=8, max_nodes=16, max_handles=64, pool_size=1 << 20, spin_ns=0, quota_fds=64)
+    r, s = bus.peer(), bus.peer()
+    h = r.transfer(r.create_node(), s)
+    _send_carriers(s, h, 0, 5)
+    nonce = os.path.basename(os.path.dirname(_fds._stores[(bus.name, r.id)].path))[-32:]
+    request = struct.pack("=QQ", int(nonce[:16], 16), int(nonce[16:], 16))
+    mover, asker = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    with mover, asker:
+        asker.send(b"junk")
+        asker.send(bytes(16))  # no store of this process
+        assert lib.b1_fds_wakeup(mover.fileno()) == 0
+        asker.send(request)
+        assert lib.b1_fds_wakeup(mover.fileno()) == 5
+        asker.send(request)
+        assert lib.b1_fds_wakeup(mover.fileno()) == 0  # the inbox is empty now
+    _receive_in_order(r, 5)
