@@ -12,8 +12,8 @@ from bus1py._lib import ffi, lib
 # struct b1_msg
 PEER_ID, PEER_ROOT, PEER_FRONT, PEER_PIDS = 40, 52, 56, None
 PEER_WAKE_SEQ, PEER_WAITERS, PEER_NODE_WAITERS = 108, 120, 124
-PEER_SHARES = 512  # shares[16], 16 bytes each: messages, fds (u32), bytes (u64)
-PEER_SHARE_HANDLES = 768  # share_handles[16], u32 each
+PEER_SHARES = 576  # shares[16], 16 bytes each: messages, fds (u32), bytes (u64)
+PEER_SHARE_HANDLES = 832  # share_handles[16], u32 each
 ENTRY_MSG = 40
 HANDLE_REFS, HANDLE_PENDING = 24, 28
 MSG_REFS, MSG_LEN, MSG_NEXT_FREE, MSG_TS, MSG_STAGER = 0, 4, 20, 24, 32
