@@ -83,8 +83,10 @@ def link_task(max_examples, where=None):
             yield events
         else:
             procs, counts = np.unique(ev.process, return_counts=True)
-            written = {"file": linked_files.write(where, pa.Table.from_batches(
-                           [events]).select(list(linked_files.COLUMNS))),
+            table = pa.Table.from_batches([events]).select(list(linked_files.COLUMNS[:-2]))
+            written = {"file": linked_files.write(where, table.append_column(
+                           "receives", pa.array(_receives(ev))).append_column(
+                           "firsts", pa.array(_firsts(ev)))),
                        "counts": [procs.tolist(), counts.tolist()]}
         del events
         if len(msg):
@@ -101,6 +103,22 @@ def link_task(max_examples, where=None):
                             origins=int((ev.code <= K.SIGNAL_SEND).sum()),
                             examples=[[e["highlight"][0], e["process"], e] for e in ex]))
     return run
+
+
+def _receives(ev):
+    """The receives of each origin (0 on other rows)."""
+    import numpy as np
+    recv = (ev.code == K.DELIVER) | (ev.code == K.SIGNAL_RECV)
+    return np.bincount(ev.origin[recv], minlength=ev.n).astype(np.int32)
+
+
+def _firsts(ev):
+    """On each first delivery, the first deliveries of its message (0 on other rows)."""
+    import numpy as np
+    fd = (ev.code == K.DELIVER) & ev.first
+    out = np.zeros(ev.n, np.int32)
+    out[fd] = np.bincount(ev.origin[fd], minlength=ev.n)[ev.origin[fd]]
+    return out
 
 
 def _arrow_schema():
