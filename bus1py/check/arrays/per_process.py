@@ -119,7 +119,9 @@ class Streams:
                        has_node=node.is_valid().to_numpy(zero_copy_only=False))
         return out
 
-    rows_per_batch = STREAM_ROWS
+    @property
+    def rows_per_batch(self):
+        return STREAM_ROWS
 
     def batches(self, slot):
         """The batches of process `slot`, first to last (a pass of its own)."""

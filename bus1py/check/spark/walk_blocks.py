@@ -21,7 +21,7 @@ import json
 from .. import vclock
 from ..arrays.walk import BLOCK_BYTES, block_edges, even_edges, task_bytes
 from ..arrays.layout import COLUMNS
-from .walk_task import BESIDE, OUT_SCHEMA, kernel_task
+from .walk_task import BESIDE, OUT_SCHEMA, kernel_task, task_properties
 
 
 # The Spark setting naming the directory, readable by every executor, under which a check

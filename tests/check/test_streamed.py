@@ -1,0 +1,127 @@
+# Invariants: the streamed walk (arrays/streamed.py over arrays/per_process.py's files)
+# gives the in-memory walk's answer (walk_task.kernel_task over the linked files, its
+# blocks merged by walk_blocks.merge) on every trace: verdicts, counts, the processes of
+# every violation, the examples with their paths, whatever the block count, the buckets of
+# the linking and the batch size of the files (causality cycles, losses, duplicates,
+# NODE_DESTROY among the draws); and one task's measured peak stays within its memory
+# model (streamed.task_bytes) at any block width.
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bus1py.check.arrays import linked_files, per_process, streamed
+from bus1py.check.arrays.walk import even_edges
+from bus1py.check.load import read_footers
+from bus1py.check.spark import by_message, walk_blocks
+from test_by_message import SPAN, _by_blocks, _linked, _write
+from test_walk import _make, _unstamped, traces
+
+K = 50
+
+
+def _streams(sums, procs, where, groups=2):
+    """The per-process files of the linked events of `sums`, written by `groups` tasks."""
+    linked = [(s["file"], *s["counts"]) for s in sums if "file" in s]
+    files = {}
+    for g in range(groups):
+        files.update(per_process.write_group(linked, set(procs[g::groups]), where))
+    _, counts, _ = walk_blocks.linked_input(sums, procs)
+    return per_process.Streams(procs, [files[p] for p in procs], counts)
+
+
+def _streamed(streams, destroys, edges):
+    """_by_blocks's answer by the streamed walk, one decide a block, the tasks' properties
+    as walk_blocks gives them out."""
+    infos, per = [], {}
+    tasks = edges or [None]
+    for i, edge in enumerate(tasks):
+        mine = walk_blocks.task_properties(sorted(by_message.WANT), i, len(tasks))
+        out, info = streamed.decide(streams, mine, K, SPAN, edge, destroys)
+        info.pop("live_origins", None)
+        info.pop("events")
+        infos.append(info)
+        for name, procs in out.items():
+            per.setdefault(name, []).extend(procs)
+    info = walk_blocks.merge(infos, K)
+    info.pop("seconds", None)
+    return info, {name: sorted(v) for name, v in per.items() if v}
+
+
+def _agree(batch, tmp, buckets, blocks):
+    path = os.path.join(tmp, "u")
+    _write(batch, path)
+    where = linked_files.directory(tmp)
+    sums = _linked(read_footers(path), where, buckets)
+    if any(s.get("malformed") for s in sums):
+        return None
+    procs = sorted(set().union(*(s["procs"] for s in sums)))
+    if not procs:
+        return None
+    destroys = any(s["destroys"] for s in sums)
+    streams = _streams(sums, procs, where)
+    ncols = max(p % SPAN for p in procs) + 1
+    got = []
+    for count in blocks:
+        edges = even_edges(ncols, min(count, ncols)) if count else None
+        one = _by_blocks(procs, sums, destroys, edges)
+        one = one[0], {name: v for name, v in one[1].items() if v}
+        assert _streamed(streams, destroys, edges) == one, count
+        got.append(one[0])
+    return got
+
+
+# p0 sends m1 and then m2 to p1 and p2; p2 delivers m2 first: a causal violation whose
+# example's path is p0's own order
+_KEYS = dict.fromkeys(("dests", "node", "wall_ns", "stamp_ts", "stamp_peer", "stamp_tx"))
+INVERTED = [dict(_KEYS, process=0, seq=0, kind="send", msg=1, dests=[1, 2]),
+            dict(_KEYS, process=0, seq=1, kind="send", msg=2, dests=[1, 2]),
+            dict(_KEYS, process=1, seq=0, kind="deliver", msg=1),
+            dict(_KEYS, process=1, seq=1, kind="deliver", msg=2),
+            dict(_KEYS, process=2, seq=0, kind="deliver", msg=2),
+            dict(_KEYS, process=2, seq=1, kind="deliver", msg=1)]
+
+
+# 3 sends m1 after receiving the signal that 2 sends only after delivering m1: a
+# causality cycle, which no walk orders
+def _row(p, s, kind, msg, dests=None):
+    return dict(_KEYS, process=p, seq=s, kind=kind, msg=msg, dests=dests)
+
+
+CYCLE = [_row(3, 0, "signal_recv", 100), _row(3, 1, "send", 3, [4]),
+         _row(3, 2, "send", 1, [2, 4]), _row(2, 0, "deliver", 1),
+         _row(2, 1, "signal_send", 100), _row(4, 0, "deliver", 3), _row(4, 1, "deliver", 1)]
+
+
+@settings(max_examples=30, deadline=None, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(st.lists(traces, min_size=1, max_size=5), st.integers(1, 6), st.sampled_from([(), (INVERTED,), (CYCLE,)]))
+def test_the_streamed_walk_is_the_in_memory_walk(tmp_path_factory, drawn, buckets, more):
+    batch = [_unstamped(_make(*c)) for c in drawn] + list(more)
+    _agree(batch, str(tmp_path_factory.mktemp("s")), buckets, (None, 2, 3, 64))
+
+
+def test_violations_cycles_and_small_batches(tmp_path, monkeypatch):
+    # batches of 7 rows: every process spans several, a walk waits across them; the
+    # planted faults give causal examples with paths, components and a cycle
+    monkeypatch.setattr(per_process, "STREAM_ROWS", 7)
+    batch = [_unstamped(_make(9000 + i, 4, 60, m)) for i, m in enumerate(
+        ("lose", "duplicate", "misdeliver", "swap", "adjacent_swap", "late_data"))]
+    got = _agree(batch + [INVERTED], str(tmp_path / "a"), 3, (None, 2, 64))
+    assert got[0]["walk_complete"] and got[0]["causal_count"]
+    assert all(e["path"] for e in got[0]["causal_examples"])
+    assert got[0]["consistent_count"] and got[0]["fifo_count"] and got[0]["node_rules_count"]
+    got = _agree(batch + [CYCLE], str(tmp_path / "b"), 3, (None, 2))
+    assert not got[0]["walk_complete"]
+
+
+def test_a_broken_numbering_never_makes_a_process_file(tmp_path):
+    rows = _unstamped(_make(7, 3, 40, None))
+    path = str(tmp_path / "t")
+    _write([rows], path)
+    where = linked_files.directory(str(tmp_path))
+    sums = _linked(read_footers(path), where, 3)
+    procs = sorted(set().union(*(s["procs"] for s in sums)))
+    with pytest.raises(ValueError, match="not numbered"):
+        _streams(sums[1:], procs, where)
