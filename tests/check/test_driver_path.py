@@ -170,8 +170,9 @@ def test_check_on_a_standalone_cluster(spark, spark_cluster, tmp_path):
     # one process on the cluster (its session and executors start once) runs: the command
     # twice, the main pass and (--exact) the whole check as one task on the worker
     # (one_task.py); then the path by message (spark/by_message.py: the link in tasks by
-    # id writing the linked events to files, the walk by three column blocks in three
-    # tasks reading them, spark/walk_blocks.py) on a batch of drawn traces, and the main
+    # id writing the linked events to files, each process's events gathered into a file
+    # of its own, the streamed walk by three column blocks in three tasks reading them,
+    # spark/walk_blocks.py) on a batch of drawn traces, and the main
     # pass with --exact, whose walk too runs by column blocks
     from test_by_message import BY_MESSAGE, SPAN, _batch, _summary_and_counts, _write
     rng = random.Random(4)
@@ -227,7 +228,8 @@ print(json.dumps({{"rcs": rcs, "by_message": s, "exact": exact}}))
     summary.pop("timings")
     assert exact == summary
     spread = got["by_message"]
-    assert "by_message" in spread.pop("timings")
+    timings = spread.pop("timings")
+    assert "by_message" in timings and "per_process" in timings, timings
     spread.pop("seconds")
     per = {}
     for p, name in spread.pop("per"):

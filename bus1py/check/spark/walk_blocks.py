@@ -21,7 +21,8 @@ import json
 from .. import vclock
 from ..arrays.walk import BLOCK_BYTES, block_edges, even_edges, task_bytes
 from ..arrays.layout import COLUMNS
-from .walk_task import BESIDE, OUT_SCHEMA, kernel_task, task_properties
+from .walk_task import (BESIDE, OUT_SCHEMA, kernel_task, summary_row, task_properties,
+                        violation_rows)
 
 
 # The Spark setting naming the directory, readable by every executor, under which a check
@@ -105,10 +106,14 @@ def _walk(c, want, files, counts, origins, destroys, clocks, block_bytes=BLOCK_B
         edges = block_edges(sum(counts), origins, c.P,
                             c.spark.sparkContext.defaultParallelism,
                             clock_budget(limit, sum(counts), origins, block_bytes))
-    tasks = len(edges or [None])
     fn = kernel_task([int(p) for p in c.procs], c.span, c.max_examples, sorted(want),
                      list(c.trace.files) if vname else None, vname, destroys,
                      (files, counts, edges))
+    return _collect(c, fn, len(edges or [None]), vstatus)
+
+
+def _collect(c, fn, tasks, vstatus=None):
+    """The merged answer of a walk job of `tasks` tasks running fn, as _walk's."""
     got = (c.spark.range(tasks, numPartitions=tasks).mapInArrow(fn, OUT_SCHEMA)
            .toArrow().to_pylist())
     info = merge([json.loads(r["info"]) for r in got if r["rec"] == "summary"],
@@ -151,6 +156,96 @@ def merge(infos, max_examples):
         for k, v in i.items():
             if k.startswith(("consistent", "vclock", "destroyed")) or k.startswith(BESIDE):
                 out[k] = v
+            elif k in ("live_origins", "task_max_rss"):
+                out[k] = max(v, out.get(k, 0))
     chosen = sorted(out.pop("causal", []), key=lambda e: e[0])[:max_examples]
     out["causal_examples"] = [e for _, e in chosen]
     return out
+
+
+def run_streamed(c, want, sums, where, destroys):
+    """run's answer by the streamed walk (arrays/streamed.py), when no clock column is
+    read: each process's events gathered into a file of its own by a job of tasks by
+    process group (arrays/per_process.py), then a task per column block streaming them
+    all. None when a process's numbering is broken."""
+    procs = [int(p) for p in c.procs]
+    _, counts, origins = linked_input(sums, procs)
+    c.phase("the walk: each process's events in a file of its own, a task a group")
+    files = c.timed("per_process", per_process_files, c, sums, procs, where)
+    if files is None:
+        return None
+    edges = (even_edges(c.P, c.walk_blocks) if c.walk_blocks
+             else block_edges(sum(counts), origins, c.P,
+                              c.spark.sparkContext.defaultParallelism))
+    c.phase("the streamed walk by column blocks: causal, consistent, fifo and node_rules")
+    fn = stream_task(procs, [files[p] for p in procs], counts, c.span, c.max_examples,
+                     sorted(want), edges, destroys)
+    info, by_name, _ = _collect(c, fn, len(edges or [None]))
+    for k in ("live_origins", "task_max_rss"):
+        if k in info:
+            c.timings[f"walk_{k}"] = info.pop(k)
+    return info, by_name, None
+
+
+# Events a task of the per-process step gathers at most, when the cluster has cores
+# enough: its processes' events are held twice (read, then sorted)
+GROUP_EVENTS = 4_000_000
+
+
+def per_process_files(c, sums, procs, where):
+    """{process: its file} written by a job of tasks by process group (as many as the
+    cluster's cores, more when a group would pass GROUP_EVENTS events), or None when a
+    numbering is broken."""
+    import numpy as np
+
+    _, counts, _ = linked_input(sums, procs)
+    groups = min(len(procs), max(c.spark.sparkContext.defaultParallelism,
+                                 -(-sum(counts) // GROUP_EVENTS)))
+    # the largest processes first, each to the group holding the fewest events so far
+    members, held = [[] for _ in range(groups)], np.zeros(groups, np.int64)
+    for i in np.argsort(counts, kind="stable")[::-1]:
+        g = int(np.argmin(held))
+        members[g].append(procs[i])
+        held[g] += counts[i]
+    linked = [(s["file"], *s["counts"]) for s in sums if "file" in s]
+
+    def run(batches):
+        from ..arrays import per_process
+        for g in [g for b in batches for g in b.column(0).to_pylist()]:
+            try:
+                got = per_process.write_group(linked, set(members[g]), where)
+            except ValueError:
+                yield summary_row({"malformed": True})
+                return
+            yield summary_row({"files": [[p, f] for p, f in got.items()]})
+    got = (c.spark.range(groups, numPartitions=groups).mapInArrow(run, OUT_SCHEMA)
+           .toArrow().to_pylist())
+    infos = [json.loads(r["info"]) for r in got]
+    if any(i.get("malformed") for i in infos):
+        return None
+    return {p: f for i in infos for p, f in i["files"]}
+
+
+def stream_task(procs, files, counts, span, max_examples, want, edges, destroys):
+    """The function mapInArrow runs on each task of the streamed walk: the index i of its
+    block in edges in, violation rows and a summary row out, as kernel_task's (task i
+    decides causal for its block and task_properties' others)."""
+    def run(batches):
+        import resource
+        import time
+
+        from ..arrays import streamed
+        from ..arrays.per_process import Streams
+        for i in [i for b in batches for i in b.column(0).to_pylist()]:
+            t = time.perf_counter()
+            streams = Streams(procs, files, counts)
+            edge = edges[i] if edges else None
+            out, info = streamed.decide(streams, task_properties(want, i, len(edges or [None])),
+                                        max_examples, span, edge, destroys)
+            info["seconds"]["task"] = round(time.perf_counter() - t, 3)
+            info["task_max_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+            for rec, procs_ in out.items():
+                if len(procs_):
+                    yield violation_rows(rec, procs_)
+            yield summary_row(info)
+    return run
