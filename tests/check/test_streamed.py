@@ -26,7 +26,8 @@ def _streams(sums, procs, where, groups=2):
     linked = [(s["file"], *s["counts"]) for s in sums if "file" in s]
     files = {}
     for g in range(groups):
-        files.update(per_process.write_group(linked, set(procs[g::groups]), where))
+        files.update(per_process.write_group(linked, set(procs[g::groups]), where,
+                                             per_process.batch_rows(len(procs))))
     _, counts, _ = walk_blocks.linked_input(sums, procs)
     return per_process.Streams(procs, [files[p] for p in procs], counts)
 
@@ -96,16 +97,25 @@ CYCLE = [_row(3, 0, "signal_recv", 100), _row(3, 1, "send", 3, [4]),
 
 @settings(max_examples=30, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
-@given(st.lists(traces, min_size=1, max_size=5), st.integers(1, 6), st.sampled_from([(), (INVERTED,), (CYCLE,)]))
-def test_the_streamed_walk_is_the_in_memory_walk(tmp_path_factory, drawn, buckets, more):
+@given(st.lists(traces, min_size=1, max_size=5), st.integers(1, 6), st.sampled_from([(), (INVERTED,), (CYCLE,)]),
+       st.sampled_from([1, 3, 16, None]))
+def test_the_streamed_walk_is_the_in_memory_walk(tmp_path_factory, drawn, buckets, more,
+                                                  rows):
     batch = [_unstamped(_make(*c)) for c in drawn] + list(more)
-    _agree(batch, str(tmp_path_factory.mktemp("s")), buckets, (None, 2, 3, 64))
+    saved = per_process.MIN_ROWS, per_process.STREAM_ROWS_ALL
+    try:
+        if rows:        # batches of `rows` rows, else the default (one a process here)
+            per_process.MIN_ROWS = per_process.STREAM_ROWS_ALL = rows
+        _agree(batch, str(tmp_path_factory.mktemp("s")), buckets, (None, 2, 3, 64))
+    finally:
+        per_process.MIN_ROWS, per_process.STREAM_ROWS_ALL = saved
 
 
 def test_violations_cycles_and_small_batches(tmp_path, monkeypatch):
     # batches of 7 rows: every process spans several, a walk waits across them; the
     # planted faults give causal examples with paths, components and a cycle
-    monkeypatch.setattr(per_process, "STREAM_ROWS", 7)
+    monkeypatch.setattr(per_process, "MIN_ROWS", 7)
+    monkeypatch.setattr(per_process, "STREAM_ROWS_ALL", 7)
     batch = [_unstamped(_make(9000 + i, 4, 60, m)) for i, m in enumerate(
         ("lose", "duplicate", "misdeliver", "swap", "adjacent_swap", "late_data"))]
     got = _agree(batch + [INVERTED], str(tmp_path / "a"), 3, (None, 2, 64))

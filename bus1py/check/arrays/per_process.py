@@ -5,7 +5,7 @@ process, written once by the task that gathers that process from the linked file
 
 Invariants: a file holds exactly its process's events numbered 0, 1, 2, ... (checked
 where it is written: a ValueError otherwise, so a walk never reads a broken numbering),
-in batches of STREAM_ROWS rows, so the batch holding seq s is batch s // STREAM_ROWS. A
+in batches of batch_rows(processes) rows, so the batch holding seq s is seq // those. A
 linked file holds its events in (process, seq) order, so a process's rows there are one
 slice, found from the counts its task reported. A reader holds one batch of each process
 at a time. Nothing here imports pyspark.
@@ -14,14 +14,22 @@ from __future__ import annotations
 
 import numpy as np
 
-# Rows of a batch of a per-process file: a walk task holds one batch of each process.
-STREAM_ROWS = 1 << 16
+# Rows of a batch of a per-process file: a walk task holds one batch of each process, so
+# the batches of all processes together hold about STREAM_ROWS_ALL rows (batch_rows), and
+# never fewer than MIN_ROWS a process.
+STREAM_ROWS_ALL = 1 << 22
+MIN_ROWS = 1 << 10
+
+
+def batch_rows(processes):
+    """The rows of a batch of each per-process file of a trace of `processes` processes."""
+    return max(MIN_ROWS, STREAM_ROWS_ALL // max(1, processes))
 # The columns of a per-process file (the process is the file's).
 COLUMNS = ("seq", "kind_code", "msg", "first_delivery", "sender_process", "send_seq",
            "is_destroy", "node", "receives", "firsts")
 
 
-def write_group(linked, group, where):
+def write_group(linked, group, where, rows):
     """Gather the processes of `group` from the linked files and write each one's events,
     sorted by seq, to a file of its own under `where`: {process: file name}. linked: the
     (file, its processes, their counts) of every linked file."""
@@ -46,7 +54,7 @@ def write_group(linked, group, where):
         order = np.argsort(seq, kind="stable")
         if not np.array_equal(seq[order], np.arange(n)):
             raise ValueError(f"the events of process {p} are not numbered 0,1,2,...")
-        out[p] = linked_files.write(where, t.take(order) if n else _empty(), STREAM_ROWS)
+        out[p] = linked_files.write(where, t.take(order) if n else _empty(), rows)
     return out
 
 
@@ -65,6 +73,7 @@ class Streams:
     def __init__(self, procs, files, counts):
         self.procs = np.asarray(procs, np.int64)
         self.P = len(self.procs)
+        self.rows_per_batch = batch_rows(self.P)
         self.files = list(files)
         self.counts = np.asarray(counts, np.int64)
         self.start = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
@@ -75,7 +84,7 @@ class Streams:
         self._next = [0] * self.P
 
     def _batches(self, slot):
-        return -(-int(self.counts[slot]) // STREAM_ROWS)
+        return -(-int(self.counts[slot]) // self.rows_per_batch)
 
     def done(self, slot):
         return self._next[slot] >= self._batches(slot)
@@ -119,10 +128,6 @@ class Streams:
                        has_node=node.is_valid().to_numpy(zero_copy_only=False))
         return out
 
-    @property
-    def rows_per_batch(self):
-        return STREAM_ROWS
-
     def batches(self, slot):
         """The batches of process `slot`, first to last (a pass of its own)."""
         for i in range(self._batches(slot)):
@@ -130,13 +135,15 @@ class Streams:
 
     def rows(self, slot, seq0=0):
         """The batches of process `slot` from seq0 on, with the extra columns."""
-        for i in range(seq0 // STREAM_ROWS, self._batches(slot)):
+        n = self.rows_per_batch
+        for i in range(seq0 // n, self._batches(slot)):
             b = self._read(slot, i, extra=True)
-            if i == seq0 // STREAM_ROWS and seq0 % STREAM_ROWS:
-                b = {k: v[seq0 % STREAM_ROWS:] for k, v in b.items()}
+            if i == seq0 // n and seq0 % n:
+                b = {k: v[seq0 % n:] for k, v in b.items()}
             yield b
 
     def row(self, slot, seq):
         """The event seq of process `slot`, as a dict of scalars."""
-        b = self._read(slot, seq // STREAM_ROWS, extra=True)
-        return {k: v[seq % STREAM_ROWS] for k, v in b.items()}
+        n = self.rows_per_batch
+        b = self._read(slot, seq // n, extra=True)
+        return {k: v[seq % n] for k, v in b.items()}

@@ -23,7 +23,6 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kinds as K
-from .per_process import STREAM_ROWS, Streams
 
 # The memory model of one task of the streamed walk (docs/CHECKER.md, "The memory of a
 # task"; tests/check/test_streamed.py holds a measured peak to it): one batch of each
@@ -36,10 +35,11 @@ LIVE_ENTRY_BYTES = 48
 TASK_FIXED_BYTES = 8 << 20
 
 
-def task_bytes(processes, width, live, rows=STREAM_ROWS):
+def task_bytes(processes, width, live):
     """The most one task of the streamed walk holds by the model above: `processes`
     processes, a block of `width` columns, `live` origins live at once at most."""
-    return (TASK_FIXED_BYTES + processes * rows * STREAM_BATCH_BYTES
+    from .per_process import batch_rows
+    return (TASK_FIXED_BYTES + processes * batch_rows(processes) * STREAM_BATCH_BYTES
             + processes * 2 * 4 * (width + 1) + live * (LIVE_ENTRY_BYTES + 4 * (width + 1)))
 
 

@@ -213,7 +213,8 @@ def per_process_files(c, sums, procs, where):
         from ..arrays import per_process
         for g in [g for b in batches for g in b.column(0).to_pylist()]:
             try:
-                got = per_process.write_group(linked, set(members[g]), where)
+                got = per_process.write_group(linked, set(members[g]), where,
+                                              per_process.batch_rows(len(procs)))
             except ValueError:
                 yield summary_row({"malformed": True})
                 return
