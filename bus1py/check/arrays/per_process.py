@@ -101,18 +101,19 @@ class Streams:
         return self._read(slot, i)
 
     def _read(self, slot, i, extra=False):
+        # mapped, only the columns read are touched, and copied out before the map closes
         import pyarrow as pa
-        with pa.OSFile(self.files[slot], "rb") as source:
-            b = pa.ipc.open_file(source).get_batch(i)
-        return self.arrays(b, extra)
+        with pa.memory_map(self.files[slot]) as source:
+            return self.arrays(pa.ipc.open_file(source).get_batch(i), extra)
 
     def arrays(self, b, extra=False):
-        """A record batch of a per-process file as the walk's arrays."""
+        """A record batch of a per-process file as the walk's arrays (copies: nothing of
+        the batch is held after)."""
         def col(name, dtype, fill=0):
             c = b.column(name)
             if c.null_count:
                 c = c.fill_null(fill)
-            return np.ascontiguousarray(c.to_numpy(zero_copy_only=False), dtype)
+            return np.array(c.to_numpy(zero_copy_only=False), dtype, copy=True)
         kind = col("kind_code", np.int8)
         recv = (kind == 3) | (kind == 4)
         sender = col("sender_process", np.int64, -1)
