@@ -135,3 +135,53 @@ def test_a_broken_numbering_never_makes_a_process_file(tmp_path):
     procs = sorted(set().union(*(s["procs"] for s in sums)))
     with pytest.raises(ValueError, match="not numbered"):
         _streams(sums[1:], procs, where)
+
+
+# one task of the streamed walk in a process of its own: its resident memory's growth
+TASK = """
+import json, sys
+import psutil
+from bus1py.check.arrays import events, per_process, properties, streamed, streamed_examples
+from bus1py.check.spark import by_message
+from bus1py.check.spark.walk_task import task_properties
+a = json.loads(sys.argv[1])
+streams = per_process.Streams(a["procs"], a["files"], a["counts"])
+before = psutil.Process().memory_info().rss
+mine = task_properties(sorted(by_message.WANT), a["i"], a["tasks"])
+out, info = streamed.decide(streams, mine, 3, None, a["edge"], a["destroys"])
+# the peak of this process's own memory (ru_maxrss would keep the parent's across exec)
+with open("/proc/self/status") as f:
+    peak = next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) * 1024
+grew = peak - before
+print(json.dumps({"grew": grew, "live": info["live_origins"]}))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_task_grows_by_what_the_memory_model_says(tmp_path):
+    # a task's resident memory grows by at most its model (streamed.task_bytes) and by
+    # at least half of it (the model is no loose bound), whatever the block's width
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from gen_trace import generate
+    generate(str(tmp_path / "t"), 1_000_000, 64, stamps=False, quiet=True)
+    where = linked_files.directory(str(tmp_path))
+    sums = _linked(read_footers(str(tmp_path / "t")), where, 2)
+    procs = sorted(set().union(*(s["procs"] for s in sums)))
+    streams = _streams(sums, procs, where, groups=1)
+    for blocks in (1, 4):
+        edges = even_edges(len(procs), blocks) or [None]
+        for i in (0, 1 % blocks):
+            arg = {"procs": procs, "files": streams.files, "counts": streams.counts.tolist(),
+                   "i": i, "tasks": len(edges), "edge": edges[i],
+                   "destroys": any(s["destroys"] for s in sums)}
+            cp = subprocess.run([sys.executable, "-c", TASK, json.dumps(arg)],
+                                capture_output=True, text=True, timeout=120, check=True)
+            got = json.loads(cp.stdout)
+            width = edges[i][1] - edges[i][0] if edges[i] else len(procs)
+            model = streamed.task_bytes(streams.counts, width, got["live"],
+                                        beside=i == 1 % blocks)
+            assert 0.5 * model <= got["grew"] <= model, (blocks, i, got, model)

@@ -17,7 +17,7 @@ import numpy as np
 # Rows of a batch of a per-process file: a walk task holds one batch of each process, so
 # the batches of all processes together hold about STREAM_ROWS_ALL rows (batch_rows), and
 # never fewer than MIN_ROWS a process.
-STREAM_ROWS_ALL = 1 << 22
+STREAM_ROWS_ALL = 1 << 20
 MIN_ROWS = 1 << 10
 
 

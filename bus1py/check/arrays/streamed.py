@@ -14,9 +14,10 @@ first violations as targets, run only when there are violations. consistent peel
 delivery-chain graph (stream.c's cp_*): a trace whose chains all peel has no component;
 otherwise the chains from where the peel stopped hold every cycle, and Tarjan
 (walk.chain_components) runs on them alone. fifo and node_rules read one process at a time.
-Memory of a task: TASK_FIXED_BYTES, STREAM_BATCH_BYTES per process, and the live origins'
-clocks (task_bytes); what a broken trace adds (its violations, the chains a cycle leaves)
-is outside it. Nothing here imports pyspark.
+Memory of a task: task_bytes (a batch of each process, the block's clocks of each process
+and of the live origins, one process's events for fifo and node_rules); what a broken
+trace adds (its violations, the chains a cycle leaves, the example searches) is outside
+it. Nothing here imports pyspark.
 """
 from __future__ import annotations
 
@@ -25,22 +26,31 @@ import numpy as np
 from .. import kinds as K
 
 # The memory model of one task of the streamed walk (docs/CHECKER.md, "The memory of a
-# task"; tests/check/test_streamed.py holds a measured peak to it): one batch of each
-# process's file, read and converted (STREAM_BATCH_BYTES a row), each process's current
-# and known clocks of the block, and per live origin (walked, a receive still to come) a
-# clock row of the block and its table entry (16 bytes, the table at most half full, and
-# a spare-row index), and a fixed part (the interpreter's modules are not counted).
-STREAM_BATCH_BYTES = 120
+# task"; tests/check/test_streamed.py holds a measured task's growth to it): one batch of
+# each process's file (per_process.batch_rows rows, or the process's events when fewer),
+# STREAM_ROW_BYTES a row as the task's resident memory grows (22 bytes of arrays, and
+# what the conversion's temporaries leave in the allocator); each process's current and
+# known clocks of the block; per live origin (walked, a receive still to come) a clock row
+# of the block and its table entry (the table at most half full, a spare-row index); the
+# task that decides fifo and node_rules holds one process's events at a time,
+# PROCESS_EVENT_BYTES each; and TASK_FIXED_BYTES.
+STREAM_ROW_BYTES = 80
 LIVE_ENTRY_BYTES = 48
-TASK_FIXED_BYTES = 8 << 20
+PROCESS_EVENT_BYTES = 120
+TASK_FIXED_BYTES = 16 << 20
 
 
-def task_bytes(processes, width, live):
-    """The most one task of the streamed walk holds by the model above: `processes`
-    processes, a block of `width` columns, `live` origins live at once at most."""
+def task_bytes(counts, width, live, beside=False):
+    """The most one task of the streamed walk holds by the model above: counts, the events
+    of each process; a block of `width` columns; `live` origins live at once at most;
+    beside: the task decides fifo and node_rules too."""
     from .per_process import batch_rows
-    return (TASK_FIXED_BYTES + processes * batch_rows(processes) * STREAM_BATCH_BYTES
-            + processes * 2 * 4 * (width + 1) + live * (LIVE_ENTRY_BYTES + 4 * (width + 1)))
+    counts = np.asarray(counts, np.int64)
+    P = len(counts)
+    rows = int(np.minimum(counts, batch_rows(P)).sum())
+    return (TASK_FIXED_BYTES + rows * STREAM_ROW_BYTES + P * 2 * 4 * (width + 1)
+            + live * (LIVE_ENTRY_BYTES + 4 * (width + 1))
+            + (int(counts.max(initial=0)) * PROCESS_EVENT_BYTES if beside else 0))
 
 
 def _ptr(ffi, a, ctype):

@@ -156,7 +156,7 @@ def merge(infos, max_examples):
         for k, v in i.items():
             if k.startswith(("consistent", "vclock", "destroyed")) or k.startswith(BESIDE):
                 out[k] = v
-            elif k in ("live_origins", "task_max_rss"):
+            elif k == "live_origins":
                 out[k] = max(v, out.get(k, 0))
     chosen = sorted(out.pop("causal", []), key=lambda e: e[0])[:max_examples]
     out["causal_examples"] = [e for _, e in chosen]
@@ -181,9 +181,8 @@ def run_streamed(c, want, sums, where, destroys):
     fn = stream_task(procs, [files[p] for p in procs], counts, c.span, c.max_examples,
                      sorted(want), edges, destroys)
     info, by_name, _ = _collect(c, fn, len(edges or [None]))
-    for k in ("live_origins", "task_max_rss"):
-        if k in info:
-            c.timings[f"walk_{k}"] = info.pop(k)
+    if "live_origins" in info:      # the most a task held at once (its memory model)
+        c.timings["walk_live_origins"] = info.pop("live_origins")
     return info, by_name, None
 
 
@@ -232,7 +231,6 @@ def stream_task(procs, files, counts, span, max_examples, want, edges, destroys)
     block in edges in, violation rows and a summary row out, as kernel_task's (task i
     decides causal for its block and task_properties' others)."""
     def run(batches):
-        import resource
         import time
 
         from ..arrays import streamed
@@ -244,7 +242,6 @@ def stream_task(procs, files, counts, span, max_examples, want, edges, destroys)
             out, info = streamed.decide(streams, task_properties(want, i, len(edges or [None])),
                                         max_examples, span, edge, destroys)
             info["seconds"]["task"] = round(time.perf_counter() - t, 3)
-            info["task_max_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
             for rec, procs_ in out.items():
                 if len(procs_):
                     yield violation_rows(rec, procs_)
