@@ -6,8 +6,9 @@
 #      rows (arrays/events.py, Events.of_messages) and finds exactly_once's violations
 #      among them (arrays/properties.violations), the losses not yet excused (the
 #      NODE_DESTROY that excuses one may be delivered in another task);
-#   2. the walk: the linked events in one task (walk_task.kernel_task; on a cluster split
-#      by column blocks over tasks, walk_blocks.py), fifo and node_rules beside causal and
+#   2. the walk: the linked events in one task (walk_task.kernel_task; on a cluster each
+#      process's events gathered into a file of its own and streamed by tasks by column
+#      block, walk_blocks.run_streamed), fifo and node_rules beside causal and
 #      consistent; it also reports the (process, node) pairs that
 #      delivered a NODE_DESTROY, with which the driver excuses the losses
 #      (properties.excused, as the one task does).
@@ -15,8 +16,9 @@
 # buckets read with pyarrow (arrays/buckets.py), two linked side by side; with a cluster,
 # every exchange through files of this check (arrays/linked_files.py, in a directory
 # removed at its end): a task per trace file splits its rows into buckets, a task per
-# bucket links them and writes its linked events, then the walk by column blocks over
-# tasks reading them (walk_blocks.py). So the summary is the one
+# bucket links them and writes its linked events (with each origin's receives and each
+# first delivery's message's first deliveries, which the streamed walk reads), then the
+# walk by column blocks over tasks reading them (walk_blocks.py). So the summary is the one
 # the whole check in one task gives (all but `seconds` and `timings`). A trace breaking
 # any rule (a per-row rule, the numbering, one origin per id, no dangling receive) or with
 # a causality cycle is handed back (None): the main pass and the phases after it then name

@@ -1,19 +1,22 @@
 # Invariants: on a cluster, causal and consistent (and by message fifo and node_rules
 # beside them) are decided by the walk split by column blocks of the vector clocks over
-# tasks (arrays/walk.py's Block: each block's columns are exact by themselves, and a
-# delivery is judged by the one block holding its sender's column). Every task reads the
-# events from files written once by tasks (arrays/linked_files.py: the linked events of
-# the tasks by message, or the main pass's table as Parquet), never through the driver or
-# one JVM stream, and holds the walk's layout and only its own block's origin clocks
-# (arrays/walk.py's task_bytes; docs/CHECKER.md, "The memory of a task"). Blocks are as
-# many as the cluster has cores, and more when one block's clocks would pass
-# BLOCK_BYTES, or what a Python worker's memory limit leaves. The tasks' answers merge
-# into the one walk's answer: counts add up, the causal examples are the lowest
-# (position, partner) pairs of all blocks (positions are the same in every task's
-# layout), the processes of the causal violations come in position order; consistent
-# comes from task 0, fifo and node_rules from task 1. A usable clock column is read,
-# verified and used by one task holding every column (vclock verification reads whole
-# clocks).
+# tasks (each block's columns are exact by themselves, and a delivery is judged by the
+# one block holding its sender's column). Every task reads the events from files written
+# once by tasks, never through the driver or one JVM stream. By message without a clock
+# column (run_streamed): each process's linked events in a file of its own
+# (arrays/per_process.py, written by a job of tasks by process group), streamed by every
+# task a batch of each process at a time (arrays/streamed.py): no task holds the trace,
+# only the model of streamed.task_bytes (docs/CHECKER.md, "The memory of a task").
+# After a main pass, or with a clock column to verify (run, exact): every task places the
+# events in the walk's layout (arrays/layout.py) and holds its own block's origin clocks
+# (arrays/walk.py's task_bytes); blocks are then as many as the cluster has cores, and
+# more when one block's clocks would pass BLOCK_BYTES, or what a Python worker's memory
+# limit leaves. The tasks' answers merge into the one walk's answer: counts add up, the
+# causal examples are the lowest (position, partner) pairs of all blocks (positions are
+# the same in every task), the processes of the causal violations come in position
+# order; consistent comes from task 0, fifo and node_rules from task 1 (task_properties).
+# A usable clock column is read, verified and used by one task holding every column
+# (vclock verification reads whole clocks).
 from __future__ import annotations
 
 import json
