@@ -171,15 +171,18 @@ def run_streamed(c, want, sums, where, destroys):
     read: each process's events gathered into a file of its own by a job of tasks by
     process group (arrays/per_process.py), then a task per column block streaming them
     all. None when a process's numbering is broken."""
+    import os
     procs = [int(p) for p in c.procs]
-    _, counts, origins = linked_input(sums, procs)
+    linked, counts, _ = linked_input(sums, procs)
     c.phase("the walk: each process's events in a file of its own, a task a group")
     files = c.timed("per_process", per_process_files, c, sums, procs, where)
     if files is None:
         return None
+    for name in linked:     # read by no one after the job: their disk back at once
+        os.unlink(name)
+    # a block a core (no task holds its block's clocks of every origin: no more for memory)
     edges = (even_edges(c.P, c.walk_blocks) if c.walk_blocks
-             else block_edges(sum(counts), origins, c.P,
-                              c.spark.sparkContext.defaultParallelism))
+             else block_edges(sum(counts), 0, c.P, c.spark.sparkContext.defaultParallelism))
     c.phase("the streamed walk by column blocks: causal, consistent, fifo and node_rules")
     fn = stream_task(procs, [files[p] for p in procs], counts, c.span, c.max_examples,
                      sorted(want), edges, destroys)
