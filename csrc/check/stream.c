@@ -225,8 +225,8 @@ static int64_t take_row(struct sw *s)
 
 /* Walk every process as far as its batch and its receives' origins allow, the processes
  * taking turns until none moves or `cap` violations are out. Writes each causal
- * violation of a delivery whose sender's column is inside the block as (slot, seq, need)
- * into out (need: the q entry of its origin's clock); *nout their count. Returns the
+ * violation of a delivery whose sender's column q is inside the block as (slot, seq, q,
+ * need) into out (need: the q entry of its origin's clock); *nout their count. Returns the
  * events walked (0: none could move), -1 out of memory, -2 a receive's origin holds no
  * clock (counts that lie). */
 int64_t sw_run(void *h, int64_t *out, int64_t cap, int64_t *nout)
@@ -256,9 +256,10 @@ int64_t sw_run(void *h, int64_t *out, int64_t cap, int64_t *nout)
                     if (k == DELIVER && b->first[i]) {
                         int32_t q = s->bcol[os];
                         if (q < s->inside && kn[q] >= w[q]) {
-                            out[3 * found] = p;
-                            out[3 * found + 1] = seq;
-                            out[3 * found + 2] = w[q];
+                            out[4 * found] = p;
+                            out[4 * found + 1] = seq;
+                            out[4 * found + 2] = q;
+                            out[4 * found + 3] = w[q];
                             found++;
                         }
                         for (int64_t t = s->t_lo[p]; t < s->t_hi[p]; t++) {

@@ -80,7 +80,8 @@ def _drive(streams, lib, handle, give, left, run):
 
 
 def walk_block(streams, bcol, inside, targets=()):
-    """(complete, violations as (slot, seq, need) rows, most live origins, partners) of
+    """(complete, violations as (slot, seq, column, need) rows, most live origins,
+    {target: partner}) of
     the causal walk of one block: bcol[slot] its block column (inside the block below
     `inside`); targets: (slot, seq, column, need) of violations whose partner to find (the
     earliest earlier first delivery at that slot whose origin's clock reaches need there)."""
@@ -93,7 +94,7 @@ def walk_block(streams, bcol, inside, targets=()):
     if h == ffi.NULL:
         raise MemoryError("the streamed walk could not allocate its state")
     cap = 1 << 16
-    out = np.empty(3 * cap, np.int64)
+    out = np.empty(4 * cap, np.int64)
     nout = ffi.new("int64_t *")
     found = []
 
@@ -111,7 +112,7 @@ def walk_block(streams, bcol, inside, targets=()):
         if walked == -2:
             raise ValueError("a receive's origin was freed before it: the counts lie")
         if nout[0]:
-            found.append(out[:3 * nout[0]].reshape(-1, 3).copy())
+            found.append(out[:4 * nout[0]].reshape(-1, 4).copy())
         return (walked or nout[0],)
     try:
         complete, _ = _drive(streams, lib, h, give, lib.sw_left, run)
@@ -119,7 +120,7 @@ def walk_block(streams, bcol, inside, targets=()):
         partners = [int(lib.sw_partner(h, t)) for t in range(len(targets))]
     finally:
         lib.sw_free(h)
-    bad = np.concatenate(found) if found else np.zeros((0, 3), np.int64)
+    bad = np.concatenate(found) if found else np.zeros((0, 4), np.int64)
     return complete or bool(len(targets)), bad, live, dict(zip(map(tuple, targets.tolist()),
                                                               partners))
 
@@ -191,19 +192,10 @@ def causal(streams, bcol, inside, max_examples):
     pos = start[bad[:, 0]] + bad[:, 1]
     order = np.argsort(pos, kind="stable")
     pos, bad = pos[order], bad[order]
-    first = bad[:max_examples]
-    pairs = []
-    if len(first):
-        targets = [(int(s), int(q), int(bcol[_sender_slot(streams, int(s), int(q))]),
-                    int(need)) for s, q, need in first]
-        _, _, _, partner = walk_block(streams, bcol, inside, targets)
-        pairs = [(int(start[s] + q), int(start[s] + partner[t]))
-                 for t, (s, q, _, _) in zip(targets, targets)]
+    targets = [tuple(t) for t in bad[:max_examples].tolist()]
+    partner = walk_block(streams, bcol, inside, targets)[3] if targets else {}
+    pairs = [(int(start[t[0]] + t[1]), int(start[t[0]] + partner[t])) for t in targets]
     return True, pos, pairs, live
-
-
-def _sender_slot(streams, slot, seq):
-    return int(streams.row(slot, seq)["sslot"])
 
 
 class _Process:

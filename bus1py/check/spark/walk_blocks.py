@@ -159,7 +159,7 @@ def merge(infos, max_examples):
         for k, v in i.items():
             if k.startswith(("consistent", "vclock", "destroyed")) or k.startswith(BESIDE):
                 out[k] = v
-            elif k == "live_origins":
+            elif k in ("live_origins", "task_peak_rss"):
                 out[k] = max(v, out.get(k, 0))
     chosen = sorted(out.pop("causal", []), key=lambda e: e[0])[:max_examples]
     out["causal_examples"] = [e for _, e in chosen]
@@ -186,10 +186,32 @@ def run_streamed(c, want, sums, where, destroys):
     c.phase("the streamed walk by column blocks: causal, consistent, fifo and node_rules")
     fn = stream_task(procs, [files[p] for p in procs], counts, c.span, c.max_examples,
                      sorted(want), edges, destroys)
-    info, by_name, _ = _collect(c, fn, len(edges or [None]))
-    if "live_origins" in info:      # the most a task held at once (its memory model)
-        c.timings["walk_live_origins"] = info.pop("live_origins")
+    info, by_name, _ = c.timed("walk", _collect, c, fn, len(edges or [None]))
+    # the most origins a task held at once (its memory model) and its measured peak
+    for k in ("live_origins", "task_peak_rss"):
+        if k in info:
+            c.timings[f"walk_{k}"] = info.pop(k)
     return info, by_name, None
+
+
+def _peak_reset():
+    """Start this process's resident peak (VmHWM) anew (a Python worker runs many
+    tasks): a task's peak is then its own."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def _peak():
+    """This process's resident peak since _peak_reset (bytes; 0 where unknown)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) << 10 for line in f
+                        if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return 0
 
 
 # Events a task of the per-process step gathers at most, when the cluster has cores
@@ -217,18 +239,21 @@ def per_process_files(c, sums, procs, where):
     def run(batches):
         from ..arrays import per_process
         for g in [g for b in batches for g in b.column(0).to_pylist()]:
+            _peak_reset()
             try:
                 got = per_process.write_group(linked, set(members[g]), where,
                                               per_process.batch_rows(len(procs)))
             except ValueError:
                 yield summary_row({"malformed": True})
                 return
-            yield summary_row({"files": [[p, f] for p, f in got.items()]})
+            yield summary_row({"files": [[p, f] for p, f in got.items()],
+                               "peak": _peak()})
     got = (c.spark.range(groups, numPartitions=groups).mapInArrow(run, OUT_SCHEMA)
            .toArrow().to_pylist())
     infos = [json.loads(r["info"]) for r in got]
     if any(i.get("malformed") for i in infos):
         return None
+    c.timings["per_process_task_peak_rss"] = max(i["peak"] for i in infos)
     return {p: f for i in infos for p, f in i["files"]}
 
 
@@ -242,12 +267,14 @@ def stream_task(procs, files, counts, span, max_examples, want, edges, destroys)
         from ..arrays import streamed
         from ..arrays.per_process import Streams
         for i in [i for b in batches for i in b.column(0).to_pylist()]:
+            _peak_reset()
             t = time.perf_counter()
             streams = Streams(procs, files, counts)
             edge = edges[i] if edges else None
             out, info = streamed.decide(streams, task_properties(want, i, len(edges or [None])),
                                         max_examples, span, edge, destroys)
             info["seconds"]["task"] = round(time.perf_counter() - t, 3)
+            info["task_peak_rss"] = _peak()
             for rec, procs_ in out.items():
                 if len(procs_):
                     yield violation_rows(rec, procs_)
