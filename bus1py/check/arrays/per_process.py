@@ -32,22 +32,23 @@ COLUMNS = ("seq", "kind_code", "msg", "first_delivery", "sender_process", "send_
 def write_group(linked, group, where, rows):
     """Gather the processes of `group` from the linked files and write each one's events,
     sorted by seq, to a file of its own under `where`: {process: file name}. linked: the
-    (file, its processes, their counts) of every linked file."""
+    (file, its processes, their counts) of every linked file. One process at a time: its
+    slices are mapped, copied out in seq order and let go before the next."""
     import pyarrow as pa
 
     from . import linked_files
-    tables = []
+    where_of = {}       # process -> [(file, offset, count)]
     for name, procs, counts in linked:
-        wanted = [i for i, p in enumerate(procs) if p in group]
-        if not wanted:
-            continue
-        with pa.memory_map(name) as source:
-            t = pa.ipc.open_file(source).read_all()
         offsets = np.concatenate([[0], np.cumsum(counts)])
-        tables.append({procs[i]: t.slice(int(offsets[i]), int(counts[i])) for i in wanted})
+        for i, p in enumerate(procs):
+            if p in group:
+                where_of.setdefault(p, []).append((name, int(offsets[i]), int(counts[i])))
     out = {}
     for p in sorted(group):
-        parts = [d[p] for d in tables if p in d]
+        parts = []
+        for name, offset, count in where_of.get(p, ()):
+            with pa.memory_map(name) as source:
+                parts.append(pa.ipc.open_file(source).read_all().slice(offset, count))
         t = pa.concat_tables(parts).select(list(COLUMNS)) if parts else None
         n = t.num_rows if t is not None else 0
         seq = t.column("seq").to_numpy() if n else np.zeros(0, np.int64)
@@ -55,6 +56,7 @@ def write_group(linked, group, where, rows):
         if not np.array_equal(seq[order], np.arange(n)):
             raise ValueError(f"the events of process {p} are not numbered 0,1,2,...")
         out[p] = linked_files.write(where, t.take(order) if n else _empty(), rows)
+        del parts, t, seq, order
     return out
 
 
