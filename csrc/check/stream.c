@@ -1,6 +1,6 @@
 /* The streamed walk (bus1py/check/arrays/streamed.py drives it): the causal walk of one
- * column block and the peel of the delivery-chain graph, each over the events of every
- * process given batch by batch in seq order, never the whole trace.
+ * column block over the events of every process given batch by batch in seq order, never
+ * the whole trace (the peel of consistent's chains: chains.c).
  *
  * Invariants: a process's events arrive in seq order, each batch given once (sw_give,
  * cp_give) and read until its end; an origin (slot, seq) is walked iff seq is below the
@@ -10,117 +10,8 @@
  * the run stops with -2. Memory: per process, its current and known clocks (2 x ncols
  * int32) and a batch's pointers; per live origin (walked, a receive still to come) one
  * clock row and a table entry, the table at most half full. */
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
+#include "table.h"
 
-#define SIGNAL_SEND 2
-#define DELIVER 3
-#define SIGNAL_RECV 4
-
-/* ---- a table from an origin's key to two int32 values (linear probing, deletion by
- * backward shift, so no tombstones) ---- */
-struct table {
-    int64_t cap, used;      /* cap a power of two; used <= cap / 2 */
-    int64_t *key;           /* -1: empty */
-    int32_t *a, *b;
-};
-
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-static int t_init(struct table *t, int64_t cap)
-{
-    t->cap = cap;
-    t->used = 0;
-    t->key = malloc(sizeof(int64_t) * cap);
-    t->a = malloc(sizeof(int32_t) * cap);
-    t->b = malloc(sizeof(int32_t) * cap);
-    if (!t->key || !t->a || !t->b)
-        return -1;
-    memset(t->key, 0xff, sizeof(int64_t) * cap);
-    return 0;
-}
-
-static void t_free(struct table *t)
-{
-    free(t->key); free(t->a); free(t->b);
-}
-
-/* the slot of key, or of the empty place where it would go */
-static int64_t t_find(const struct table *t, int64_t key)
-{
-    int64_t i = (int64_t)(mix((uint64_t)key) & (uint64_t)(t->cap - 1));
-    while (t->key[i] != -1 && t->key[i] != key)
-        i = (i + 1) & (t->cap - 1);
-    return i;
-}
-
-static int t_grow(struct table *t)
-{
-    struct table n;
-    if (t_init(&n, t->cap * 2))
-        return -1;
-    for (int64_t i = 0; i < t->cap; i++) {
-        if (t->key[i] == -1)
-            continue;
-        int64_t j = t_find(&n, t->key[i]);
-        n.key[j] = t->key[i];
-        n.a[j] = t->a[i];
-        n.b[j] = t->b[i];
-    }
-    n.used = t->used;
-    t_free(t);
-    *t = n;
-    return 0;
-}
-
-/* the place of a new key (not present), the table grown first when half full; -1 */
-static int64_t t_insert(struct table *t, int64_t key)
-{
-    if (2 * (t->used + 1) > t->cap && t_grow(t))
-        return -1;
-    int64_t i = t_find(t, key);
-    t->key[i] = key;
-    t->used++;
-    return i;
-}
-
-static void t_delete(struct table *t, int64_t i)
-{
-    int64_t m = t->cap - 1, j = i;
-    t->key[i] = -1;
-    t->used--;
-    for (;;) {
-        j = (j + 1) & m;
-        if (t->key[j] == -1)
-            return;
-        int64_t h = (int64_t)(mix((uint64_t)t->key[j]) & (uint64_t)m);
-        /* the entry at j may move to the hole at i when its home h is not in (i, j] */
-        if ((i <= j) ? (i < h && h <= j) : (i < h || h <= j))
-            continue;
-        t->key[i] = t->key[j];
-        t->a[i] = t->a[j];
-        t->b[i] = t->b[j];
-        t->key[j] = -1;
-        i = j;
-    }
-}
-
-static int64_t key_of(int32_t slot, int64_t seq) { return ((int64_t)slot << 36) | seq; }
-
-/* ---- a process's current batch ---- */
-struct batch {
-    int64_t n, off;
-    const int8_t *kind, *first;
-    const int32_t *sslot, *count;
-    const int64_t *sseq;
-};
 
 /* ---- the streamed causal walk of one block ---- */
 struct sw {
@@ -198,7 +89,11 @@ void sw_give(void *h, int32_t slot, int64_t n, const int8_t *kind, const int8_t 
     b->kind = kind; b->first = first; b->sslot = sslot; b->sseq = sseq; b->count = count;
 }
 
-int64_t sw_left(void *h, int32_t slot) { struct sw *s = h; return s->in[slot].n - s->in[slot].off; }
+int64_t sw_left(void *h, int32_t slot)
+{
+    struct sw *s = h;
+    return s->in[slot].n - s->in[slot].off;
+}
 int64_t sw_walked(void *h, int32_t slot) { return ((struct sw *)h)->seq[slot]; }
 int64_t sw_max_live(void *h) { return ((struct sw *)h)->max_live; }
 int64_t sw_partner(void *h, int64_t t) { return ((struct sw *)h)->partner[t]; }
@@ -304,113 +199,4 @@ int64_t sw_run(void *h, int64_t *out, int64_t cap, int64_t *nout)
     }
     *nout = found;
     return walked;
-}
-
-/* ---- the peel of the delivery-chain graph (consistent) ----
- * A process's chain is its first deliveries of messages first-delivered at two or more
- * processes (firsts >= 2). A message is peeled once every process of its chain has it at
- * its head; a process waits at its head until then. The peel stops when no process can
- * move: every chain peeled, or the heads left wait on each other (a cycle). Memory: one
- * table entry per message some head waits at, at most one per process. */
-struct cp {
-    int32_t nslots;
-    struct batch *in;
-    const int32_t **firsts;
-    int64_t *seq;                   /* events passed of each slot */
-    uint8_t *arrived;               /* the head is counted in its message's entry */
-    struct table at;                /* message key -> (arrived, 0), or (-(waiting), 1) */
-};
-
-void cp_free(void *h)
-{
-    struct cp *c = h;
-    if (!c)
-        return;
-    free(c->in); free(c->firsts); free(c->seq); free(c->arrived);
-    t_free(&c->at);
-    free(c);
-}
-
-void *cp_new(int32_t nslots)
-{
-    struct cp *c = calloc(1, sizeof(*c));
-    if (!c)
-        return NULL;
-    c->nslots = nslots;
-    c->in = calloc(nslots + 1, sizeof(struct batch));
-    c->firsts = calloc(nslots + 1, sizeof(int32_t *));
-    c->seq = calloc(nslots + 1, sizeof(int64_t));
-    c->arrived = calloc(nslots + 1, 1);
-    if (!c->in || !c->firsts || !c->seq || !c->arrived || t_init(&c->at, 64)) {
-        cp_free(c);
-        return NULL;
-    }
-    return c;
-}
-
-void cp_give(void *h, int32_t slot, int64_t n, const int8_t *kind, const int8_t *first,
-             const int32_t *sslot, const int64_t *sseq, const int32_t *firsts)
-{
-    struct cp *c = h;
-    struct batch *b = &c->in[slot];
-    b->n = n; b->off = 0;
-    b->kind = kind; b->first = first; b->sslot = sslot; b->sseq = sseq;
-    c->firsts[slot] = firsts;
-}
-
-int64_t cp_left(void *h, int32_t slot) { struct cp *c = h; return c->in[slot].n - c->in[slot].off; }
-int64_t cp_passed(void *h, int32_t slot) { return ((struct cp *)h)->seq[slot]; }
-
-/* Move every process past the events it can pass; returns the events passed (0: none
- * could move), -1 out of memory. */
-int64_t cp_run(void *h)
-{
-    struct cp *c = h;
-    int64_t passed = 0, moved = 1;
-    while (moved) {
-        moved = 0;
-        for (int32_t p = 0; p < c->nslots; p++) {
-            struct batch *b = &c->in[p];
-            int64_t start = b->off;
-            for (; b->off < b->n; b->off++) {
-                int64_t i = b->off;
-                int32_t need = c->firsts[p][i];
-                if (b->kind[i] == DELIVER && b->first[i] && need >= 2) {
-                    int64_t key = key_of(b->sslot[i], b->sseq[i]);
-                    int64_t e = t_find(&c->at, key);
-                    if (c->at.key[e] == -1) {           /* the first to arrive */
-                        e = t_insert(&c->at, key);
-                        if (e < 0)
-                            return -1;
-                        c->at.a[e] = 1;
-                        c->at.b[e] = 0;
-                        c->arrived[p] = 1;
-                        break;
-                    }
-                    if (c->at.b[e]) {                   /* peeled: pass it */
-                        if (++c->at.a[e] == 0)
-                            t_delete(&c->at, e);
-                        c->arrived[p] = 0;
-                        continue;
-                    }
-                    if (c->arrived[p])                  /* still waiting */
-                        break;
-                    if (++c->at.a[e] < need) {
-                        c->arrived[p] = 1;
-                        break;
-                    }
-                    /* the last to arrive peels it; the others pass it later */
-                    c->at.a[e] = -(need - 1);
-                    c->at.b[e] = 1;
-                }
-                c->arrived[p] = 0;
-            }
-            c->seq[p] += b->off - start;
-            if (b->off != start) {
-                passed += b->off - start;
-                moved = 1;
-            }
-        }
-    }
-    return passed;
 }

@@ -4,8 +4,8 @@
  * counts: entry c of an event's clock is the number of events of the processes of
  * column c that happened-before it or are it (0: none), as in the trace's vclock column.
  * Every function reads only the arrays it is given and writes only its outputs; the
- * streamed walk (sw_*, cp_*: stream.c) keeps its state behind a handle, given the events
- * of each process batch by batch. */
+ * streamed walk (sw_*: stream.c; cp_*: chains.c) keeps its state behind a handle, given
+ * the events of each process batch by batch. */
 /* cdef-begin */
 int64_t walk_clocks(int64_t n, int32_t ncols, int32_t nslots, const int64_t *start,
                     const int32_t *col, const int8_t *kind, const int64_t *src,

@@ -97,8 +97,8 @@ CYCLE = [_row(3, 0, "signal_recv", 100), _row(3, 1, "send", 3, [4]),
 
 @settings(max_examples=30, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
-@given(st.lists(traces, min_size=1, max_size=5), st.integers(1, 6), st.sampled_from([(), (INVERTED,), (CYCLE,)]),
-       st.sampled_from([1, 3, 16, None]))
+@given(st.lists(traces, min_size=1, max_size=5), st.integers(1, 6),
+       st.sampled_from([(), (INVERTED,), (CYCLE,)]), st.sampled_from([1, 3, 16, None]))
 def test_the_streamed_walk_is_the_in_memory_walk(tmp_path_factory, drawn, buckets, more,
                                                   rows):
     batch = [_unstamped(_make(*c)) for c in drawn] + list(more)
