@@ -57,12 +57,11 @@ def _ptr(ffi, a, ctype):
     return ffi.cast(ctype + " *", a.ctypes.data) if a.size else ffi.NULL
 
 
-def _drive(streams, lib, handle, give, left, run):
-    """Give each process its batches until run() moves nothing and no process with events
-    left can be given more: (whether every event was taken, run's answers)."""
+def _drive(streams, handle, give, left, run):
+    """Give each process its batches until run() (the events it moved) moves nothing and
+    no process with events left can be given more: whether every event was taken."""
     streams.rewind()
     held = [None] * streams.P
-    answers = []
     while True:
         refilled = False
         for slot in range(streams.P):
@@ -72,19 +71,18 @@ def _drive(streams, lib, handle, give, left, run):
                     held[slot] = b          # the arrays C reads stay alive
                     give(handle, slot, b)
                     refilled = True
-        got = run(handle)
-        answers.append(got)
-        if not got[0] and not refilled:
+        if not run(handle) and not refilled:
             return streams.finished() and all(left(handle, s) == 0
-                                              for s in range(streams.P)), answers
+                                              for s in range(streams.P))
 
 
 def walk_block(streams, bcol, inside, targets=()):
     """(complete, violations as (slot, seq, column, need) rows, most live origins,
-    {target: partner}) of
-    the causal walk of one block: bcol[slot] its block column (inside the block below
-    `inside`); targets: (slot, seq, column, need) of violations whose partner to find (the
-    earliest earlier first delivery at that slot whose origin's clock reaches need there)."""
+    {target: partner}) of the causal walk of one block: bcol[slot] its block column
+    (inside the block below `inside`); targets: (slot, seq, column, need) of violations
+    whose partner to find (the earliest earlier first delivery at that slot whose origin's
+    clock reaches need there), the walk stopping once every one is found (complete then
+    says nothing)."""
     from .._walk import ffi, lib
     targets = np.asarray(sorted(targets), np.int64).reshape(-1, 4)
     ncols = int(max(bcol, default=0)) + 1
@@ -105,7 +103,7 @@ def walk_block(streams, bcol, inside, targets=()):
 
     def run(h):
         if len(targets) and not lib.sw_unfound(h):
-            return (0,)
+            return 0            # every partner found: the second walk stops here
         walked = lib.sw_run(h, _ptr(ffi, out, "int64_t"), cap, nout)
         if walked == -1:
             raise MemoryError("the streamed walk could not allocate an origin's clock")
@@ -113,16 +111,15 @@ def walk_block(streams, bcol, inside, targets=()):
             raise ValueError("a receive's origin was freed before it: the counts lie")
         if nout[0]:
             found.append(out[:4 * nout[0]].reshape(-1, 4).copy())
-        return (walked or nout[0],)
+        return walked or nout[0]
     try:
-        complete, _ = _drive(streams, lib, h, give, lib.sw_left, run)
+        complete = _drive(streams, h, give, lib.sw_left, run)
         live = int(lib.sw_max_live(h))
         partners = [int(lib.sw_partner(h, t)) for t in range(len(targets))]
     finally:
         lib.sw_free(h)
     bad = np.concatenate(found) if found else np.zeros((0, 4), np.int64)
-    return complete or bool(len(targets)), bad, live, dict(zip(map(tuple, targets.tolist()),
-                                                              partners))
+    return complete, bad, live, dict(zip(map(tuple, targets.tolist()), partners))
 
 
 def peel(streams):
@@ -142,9 +139,9 @@ def peel(streams):
         moved = lib.cp_run(h)
         if moved < 0:
             raise MemoryError("the chains' peel could not allocate its state")
-        return (moved,)
+        return moved
     try:
-        whole, _ = _drive(streams, lib, h, give, lib.cp_left, run)
+        whole = _drive(streams, h, give, lib.cp_left, run)
         stopped = {} if whole else {s: int(lib.cp_passed(h, s)) for s in range(streams.P)
                                     if lib.cp_left(h, s) or not streams.done(s)}
     finally:
