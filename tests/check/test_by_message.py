@@ -68,7 +68,7 @@ def test_by_message_gives_the_one_task_summary(spark, tmp_path, monkeypatch):
                                                         max_examples=50, **kw)
         spread, per, t = _summary_and_counts(spark, path, group_span=SPAN, max_examples=50,
                                              **BY_MESSAGE, **kw)
-        assert "one_task" in t_whole and "by_message" in t, (t_whole, t)
+        assert "one_task" in t_whole and "by_message" in t and "per_process" in t, t
         assert spread == whole and per == per_whole
         for k, rows in enumerate(batch):
             assert {n: per.get((k, n), 0) for n in PROPERTIES} == reference_check(rows), k

@@ -3,28 +3,28 @@
 # two steps, never by Spark's row-at-a-time windows:
 #   1. by message: the rows spread by id, so every row naming a message or signal meets
 #      its origin in one task (internal rows go with the null id); each task links its
-#      rows (arrays/events.py, Events.of_messages) and finds exactly_once's violations
+#      rows (arrays/events.py, Events.of_messages), finds exactly_once's violations
 #      among them (arrays/properties.violations), the losses not yet excused (the
-#      NODE_DESTROY that excuses one may be delivered in another task);
-#   2. the walk: the linked events in one task (walk_task.kernel_task; on a cluster each
-#      process's events gathered into a file of its own and streamed by tasks by column
-#      block, walk_blocks.run_streamed), fifo and node_rules beside causal and
-#      consistent; it also reports the (process, node) pairs that
-#      delivered a NODE_DESTROY, with which the driver excuses the losses
-#      (properties.excused, as the one task does).
+#      NODE_DESTROY that excuses one may be delivered in another task), and writes its
+#      linked events to a file of its own (arrays/linked_files.py), with each origin's
+#      receives and each first delivery's message's first deliveries;
+#   2. the walk (walk_blocks.py): each process's events gathered into a file of its own,
+#      then the streamed walk by column blocks (arrays/streamed.py: no task holds the
+#      trace), fifo and node_rules beside causal and consistent (with a clock column to
+#      verify: one task placing the linked events in the walk's layout); it also reports
+#      the (process, node) pairs that delivered a NODE_DESTROY, with which the driver
+#      excuses the losses (properties.excused, as the one task does).
+# Every exchange goes through files of this check, in a directory removed at its end.
 # With a local master both steps run in the driver's process (as one_task.py's task):
-# buckets read with pyarrow (arrays/buckets.py), two linked side by side; with a cluster,
-# every exchange through files of this check (arrays/linked_files.py, in a directory
-# removed at its end): a task per trace file splits its rows into buckets, a task per
-# bucket links them and writes its linked events (with each origin's receives and each
-# first delivery's message's first deliveries, which the streamed walk reads), then the
-# walk by column blocks over tasks reading them (walk_blocks.py). So the summary is the one
-# the whole check in one task gives (all but `seconds` and `timings`). A trace breaking
-# any rule (a per-row rule, the numbering, one origin per id, no dangling receive) or with
-# a causality cycle is handed back (None): the main pass and the phases after it then name
-# the broken row in their words, or decide causal by rounds. Only the tasks' summaries
-# (with the first examples), the violations and the processes of the walk's violations
-# reach the driver.
+# buckets read with pyarrow (arrays/buckets.py), two linked side by side, the walk's blocks
+# in threads (walk_blocks.local); with a cluster, a task per trace file splits its rows
+# into buckets, a task per bucket links them, then the walk's jobs (walk_blocks.
+# run_streamed). So the summary is the one the whole check in one task gives (all but
+# `seconds` and `timings`). A trace breaking any rule (a per-row rule, the numbering, one
+# origin per id, no dangling receive) or with a causality cycle is handed back (None):
+# the main pass and the phases after it then name the broken row in their words, or
+# decide causal by rounds. Only the tasks' summaries (with the first examples), the
+# violations and the processes of the walk's violations reach the driver.
 from __future__ import annotations
 
 import json
@@ -45,12 +45,11 @@ WANT = ("causal", "consistent", "fifo", "node_rules")
 BUCKET_ROWS = 4_000_000
 
 
-def link_task(max_examples, where=None):
+def link_task(max_examples, where):
     """The function mapInArrow runs on each task of job 1: the rows of some ids in, their
-    linked events, their exactly_once violations and one summary row out. where: a
-    directory every executor reads; the linked events then go to a file of their own
-    there (arrays/linked_files.py), named in the summary with the events of each
-    process, instead of into the task's output."""
+    exactly_once violations and one summary row out, their linked events written to a
+    file of their own under `where` (a directory every executor reads;
+    arrays/linked_files.py), named in the summary with the events of each process."""
     def run(batches):
         import numpy as np
         import pyarrow as pa
@@ -80,17 +79,13 @@ def link_task(max_examples, where=None):
         events = _rows(n, EVENT, process=ev.process, seq=ev.seq, kind_code=ev.code,
                        msg=ev.msg, first_delivery=ev.first, sender_process=ev.sender,
                        send_seq=ev.send_seq, is_destroy=ev.is_destroy, node=node)
-        written = {}
-        if where is None:
-            yield events
-        else:
-            procs, counts = np.unique(ev.process, return_counts=True)
-            table = pa.Table.from_batches([events]).select(list(linked_files.COLUMNS[:-2]))
-            written = {"file": linked_files.write(where, table.append_column(
-                           "receives", pa.array(_receives(ev))).append_column(
-                           "firsts", pa.array(_firsts(ev)))),
-                       "counts": [procs.tolist(), counts.tolist()]}
-        del events
+        procs, counts = np.unique(ev.process, return_counts=True)
+        table = pa.Table.from_batches([events]).select(list(linked_files.COLUMNS[:-2]))
+        written = {"file": linked_files.write(where, table.append_column(
+                       "receives", pa.array(_receives(ev))).append_column(
+                       "firsts", pa.array(_firsts(ev)))),
+                   "counts": [procs.tolist(), counts.tolist()]}
+        del events, table
         if len(msg):
             yield _rows(len(msg), VIOLATION, process=proc, msg=msg, problem=problem,
                         sender_process=ev.process[origin], send_seq=ev.seq[origin],
@@ -173,17 +168,6 @@ def run(c):
             procs, details)
 
 
-def _walk_task(c, sums):
-    """(the processes, the walk's kernel_task for them, the clock column's status, whether
-    the driver would take the walk), from the tasks' summaries."""
-    procs = sorted(set().union(*(s["procs"] for s in sums)))
-    c.set_procs(procs)
-    # a walk the driver would take reads no clock column (whole.check, Checker)
-    walked = engine.walk_on_driver(c.trace.rows, len(procs), c.driver_max_cells)
-    return (procs, *walk_task.task_for(c, WANT, not walked,
-                                       any(s["destroys"] for s in sums)), walked)
-
-
 def _local(c):
     """Job 1's tasks over buckets read here and the walk's task, in the driver's process
     (local executors share its machine, as one_task.run): (processes, violations table,
@@ -191,12 +175,27 @@ def _local(c):
     status, whether the driver would take the walk), or None."""
     import pyarrow as pa
 
+    import shutil
+
+    from ..arrays import linked_files
+    where = linked_files.directory(c.spark.conf.get(walk_blocks.LINKED_DIR, None))
+    try:
+        return _local_through(c, where)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def _local_through(c, where):
+    """_local's steps, the linked events written to files under `where` and walked by
+    walk_blocks.local (the streamed walk)."""
+    import pyarrow as pa
+
     from ..arrays.buckets import read_buckets
     from ..arrays.memory import give_back
     from ..load import TraceError
     parts = max(1, -(-c.trace.rows // BUCKET_ROWS))
-    fn = link_task(c.max_examples)
-    events, violations, sums = [], [], []
+    fn = link_task(c.max_examples, where)
+    violations, sums = [], []
     c.phase("by message: linking and exactly_once, in buckets by id")
 
     def link(table):
@@ -209,7 +208,6 @@ def _local(c):
     t = time.perf_counter()
 
     def collect(out):
-        events.extend(out[EVENT])
         violations.extend(out[VIOLATION])
         sums.extend(json.loads(b.column("info")[0].as_py()) for b in out[SUMMARY])
     try:
@@ -230,24 +228,18 @@ def _local(c):
     c.timings["by_message"] = time.perf_counter() - t
     if any(s.get("malformed") for s in sums):
         return None
-    procs, fn, vstatus, walked = _walk_task(c, sums)
-    c.phase("the walk: causal, consistent, fifo and node_rules")
-    t = time.perf_counter()
-    rows = {}
-    for b in fn(_drain(events)):
-        for r in b.to_pylist():
-            rows.setdefault(r["rec"], []).append(r)
-    c.timings["walk"] = time.perf_counter() - t
-    info = json.loads(rows["summary"][0]["info"])
-    return (procs, pa.Table.from_batches(violations, _arrow_schema()), info,
-            lambda name: [r["process"] for r in rows.get(name, [])], sums, vstatus, walked)
-
-
-def _drain(batches):
-    """The batches, each let go once taken (the task then holds the only reference)."""
-    batches.reverse()
-    while batches:
-        yield batches.pop()
+    procs = sorted(set().union(*(s["procs"] for s in sums)))
+    c.set_procs(procs)
+    # a walk the driver would take reads no clock column (whole.check, Checker)
+    walked = engine.walk_on_driver(c.trace.rows, len(procs), c.driver_max_cells)
+    got = walk_blocks.local(c, WANT, sums, where, any(s["destroys"] for s in sums),
+                            not walked)
+    if got is None:
+        return None
+    info, by_rec, vstatus = got
+    violations = (pa.Table.from_batches(violations, _arrow_schema()) if violations
+                  else _arrow_schema().empty_table())
+    return procs, violations, info, by_rec, sums, vstatus, walked
 
 
 def _cluster(c):

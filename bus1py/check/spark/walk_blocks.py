@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from .. import vclock
 from ..arrays.walk import BLOCK_BYTES, block_edges, even_edges, task_bytes
@@ -119,8 +120,18 @@ def _collect(c, fn, tasks, vstatus=None):
     """The merged answer of a walk job of `tasks` tasks running fn, as _walk's."""
     got = (c.spark.range(tasks, numPartitions=tasks).mapInArrow(fn, OUT_SCHEMA)
            .toArrow().to_pylist())
+    return _merged(c, got, vstatus)
+
+
+def _merged(c, got, vstatus):
+    """_collect's answer from the rows of every task of the walk."""
     info = merge([json.loads(r["info"]) for r in got if r["rec"] == "summary"],
                  c.max_examples)
+    # the streamed walk's: the most origins a task held at once (its memory model) and
+    # its measured peak
+    for k in ("live_origins", "task_peak_rss"):
+        if k in info:
+            c.timings[f"walk_{k}"] = info.pop(k)
     if vstatus is not None and "vclock" not in info:
         info["vclock"] = vstatus
     by_name = {}
@@ -186,12 +197,7 @@ def run_streamed(c, want, sums, where, destroys):
     c.phase("the streamed walk by column blocks: causal, consistent, fifo and node_rules")
     fn = stream_task(procs, [files[p] for p in procs], counts, c.span, c.max_examples,
                      sorted(want), edges, destroys)
-    info, by_name, _ = c.timed("walk", _collect, c, fn, len(edges or [None]))
-    # the most origins a task held at once (its memory model) and its measured peak
-    for k in ("live_origins", "task_peak_rss"):
-        if k in info:
-            c.timings[f"walk_{k}"] = info.pop(k)
-    return info, by_name, None
+    return c.timed("walk", _collect, c, fn, len(edges or [None]))
 
 
 def _peak_reset():
@@ -257,26 +263,81 @@ def per_process_files(c, sums, procs, where):
     return {p: f for i in infos for p, f in i["files"]}
 
 
-def stream_task(procs, files, counts, span, max_examples, want, edges, destroys):
+def stream_task(procs, files, counts, span, max_examples, want, edges, destroys,
+                own=True):
     """The function mapInArrow runs on each task of the streamed walk: the index i of its
     block in edges in, violation rows and a summary row out, as kernel_task's (task i
-    decides causal for its block and task_properties' others)."""
+    decides causal for its block and task_properties' others). own: the task runs in a
+    process of its own (an executor's Python worker), whose peak it measures."""
     def run(batches):
         import time
 
         from ..arrays import streamed
         from ..arrays.per_process import Streams
         for i in [i for b in batches for i in b.column(0).to_pylist()]:
-            _peak_reset()
+            if own:
+                _peak_reset()
             t = time.perf_counter()
             streams = Streams(procs, files, counts)
             edge = edges[i] if edges else None
             out, info = streamed.decide(streams, task_properties(want, i, len(edges or [None])),
                                         max_examples, span, edge, destroys)
             info["seconds"]["task"] = round(time.perf_counter() - t, 3)
-            info["task_peak_rss"] = _peak()
+            if own:
+                info["task_peak_rss"] = _peak()
             for rec, procs_ in out.items():
                 if len(procs_):
                     yield violation_rows(rec, procs_)
             yield summary_row(info)
     return run
+
+
+def local(c, want, sums, where, destroys, clocks):
+    """run_streamed's answer (and run's, with a clock column to verify) in this process,
+    for a local master: the per-process files written here, the blocks (one a core)
+    walked side by side in threads (the kernels release the GIL)."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
+
+    from ..arrays import per_process
+    procs = [int(p) for p in c.procs]
+    linked, counts, origins = linked_input(sums, procs)
+    vname, vstatus = (vclock.status(c.trace.files, c.span) if "causal" in want and clocks
+                      else (None, None))
+    cpus = os.cpu_count() or 1
+    if vname:
+        fns, tasks = [kernel_task(procs, c.span, c.max_examples, sorted(want),
+                                  list(c.trace.files), vname, destroys,
+                                  (linked, counts, None))], 1
+    else:
+        c.phase("the walk: each process's events in a file of its own")
+        t = time.perf_counter()
+        rows = per_process.batch_rows(len(procs))
+        with ThreadPoolExecutor(cpus) as pool:
+            try:
+                got = list(pool.map(lambda g: per_process.write_group(
+                    [(f, *s["counts"]) for f, s in zip(linked, sums)], set(procs[g::cpus]),
+                    where, rows), range(cpus)))
+            except ValueError:
+                return None
+        files = {p: f for g in got for p, f in g.items()}
+        for name in linked:
+            os.unlink(name)
+        c.timings["per_process"] = time.perf_counter() - t
+        edges = (even_edges(c.P, c.walk_blocks) if c.walk_blocks
+                 else block_edges(sum(counts), 0, c.P, cpus))
+        tasks = len(edges or [None])
+        fns = [stream_task(procs, [files[p] for p in procs], counts, c.span, c.max_examples,
+                           sorted(want), edges, destroys, own=False)]
+    c.phase("the walk: causal, consistent, fifo and node_rules")
+    t = time.perf_counter()
+
+    def one(i):
+        return [r for b in fns[0](iter([pa.record_batch({"id": pa.array([i], pa.int64())})]))
+                for r in b.to_pylist()]
+    with ThreadPoolExecutor(min(tasks, cpus)) as pool:
+        got = [r for rows_ in pool.map(one, range(tasks)) for r in rows_]
+    c.timings["walk"] = time.perf_counter() - t
+    return _merged(c, got, vstatus)
