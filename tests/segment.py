@@ -12,6 +12,7 @@ from bus1py._lib import ffi, lib
 # struct b1_msg
 PEER_ID, PEER_ROOT, PEER_FRONT, PEER_PIDS = 40, 52, 56, None
 PEER_WAKE_SEQ, PEER_WAITERS, PEER_NODE_WAITERS = 108, 120, 124
+PEER_N_HANDLES = 484  # u32
 PEER_SHARES = 512  # shares[16], 16 bytes each: messages, fds (u32), bytes (u64)
 PEER_SHARE_HANDLES = 768  # share_handles[16], u32 each
 ENTRY_MSG = 40

@@ -25,7 +25,7 @@ from hypothesis import given, settings, strategies as st
 import bus1py
 from bus1py._b1 import lib
 
-from segment import PEER_ROOT, PEER_SHARE_HANDLES, PEER_SHARES, Segment
+from segment import PEER_N_HANDLES, PEER_ROOT, PEER_SHARE_HANDLES, PEER_SHARES, Segment
 
 SHARES = 16
 LIMITS = dict(max_peers=64, max_nodes=64, max_handles=256, max_entries=1024, pool_size=1 << 20,
@@ -242,3 +242,30 @@ def test_handles_are_shared_and_recounted_by_a_rebuild(make_bus, monkeypatch):
     assert (r.query().share_of(a.id)[3], r.query().share_of(b.id)[3]) == (10, 1)
     r.release(h)
     assert r.query().share_of(b.id)[3] == 0 and bus.check() == []
+
+
+def test_check_reports_handle_counters_that_disagree_with_the_handles(make_bus, monkeypatch):
+    """Bus.check() counts each peer's handles, in all and by the share they are charged
+    to: a scribbled share, then a scribbled n_handles, is named; a rebuild mends both."""
+    monkeypatch.setenv("BUS1PY_WATCH", "0")
+    bus = make_bus(**LIMITS)
+    r, a = bus.peer(), bus.peer()
+    for _ in range(3):
+        a.transfer(a.create_node(), r)
+    assert bus.check() == []
+    with Segment(bus) as seg:
+        share = seg.peer(r, PEER_SHARE_HANDLES) + (a.id % SHARES) * 4
+        count = seg.peer(r, PEER_N_HANDLES)
+        assert (seg.u32(share), seg.u32(count)) == (3, r.query().held_handles) == (3, 3)
+        seg.u32(share, 5)
+        assert sorted(bus.check()) == sorted([
+            f"peer slot {r._slot}: share {a.id % SHARES} of its handles says 5, 3 handles are charged to it",
+            f"peer slot {r._slot}: its shares of handles add up to 5, n_handles says 3"])
+        seg.u32(share, 3)
+        seg.u32(count, 4)
+        assert sorted(bus.check()) == sorted([
+            f"peer slot {r._slot}: n_handles 4 but it holds 3 handles",
+            f"peer slot {r._slot}: its shares of handles add up to 3, n_handles says 4"])
+        seg.u32(share, 9)
+    bus.gc(sole=True)
+    assert r.query().held_handles == 3 and r.query().share_of(a.id)[3] == 3 and bus.check() == []
