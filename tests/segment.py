@@ -17,7 +17,8 @@ PEER_SHARES = 512  # shares[16], 16 bytes each: messages, fds (u32), bytes (u64)
 PEER_SHARE_HANDLES = 768  # share_handles[16], u32 each
 ENTRY_MSG = 40
 HANDLE_REFS, HANDLE_PENDING = 24, 28
-MSG_REFS, MSG_LEN, MSG_NEXT_FREE, MSG_TS, MSG_STAGER = 0, 4, 20, 24, 32
+MSG_REFS, MSG_LEN, MSG_NEXT_FREE, MSG_TS, MSG_STAGER, MSG_CARVED = 0, 4, 20, 24, 32, 40
+B1_MSG_CARVED = 0x62316D73  # in a record's carved word, xor its unit, once its header is written
 
 
 class Segment:
