@@ -28,6 +28,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <string.h>
 #include <structmember.h>
 #include "messages.h"
 
@@ -111,6 +112,23 @@ static int handle_id(PyObject *o, uint64_t *out) {
     return 1;
 }
 
+int b1py_handle_ids(PyObject *const *items, Py_ssize_t n, uint64_t *out) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!handle_id(items[i], &out[i])) return 0;
+    return 1;
+}
+
+int b1py_positional(const char *type_name, PyObject *args, PyObject *kw, Py_ssize_t n, PyObject **out) {
+    const char *dot = strrchr(type_name, '.');
+    const char *name = dot ? dot + 1 : type_name;
+    if ((kw && PyDict_GET_SIZE(kw)) || !PyTuple_Check(args) || PyTuple_GET_SIZE(args) != n) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments, by position", name, n);
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) out[i] = PyTuple_GET_ITEM(args, i);
+    return 1;
+}
+
 PyDoc_STRVAR(send_doc,
 "send($self, destinations, payload, handles=(), *, fds=(), unreachable_error=False)\n--\n\n"
 "Send `payload` to every node in `destinations` (handle ids) in one transaction,\n"
@@ -140,9 +158,7 @@ static PyObject *peer_send(PeerCore *self, PyObject *const *args, size_t nargsf,
         if (k == 1) {
             if (!handle_id(items[0], &dest)) goto general;
         } else {
-            if (k < 1 || k > self->max_dests) goto general;
-            for (Py_ssize_t i = 0; i < k; i++)
-                if (!handle_id(items[i], &f->dests[i])) goto general;
+            if (k < 1 || k > self->max_dests || !b1py_handle_ids(items, k, f->dests)) goto general;
             n = (uint32_t)k;
         }
     } else {
@@ -338,12 +354,9 @@ static PyMemberDef peer_members[] = {
 
 /* PeerCore(bus, slot, id): not attached, no readiness pipe */
 static int peer_init(PeerCore *self, PyObject *args, PyObject *kwds) {
-    PyObject *bus, *slot, *id;
-    if (kwds && PyDict_GET_SIZE(kwds)) {
-        PyErr_SetString(PyExc_TypeError, "PeerCore takes (bus, slot, id)");
-        return -1;
-    }
-    if (!PyArg_UnpackTuple(args, "PeerCore", 3, 3, &bus, &slot, &id)) return -1;
+    PyObject *a[3];
+    if (!b1py_positional("PeerCore", args, kwds, 3, a)) return -1;
+    PyObject *bus = a[0], *slot = a[1], *id = a[2];
     if (!PyLong_Check(slot) || !PyLong_Check(id)) {
         PyErr_SetString(PyExc_TypeError, "a peer's slot and id are ints");
         return -1;
