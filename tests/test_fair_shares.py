@@ -8,6 +8,11 @@
     held by the charger's share passes when c == 0 or Q - U >= (s + c) * n, and a message
     is charged whole or not at all.
 
+bus1's comment says "after charging, the remaining must not drop below (share + charge) x
+users", but its code compares the remaining before the charge
+(`bus1_atomic_add_if_ge(remaining, -charge, new_share * users)` adds only when the old
+value is at least the bound): bus1py follows the code, as the model does.
+
 The model below is written from that statement, not from the C; Hypothesis drives both
 with the same sends and receives and compares every outcome and the shares `query()` shows.
 The counters live in the segment: a takeover of the receiver's lock from a killed sender
@@ -146,6 +151,18 @@ def test_a_flood_leaves_room_for_others_until_the_receiver_drains(make_bus):
     assert len(r.recv_many(100, timeout=0)) == 45
     assert (r.query().chargers, _message_shares(r.query())) == (0, {})
     assert _flood(a, ha) == 30
+
+
+def test_the_rule_reads_what_is_left_before_the_charge(make_bus):
+    """bus1's code, not its comment: a sender alone passes while Q - s >= s + 1 (4 of 7
+    messages, 2 of 100 bytes in 30-byte messages); "what is left after the charge"
+    (Q - s - c >= s + c) would stop it at 3 and at 1."""
+    bus = make_bus(quota_messages=7, quota_bytes=100, **LIMITS)
+    r, [(a, ha), (b, hb)] = _world(bus, 2)
+    assert _flood(a, ha) == 4          # 7 - s >= s + 1 for s = 0..3
+    assert _flood(b, hb) == 1          # 3 - s >= 2 (s + 1) for s = 0
+    assert len(r.recv_many(10, timeout=0)) == 5
+    assert _flood(a, ha, b"x" * 30) == 2  # 100 - s >= s + 30 for s = 0, 30
 
 
 def test_bytes_and_descriptors_are_shared_too(make_bus):
