@@ -36,8 +36,10 @@ PyObject *b1py_taken(struct b1_frame *f, uint32_t slot, uint64_t id, PyObject *h
 PyObject *b1py_stamp(int64_t ts, uint64_t id, uint64_t seq);
 
 /* peer.recv(timeout, node=node) of a PeerCore (peer.c): its fast form when the arguments
- * fit it, else the Python method's; the Message, or NULL with an exception set */
-PyObject *b1py_recv_node(PyObject *peer, PyObject *node, PyObject *timeout);
+ * fit it, else the Python method's; the Message, or NULL with an exception set.  *seq is
+ * the sequence number (msg.stamp[2]) of a DATA message the fast form took, UINT64_MAX for
+ * anything else */
+PyObject *b1py_recv_node(PyObject *peer, PyObject *node, PyObject *timeout, uint64_t *seq);
 /* this thread's frame of the PeerCore `peer` (peer.c), its slot and id, and the frame's
  * room for destinations; NULL with an exception set when it is no PeerCore or its bus is
  * closed */

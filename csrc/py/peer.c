@@ -211,12 +211,14 @@ static int timeout_ns(PyObject *t, int64_t *ns) {
     return 1;
 }
 
-/* the receive for one node (recv's node=, b1py_recv_node): messages.c, its failures receiving.py's */
+/* the receive for one node (recv's node=, b1py_recv_node): messages.c, its failures receiving.py's;
+ * *seq as b1py_recv_node's, read from the frame before any Python code runs */
 static PyObject *recv_node(PeerCore *self, struct b1_frame *f, uint64_t node_id, PyObject *node,
-                           PyObject *timeout, int64_t ns) {
+                           PyObject *timeout, int64_t ns, uint64_t *seq) {
     PyObject *frame = self->frame;
     Py_INCREF(frame); /* the wait runs without the GIL: see the invariants */
     PyObject *m = b1py_node_message(f, self->slot, self->id, node_id, 0, ns, (PyObject *)self);
+    *seq = m && !PyLong_CheckExact(m) && f->info.type == B1_MSG_DATA ? f->info.seq : UINT64_MAX;
     if (m && PyLong_CheckExact(m)) {
         Py_SETREF(m, PyObject_CallMethodObjArgs((PyObject *)self, N.recv_node_failed, m, node, timeout, NULL));
     } else if (m && self->ready && self->ready != Py_None) {
@@ -228,17 +230,18 @@ static PyObject *recv_node(PeerCore *self, struct b1_frame *f, uint64_t node_id,
     return m;
 }
 
-PyObject *b1py_recv_node(PyObject *peer, PyObject *node, PyObject *timeout) {
+PyObject *b1py_recv_node(PyObject *peer, PyObject *node, PyObject *timeout, uint64_t *seq) {
     PeerCore *self = (PeerCore *)peer;
     int64_t ns;
     uint64_t node_id;
+    *seq = UINT64_MAX;
     if (!PyObject_TypeCheck(peer, &PeerType) || !timeout_ns(timeout, &ns) || !handle_id(node, &node_id) ||
         !node_id) {
         PyObject *a[] = {timeout, node};
         return delegate(self, N.recv_general, a, 1, N.node_kw);
     }
     struct b1_frame *f = frame_of(self);
-    return f ? recv_node(self, f, node_id, node, timeout, ns) : NULL;
+    return f ? recv_node(self, f, node_id, node, timeout, ns, seq) : NULL;
 }
 
 struct b1_frame *b1py_peer_frame(PyObject *peer, uint32_t *slot, uint64_t *id, uint32_t *max_dests) {
@@ -290,7 +293,10 @@ static PyObject *peer_recv(PeerCore *self, PyObject *const *args, size_t nargsf,
     if (node != Py_None && (copy != Py_True || !handle_id(node, &node_id) || !node_id)) goto general;
     struct b1_frame *f = frame_of(self);
     if (!f) return NULL;
-    if (node_id) return recv_node(self, f, node_id, node, timeout, ns);
+    if (node_id) {
+        uint64_t seq;
+        return recv_node(self, f, node_id, node, timeout, ns, &seq);
+    }
     PyObject *held = NULL;
     if (copy == Py_False) {
         if (!self->held) {

@@ -15,9 +15,10 @@
  *     returns how many destinations took the message.  When the bus refuses the send as a
  *     whole, nothing was sent, and the call goes to `slow(payload)` -- as does any other
  *     form of call -- which takes in, retries or raises.  So a message is sent once.
- *   - NodeReader(peer, node, data, other, slow): `reader(timeout=None)` returns the message
- *     the peer's `recv(timeout, node=node)` returns when it is a `data` message whose
- *     sequence (msg.stamp[2]) is `last` + 1, and sets `last` to it.  Every other message --
+ *   - NodeReader(peer, node, other, slow): `reader(timeout=None)` returns the message the
+ *     peer's `recv(timeout, node=node)` returns when it is a DATA message whose sequence
+ *     (msg.stamp[2], as the receive left it in the frame) is `last` + 1, and sets `last`
+ *     to it.  Every other message --
  *     a notice, the first one, one after a gap -- goes to `other(msg)`, whose return value
  *     is the call's: the owner keeps `last` there and counts the gaps, in one place.  Other
  *     arguments than one timeout go to `slow(*args, **kw)`.
@@ -29,7 +30,7 @@
 #include "messages.h"
 
 #define STACK_DESTS 256 /* a send to more takes the owner's method (its frame's error room) */
-#define MAX_REFS 5
+#define MAX_REFS 4
 
 /* Both types: the objects given at construction, by position, held in refs[] (NULL past
  * the type's count), so one traverse, clear and dealloc serve both. */
@@ -42,7 +43,7 @@ typedef struct {
 } TopicCall;
 
 enum { S_PEER, S_DESTS, S_FLAGS, S_SLOW };                /* PartialSender's arguments */
-enum { R_PEER, R_NODE, R_DATA, R_OTHER, R_SLOW };          /* NodeReader's */
+enum { R_PEER, R_NODE, R_OTHER, R_SLOW };                  /* NodeReader's */
 
 /* tp(*args) with exactly n positional arguments, each held; NULL with TypeError else */
 static TopicCall *topic_call_new(PyTypeObject *tp, PyObject *args, PyObject *kw, Py_ssize_t n,
@@ -147,28 +148,21 @@ static PyObject *reader_call(TopicCall *self, PyObject *const *args, size_t narg
     if (nargs + nkw > 1 || (nkw && PyTuple_GET_ITEM(kwnames, 0) != timeout_name))
         return PyObject_Vectorcall(self->refs[R_SLOW], args, nargsf, kwnames);
     if (nargs + nkw == 1) timeout = args[0];
-    PyObject *m = b1py_recv_node(self->refs[R_PEER], self->refs[R_NODE], timeout);
+    uint64_t seq;
+    PyObject *m = b1py_recv_node(self->refs[R_PEER], self->refs[R_NODE], timeout, &seq);
     if (!m) return NULL;
-    if (PyTuple_Check(m) && PyTuple_GET_SIZE(m) >= 5 && PyTuple_GET_ITEM(m, 0) == self->refs[R_DATA]) {
-        PyObject *stamp = PyTuple_GET_ITEM(m, 4);
-        if (PyTuple_Check(stamp) && PyTuple_GET_SIZE(stamp) == 3) {
-            long long seq = PyLong_AsLongLong(PyTuple_GET_ITEM(stamp, 2));
-            if (seq == -1 && PyErr_Occurred()) {
-                PyErr_Clear();
-            } else if (self->last >= 0 && seq == self->last + 1) {
-                self->last = seq;
-                return m;
-            }
-        }
+    if (self->last >= 0 && seq == (uint64_t)self->last + 1) { /* a DATA message, the next one */
+        self->last = (long long)seq;
+        return m;
     }
     PyObject *r = PyObject_CallOneArg(self->refs[R_OTHER], m);
     Py_DECREF(m);
     return r;
 }
 
-/* NodeReader(peer, node, data, other, slow) */
+/* NodeReader(peer, node, other, slow) */
 static PyObject *reader_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
-    TopicCall *self = topic_call_new(tp, args, kw, 5, (vectorcallfunc)reader_call);
+    TopicCall *self = topic_call_new(tp, args, kw, 4, (vectorcallfunc)reader_call);
     if (!self) return NULL;
     if (!PyCallable_Check(self->refs[R_OTHER]) || !PyCallable_Check(self->refs[R_SLOW])) {
         PyErr_SetString(PyExc_TypeError, "NodeReader: other and slow must be callables");
@@ -186,7 +180,7 @@ static PyMemberDef reader_members[] = {
 };
 
 TOPIC_CALL_TYPE(ReaderType, "bus1py._messages.NodeReader",
-                "NodeReader(peer, node, data, other, slow): the receive of one node's numbered stream in "
+                "NodeReader(peer, node, other, slow): the receive of one node's numbered stream in "
                 "one C call (topic.c).", reader_new, reader_members);
 
 PyTypeObject *b1py_reader_type(void) {
