@@ -83,7 +83,8 @@ class RecvOps(PeerBase):
         if copy:
             return self._recv_slow(r, timeout)
         frame = self._bus.scratch()
-        return receive.retry(self, r, frame, 1, args.timeout_ns(timeout), lib.B1_RECV_NOCOPY, frame.held, timeout)[0]
+        ns = args.timeout_ns(timeout)
+        return receive.retry(self, r, frame, 1, ns, lib.B1_RECV_NOCOPY, frame.held, timeout)[0]
 
     def _recv_slow(self, r, timeout) -> Message:
         """A receive interrupted by a signal (EINTR: its Python handler has run by now, so

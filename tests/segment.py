@@ -22,7 +22,8 @@ PEER_ID, PEER_ROOT, PEER_FRONT, PEER_WAKE_SEQ, PEER_WAITERS, PEER_SHARES, PEER_S
 SHARE_SIZE = offset("b1_share")  # shares[i] is at PEER_SHARES + i * SHARE_SIZE: messages, fds (u32), bytes (u64)
 ENTRY_MSG = offset("b1_entry.msg")
 HANDLE_REFS, HANDLE_PENDING = offset("b1_handle.refs"), offset("b1_handle.pending")
-MSG_REFS, MSG_NEXT_FREE, MSG_TS, MSG_STAGER = (offset("b1_msg." + f) for f in ("refs", "next_free", "ts", "stager"))
+MSG_REFS, MSG_NEXT_FREE, MSG_TS, MSG_STAGER = (
+    offset("b1_msg." + f) for f in ("refs", "next_free", "ts", "stager"))
 
 
 class Segment:

@@ -12,7 +12,7 @@ version and architecture come from cibuildwheel (tools/release.sh, pyproject's
 Every build reads a snapshot, never the live tree: the files git tracks (`git ls-files`, as
 the work tree has them) copied into a temporary directory.  Nothing another process writes
 into the checkout meanwhile (a test's programs and caches, another build's egg-info and
-release tree) can reach a build, and the sdist takes only what is committed to be shipped.
+release tree) can reach a build, and the sdist takes nothing git does not track.
 Without git there is no snapshot to take, and the build says so.
 
     python tools/dist.py [OUTDIR]      # default: dist/
