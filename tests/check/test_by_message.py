@@ -53,9 +53,11 @@ def _write(batch, path):
 
 
 def _batch(n, seed_base):
-    """Drawn traces and one of each mutation kind, every other one without stamps,
-    causality cycles included."""
+    """Drawn traces, one of each mutation kind and one with a causality cycle, every other
+    one without stamps."""
     got = gather(n, traces) + [(seed_base + i, 4, 60, m) for i, m in enumerate(MUTATIONS)]
+    got.append(next((s, 4, 60, "misdeliver") for s in range(seed_base, seed_base + 1000)
+                    if not _acyclic(_make(s, 4, 60, "misdeliver"))))
     return [_unstamped(_make(*c)) if i % 2 else _make(*c) for i, c in enumerate(got)]
 
 
