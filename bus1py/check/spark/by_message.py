@@ -287,7 +287,7 @@ def _tasks(c, n, fn):
 def _split_task(trace, buckets, where):
     """The function of the tasks that split the trace's files: file i in, a summary
     naming each bucket's piece written under `where` out (one saying `malformed` when a
-    row breaks a per-row rule: the main pass names it)."""
+    row breaks a per-row rule: malformed.py names it)."""
     def run(batches):
         from ..arrays import linked_files
         from ..arrays.buckets import split
