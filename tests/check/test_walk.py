@@ -131,12 +131,13 @@ def test_kernel_agrees_with_reference_and_relaxed_clocks():
         assert len(examples) == min(3, len(comps)), case
 
 
-def test_relaxation_gives_the_clocks_and_the_causal_count_of_any_history():
+def test_relaxation_gives_the_clocks_and_the_causal_count_of_any_history(monkeypatch):
     # arrays/relax.py: on every drawn trace (causality cycles included) the relaxed clocks
     # are the plain fixpoint's, the causal count the reference's, every example's path a
-    # real chain; where the walk finishes, its violations and examples are the walk's,
-    # and per column block they merge into the whole answer
-    cyclic = 0
+    # real chain; where the walk finishes, its violations and examples are the walk's;
+    # per column block (two given, each split to a column a block by a tiny budget) they
+    # merge into the whole answer
+    cyclic, full = 0, R.RELAX_BYTES
     for case in gather(60, traces) + [(s, 4, 60, m) for s in range(12)
                                       for m in ("misdeliver", "swap")]:
         rows = _make(*case)
@@ -158,12 +159,42 @@ def test_relaxation_gives_the_clocks_and_the_causal_count_of_any_history():
         if complete:
             whole_bad, whole_pairs = W._scan(lay, row, clocks, 3)
             assert bad.tolist() == whole_bad.tolist() and pairs == whole_pairs, case
-        if lay.ncols >= 2:
+        if lay.ncols >= 2 and not complete:
             parts = [W.Block(lay, a, b) for a, b in W.even_edges(lay.ncols, 2)]
-            out, info = R.decide(lay, ("causal",), 3, parts=parts)
-            assert info["causal_count"] == len(bad), case
-            assert info["causal_pairs"] == [list(p) for p in pairs], case
+            for budget in (full, 1):
+                monkeypatch.setattr(R, "RELAX_BYTES", budget)
+                assert len(R.blocks(lay)) == (1 if budget > 1 else lay.ncols), case
+                out, info = R.decide(lay, ("causal",), 3, parts=parts)
+                assert info["cycle"] and info["causal_count"] == len(bad), case
+                assert info["causal_pairs"] == [list(p) for p in pairs], case
+                assert sorted(out["causal"]) == sorted(lay.procs[lay.slot_of[bad]]), case
     assert cyclic >= 3
+
+
+def test_a_block_of_the_relaxation_holds_what_its_model_says(tmp_path):
+    # the peak of the arrays of arrays/relax.py's causal test on one block (tracemalloc
+    # sees numpy's) is at most its model (relax.task_bytes) and at least 70% of it,
+    # whatever the block's width
+    import sys
+    import tracemalloc
+    from pathlib import Path
+
+    from bus1py.check.arrays.events import Events
+    from bus1py.check.load import read_footers
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from gen_trace import generate
+    generate(str(tmp_path / "t"), 100_000, 16, stamps=False, quiet=True)
+    lay = Layout.of_events(Events(read_footers(str(tmp_path / "t"))))
+    for lo, hi in ((0, 16), (0, 8), (3, 5), (7, 8)):
+        block = W.Block(lay, lo, hi)
+        tracemalloc.start()
+        try:
+            R.causal(lay, 3, block)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        model = R.task_bytes(lay.n, block.ncols)
+        assert 0.7 * model <= peak <= model, (lo, hi, peak / lay.n, model / lay.n)
 
 
 def test_column_blocks_decide_as_one_walk(monkeypatch):
