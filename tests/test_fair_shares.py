@@ -30,7 +30,7 @@ from hypothesis import given, settings, strategies as st
 import bus1py
 from bus1py._b1 import lib
 
-from segment import PEER_N_HANDLES, PEER_ROOT, PEER_SHARE_HANDLES, PEER_SHARES, Segment
+from segment import PEER_N_HANDLES, PEER_ROOT, PEER_SHARE_HANDLES, PEER_SHARES, SHARE_SIZE, Segment
 
 SHARES = 16
 LIMITS = dict(max_peers=64, max_nodes=64, max_handles=256, max_entries=1024, pool_size=1 << 20,
@@ -216,7 +216,7 @@ def test_a_takeover_recounts_the_shares(make_bus, monkeypatch):
     p.join(30)
     assert p.exitcode == -9
     with Segment(bus) as seg:
-        share = seg.peer(r, PEER_SHARES) + (a.id % SHARES) * 16
+        share = seg.peer(r, PEER_SHARES) + (a.id % SHARES) * SHARE_SIZE
         assert seg.u32(share) == 4  # a's three and the dead one's block
         seg.u32(share, 99)
         seg.u32(seg.peer(r, PEER_ROOT), 0)
