@@ -38,7 +38,6 @@ from .message import Message, MessageType
 SUBSCRIBE = b"bus1py-subscribe"
 _SENDER_IDLE = lib.B1_SEND_SENDER_IDLE
 _ANY_TAG = _call._ANY_TAG
-_DATA = MessageType.DATA
 _partial_send = _messages.partial_send
 _EAGAIN = -errno.EAGAIN
 
@@ -196,7 +195,7 @@ class Subscription:
         # recv's common form as one C call (csrc/py/topic.c), keeping the sequence number
         # of the last message received (.last; -2: none yet): the instance's `recv` while
         # the subscription is open, not gone and keeps nothing (_slow drops it)
-        self._reader = _messages.NodeReader(peer, self.handle, _DATA, self._seen,
+        self._reader = _messages.NodeReader(peer, self.handle, self._seen,
                                             functools.partial(Subscription.recv, self))
         self.recv = self._reader  # type: ignore[method-assign]  # the instance's C form
 

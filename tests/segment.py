@@ -17,13 +17,15 @@ def offset(name: str) -> int:
     return at
 
 
-PEER_ID, PEER_ROOT, PEER_FRONT, PEER_WAKE_SEQ, PEER_WAITERS, PEER_SHARES, PEER_SHARE_HANDLES = (
-    offset("b1_peer." + f) for f in ("id", "root", "front", "wake_seq", "waiters", "shares", "share_handles"))
+PEER_ID, PEER_ROOT, PEER_FRONT, PEER_WAKE_SEQ, PEER_WAITERS, PEER_N_HANDLES, PEER_SHARES, PEER_SHARE_HANDLES = (
+    offset("b1_peer." + f)
+    for f in ("id", "root", "front", "wake_seq", "waiters", "n_handles", "shares", "share_handles"))
 SHARE_SIZE = offset("b1_share")  # shares[i] is at PEER_SHARES + i * SHARE_SIZE: messages, fds (u32), bytes (u64)
 ENTRY_MSG = offset("b1_entry.msg")
 HANDLE_REFS, HANDLE_PENDING = offset("b1_handle.refs"), offset("b1_handle.pending")
-MSG_REFS, MSG_NEXT_FREE, MSG_TS, MSG_STAGER = (
-    offset("b1_msg." + f) for f in ("refs", "next_free", "ts", "stager"))
+MSG_REFS, MSG_NEXT_FREE, MSG_TS, MSG_STAGER, MSG_CARVED = (
+    offset("b1_msg." + f) for f in ("refs", "next_free", "ts", "stager", "carved"))
+B1_MSG_CARVED = 0x62316D73  # layout.h: a record's carved word is this xor its unit once its header is written
 
 
 class Segment:
