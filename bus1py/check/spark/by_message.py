@@ -1,6 +1,6 @@
-# Invariants: a trace whose exact path is certain without stamps that could witness, but
-# whose rows do not fit one task (engine.by_message), is checked by the array engine in
-# two steps, never by Spark's row-at-a-time windows:
+# Invariants: every trace the driver does not check alone (engine.py) is checked here, by
+# the array engine in two steps, never by Spark's row-at-a-time windows, and exactly from
+# the rows (stamps are not read):
 #   1. by message: the rows spread by id, so every row naming a message or signal meets
 #      its origin in one task (internal rows go with the null id); each task links its
 #      rows (arrays/events.py, Events.of_messages), finds exactly_once's violations
@@ -10,21 +10,21 @@
 #      receives and each first delivery's message's first deliveries;
 #   2. the walk (walk_blocks.py): each process's events gathered into a file of its own,
 #      then the streamed walk by column blocks (arrays/streamed.py: no task holds the
-#      trace), fifo and node_rules beside causal and consistent (with a clock column to
-#      verify: one task placing the linked events in the walk's layout); it also reports
-#      the (process, node) pairs that delivered a NODE_DESTROY, with which the driver
-#      excuses the losses (properties.excused, as the one task does).
+#      trace), fifo and node_rules beside causal and consistent; a causality cycle, which
+#      stops the streamed walk, or a clock column to verify, takes the walk placing the
+#      linked events in a layout (walk_task.kernel_task: causal on a cyclic history by
+#      arrays/relax.py); it also reports the (process, node) pairs that delivered a
+#      NODE_DESTROY, with which the driver excuses the losses (properties.excused, the
+#      driver's definition).
 # Every exchange goes through files of this check, in a directory removed at its end.
-# With a local master both steps run in the driver's process (as one_task.py's task):
-# buckets read with pyarrow (arrays/buckets.py), two linked side by side, the walk's blocks
-# in threads (walk_blocks.local); with a cluster, a task per trace file splits its rows
-# into buckets, a task per bucket links them, then the walk's jobs (walk_blocks.
-# run_streamed). So the summary is the one the whole check in one task gives (all but
-# `seconds` and `timings`). A trace breaking any rule (a per-row rule, the numbering, one
-# origin per id, no dangling receive) or with a causality cycle is handed back (None):
-# the main pass and the phases after it then name the broken row in their words, or
-# decide causal by rounds. Only the tasks' summaries (with the first examples), the
-# violations and the processes of the walk's violations reach the driver.
+# With a local master both steps run in the driver's process: buckets read with pyarrow
+# (arrays/buckets.py), two linked side by side, the walk's blocks in threads
+# (walk_blocks.local); with a cluster, a task per trace file splits its rows into
+# buckets, a task per bucket links them, then the walk's jobs (walk_blocks.run_streamed).
+# So the summary is the driver's (all but `seconds` and `timings`). A trace breaking any
+# rule (a per-row rule, the numbering, one origin per id, no dangling receive) is named by
+# malformed.py in the driver's words. Only the tasks' summaries (with the first examples),
+# the violations and the processes of the walk's violations reach the driver.
 from __future__ import annotations
 
 import json
@@ -34,7 +34,7 @@ from .. import engine, vclock
 from .. import kinds as K
 from ..arrays.properties import PROBLEMS, example
 from ..examples import LOST
-from . import walk_blocks, walk_task
+from . import malformed, walk_blocks, walk_task
 
 EVENT, VIOLATION, SUMMARY = 0, 1, 2
 OUT_SCHEMA = ("rec byte, process int, seq long, kind_code byte, msg long, "
@@ -63,10 +63,6 @@ def link_task(max_examples, where):
             return
         t = pa.Table.from_batches(batches)
         del batches
-        if ("row_problem" in t.column_names
-                and t.column("row_problem").null_count < t.num_rows):
-            yield _summary({"malformed": True})
-            return
         try:
             ev = Events.of_messages(t)
             msg, proc, origin, problem = P.violations(ev, excuse=False)
@@ -143,18 +139,18 @@ def _summary(info):
 
 
 def run(c):
-    """(properties, witness message, processes, details) for Checker c, as one_task.run,
-    or None when the trace breaks a rule or has a causality cycle (the usual phases then
-    decide). details: property -> the processes of its violations (a list, or a
-    DataFrame of them from a cluster)."""
+    """(properties, processes, details) for Checker c. details: property -> the processes
+    of its violations (a list, or a DataFrame of them from a cluster). A malformed trace
+    raises TraceError naming its first broken row (malformed.py)."""
     local = c.spark.sparkContext.master.startswith("local")
     got = (_local if local else _cluster)(c)
-    if got is None:
-        return None
-    procs, violations, info, by_rec, sums, vstatus, walked = got
-    found = walk_task.found(c, WANT, info, vstatus, by_rec)
-    if found is None or found["causal"][0] is None and found["causal"][1] is None:
-        return None
+    found = None
+    if got is not None:
+        procs, violations, info, by_rec, sums, vstatus = got
+        found = walk_task.found(c, WANT, info, vstatus, by_rec)
+    if found is None:
+        c.phase("naming the first broken row")
+        malformed.name(c.trace)
     props, details = {}, {}
     n, ex, eo = c.timed("exactly_once", _exactly_once, violations, info["destroyed"],
                         sums, c.max_examples)
@@ -164,15 +160,14 @@ def run(c):
             extra = dict(extra, method="vector-clock witness"
                          if extra.get("vclock") == "holds" else "exact")
         props[name], details[name] = _entry(n, ex, extra), v
-    return (props, engine.WALKED if walked else engine.witness_skipped(c.trace, c.force_exact),
-            procs, details)
+    return props, procs, details
 
 
 def _local(c):
     """Job 1's tasks over buckets read here and the walk's task, in the driver's process
-    (local executors share its machine, as one_task.run): (processes, violations table,
+    (local executors share its machine): (processes, violations table,
     the walk's info, processes by property, the tasks' summaries, the clock column's
-    status, whether the driver would take the walk), or None."""
+    status), or None when the trace is malformed."""
     import pyarrow as pa
 
     import shutil
@@ -230,16 +225,16 @@ def _local_through(c, where):
         return None
     procs = sorted(set().union(*(s["procs"] for s in sums)))
     c.set_procs(procs)
-    # a walk the driver would take reads no clock column (whole.check, Checker)
-    walked = engine.walk_on_driver(c.trace.rows, len(procs), c.driver_max_cells)
+    # up to driver_max_cells the walk alone decides causal, no clock column read
+    alone = engine.walk_alone(c.trace.rows, len(procs), c.driver_max_cells)
     got = walk_blocks.local(c, WANT, sums, where, any(s["destroys"] for s in sums),
-                            not walked)
+                            not alone)
     if got is None:
         return None
     info, by_rec, vstatus = got
     violations = (pa.Table.from_batches(violations, _arrow_schema()) if violations
                   else _arrow_schema().empty_table())
-    return procs, violations, info, by_rec, sums, vstatus, walked
+    return procs, violations, info, by_rec, sums, vstatus
 
 
 def _cluster(c):
@@ -263,8 +258,7 @@ def _through_files(c, where):
     import pyarrow as pa
 
     from ..load import Trace
-    plain = Trace(path=c.trace.path, df=None, files=list(c.trace.files), rows=c.trace.rows,
-                  stamp_ranges=c.trace.stamp_ranges)
+    plain = Trace(path=c.trace.path, df=None, files=list(c.trace.files), rows=c.trace.rows)
     buckets = max(-(-c.trace.rows // BUCKET_ROWS), c.spark.sparkContext.defaultParallelism)
     c.phase("by message: the trace's files split by id, a task a file")
     pieces = c.timed("split", _tasks, c, len(plain.files), _split_task(plain, buckets, where))
@@ -281,9 +275,9 @@ def _through_files(c, where):
         return None
     procs = sorted(set().union(*(s["procs"] for s in sums)))
     c.set_procs(procs)
-    walked = engine.walk_on_driver(c.trace.rows, len(procs), c.driver_max_cells)
+    alone = engine.walk_alone(c.trace.rows, len(procs), c.driver_max_cells)
     destroys = any(s["destroys"] for s in sums)
-    vname, vstatus = vclock.status(c.trace.files, c.span) if not walked else (None, None)
+    vname, vstatus = vclock.status(c.trace.files, c.span) if not alone else (None, None)
     if vname:
         # a clock column to verify: one task holding every column (walk_blocks.run)
         c.phase("the walk by column blocks: causal, consistent, fifo and node_rules")
@@ -293,10 +287,10 @@ def _through_files(c, where):
         got = walk_blocks.run_streamed(c, WANT, sums, where, destroys)
         if got is None:
             return None
-        info, by_rec, _ = got
+        info, by_rec, vstatus = got
     violations = (pa.Table.from_batches(linked[VIOLATION], _arrow_schema())
                   if linked[VIOLATION] else _arrow_schema().empty_table())
-    return procs, violations, info, by_rec, sums, vstatus, walked
+    return procs, violations, info, by_rec, sums, vstatus
 
 
 def _tasks(c, n, fn):
@@ -316,7 +310,7 @@ def _tasks(c, n, fn):
 def _split_task(trace, buckets, where):
     """The function of the tasks that split the trace's files: file i in, a summary
     naming each bucket's piece written under `where` out (one saying `malformed` when a
-    row breaks a per-row rule: the main pass names it)."""
+    row breaks a per-row rule: malformed.py names it)."""
     def run(batches):
         from ..arrays import linked_files
         from ..arrays.buckets import split

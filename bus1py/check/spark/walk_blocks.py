@@ -2,12 +2,12 @@
 # beside them) are decided by the walk split by column blocks of the vector clocks over
 # tasks (each block's columns are exact by themselves, and a delivery is judged by the
 # one block holding its sender's column). Every task reads the events from files written
-# once by tasks, never through the driver or one JVM stream. By message without a clock
-# column (run_streamed): each process's linked events in a file of its own
+# once by tasks, never through the driver or one JVM stream. Without a clock column
+# (run_streamed, local): each process's linked events in a file of its own
 # (arrays/per_process.py, written by a job of tasks by process group), streamed by every
 # task a batch of each process at a time (arrays/streamed.py): no task holds the trace,
 # only the model of streamed.task_bytes (docs/CHECKER.md, "The memory of a task").
-# After a main pass, or with a clock column to verify (run, exact): every task places the
+# With a clock column to verify, or a causality cycle (run): every task places the
 # events in the walk's layout (arrays/layout.py) and holds its own block's origin clocks
 # (arrays/walk.py's task_bytes); blocks are then as many as the cluster has cores, and
 # more when one block's clocks would pass BLOCK_BYTES, or what a Python worker's memory
@@ -24,7 +24,6 @@ import time
 
 from .. import vclock
 from ..arrays.walk import BLOCK_BYTES, block_edges, even_edges, task_bytes
-from ..arrays.layout import COLUMNS
 from .walk_task import (BESIDE, OUT_SCHEMA, kernel_task, summary_row, task_properties,
                         violation_rows)
 
@@ -57,40 +56,6 @@ def clock_budget(limit, events, origins, block_bytes=BLOCK_BYTES):
         return block_bytes
     left = limit - task_bytes(events, origins, 1, beside=True)
     return max(1, min(block_bytes, left))
-
-
-def exact(c, want):
-    """walk_task.exact's answer on a cluster: the main pass's table (c.rows, validated)
-    written once as Parquet by its own tasks, then the walk by column blocks over tasks
-    reading it (causal and consistent only)."""
-    import glob
-    import os
-    import shutil
-
-    from pyspark.sql import functions as F
-
-    from .. import kinds as K
-    from ..arrays import linked_files
-    from .walk_task import found
-    where = linked_files.directory(c.spark.conf.get(LINKED_DIR, None))
-    try:
-        rows = c.rows.select(*COLUMNS)
-        rows.write.parquet(os.path.join(where, "rows"))
-        slot = {p: i for i, p in enumerate(c.procs)}
-        counts, origins = [0] * len(c.procs), 0
-        for r in rows.groupBy("process").agg(
-                F.count("*").alias("n"),
-                F.sum((F.col("kind_code") <= K.SIGNAL_SEND).cast("long")).alias("o")).collect():
-            counts[slot[r["process"]]] = r["n"]
-            origins += r["o"]
-        files = sorted(glob.glob(os.path.join(where, "rows", "*.parquet")))
-        info, by_name, vstatus = _walk(c, want, files, counts, origins, False, True)
-    finally:
-        shutil.rmtree(where, ignore_errors=True)
-    # the details as the one task's job gives them (a DataFrame), only when kept
-    return found(c, want, info, vstatus, lambda name: c.spark.createDataFrame(
-        [(int(p),) for p in by_name(name)], "process int") if c.keep_details
-        else by_name(name))
 
 
 def _walk(c, want, files, counts, origins, destroys, clocks, block_bytes=BLOCK_BYTES):
@@ -181,23 +146,26 @@ def run_streamed(c, want, sums, where, destroys):
     """run's answer by the streamed walk (arrays/streamed.py), when no clock column is
     read: each process's events gathered into a file of its own by a job of tasks by
     process group (arrays/per_process.py), then a task per column block streaming them
-    all. None when a process's numbering is broken."""
-    import os
+    all; run's own when it meets a causality cycle (the linked files are kept for it).
+    None when a process's numbering is broken."""
     procs = [int(p) for p in c.procs]
-    linked, counts, _ = linked_input(sums, procs)
+    _, counts, _ = linked_input(sums, procs)
     c.phase("the walk: each process's events in a file of its own, a task a group")
     files = c.timed("per_process", per_process_files, c, sums, procs, where)
     if files is None:
         return None
-    for name in linked:     # read by no one after the job: their disk back at once
-        os.unlink(name)
     # a block a core (no task holds its block's clocks of every origin: no more for memory)
     edges = (even_edges(c.P, c.walk_blocks) if c.walk_blocks
              else block_edges(sum(counts), 0, c.P, c.spark.sparkContext.defaultParallelism))
     c.phase("the streamed walk by column blocks: causal, consistent, fifo and node_rules")
     fn = stream_task(procs, [files[p] for p in procs], counts, c.span, c.max_examples,
                      sorted(want), edges, destroys)
-    return c.timed("walk", _collect, c, fn, len(edges or [None]))
+    got = c.timed("walk", _collect, c, fn, len(edges or [None]))
+    if got[0].get("walk_complete", True):
+        return got
+    # a causality cycle: the walk placing the linked events in a layout (relax.py)
+    c.phase("the walk by column blocks: causal on a cyclic history")
+    return c.timed("walk", run, c, want, sums, destroys, False)
 
 
 def _peak_reset():
@@ -293,51 +261,56 @@ def stream_task(procs, files, counts, span, max_examples, want, edges, destroys,
 
 
 def local(c, want, sums, where, destroys, clocks):
-    """run_streamed's answer (and run's, with a clock column to verify) in this process,
-    for a local master: the per-process files written here, the blocks (one a core)
-    walked side by side in threads (the kernels release the GIL)."""
+    """run's answer in this process, for a local master: by the streamed walk (its
+    per-process files written by a thread a core, its blocks, one a core, walked side by
+    side in threads: the kernels release the GIL), or by one walk placing the linked
+    events in a layout when there is a clock column to verify or the streamed walk meets a
+    causality cycle (walk_task.kernel_task). None when a numbering is broken."""
     import os
     from concurrent.futures import ThreadPoolExecutor
 
-    import pyarrow as pa
-
     from ..arrays import per_process
     procs = [int(p) for p in c.procs]
-    linked, counts, origins = linked_input(sums, procs)
+    linked, counts, _ = linked_input(sums, procs)
     vname, vstatus = (vclock.status(c.trace.files, c.span) if "causal" in want and clocks
                       else (None, None))
     cpus = os.cpu_count() or 1
-    if vname:
-        fns, tasks = [kernel_task(procs, c.span, c.max_examples, sorted(want),
-                                  list(c.trace.files), vname, destroys,
-                                  (linked, counts, None))], 1
-    else:
+    if not vname:
         c.phase("the walk: each process's events in a file of its own")
         t = time.perf_counter()
-        rows = per_process.batch_rows(len(procs))
         with ThreadPoolExecutor(cpus) as pool:
             try:
                 got = list(pool.map(lambda g: per_process.write_group(
                     [(f, *s["counts"]) for f, s in zip(linked, sums)], set(procs[g::cpus]),
-                    where, rows), range(cpus)))
+                    where, per_process.batch_rows(len(procs))), range(cpus)))
             except ValueError:
                 return None
         files = {p: f for g in got for p, f in g.items()}
-        for name in linked:
-            os.unlink(name)
         c.timings["per_process"] = time.perf_counter() - t
         edges = (even_edges(c.P, c.walk_blocks) if c.walk_blocks
                  else block_edges(sum(counts), 0, c.P, cpus))
-        tasks = len(edges or [None])
-        fns = [stream_task(procs, [files[p] for p in procs], counts, c.span, c.max_examples,
-                           sorted(want), edges, destroys, own=False)]
+        fn = stream_task(procs, [files[p] for p in procs], counts, c.span, c.max_examples,
+                         sorted(want), edges, destroys, own=False)
+        c.phase("the streamed walk: causal, consistent, fifo and node_rules")
+        got = c.timed("walk", _here, c, fn, len(edges or [None]), cpus, None)
+        if got[0].get("walk_complete", True):
+            return got
     c.phase("the walk: causal, consistent, fifo and node_rules")
-    t = time.perf_counter()
+    fn = kernel_task(procs, c.span, c.max_examples, sorted(want),
+                     list(c.trace.files) if vname else None, vname, destroys,
+                     (linked, counts, None))
+    return c.timed("walk", _here, c, fn, 1, 1, vstatus)
+
+
+def _here(c, fn, tasks, cpus, vstatus):
+    """_collect's answer with the tasks run in this process's threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
 
     def one(i):
-        return [r for b in fns[0](iter([pa.record_batch({"id": pa.array([i], pa.int64())})]))
+        return [r for b in fn(iter([pa.record_batch({"id": pa.array([i], pa.int64())})]))
                 for r in b.to_pylist()]
     with ThreadPoolExecutor(min(tasks, cpus)) as pool:
-        got = [r for rows_ in pool.map(one, range(tasks)) for r in rows_]
-    c.timings["walk"] = time.perf_counter() - t
+        got = [r for rows in pool.map(one, range(tasks)) for r in rows]
     return _merged(c, got, vstatus)
