@@ -284,7 +284,7 @@ def _through_files(c, where):
         info, by_rec, vstatus = c.timed("walk", walk_blocks.run, c, WANT, sums, destroys,
                                         True)
     else:
-        got = walk_blocks.run_streamed(c, WANT, sums, where, destroys)
+        got = walk_blocks.run_streamed(c, WANT, sums, where, destroys, vstatus)
         if got is None:
             return None
         info, by_rec, vstatus = got

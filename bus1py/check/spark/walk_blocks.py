@@ -142,12 +142,13 @@ def merge(infos, max_examples):
     return out
 
 
-def run_streamed(c, want, sums, where, destroys):
+def run_streamed(c, want, sums, where, destroys, vstatus=None):
     """run's answer by the streamed walk (arrays/streamed.py), when no clock column is
     read: each process's events gathered into a file of its own by a job of tasks by
     process group (arrays/per_process.py), then a task per column block streaming them
     all; run's own when it meets a causality cycle (the linked files are kept for it).
-    None when a process's numbering is broken."""
+    vstatus: the trace's clock column status, reported with causal (or None). None when a
+    process's numbering is broken."""
     procs = [int(p) for p in c.procs]
     _, counts, _ = linked_input(sums, procs)
     c.phase("the walk: each process's events in a file of its own, a task a group")
@@ -160,12 +161,15 @@ def run_streamed(c, want, sums, where, destroys):
     c.phase("the streamed walk by column blocks: causal, consistent, fifo and node_rules")
     fn = stream_task(procs, [files[p] for p in procs], counts, c.span, c.max_examples,
                      sorted(want), edges, destroys)
-    got = c.timed("walk", _collect, c, fn, len(edges or [None]))
+    got = c.timed("walk", _collect, c, fn, len(edges or [None]), vstatus)
     if got[0].get("walk_complete", True):
         return got
     # a causality cycle: the walk placing the linked events in a layout (relax.py)
     c.phase("the walk by column blocks: causal on a cyclic history")
-    return c.timed("walk", run, c, want, sums, destroys, False)
+    info, by_name, _ = c.timed("walk", run, c, want, sums, destroys, False)
+    if vstatus is not None and "vclock" not in info:
+        info["vclock"] = vstatus
+    return info, by_name, vstatus
 
 
 def _peak_reset():
@@ -292,7 +296,7 @@ def local(c, want, sums, where, destroys, clocks):
         fn = stream_task(procs, [files[p] for p in procs], counts, c.span, c.max_examples,
                          sorted(want), edges, destroys, own=False)
         c.phase("the streamed walk: causal, consistent, fifo and node_rules")
-        got = c.timed("walk", _here, c, fn, len(edges or [None]), cpus, None)
+        got = c.timed("walk", _here, c, fn, len(edges or [None]), cpus, vstatus)
         if got[0].get("walk_complete", True):
             return got
     c.phase("the walk: causal, consistent, fifo and node_rules")
