@@ -73,7 +73,7 @@ def test_by_message_gives_the_drivers_summary(spark, tmp_path, monkeypatch):
         whole, per_whole, _ = _summary_and_counts(None, path, max_examples=50, **kw)
         spread, per, t = _summary_and_counts(spark, path, group_span=SPAN, max_examples=50,
                                              **kw)
-        assert "by_message" in t, t
+        assert "by_message" in t and "per_process" in t, t
         assert spread == whole and per == per_whole
         for k, rows in enumerate(batch):
             assert {n: per.get((k, n), 0) for n in PROPERTIES} == reference_check(rows), k

@@ -157,9 +157,10 @@ def test_a_small_check_never_imports_pyspark(tmp_path):
 def test_check_on_a_standalone_cluster(spark, spark_cluster, tmp_path):
     # one process on the cluster (its session and executors start once) runs: the command
     # twice (--exact changes nothing), then the path by message (spark/by_message.py: the
-    # link in tasks by id writing the linked events to files, the walk by three column
-    # blocks in three tasks reading them, spark/walk_blocks.py) on a batch of drawn
-    # traces, stamped, unstamped and cyclic
+    # link in tasks by id writing the linked events to files, each process's events
+    # gathered into a file of its own, the streamed walk by three column blocks in three
+    # tasks reading them, spark/walk_blocks.py; a cyclic history's walk by the layout) on
+    # a batch of drawn traces, stamped, unstamped and cyclic
     from test_by_message import SPAN, _batch, _summary_and_counts, _write
     rng = random.Random(4)
     rows = mutate(simulate(rng, nprocs=4, steps=50, p_signal=0.2), "swap", rng)
@@ -201,7 +202,8 @@ print(json.dumps({{"rcs": rcs, "by_message": s}}))
         on_cluster.pop("timings")
         assert on_cluster == summary
     spread = got["by_message"]
-    assert "by_message" in spread.pop("timings")
+    timings = spread.pop("timings")
+    assert "by_message" in timings and "per_process" in timings, timings
     spread.pop("seconds")
     per = {}
     for p, name in spread.pop("per"):

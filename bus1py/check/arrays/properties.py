@@ -171,6 +171,12 @@ def node_rules(ev, k):
     NODE_DESTROY delivered there."""
     if not (ev.code == K.DESTROY).any():
         return None, None, 0, []
+    return node_rules_of(ev, k)
+
+
+def node_rules_of(ev, k):
+    """node_rules's answer whether or not ev holds the destroys (the streamed walk reads
+    one process at a time, arrays/streamed.py)."""
     d = np.flatnonzero((ev.code == K.DELIVER) & ev.has_node)
     d = d[lex_order(ev.process[d], ev.node[d])]   # d is in (process, seq) order
     gid = _groups(ev.process[d], ev.node[d])

@@ -24,6 +24,13 @@ OUT_SCHEMA = "rec string, process int, info string"
 BESIDE = ("fifo", "node_rules")
 
 
+def task_properties(want, i, tasks):
+    """The properties of `want` task i of the walk by column blocks decides (of `tasks`):
+    causal for its block, consistent in task 0, fifo and node_rules in task 1 (0 alone)."""
+    return [name for name in want if name == "causal" or name == "consistent" and i == 0
+            or name in BESIDE and i == 1 % tasks]
+
+
 def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name, destroys=False,
                 linked=None):
     """The function mapInArrow runs on the one task: all rows in, violation and summary
@@ -61,9 +68,7 @@ def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name, dest
             files, counts, edges = linked
             i = int(batches[0].column(0)[0].as_py())
             batches = linked_files.read(files)
-            mine = [name for name in want if name == "causal"
-                    or name == "consistent" and i == 0
-                    or name in BESIDE and i == 1 % len(edges or [None])]
+            mine = task_properties(want, i, len(edges or [None]))
         beside = [name for name in BESIDE if name in mine]
         try:
             lay = Layout(batches, procs, span, ("node",) if destroys and beside else (),
