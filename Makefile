@@ -18,8 +18,7 @@ run: $(STAMP)
 	$(VENV)/bin/bus1py demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m 'not alone'
-	$(PY) -m pytest -q -m alone
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 bench: $(STAMP)
 	$(PY) tools/bench

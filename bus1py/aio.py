@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import errno
 
+from . import args
 from .errors import bus_error
 
 _waiting: dict = {}  # (loop, fd) -> the futures waiting for it to be readable
@@ -49,10 +50,7 @@ def _readable(loop, fd) -> asyncio.Future:
 
 
 async def arecv(peer, timeout=None, copy=True):
-    if timeout is not None and (type(timeout) not in (int, float) or timeout < 0):
-        if type(timeout) in (int, float):
-            raise ValueError(f"timeout must be None or >= 0, not {timeout!r}")
-        raise TypeError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
+    args.timeout_ns(timeout)  # checked before anything waits
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     while True:

@@ -23,14 +23,19 @@ def api_name(qualname: str):
     return name
 
 
-def timeout_ns(seconds) -> int:
-    """Seconds as the C helper's nanoseconds: 0 is non-blocking, any positive time waits at
-    least 1 ns, and a time past int64 nanoseconds (292 years, inf) waits forever (-1)."""
-    if seconds <= 0:
-        return 0
-    if seconds >= 9.2e9:
+def timeout_ns(timeout) -> int:
+    """A receive's timeout, checked, as the C helper's nanoseconds: None waits forever (-1),
+    0 is non-blocking, any positive time waits at least 1 ns, and a time past int64
+    nanoseconds (292 years, inf) waits forever (-1).  Every receive, call and wait checks its
+    timeout here (csrc/py/peer.c's fast form takes only what this accepts): anything but None
+    or an int or float >= 0 is a ValueError (NaN, negative) or TypeError naming it."""
+    if type(timeout) is float or type(timeout) is int:
+        if timeout >= 0:  # NaN is not
+            return 0 if timeout == 0 else -1 if timeout >= 9.2e9 else max(1, int(timeout * 1e9))
+        raise ValueError(f"timeout must be None or >= 0, not {timeout!r}")
+    if timeout is None:
         return -1
-    return max(1, int(seconds * 1e9))
+    raise TypeError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
 
 
 def check_handle(handle, what):

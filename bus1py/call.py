@@ -120,10 +120,8 @@ def wait(peer, node: int, watch: int, tag: int, timeout):
     """The message for `node` carrying `tag` (any with _ANY_TAG), waiting as `recv` does;
     ConnectionResetError when `watch` (0: none) is destroyed first."""
     frame = peer._frame()  # raises: closed
-    if timeout is None:
-        deadline, ns = None, -1
-    else:
-        deadline, ns = time.monotonic() + timeout, args.timeout_ns(timeout)
+    ns = args.timeout_ns(timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         r = _recv_node(frame.address, peer._slot, peer._id, node, watch, ns, tag, peer)
         if type(r) is not int:
@@ -143,11 +141,7 @@ def wait(peer, node: int, watch: int, tag: int, timeout):
 
 def check_call(handle, timeout) -> None:
     args.check_handle(handle, "handle")
-    if timeout is not None:
-        if type(timeout) not in (int, float):
-            raise TypeError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
-        if timeout < 0:
-            raise ValueError(f"timeout must be None or >= 0, not {timeout!r}")
+    args.timeout_ns(timeout)
 
 
 def call(peer, handle, payload, timeout, handles, fds):

@@ -55,6 +55,11 @@ class Limits:
     def check(self) -> None:
         """Raise ValueError naming the first limit that cannot work and its bound (the rules
         of csrc/bus/bus.c limits_valid, plus the width of each field of struct b1_limits)."""
+        self.to_c()
+
+    def to_c(self) -> Any:
+        """The limits as the C helper's struct b1_limits (a cffi object), once `check`'s
+        rules hold: ValueError naming the first limit that breaks one."""
         for f in fields(self):
             value = getattr(self, f.name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -76,9 +81,14 @@ class Limits:
             raise ValueError(f"bus limit max_names={self.max_names} must be from 0 to {MAX_NAMES}")
         if self.inject > lib.B1_INJECT_FIFO:
             raise ValueError(f"bus limit inject={self.inject} is not a known fault kind")
-        for name, width in _LIMIT_BITS.items():  # the rest: what their fields hold
-            if getattr(self, name) >= 1 << width:
-                raise ValueError(f"bus limit {name}={getattr(self, name)} must be below 2**{width}")
+        c = ffi.new("struct b1_limits *")
+        for f in fields(self):  # the rest: what their fields hold (cffi refuses the others)
+            try:
+                setattr(c, f.name, getattr(self, f.name))
+            except OverflowError:
+                raise ValueError(f"bus limit {f.name}={getattr(self, f.name)} must be below "
+                                 f"2**{_LIMIT_BITS[f.name]}") from None
+        return c
 
     @classmethod
     def asked(cls, inject: str | int, limits: dict[str, Any]) -> Limits:
@@ -96,20 +106,6 @@ class Limits:
         lim = cls(**limits, inject=inject)
         lim.check()
         return lim
-
-    def to_c(self) -> Any:
-        """The limits as the C helper's struct b1_limits (a cffi object); ValueError for a
-        value its field cannot hold."""
-        c = ffi.new("struct b1_limits *")
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"bus limit {f.name} must be a non-negative int, not {value!r}")
-            try:
-                setattr(c, f.name, value)
-            except OverflowError:
-                raise ValueError(f"bus limit {f.name}={value} is out of range") from None
-        return c
 
 
 INJECT_KINDS: dict[str, int] = {

@@ -35,21 +35,10 @@ class RecvOps(PeerBase):
         not take itself, with every check and error of the API."""
         if node is not None:
             return self._recv_node(node, timeout, copy)
+        ns = args.timeout_ns(timeout)
         if not copy:
-            if timeout is None:
-                return receive.recv_slice(self, -1, None)
-            if type(timeout) in (int, float) and timeout >= 0:
-                return receive.recv_slice(self, args.timeout_ns(timeout), timeout)
-            return self.recv_many(1, timeout, copy=False)[0]  # raises the timeout's error
-        addr = self._frame().address  # raises: closed
-        if timeout is None:
-            m = _crecv(addr, self._slot, self._id, -1, self)
-        elif type(timeout) in (int, float) and timeout >= 0:
-            m = _crecv(addr, self._slot, self._id, args.timeout_ns(timeout), self)
-        elif type(timeout) in (int, float) and timeout < 0:
-            raise ValueError(f"timeout must be None or >= 0, not {timeout!r}")
-        else:
-            raise TypeError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
+            return receive.recv_slice(self, ns, timeout)
+        m = _crecv(self._frame().address, self._slot, self._id, ns, self)  # _frame raises: closed
         if type(m) is int:
             m = self._recv_slow(m, timeout)
         if self._ready is not None:
@@ -86,15 +75,7 @@ class RecvOps(PeerBase):
         thread's receive buffer (max_payload bytes together).  copy=False as in `recv`."""
         if type(max_messages) is not int or max_messages < 1:
             raise ValueError(f"max_messages must be an int >= 1, not {max_messages!r}")
-        if timeout is None:
-            ns = -1
-        elif type(timeout) in (int, float) and timeout >= 0:
-            ns = args.timeout_ns(timeout)
-        elif type(timeout) in (int, float):
-            raise ValueError(f"timeout must be None or >= 0, not {timeout!r}")
-        else:
-            raise TypeError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
-        return receive.recv_many(self, max_messages, ns, copy, timeout)
+        return receive.recv_many(self, max_messages, args.timeout_ns(timeout), copy, timeout)
 
     def _recv_failed(self, r, timeout, copy: bool) -> Message:
         """PeerCore.recv failed with -errno `r`: EINTR waits out the time left, anything
@@ -102,7 +83,7 @@ class RecvOps(PeerBase):
         if copy:
             return self._recv_slow(r, timeout)
         frame = self._bus.scratch()
-        ns = -1 if timeout is None else args.timeout_ns(timeout)
+        ns = args.timeout_ns(timeout)
         return receive.retry(self, r, frame, 1, ns, lib.B1_RECV_NOCOPY, frame.held, timeout)[0]
 
     def _recv_slow(self, r, timeout) -> Message:
@@ -116,7 +97,7 @@ class RecvOps(PeerBase):
             if r == _EPERM and not store_tried:
                 store_tried = True
                 _fds.ensure(self)  # raises what keeps it from being set up
-                r = _crecv(addr, self._slot, self._id, -1 if timeout is None else args.timeout_ns(timeout), self)
+                r = _crecv(addr, self._slot, self._id, args.timeout_ns(timeout), self)
                 continue
             if r != _EINTR:
                 raise args.recv_error(self, r, timeout)

@@ -38,7 +38,6 @@ from .message import Message, MessageType
 SUBSCRIBE = b"bus1py-subscribe"
 _SENDER_IDLE = lib.B1_SEND_SENDER_IDLE
 _ANY_TAG = _call._ANY_TAG
-_DATA = MessageType.DATA
 _partial_send = _messages.partial_send
 _EAGAIN = -errno.EAGAIN
 
@@ -196,7 +195,7 @@ class Subscription:
         # recv's common form as one C call (csrc/py/topic.c), keeping the sequence number
         # of the last message received (.last; -2: none yet): the instance's `recv` while
         # the subscription is open, not gone and keeps nothing (_slow drops it)
-        self._reader = _messages.NodeReader(peer, self.handle, _DATA, self._seen,
+        self._reader = _messages.NodeReader(peer, self.handle, self._seen,
                                             functools.partial(Subscription.recv, self))
         self.recv = self._reader  # type: ignore[method-assign]  # the instance's C form
 
@@ -222,6 +221,7 @@ class Subscription:
         waiting at most `timeout` seconds (None: for ever); messages for the peer's other
         nodes stay queued.  ConnectionResetError once the topic is gone."""
         if self._closed or self._gone or self._kept:
+            args.timeout_ns(timeout)  # checked whether it would wait or not
             self._check_open()
             return self._seen(self._kept.popleft())
         return self._reader(timeout)
@@ -236,9 +236,8 @@ class Subscription:
     async def arecv(self, timeout: float | None = None):
         """`recv` for asyncio: the wait runs in the loop's default executor in slices of
         0.1 s (a node's wait is no readiness the loop's reader can see)."""
+        args.timeout_ns(timeout)  # checked before anything waits
         self._check_open()
-        if timeout is not None and (type(timeout) not in (int, float) or timeout < 0):
-            raise ValueError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while not self._kept:

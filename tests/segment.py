@@ -1,6 +1,7 @@
 """A bus's shared segment mapped by a test, to leave in it what a kill at an exact store
-would: the tables' offsets come from the bus (b1_bus_info), the fields' offsets below from
-csrc/bus/layout.h (x86-64 glibc), checked where a peer's id confirms them."""
+would: the tables' offsets come from the bus (b1_bus_info), the fields' offsets from the
+compiled layout (b1_layout_offset, by name), so the bytes read and written are the fields
+csrc/bus/layout.h declares wherever a change of it moves them."""
 from __future__ import annotations
 
 import mmap
@@ -8,15 +9,23 @@ import struct
 
 from bus1py._lib import ffi, lib
 
-# csrc/bus/layout.h: struct b1_peer (x86-64 glibc: a 40-byte mutex first), struct b1_entry,
-# struct b1_msg
-PEER_ID, PEER_ROOT, PEER_FRONT, PEER_PIDS = 40, 52, 56, None
-PEER_WAKE_SEQ, PEER_WAITERS, PEER_NODE_WAITERS = 108, 120, 124
-PEER_SHARES = 576  # shares[16], 16 bytes each: messages, fds (u32), bytes (u64)
-PEER_SHARE_HANDLES = 832  # share_handles[16], u32 each
-ENTRY_MSG = 40
-HANDLE_REFS, HANDLE_PENDING = 24, 28
-MSG_REFS, MSG_LEN, MSG_NEXT_FREE, MSG_TS, MSG_STAGER = 0, 4, 20, 24, 32
+
+def offset(name: str) -> int:
+    """offsetof(struct record, field) for "record.field", sizeof(struct record) for "record"."""
+    at = lib.b1_layout_offset(name.encode())
+    assert at >= 0, f"{name} is not in csrc/bus/bus.c's layout_names"
+    return at
+
+
+PEER_ID, PEER_ROOT, PEER_FRONT, PEER_WAKE_SEQ, PEER_WAITERS, PEER_N_HANDLES, PEER_SHARES, PEER_SHARE_HANDLES = (
+    offset("b1_peer." + f)
+    for f in ("id", "root", "front", "wake_seq", "waiters", "n_handles", "shares", "share_handles"))
+SHARE_SIZE = offset("b1_share")  # shares[i] is at PEER_SHARES + i * SHARE_SIZE: messages, fds (u32), bytes (u64)
+ENTRY_MSG = offset("b1_entry.msg")
+HANDLE_REFS, HANDLE_PENDING = offset("b1_handle.refs"), offset("b1_handle.pending")
+MSG_REFS, MSG_NEXT_FREE, MSG_TS, MSG_STAGER, MSG_CARVED = (
+    offset("b1_msg." + f) for f in ("refs", "next_free", "ts", "stager", "carved"))
+B1_MSG_CARVED = 0x62316D73  # layout.h: a record's carved word is this xor its unit once its header is written
 
 
 class Segment:
@@ -51,7 +60,7 @@ class Segment:
 
     def peer(self, p, field):
         base = self.offs[0] + p._slot * self.sizes[0]
-        assert self.u64(base + PEER_ID) == p.id, "struct b1_peer moved: update PEER_* offsets"
+        assert self.u64(base + PEER_ID) == p.id, f"peer slot {p._slot} does not hold peer {p.id}"
         return base + field
 
     def entry(self, index, field):

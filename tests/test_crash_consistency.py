@@ -21,8 +21,8 @@ import pytest
 from bus1py import MessageType
 from bus1py._b1 import lib
 
-from segment import (ENTRY_MSG, HANDLE_PENDING, HANDLE_REFS, MSG_NEXT_FREE, MSG_REFS, MSG_STAGER, MSG_TS,
-                     PEER_FRONT, PEER_ROOT, Segment)
+from segment import (B1_MSG_CARVED, ENTRY_MSG, HANDLE_PENDING, HANDLE_REFS, MSG_CARVED, MSG_NEXT_FREE, MSG_REFS,
+                     MSG_STAGER, MSG_TS, PEER_FRONT, PEER_ROOT, Segment)
 
 FORK = mp.get_context("fork")
 LIMITS = dict(max_peers=8, max_nodes=64, max_handles=256, max_entries=1024, max_dests=4,
@@ -369,3 +369,28 @@ def test_a_stamp_with_every_copy_dropped_leaves_the_record_alone(make_bus):
     second.stamp()
     second.commit(0)
     assert bytes(y.recv(timeout=0).payload) == b"another sender's"
+
+
+@pytest.mark.timeout(60)
+def test_a_destruction_whose_every_notice_was_dropped_leaves_its_record_alone(make_bus):
+    """A departing owner's destruction of a node held only by a peer that is itself
+    departing (its disconnect killed midway): the one NODE_DESTROY copy is dropped at its
+    stage, putting the record, so the stamp must write nothing into it (free by then, or
+    another sender's); gc then finishes the dead disconnect."""
+    bus = make_bus(**LIMITS)
+    owner, holder = bus.peer(), bus.peer()
+    owner.transfer(owner.create_node(), holder)
+    holder.create_node()  # its disconnect destroys it: the kill point, with no record made
+
+    def departing():
+        lib.b1_kill_at(lib.B1_KILL_DESTROY, 0)  # holder DISCONNECTING, its handle still listed
+        holder.disconnect()
+
+    assert _forked(departing) == -9
+    owner.disconnect()  # its node's only holder is gone: the copy is dropped at the stage
+    with Segment(bus) as seg:  # the destruction's record, the first one this bus carved
+        assert seg.u32(seg.record(1, MSG_CARVED)) == B1_MSG_CARVED ^ 1
+        assert (seg.u32(seg.record(1, MSG_REFS)), seg.u64(seg.record(1, MSG_TS))) == (0, 0)
+    bus.gc()
+    assert not any(_usage(bus).values()), _usage(bus)
+    assert bus.check() == []

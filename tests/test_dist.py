@@ -5,10 +5,14 @@ compiler exists, runs the README's first example from outside the checkout, give
 command line, and carries its types (py.typed and the C modules' stubs) to a user's mypy.
 
 The wheel is built once for the module (compiling the C parts is most of its 20 to 60 s,
-so those tests are slow); the sdist is checked on its own, in two seconds."""
+so those tests are slow); the sdist is checked on its own, in two seconds.  Both are built
+from tools/dist.py's snapshot of the tracked files, so other tests writing into the checkout
+meanwhile cannot change them."""
 import email
 import importlib.metadata
 import os
+import pathlib
+import runpy
 import shutil
 import subprocess
 import sys
@@ -19,10 +23,7 @@ import zipfile
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# a build copies the source tree while other tests write into it (their programs, caches):
-# `make test` runs these alone, after the rest (the marker `alone`)
-pytestmark = pytest.mark.alone
+DIST = runpy.run_path(os.path.join(ROOT, "tools", "dist.py"))  # its functions; `make dist` runs it
 DEPS = ("cffi", "posix_ipc", "psutil")  # the core's dependencies (pyproject's [project])
 
 
@@ -34,16 +35,19 @@ def sh(*cmd, **kw):
 
 @pytest.mark.timeout(120)
 def test_sdist_carries_docs_and_metadata(tmp_path):
-    sh(sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", str(tmp_path), ROOT)
-    (sdist,) = tmp_path.glob("bus1py-*.tar.gz")
+    sdist = pathlib.Path(DIST["sdist"](str(tmp_path)))
     with tarfile.open(sdist) as t:
-        names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
+        names = {m.name.split("/", 1)[1] for m in t.getmembers() if m.isfile()}
         meta = email.message_from_bytes(t.extractfile(f"{sdist.name[:-7]}/PKG-INFO").read())
     for linked in ("docs/SPEC.md", "docs/DESIGN.md", "docs/RELIABILITY.md", "docs/CHECKER.md",
                    "docs/PROTOCOLS.md", "docs/conf.py", "docs/unicast.png", "LICENSE", "CHANGELOG.md",
                    "csrc/bus/bus1.h", "csrc/check/walk.h", "csrc/sim/engine.h", "csrc/py/slice.h",
                    "bus1py/py.typed", "bus1py/_messages.pyi"):
         assert linked in names, linked
+    # the snapshot: nothing but tracked files and what the build writes, whatever lies in the checkout
+    tracked = set(sh("git", "-C", ROOT, "ls-files").stdout.split())
+    made = {n for n in names if n in ("PKG-INFO", "setup.cfg") or n.startswith("bus1py.egg-info/")}
+    assert names - made <= tracked, sorted(names - made - tracked)
     assert {u.split(",")[0] for u in meta.get_all("Project-URL")} >= {"Homepage", "Documentation", "Source"}
     classifiers = meta.get_all("Classifier")
     assert "Operating System :: POSIX :: Linux" in classifiers and "Typing :: Typed" in classifiers
@@ -65,9 +69,8 @@ def _install_deps(site: str) -> None:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
-    import runpy
     out = tmp_path_factory.mktemp("dist")
-    _, whl = runpy.run_path(os.path.join(ROOT, "tools", "dist.py"))["build"](str(out))
+    _, whl = DIST["build"](str(out))
     return whl
 
 

@@ -8,6 +8,11 @@
     held by the charger's share passes when c == 0 or Q - U >= (s + c) * n, and a message
     is charged whole or not at all.
 
+bus1's comment says "after charging, the remaining must not drop below (share + charge) x
+users", but its code compares the remaining before the charge
+(`bus1_atomic_add_if_ge(remaining, -charge, new_share * users)` adds only when the old
+value is at least the bound): bus1py follows the code, as the model does.
+
 The model below is written from that statement, not from the C; Hypothesis drives both
 with the same sends and receives and compares every outcome and the shares `query()` shows.
 The counters live in the segment: a takeover of the receiver's lock from a killed sender
@@ -25,7 +30,7 @@ from hypothesis import given, settings, strategies as st
 import bus1py
 from bus1py._b1 import lib
 
-from segment import PEER_ROOT, PEER_SHARE_HANDLES, PEER_SHARES, Segment
+from segment import PEER_N_HANDLES, PEER_ROOT, PEER_SHARE_HANDLES, PEER_SHARES, SHARE_SIZE, Segment
 
 SHARES = 16
 LIMITS = dict(max_peers=64, max_nodes=64, max_handles=256, max_entries=1024, pool_size=1 << 20,
@@ -148,6 +153,18 @@ def test_a_flood_leaves_room_for_others_until_the_receiver_drains(make_bus):
     assert _flood(a, ha) == 30
 
 
+def test_the_rule_reads_what_is_left_before_the_charge(make_bus):
+    """bus1's code, not its comment: a sender alone passes while Q - s >= s + 1 (4 of 7
+    messages, 2 of 100 bytes in 30-byte messages); "what is left after the charge"
+    (Q - s - c >= s + c) would stop it at 3 and at 1."""
+    bus = make_bus(quota_messages=7, quota_bytes=100, **LIMITS)
+    r, [(a, ha), (b, hb)] = _world(bus, 2)
+    assert _flood(a, ha) == 4          # 7 - s >= s + 1 for s = 0..3
+    assert _flood(b, hb) == 1          # 3 - s >= 2 (s + 1) for s = 0
+    assert len(r.recv_many(10, timeout=0)) == 5
+    assert _flood(a, ha, b"x" * 30) == 2  # 100 - s >= s + 30 for s = 0, 30
+
+
 def test_bytes_and_descriptors_are_shared_too(make_bus):
     """A sender of large payloads, or of many descriptors, is stopped by its share of
     bytes or descriptors while a newcomer's small message still passes."""
@@ -199,7 +216,7 @@ def test_a_takeover_recounts_the_shares(make_bus, monkeypatch):
     p.join(30)
     assert p.exitcode == -9
     with Segment(bus) as seg:
-        share = seg.peer(r, PEER_SHARES) + (a.id % SHARES) * 16
+        share = seg.peer(r, PEER_SHARES) + (a.id % SHARES) * SHARE_SIZE
         assert seg.u32(share) == 4  # a's three and the dead one's block
         seg.u32(share, 99)
         seg.u32(seg.peer(r, PEER_ROOT), 0)
@@ -242,3 +259,30 @@ def test_handles_are_shared_and_recounted_by_a_rebuild(make_bus, monkeypatch):
     assert (r.query().share_of(a.id)[3], r.query().share_of(b.id)[3]) == (10, 1)
     r.release(h)
     assert r.query().share_of(b.id)[3] == 0 and bus.check() == []
+
+
+def test_check_reports_handle_counters_that_disagree_with_the_handles(make_bus, monkeypatch):
+    """Bus.check() counts each peer's handles, in all and by the share they are charged
+    to: a scribbled share, then a scribbled n_handles, is named; a rebuild mends both."""
+    monkeypatch.setenv("BUS1PY_WATCH", "0")
+    bus = make_bus(**LIMITS)
+    r, a = bus.peer(), bus.peer()
+    for _ in range(3):
+        a.transfer(a.create_node(), r)
+    assert bus.check() == []
+    with Segment(bus) as seg:
+        share = seg.peer(r, PEER_SHARE_HANDLES) + (a.id % SHARES) * 4
+        count = seg.peer(r, PEER_N_HANDLES)
+        assert (seg.u32(share), seg.u32(count)) == (3, r.query().held_handles) == (3, 3)
+        seg.u32(share, 5)
+        assert sorted(bus.check()) == sorted([
+            f"peer slot {r._slot}: share {a.id % SHARES} of its handles says 5, 3 handles are charged to it",
+            f"peer slot {r._slot}: its shares of handles add up to 5, n_handles says 3"])
+        seg.u32(share, 3)
+        seg.u32(count, 4)
+        assert sorted(bus.check()) == sorted([
+            f"peer slot {r._slot}: n_handles 4 but it holds 3 handles",
+            f"peer slot {r._slot}: its shares of handles add up to 3, n_handles says 4"])
+        seg.u32(share, 9)
+    bus.gc(sole=True)
+    assert r.query().held_handles == 3 and r.query().share_of(a.id)[3] == 3 and bus.check() == []

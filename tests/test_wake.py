@@ -88,6 +88,8 @@ def test_a_mark_left_by_a_killed_waker_costs_a_bounded_wait_not_a_message(make_b
         _until(lambda: seg.u32(waiters) == 1, 10, "the receiver asleep again, the mark cleared")
         before = seg.u32(seg.peer(rx, PEER_WAKE_SEQ))
         tx.send([h], b"second")
-        assert seg.u32(seg.peer(rx, PEER_WAKE_SEQ)) == before + 1, "the next wake was skipped"
+        # at least one bump: a skipped wake leaves wake_seq as it was; the receiver thread
+        # may run between the send and this read and add wakes of its own
+        assert seg.u32(seg.peer(rx, PEER_WAKE_SEQ)) - before >= 1, "the next wake was skipped"
         t.join(10)
     assert got == [b"first", b"second"]

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Benchmark `bus1py check` on generated traces: events/s for the whole check.
 
-Invariants: the timed part is exactly what `bus1py check TRACE` does after the JVM is up
-(footers, then the main pass -- which reads and validates every row -- and all five
-properties; `load_validate_s` is the footer part only, `check_s` the rest, `timings` the
+Invariants: the timed part is exactly what `bus1py check --spark TRACE` does after the JVM
+is up (footers, then the path by message -- which reads and validates every row -- and all
+five properties; `load_validate_s` is the footer part only, `check_s` the rest, `timings` the
 checker's phases); session start-up is reported separately because it
 is a fixed ~5-15 s cost, not a per-event one. Traces come from tools/gen_trace.py and are
 reused when already present with the same parameters (generation is not timed).
 
     tools/bench_checker.py --events 1e6 10e6 --procs 64 [--exact | --vclock | --vclock-bin]
+    # (--exact: traces without stamps; the check itself never reads stamps)
     tools/bench_checker.py --events 1e7 --floor      # the scan and the shuffles alone
     tools/bench_checker.py --wall TRACE_DIR ... [--repeat 3] [--spark]  # `check` wall time
 
@@ -33,15 +34,12 @@ def main(argv=None):
     ap.add_argument("--events", type=float, nargs="+", default=[1e6])
     ap.add_argument("--procs", type=int, default=64)
     ap.add_argument("--exact", action="store_true",
-                    help="traces without stamps, so the exact formulations run")
+                    help="traces without stamps")
     ap.add_argument("--vclock", action="store_true",
                     help="traces without stamps but with a vclock column (tools/add_vclock.py),"
                          " so the vector-clock witness decides causal")
     ap.add_argument("--vclock-bin", action="store_true",
                     help="the same with the flat vclock_bin column (add_vclock.py --bin)")
-    ap.add_argument("--main-pass", action="store_true",
-                    help="never check whole in one task (one_task.py): the main pass and the "
-                         "phases after it, for a ratio against the one task under equal load")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--partitions", type=int, default=None)
     ap.add_argument("--driver-memory", default="8g")
@@ -89,21 +87,16 @@ def main(argv=None):
         t = time.perf_counter()
         trace = load_trace(spark, path)
         t_load = time.perf_counter() - t
-        plan = {"one_task_max_rows": 0} if a.main_pass else {}
-        summary, checker = check_trace(spark, trace,
-                                       exact=a.exact or a.vclock or a.vclock_bin, **plan)
+        summary, checker = check_trace(spark, trace)
         total = time.perf_counter() - t
-        checker.unpersist()
         res = {"events": trace.rows, "procs": a.procs, "exact": a.exact,
                "vclock": "bin" if a.vclock_bin else "list" if a.vclock else None,
                "causal_method": summary["properties"]["causal"].get("method"),
-               "main_pass_forced": a.main_pass,
                "master": a.master,
                "partitions": parts,
                "load_validate_s": round(t_load, 2), "check_s": round(total - t_load, 2),
                "total_s": round(total, 2), "events_per_s": round(trace.rows / total),
-               "ok": summary["ok"], "witness": summary["witness"],
-               "rounds": summary["rounds"],
+               "ok": summary["ok"],
                "timings": {k: round(v, 2) for k, v in checker.timings.items()}}
         print(json.dumps(res), flush=True)
         if a.out:

@@ -5,8 +5,8 @@ Invariants: the trace is that of a correct bus -- every message gets a global ti
 stamp is (2(g+1), sender, sender's tx count), each destination d delivers it at time
 g + lag[d] (a fixed lag per destination, so every process delivers in stamp order), side
 signals arrive after they are sent, and every event's seq is its rank in its process's time
-order. So all five properties hold and the stamp witness holds (a send's time exceeds all
-times its process has heard of). It is generated in time segments, each sorted and written
+order. So all five properties hold, and the stamps agree with happened-before (a send's
+time exceeds all times its process has heard of). It is generated in time segments, each sorted and written
 on its own, so memory stays bounded whatever --events is (deliveries that fall past a
 segment's end are carried into the next one).
 

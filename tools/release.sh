@@ -10,7 +10,12 @@ set -eu
 cd "$(dirname "$0")/.."
 python3 -m pip install -q 'cibuildwheel>=2.22' 'build>=1' twine
 rm -rf wheelhouse
-python3 -m build --sdist --outdir wheelhouse .
-python3 -m cibuildwheel --output-dir wheelhouse .
+# built from the committed tree (git archive), never the work tree: nothing untracked or
+# half-edited can ship
+tree=$(mktemp -d)
+trap 'rm -rf "$tree"' EXIT
+git archive HEAD | tar -x -C "$tree"
+python3 -m build --sdist --outdir wheelhouse "$tree"
+python3 -m cibuildwheel --output-dir wheelhouse "$tree"
 python3 -m twine check --strict wheelhouse/*
 ls -l wheelhouse

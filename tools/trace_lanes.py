@@ -5,8 +5,7 @@ that the checker can afford when processes come and go (`bus1py stress --churn`)
 
 A churn run leaves one trace process per generation of each mortal slot (896 for the
 10-million-message soak), and the checker's costs grow with the number of processes: the
-vector clocks of the exact path take 4 bytes per process per origin (50 GB there), and
-the stamp witness's signal rounds one column per process. Here each process, in the order
+vector clocks of the walk take 4 bytes per process per origin (50 GB there). Here each process, in the order
 of its first event's wall time, joins the lane whose last process ended earliest, if that
 one ended before it began (wall_ns is CLOCK_MONOTONIC of one machine), else a new lane.
 Two processes that share a message or a signal (as sender or destination) never share a

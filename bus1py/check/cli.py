@@ -4,8 +4,8 @@
 # with --json -, so that stdout is the JSON alone) and nothing from Spark (log4j is set to
 # ERROR by bus1py/spark_session.py). Every option and output path is checked before any work
 # starts. engine.py decides where a trace is checked: on the driver
-# (arrays.whole.check_local, no JVM), or with Spark (spark/checker.py); both engines give
-# the same summary. The progress display is a daemon thread that only *reads* the
+# (arrays.whole.check_local, no JVM), or with Spark by message (spark/checker.py); both
+# give the same summary. The progress display is a daemon thread that only *reads* the
 # SparkContext status tracker; it never affects the result: a bar on a terminal, else
 # timestamped phase lines (cli/term.py's PhaseLines).
 from __future__ import annotations
@@ -54,16 +54,15 @@ def register(subparsers):
                    help="Spark master URL (default: local[*], an embedded session); "
                         "implies --spark")
     p.add_argument("--spark", action="store_true",
-                   help="check with Spark even a trace small enough for the driver alone "
-                        "(below 1M rows and 20M rows x processes, checked without a JVM); "
-                        "a trace checked whole in one task stays on the driver, where a "
-                        "local master would run that task")
+                   help="check with Spark (by message) even a trace small enough for the "
+                        "driver alone (up to 32M rows, checked without a JVM)")
     add_json_option(p, "the summary")
     p.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report")
     p.add_argument("--shiviz", metavar="FILE",
                    help="also export the trace as a ShiViz log with vector clocks")
     p.add_argument("--exact", action="store_true",
-                   help="skip the stamp witness and always run the exact formulations")
+                   help="accepted for scripts that pass it: every check is exact (stamps "
+                        "are never read)")
     p.add_argument("--properties", type=_properties, default=PROPERTIES, metavar="P,...",
                    help="the properties the system under test promises: the verdict and exit "
                         "code judge these, the others are reported as information (default "
@@ -195,23 +194,34 @@ def run(args) -> int:
         trace = read_footers(args.trace)   # footers only: before deciding on a JVM
     except TraceError as e:
         raise CommandError(f"malformed trace: {e}")
+    from .engine import DRIVER_MAX_ROWS, on_driver
+    if args.shiviz and trace.rows > DRIVER_MAX_ROWS:
+        raise CommandError(f"--shiviz: the trace has {trace.rows:,} rows; a ShiViz log is "
+                           f"written for at most {DRIVER_MAX_ROWS:,}")
     mode = _progress_mode(args)
-    from .engine import on_driver
-    if on_driver(trace, args.exact, spark_asked=args.spark,
-                 cluster_asked=bool(args.master or args.shiviz)):
-        from .arrays.whole import check_local
-        if mode and trace.rows >= LONG_ROWS:
-            _announce(trace, "on the driver", jvm=False)
-        try:
-            with StageProgress(None, mode) as prog:
-                prog.set_phase(f"checking {trace.rows:,} rows on the driver")
-                done = check_local(trace, exact=args.exact, max_examples=args.examples,
-                                   overview=bool(args.report))
-        except TraceError as e:
-            raise CommandError(f"malformed trace: {e}")
-        if done is not None:       # else too many processes, or a causality cycle
-            return _finish(args, done[0])
-    return _with_spark(args, trace, t0, mode)
+    if not on_driver(trace, spark_asked=bool(args.spark or args.master)):
+        return _with_spark(args, trace, t0, mode)
+    from .arrays.whole import check_local
+    if mode and trace.rows >= LONG_ROWS:
+        _announce(trace, "on the driver", jvm=False)
+    try:
+        with StageProgress(None, mode) as prog:
+            prog.set_phase(f"checking {trace.rows:,} rows on the driver")
+            summary, _ = check_local(trace, max_examples=args.examples,
+                                     overview=bool(args.report))
+            _shiviz(args, trace, prog)
+    except TraceError as e:
+        raise CommandError(f"malformed trace: {e}")
+    return _finish(args, summary)
+
+
+def _shiviz(args, trace, prog):
+    """The ShiViz log, when asked for (report.write_shiviz: the array engine, no JVM)."""
+    if args.shiviz:
+        from .report import write_shiviz
+        prog.set_phase("exporting ShiViz log")
+        n = write_shiviz(trace, args.shiviz)
+        print(f"wrote ShiViz log of {n} events to {args.shiviz}", file=sys.stderr)
 
 
 # A check's speed, measured from a loaded 2-core machine to a quiet cluster (rows/s), and
@@ -256,7 +266,6 @@ def _with_spark(args, trace, t0, mode) -> int:
         raise CommandError(problem)
     from .spark.checker import check_trace
     from .load import open_rows
-    from .report import write_shiviz
     session_ready = time.perf_counter() - t0
     plan_for_trace(spark, trace, args.partitions)
     with StageProgress(spark, mode) as prog:
@@ -266,23 +275,18 @@ def _with_spark(args, trace, t0, mode) -> int:
         except TraceError as e:
             raise CommandError(f"malformed trace: {e}")
         try:
-            summary, checker = check_trace(spark, trace, exact=args.exact,
-                                           max_examples=args.examples,
+            summary, checker = check_trace(spark, trace, max_examples=args.examples,
                                            on_phase=prog.set_phase)
-        except TraceError as e:   # the seq and id rules are checked in the main pass
+        except TraceError as e:   # named by spark/malformed.py
             raise CommandError(f"malformed trace: {e}")
         if args.report:
             prog.set_phase("summarising the run for the report")
             from .spark.overview import overview
             summary["overview"] = overview(checker)
-        if args.shiviz:
-            prog.set_phase("exporting ShiViz log")
-            n = write_shiviz(checker, args.shiviz)
-            print(f"wrote ShiViz log of {n} events to {args.shiviz}", file=sys.stderr)
+        _shiviz(args, trace, prog)
     # seconds from the command's start until the session was up (the JVM start that the
     # footers and imports did not hide), beside the checker's own phases
     summary["timings"]["session_ready"] = round(session_ready, 3)
-    checker.unpersist()
     return _finish(args, summary)
 
 

@@ -2,13 +2,14 @@
 # with the SPEC types (extra columns are ignored, the optional ones -- wall_ns and the three
 # stamp columns -- may be absent and then read as null), every row has a known kind and the
 # fields that kind needs, each process's seq runs 0,1,2,... without gaps or duplicates and
-# every id has one origin. Schemas, the row count and the stamp ranges come from the footers
-# here; the row rules are checked by the checker's main pass, which reads every row and
-# shuffles by process and by id anyway (main_pass.py). Any failure raises
-# TraceError whose message names the file, the column and the row problem;
-# the CLI maps it to exit code 2. Schema checks read Parquet footers only (pyarrow, no data);
-# row checks are Spark jobs that return at most a few offending rows to the driver, so a
-# 100M-event trace is never collected.
+# every id has one origin. Schemas and the row count come from the footers here; the row
+# rules are checked where the rows are read (arrays/events.py on the driver, the tasks by
+# message on Spark, spark/by_message.py, whose malformed traces spark/malformed.py names).
+# Any failure raises TraceError whose message names the file, the column and the row
+# problem; the CLI maps it to exit code 2. Schema checks read Parquet footers only
+# (pyarrow, no data); Spark's naming of a broken row returns one row to the driver, so a
+# 100M-event trace is never collected. Stamps are read by nobody: the checker decides from
+# the rows alone.
 from __future__ import annotations
 
 import os
@@ -51,9 +52,6 @@ class Trace:
     files: list = field(default_factory=list)
     rows: int = 0
     processes: list = field(default_factory=list)   # sorted distinct process ids
-    has_stamps: bool = False        # every send/destroy row carries a full stamp
-    has_destroy: bool = False       # some row is a destroy (node_rules has work to do)
-    stamp_ranges: dict = field(default_factory=dict)  # stamp column -> (min, max), all rows
 
 
 def parquet_files(path: str) -> list[str]:
@@ -112,9 +110,8 @@ def file_of(df, fname, process, seq) -> str:
 
 
 def read_footers(path: str) -> Trace:
-    """The trace's files, schemas, row count and stamp ranges, from Parquet footers only
-    (no Spark, no data): what the checker needs to size its plan before the rows are read.
-    The stamp ranges are None when a writer left out statistics (open_rows scans then)."""
+    """The trace's files, schemas and row count, from Parquet footers only (no Spark, no
+    data): what the checker needs to choose its path before the rows are read."""
     files = parquet_files(path)
     check_schemas(files)
     trace = Trace(path=path, df=None, files=files)
@@ -132,8 +129,6 @@ def open_rows(spark, trace: Trace) -> Trace:
     # producers' extra columns out of every plan.
     try:
         trace.df = spark.read.schema(spark_schema()).parquet(*trace.files)
-        if trace.stamp_ranges is None:
-            _scan_ranges(trace.df, trace)
     except Exception as e:  # a file that passed its footer check but fails to decode
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise TraceError(f"{trace.path}: cannot read trace rows: {first[:500]}") from None
@@ -141,75 +136,19 @@ def open_rows(spark, trace: Trace) -> Trace:
 
 
 def load_trace(spark, path: str) -> Trace:
-    """read_footers() then open_rows(). The row rules are checked by the checker's main
-    pass (main_pass.py), which reads every row anyway: a trace loaded here is not yet known
-    to be well formed."""
+    """read_footers() then open_rows(). The row rules are checked by the check, which
+    reads every row anyway: a trace loaded here is not yet known to be well formed."""
     return open_rows(spark, read_footers(path))
 
 
 def _footer_facts(files, trace):
-    """Row count and min/max of the stamp columns from the Parquet footers (no data)."""
-    rows = 0
-    lo = dict.fromkeys(STAMPS)
-    hi = dict.fromkeys(STAMPS)
-    complete = True
-    for f in files:
-        md = pq.ParquetFile(f).metadata
-        rows += md.num_rows
-        names = [md.schema.column(i).name for i in range(md.num_columns)]
-        for c in STAMPS:
-            if c not in names:
-                continue
-            j = names.index(c)
-            for g in range(md.num_row_groups):
-                col = md.row_group(g).column(j)
-                st = col.statistics
-                if col.num_values == 0 or (st is not None and st.null_count == col.num_values):
-                    continue
-                if st is None or not st.has_min_max:
-                    complete = False
-                    continue
-                lo[c] = st.min if lo[c] is None else min(lo[c], st.min)
-                hi[c] = st.max if hi[c] is None else max(hi[c], st.max)
-    trace.rows = rows
-    if complete:
-        trace.stamp_ranges = {c: (int(lo[c]), int(hi[c])) for c in STAMPS
-                              if lo[c] is not None}
-        if len(trace.stamp_ranges) < len(STAMPS):
-            trace.stamp_ranges = {}
-    else:
-        trace.stamp_ranges = None
-
-
-def stamp_layout(ranges):
-    """How a send stamp (ts, peer, tx) packs into one order-preserving long: a list of
-    (column, offset, shift), least significant first, or None when the ranges are unknown
-    or need more than 62 bits. Each component is offset by its minimum over the trace and
-    given the bits its range needs, so the packing is injective and monotone for the
-    lexicographic order: comparisons of packed stamps are comparisons of stamps."""
-    if not ranges:
-        return None
-    out, shift = [], 0
-    for c in ("stamp_tx", "stamp_peer", "stamp_ts"):
-        out.append((c, ranges[c][0], shift))
-        shift += max(1, (ranges[c][1] - ranges[c][0]).bit_length())
-    return out if shift <= 62 else None
-
-
-def _scan_ranges(df, trace):
-    """Stamp ranges by a scan, for files written without column statistics."""
-    from pyspark.sql import functions as F
-    r = df.agg(*[F.min(c).alias(f"min_{c}") for c in STAMPS],
-               *[F.max(c).alias(f"max_{c}") for c in STAMPS]).collect()[0]
-    if all(r[f"min_{c}"] is not None for c in STAMPS):
-        trace.stamp_ranges = {c: (int(r[f"min_{c}"]), int(r[f"max_{c}"])) for c in STAMPS}
-    else:
-        trace.stamp_ranges = {}
+    """The row count from the Parquet footers (no data)."""
+    trace.rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
 # The per-row rules in the order they are checked, as the words of a TraceError ("{kind}"
-# stands for the row's kind); the Spark main pass (_problem_expr) and the driver's
-# (arrays/events.py) test the same conditions in this order.
+# stands for the row's kind); Spark's naming of a broken row (_problem_expr) and the
+# driver's (arrays/events.py) test the same conditions in this order.
 ROW_RULES = ("column 'process' is null", "column 'seq' is null", "column 'seq' is negative",
              "column 'kind' is null", "column 'kind' has unknown value '{kind}'",
              "column 'msg' is null for a {kind} row",
@@ -249,13 +188,6 @@ def read_files(trace: Trace, indexes, columns=None):
     except Exception as e:  # a file that passed its footer check but fails to decode
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise TraceError(f"{trace.path}: cannot read trace rows: {first[:500]}") from None
-
-
-def row_problem_code():
-    """The first failing per-row rule as a small int (null when the row is fine); the
-    checker's main pass carries it, and raise_row_problem() names the file and row."""
-    from pyspark.sql import functions as F
-    return _problem_expr(lambda i, msg: F.lit(i)).cast("byte")
 
 
 def _problem_expr(out):

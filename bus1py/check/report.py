@@ -298,8 +298,7 @@ def render_html(summary) -> str:
              f"{'all properties hold' if ok else 'violations found'}</span></h1>",
              f"<p>Trace <code>{_esc(summary.get('trace'))}</code>: "
              f"{_esc(summary.get('events'))} events, {_esc(summary.get('processes'))} processes, "
-             f"checked in {_esc(summary.get('seconds'))} s. Stamp witness: "
-             f"{_esc(summary.get('witness'))}.</p>",
+             f"checked in {_esc(summary.get('seconds'))} s.</p>",
              "<table><tr><th>property</th><th>verdict</th><th>violations</th>"
              "<th>method</th></tr>"]
     props = summary.get("properties", {})
@@ -350,39 +349,34 @@ def write_report(summary, path):
 SHIVIZ_REGEX = r"(?<event>.*)\n(?<host>\S*) (?<clock>{.*})"
 
 
-def write_shiviz(checker, path, limit=None):
-    """ShiViz log: for each event a description line, then `host {vector clock}`.
+def write_shiviz(trace, path):
+    """ShiViz log of a trace (load.read_footers): for each event a description line, then
+    `host {vector clock}`, processes in id order, each one's events in seq order.
 
-    Clocks are ShiViz-style event counts (own entry = seq + 1) from the checker's exact
-    vector clocks. Paste into ShiViz with the default regex (SHIVIZ_REGEX).
-    """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+    Clocks are ShiViz-style event counts (own entry = seq + 1), every event's exact
+    vector clock by the array engine (arrays/relax.py's every_clock: the walk, or
+    relaxation on a history with a causality cycle). The trace is read here, whole (ShiViz
+    shows a few thousand events; the CLI refuses one past engine.DRIVER_MAX_ROWS). Paste
+    into ShiViz with the default regex (SHIVIZ_REGEX)."""
+    import pyarrow as pa
 
-    from .spark.causal import vector_clocks
-    if checker.rows is None:     # checked whole in one task (one_task.py): no table yet
-        checker.main_pass()
-    _, vcr = vector_clocks(checker, full=True)
-    P = checker.P
-    procs = checker.procs
-    ev = checker.trace.df.select("process", "seq", "kind", "msg", "dests")
-    recv = vcr.select("process", "seq", *[F.col(f"c{i}") for i in range(P)])
-    j = ev.join(recv, ["process", "seq"], "left")
-    w = Window.partitionBy("process").orderBy("seq").rowsBetween(Window.unboundedPreceding, 0)
-    j = j.select("process", "seq", "kind", "msg", "dests",
-                 *[F.last(f"c{i}", True).over(w).alias(f"c{i}") for i in range(P)])
-    j = j.orderBy("process", "seq")
-    if limit:
-        j = j.limit(limit)
-    n = 0
+    from . import kinds as K
+    from .arrays.events import Events
+    from .arrays.layout import Layout
+    from .arrays.relax import every_clock
+    ev = Events(trace)
+    clocks = every_clock(Layout.of_events(ev))
+    procs = [f"p{int(p)}" for p in ev.procs]
+    read_at = pa.array(range(ev.n) if ev.order is None else ev.order)
+    dests = ev._dest_lists.take(read_at).to_pylist()
     with open(path, "w") as f:
-        for r in j.toLocalIterator():
-            clock = {f"p{procs[i]}": int(r[f"c{i}"]) + 1 for i in range(P)
-                     if r[f"c{i}"] is not None and procs[i] != r["process"]}
-            clock[f"p{r['process']}"] = int(r["seq"]) + 1
-            desc = f"{r['kind']} {r['msg'] if r['msg'] is not None else ''}".strip()
-            if r["dests"]:
-                desc += " to " + ",".join(f"p{d}" for d in r["dests"])
-            f.write(f"{desc}\np{r['process']} {json.dumps(clock, sort_keys=True)}\n")
-            n += 1
-    return n
+        for k in range(ev.n):
+            host, seq = f"p{int(ev.process[k])}", int(ev.seq[k])
+            clock = {procs[i]: int(c) for i, c in enumerate(clocks[k]) if c}
+            clock[host] = seq + 1
+            msg = int(ev.msg[k]) if ev.has_msg[k] else ""
+            desc = f"{K.NAMES[int(ev.code[k])]} {msg}".strip()
+            if dests[k]:
+                desc += " to " + ",".join(f"p{d}" for d in dests[k])
+            f.write(f"{desc}\n{host} {json.dumps(clock, sort_keys=True)}\n")
+    return ev.n

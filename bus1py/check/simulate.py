@@ -3,8 +3,8 @@
 # (ts, sender, tx), ties broken the same at every queue), a queue delivers its committed
 # front entries in key order, NODE_DESTROY is a multicast with its own stamp, and data for a
 # destroyed node is dropped at receive when its stamp is above the destruction stamp. Side-channel signals carry no clock (as in bus1): after a signal a
-# process may send with a stamp below what the signaller knew, which the checker's
-# per-destination witness must accept (a correct bus is causal there). wall_ns is one global
+# process may send with a stamp below what the signaller knew (a correct bus is causal
+# there all the same; the checker reads no stamps). wall_ns is one global
 # step clock, so it increases along every happened-before edge, as CLOCK_MONOTONIC does.
 # mutate() plants a violation of a chosen kind; bus1py.schema.write_rows() writes the rows as
 # SPEC section-7 Parquet. Pure Python, deterministic for a given random.Random.

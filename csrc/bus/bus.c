@@ -105,6 +105,25 @@ int b1_bus_info(void *base, struct b1_bus_info *out) {
     return 0;
 }
 
+/* the fields tests reach into (tests/segment.py), one line each: a field added anywhere
+ * in a record moves nothing here but the compiler's numbers */
+#define FIELD(record, field) {#record "." #field, offsetof(struct record, field)},
+static const struct { const char *name; size_t at; } layout_names[] = {
+    FIELD(b1_peer, id) FIELD(b1_peer, root) FIELD(b1_peer, front) FIELD(b1_peer, wake_seq)
+    FIELD(b1_peer, waiters) FIELD(b1_peer, n_handles) FIELD(b1_peer, shares) FIELD(b1_peer, share_handles)
+    {"b1_share", sizeof(struct b1_share)},
+    FIELD(b1_entry, msg)
+    FIELD(b1_handle, refs) FIELD(b1_handle, pending)
+    FIELD(b1_msg, refs) FIELD(b1_msg, next_free) FIELD(b1_msg, ts) FIELD(b1_msg, stager) FIELD(b1_msg, carved)
+};
+#undef FIELD
+
+int b1_layout_offset(const char *name) {
+    for (size_t i = 0; i < sizeof layout_names / sizeof layout_names[0]; i++)
+        if (strcmp(layout_names[i].name, name) == 0) return (int)layout_names[i].at;
+    return -ENOENT;
+}
+
 
 int b1_bus_reclaim(void *base) {
     struct b1_header *h = HDR(base);

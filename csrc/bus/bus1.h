@@ -209,6 +209,10 @@ uint64_t b1_segment_size(const struct b1_limits *l);
 int b1_init(void *base, uint64_t size, const struct b1_limits *l);
 int b1_attach(void *base, uint64_t size);
 int b1_bus_info(void *base, struct b1_bus_info *out);
+/* The offset of a field of the segment's records by its name ("b1_peer.shares"), or a
+ * record's size by its own ("b1_share"); -ENOENT for a name bus.c does not list.  For
+ * tests that damage a segment on purpose: they read the layout the compiler made. */
+int b1_layout_offset(const char *name);
 /* Claim a bus whose every holder is dead, as the reaper decides death (its creator and the
  * recorded processes of every peer not free or disconnected; a pinned peer is alive): 0
  * when this process now holds the claim -- it alone may unlink the name -- -EBUSY while a

@@ -11,6 +11,8 @@
  *   - reference counts: each live record's refs equals the entries naming it;
  *   - handle registrations: each handle's pending equals the ids naming it in the records
  *     of live entries, and each holder list names handles of its node;
+ *   - handle charges: each peer's n_handles and each share of it (share_handles) equal
+ *     the handles it holds, in all and charged to that share, and the shares add up;
  *   - no object owned by a dead process: claimed entries, running transactions' records,
  *     disconnects, destructions, peers whose processes all died;
  *   - the name table (names.c): each name sound, reachable from its home slot, listed
@@ -249,6 +251,45 @@ static void check_handles(void *base, struct report *r, const uint32_t *pending_
     }
 }
 
+/* Each live peer's handle counters against the handle slots it holds (held or in flight,
+ * as b1_gc_sole recounts them): n_handles, each share of it, and their sum.  Slots and
+ * counters are read once each, bounded before they index. */
+static int check_handle_charges(void *base, struct report *r) {
+    uint32_t peers = b1_bounded(&HDR(base)->peers_bump, LIM(base).max_peers);
+    uint32_t handles = b1_bounded(&HDR(base)->handles_bump, LIM(base).max_handles);
+    uint32_t *held = calloc((size_t)peers * (B1_CHARGERS + 1), sizeof *held); /* [slot][share], then total */
+    if (!held) return -ENOMEM;
+    for (uint32_t i = 1; i < handles; i++) {
+        struct b1_handle *hd = HANDLE(base, i);
+        uint32_t owner = hd->peer_slot, charger = hd->charger; /* read once: checked, then indices */
+        if ((hd->refs || hd->pending) && owner < peers) {
+            held[(size_t)owner * (B1_CHARGERS + 1) + charger % B1_CHARGERS]++;
+            held[(size_t)owner * (B1_CHARGERS + 1) + B1_CHARGERS]++;
+        }
+    }
+    for (uint32_t s = 1; s < peers; s++) {
+        struct b1_peer *p = PEER(base, s);
+        if (!__atomic_load_n(&p->lock_initialised, __ATOMIC_ACQUIRE) || p->state == B1_PEER_FREE) continue;
+        const uint32_t *found = held + (size_t)s * (B1_CHARGERS + 1);
+        uint32_t n = atomic_load(&p->n_handles);
+        uint64_t sum = 0;
+        if (n != found[B1_CHARGERS])
+            say(r, "peer slot %u: n_handles %u but it holds %u handles", s, n, found[B1_CHARGERS]);
+        for (uint32_t c = 0; c < B1_CHARGERS; c++) {
+            uint32_t share = atomic_load(&p->share_handles[c]);
+            sum += share;
+            if (share != found[c])
+                say(r, "peer slot %u: share %u of its handles says %u, %u handles are charged to it", s, c,
+                    share, found[c]);
+        }
+        if (sum != n)
+            say(r, "peer slot %u: its shares of handles add up to %llu, n_handles says %u", s,
+                (unsigned long long)sum, n);
+    }
+    free(held);
+    return 0;
+}
+
 static void check_peers(void *base, struct report *r) {
     struct b1_header *h = HDR(base);
     uint32_t bump = atomic_load(&h->peers_bump);
@@ -342,7 +383,7 @@ int b1_fsck(void *base, char *out, uint32_t outlen) {
         check_handles(base, &r, pending_found, free_handle);
         check_peers(base, &r);
         check_names(base, &r);
-        ret = r.problems;
+        ret = check_handle_charges(base, &r) ? -ENOMEM : r.problems;
     }
     free(seen);
     free(on_stack);

@@ -255,7 +255,7 @@ static int destroy_stamp_check(void *base, struct b1_tx *tx, void *arg) {
         if (NODE(base, dc->nodes[i])->holders_version != dc->versions[i]) return -EAGAIN;
     for (uint32_t i = 0; i < dc->n; i++) {
         struct b1_node *nd = NODE(base, dc->nodes[i]);
-        nd->destroy_msg = tx->msg;
+        nd->destroy_msg = tx->msg; /* 0 when every copy was dropped: the record is gone */
         nd->destroy_seq = tx->seq;
         /* it reads nothing more (a quiet node's owner is sent nothing) */
         nd->owner_notified = dc->disconnecting != B1_DESTROY_NOTIFY || (nd->flags & B1_NODE_QUIET);

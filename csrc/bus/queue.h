@@ -47,7 +47,8 @@ int b1_futex_wait(_Atomic uint32_t *word, uint32_t seen, int64_t timeout_ns);
  * shares holding a message, the charger's own counted even while it holds none (to a
  * newcomer, one more than the chargers known).  A charge c of a resource with quota Q,
  * U in use, s of it the charger's share, passes when c is 0 or Q - U >= (s + c) * n: what
- * is left before the charge is at least n times the share after it.  So a charger alone
+ * is left before the charge is at least n times the share after it, as bus1's code
+ * compares (docs/SPEC.md: where its comment and its refusal differ).  So a charger alone
  * takes about half, one of n an n'th of what it finds left, and a newcomer finds room
  * while one charge in n + 1 is left.  All of a message's resources pass or none is
  * charged.  The counters are p's, under its lock: a takeover recounts them from the

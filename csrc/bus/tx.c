@@ -200,7 +200,7 @@ int b1_tx_stage_nt(void *base, struct b1_tx *tx, uint32_t i, struct b1_notices *
 }
 
 /* Stamp the transaction under its sender's lock; `check` (if any) runs under that lock
- * with tx->ts set and may refuse the stamp. */
+ * with tx->ts set (tx->msg 0 when no copy is staged) and may refuse the stamp. */
 int b1_tx_stamp_as(void *base, struct b1_tx *tx, int allow_disconnecting,
                    int (*check)(void *, struct b1_tx *, void *), void *arg) {
     if (tx->ts) return -EINVAL;
@@ -210,8 +210,10 @@ int b1_tx_stamp_as(void *base, struct b1_tx *tx, int allow_disconnecting,
         staged += tx->dests[i].state == B1_DEST_STAGED;
     }
     /* every copy dropped put its reference: the record may be free, or another sender's by
-     * now, so nothing of it is read or written here */
-    uint32_t msg = staged ? tx->msg : 0;
+     * now, so it is no longer the transaction's (tx->msg 0) and nothing of it is read or
+     * written here, nor by `check` */
+    if (!staged) tx->msg = 0;
+    uint32_t msg = tx->msg;
     /* descriptors: the ones this thread names, as many as the prepare recorded */
     uint32_t n_fds = msg && tx->type == B1_MSG_DATA ? MSG(base, msg)->n_fds : 0;
     int sock = -1;

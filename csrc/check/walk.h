@@ -3,7 +3,9 @@
  * start[slot+1]-1 in seq order, so an event's position is start[slot] + seq. Clocks are
  * counts: entry c of an event's clock is the number of events of the processes of
  * column c that happened-before it or are it (0: none), as in the trace's vclock column.
- * Every function reads only the arrays it is given and writes only its outputs. */
+ * Every function reads only the arrays it is given and writes only its outputs; the
+ * streamed walk (sw_*: stream.c; cp_*: chains.c) keeps its state behind a handle, given
+ * the events of each process batch by batch. */
 /* cdef-begin */
 int64_t walk_clocks(int64_t n, int32_t ncols, int32_t nslots, const int64_t *start,
                     const int32_t *col, const int8_t *kind, const int64_t *src,
@@ -17,4 +19,22 @@ int64_t causal_scan(int64_t n, int32_t ncols, int32_t nslots, const int64_t *sta
                     int64_t *violations);
 int64_t tarjan(int64_t nodes, const int64_t *indptr, const int64_t *succ, int64_t *comp,
                int64_t *scratch);
+void *sw_new(int32_t nslots, int32_t ncols, int32_t inside, const int32_t *bcol,
+             int64_t ntargets, const int64_t *targets);
+void sw_free(void *h);
+void sw_give(void *h, int32_t slot, int64_t n, const int8_t *kind, const int8_t *first,
+             const int32_t *sslot, const int64_t *sseq, const int32_t *count);
+int64_t sw_run(void *h, int64_t *out, int64_t cap, int64_t *nout);
+int64_t sw_left(void *h, int32_t slot);
+int64_t sw_walked(void *h, int32_t slot);
+int64_t sw_max_live(void *h);
+int64_t sw_partner(void *h, int64_t t);
+int64_t sw_unfound(void *h);
+void *cp_new(int32_t nslots);
+void cp_free(void *h);
+void cp_give(void *h, int32_t slot, int64_t n, const int8_t *kind, const int8_t *first,
+             const int32_t *sslot, const int64_t *sseq, const int32_t *firsts);
+int64_t cp_run(void *h);
+int64_t cp_left(void *h, int32_t slot);
+int64_t cp_passed(void *h, int32_t slot);
 /* cdef-end */

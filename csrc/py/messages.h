@@ -36,12 +36,20 @@ PyObject *b1py_taken(struct b1_frame *f, uint32_t slot, uint64_t id, PyObject *h
 PyObject *b1py_stamp(int64_t ts, uint64_t id, uint64_t seq);
 
 /* peer.recv(timeout, node=node) of a PeerCore (peer.c): its fast form when the arguments
- * fit it, else the Python method's; the Message, or NULL with an exception set */
-PyObject *b1py_recv_node(PyObject *peer, PyObject *node, PyObject *timeout);
+ * fit it, else the Python method's; the Message, or NULL with an exception set.  *seq is
+ * the sequence number (msg.stamp[2]) of a DATA message the fast form took, UINT64_MAX for
+ * anything else */
+PyObject *b1py_recv_node(PyObject *peer, PyObject *node, PyObject *timeout, uint64_t *seq);
 /* this thread's frame of the PeerCore `peer` (peer.c), its slot and id, and the frame's
  * room for destinations; NULL with an exception set when it is no PeerCore or its bus is
  * closed */
 struct b1_frame *b1py_peer_frame(PyObject *peer, uint32_t *slot, uint64_t *id, uint32_t *max_dests);
+/* out[i] = the handle id items[i] (an exact int from 0 to 2**64-1) for each of n: 1; 0 when
+ * one is not, with no exception left (peer.c) */
+int b1py_handle_ids(PyObject *const *items, Py_ssize_t n, uint64_t *out);
+/* a C type's constructor arguments: exactly n, by position, into out[] (borrowed): 1; else
+ * 0 with TypeError naming the type (the last part of `type_name`) */
+int b1py_positional(const char *type_name, PyObject *args, PyObject *kw, Py_ssize_t n, PyObject **out);
 /* the types of topic.c, ready, or NULL with an exception set; once, at module init */
 PyTypeObject *b1py_reader_type(void);
 PyTypeObject *b1py_sender_type(void);

@@ -28,6 +28,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <string.h>
 #include <structmember.h>
 #include "messages.h"
 
@@ -111,6 +112,23 @@ static int handle_id(PyObject *o, uint64_t *out) {
     return 1;
 }
 
+int b1py_handle_ids(PyObject *const *items, Py_ssize_t n, uint64_t *out) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!handle_id(items[i], &out[i])) return 0;
+    return 1;
+}
+
+int b1py_positional(const char *type_name, PyObject *args, PyObject *kw, Py_ssize_t n, PyObject **out) {
+    const char *dot = strrchr(type_name, '.');
+    const char *name = dot ? dot + 1 : type_name;
+    if ((kw && PyDict_GET_SIZE(kw)) || !PyTuple_Check(args) || PyTuple_GET_SIZE(args) != n) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments, by position", name, n);
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) out[i] = PyTuple_GET_ITEM(args, i);
+    return 1;
+}
+
 PyDoc_STRVAR(send_doc,
 "send($self, destinations, payload, handles=(), *, fds=(), unreachable_error=False)\n--\n\n"
 "Send `payload` to every node in `destinations` (handle ids) in one transaction,\n"
@@ -140,9 +158,7 @@ static PyObject *peer_send(PeerCore *self, PyObject *const *args, size_t nargsf,
         if (k == 1) {
             if (!handle_id(items[0], &dest)) goto general;
         } else {
-            if (k < 1 || k > self->max_dests) goto general;
-            for (Py_ssize_t i = 0; i < k; i++)
-                if (!handle_id(items[i], &f->dests[i])) goto general;
+            if (k < 1 || k > self->max_dests || !b1py_handle_ids(items, k, f->dests)) goto general;
             n = (uint32_t)k;
         }
     } else {
@@ -195,12 +211,14 @@ static int timeout_ns(PyObject *t, int64_t *ns) {
     return 1;
 }
 
-/* the receive for one node (recv's node=, b1py_recv_node): messages.c, its failures receiving.py's */
+/* the receive for one node (recv's node=, b1py_recv_node): messages.c, its failures receiving.py's;
+ * *seq as b1py_recv_node's, read from the frame before any Python code runs */
 static PyObject *recv_node(PeerCore *self, struct b1_frame *f, uint64_t node_id, PyObject *node,
-                           PyObject *timeout, int64_t ns) {
+                           PyObject *timeout, int64_t ns, uint64_t *seq) {
     PyObject *frame = self->frame;
     Py_INCREF(frame); /* the wait runs without the GIL: see the invariants */
     PyObject *m = b1py_node_message(f, self->slot, self->id, node_id, 0, ns, (PyObject *)self);
+    *seq = m && !PyLong_CheckExact(m) && f->info.type == B1_MSG_DATA ? f->info.seq : UINT64_MAX;
     if (m && PyLong_CheckExact(m)) {
         Py_SETREF(m, PyObject_CallMethodObjArgs((PyObject *)self, N.recv_node_failed, m, node, timeout, NULL));
     } else if (m && self->ready && self->ready != Py_None) {
@@ -212,17 +230,18 @@ static PyObject *recv_node(PeerCore *self, struct b1_frame *f, uint64_t node_id,
     return m;
 }
 
-PyObject *b1py_recv_node(PyObject *peer, PyObject *node, PyObject *timeout) {
+PyObject *b1py_recv_node(PyObject *peer, PyObject *node, PyObject *timeout, uint64_t *seq) {
     PeerCore *self = (PeerCore *)peer;
     int64_t ns;
     uint64_t node_id;
+    *seq = UINT64_MAX;
     if (!PyObject_TypeCheck(peer, &PeerType) || !timeout_ns(timeout, &ns) || !handle_id(node, &node_id) ||
         !node_id) {
         PyObject *a[] = {timeout, node};
         return delegate(self, N.recv_general, a, 1, N.node_kw);
     }
     struct b1_frame *f = frame_of(self);
-    return f ? recv_node(self, f, node_id, node, timeout, ns) : NULL;
+    return f ? recv_node(self, f, node_id, node, timeout, ns, seq) : NULL;
 }
 
 struct b1_frame *b1py_peer_frame(PyObject *peer, uint32_t *slot, uint64_t *id, uint32_t *max_dests) {
@@ -274,7 +293,10 @@ static PyObject *peer_recv(PeerCore *self, PyObject *const *args, size_t nargsf,
     if (node != Py_None && (copy != Py_True || !handle_id(node, &node_id) || !node_id)) goto general;
     struct b1_frame *f = frame_of(self);
     if (!f) return NULL;
-    if (node_id) return recv_node(self, f, node_id, node, timeout, ns);
+    if (node_id) {
+        uint64_t seq;
+        return recv_node(self, f, node_id, node, timeout, ns, &seq);
+    }
     PyObject *held = NULL;
     if (copy == Py_False) {
         if (!self->held) {
@@ -338,12 +360,9 @@ static PyMemberDef peer_members[] = {
 
 /* PeerCore(bus, slot, id): not attached, no readiness pipe */
 static int peer_init(PeerCore *self, PyObject *args, PyObject *kwds) {
-    PyObject *bus, *slot, *id;
-    if (kwds && PyDict_GET_SIZE(kwds)) {
-        PyErr_SetString(PyExc_TypeError, "PeerCore takes (bus, slot, id)");
-        return -1;
-    }
-    if (!PyArg_UnpackTuple(args, "PeerCore", 3, 3, &bus, &slot, &id)) return -1;
+    PyObject *a[3];
+    if (!b1py_positional("PeerCore", args, kwds, 3, a)) return -1;
+    PyObject *bus = a[0], *slot = a[1], *id = a[2];
     if (!PyLong_Check(slot) || !PyLong_Check(id)) {
         PyErr_SetString(PyExc_TypeError, "a peer's slot and id are ints");
         return -1;

@@ -82,4 +82,4 @@ def test_module_level_imports_of_the_engine_never_reach_pyspark():
 def test_pyspark_is_known_to_the_checker_of_this_test():
     # the test above means something only if pyspark is a real module of this venv
     assert importlib.util.find_spec("pyspark") is not None
-    assert any(_spark(n) for n in _imports(CHECK / "spark" / "direct.py", top_only=True))
+    assert any(_spark(n) for n in _imports(CHECK / "spark" / "malformed.py", top_only=True))

@@ -46,8 +46,10 @@ def real_edge(a, b, rows_at):
     ra, rb = rows_at.get((a["process"], a["seq"])), rows_at.get((b["process"], b["seq"]))
     if ra is None or rb is None:
         return False
-    if a["process"] == b["process"]:
-        return a["seq"] < b["seq"]
+    if a["process"] == b["process"] and a["seq"] < b["seq"]:
+        return True
+    # a message or signal edge (within one process too: a cyclic history may deliver a
+    # message before its own process sends it)
     return ORIGIN_KINDS.get(ra["kind"]) == rb["kind"] and ra["msg"] == rb["msg"]
 
 
@@ -116,7 +118,7 @@ def _acyclic(rows) -> bool:
 
 
 @pytest.mark.timeout(400)
-def test_planted_violations_explained_on_the_driver(spark, tmp_path):
+def test_planted_violations_explained(spark, tmp_path):
     params = st.fixed_dictionaries({
         "seed": st.integers(0, 2 ** 32 - 1), "nprocs": st.integers(3, 5),
         "steps": st.integers(20, 70), "p_multicast": st.sampled_from([0.3, 0.7]),
@@ -132,9 +134,8 @@ def test_planted_violations_explained_on_the_driver(spark, tmp_path):
                         p_destroy=p["p_destroy"])
         traces.append(mutate(rows, m, rng))
     traces.append(_causal_through_a_signal())
-    # a mutation may plant a happened-before cycle (a delivery before its send); the driver
-    # then hands the whole batch to Spark, which gives no paths: keep acyclic histories only
-    traces = [rows for rows in traces if _acyclic(rows)]
+    # a mutation may plant a happened-before cycle (a delivery before its send): the
+    # relaxation decides causal there, and its examples carry paths too
     combined = []
     for k, rows in enumerate(traces):
         combined += offset_rows(rows, k, SPAN)
@@ -142,9 +143,7 @@ def test_planted_violations_explained_on_the_driver(spark, tmp_path):
     summary, checker = check_trace(spark, load_trace(spark, str(tmp_path / "b")),
                                    max_examples=200, keep_details=True, group_span=SPAN)
     details = checker.details
-    checker.unpersist()
-    assert summary["witness"].startswith("not needed"), summary["witness"]
-    # the driver's counts agree with the reference, trace by trace
+    # the counts agree with the reference, trace by trace
     per = {k: dict.fromkeys(PROPERTIES, 0) for k in range(len(traces))}
     for name, df in details.items():
         for r in df.collect() if df is not None else ():

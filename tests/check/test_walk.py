@@ -1,11 +1,11 @@
-# Invariants: the compiled exact path (spark/walk_task.py, arrays/walk.py, csrc/check/walk.c) agrees
-# with the brute-force reference on Hypothesis-drawn traces with every planted fault, every
-# causal example's path is a chain of real happened-before edges from the earlier send to
-# the later one, its vector clocks equal clocks computed here by plain relaxation, and a producer's vclock
-# column is used only when it is exactly right: every single-entry change is caught, and the
-# check then says why, names the first offending event and decides by the walk. The kernel
-# tests run without Spark (a main-pass table built here from the rows); the Spark tests
-# check traces without stamps, so the exact path decides.
+# Invariants: the compiled walk (spark/walk_task.py, arrays/walk.py, csrc/check/walk.c)
+# agrees with the brute-force reference on Hypothesis-drawn traces with every planted
+# fault, every causal example's path is a chain of real happened-before edges from the
+# earlier send to the later one, its vector clocks and arrays/relax.py's (cyclic histories
+# too) equal clocks computed here by plain relaxation, and a producer's vclock column is
+# used only when it is exactly right: every single-entry change is caught, and the check
+# then says why, names the first offending event and decides by the walk. The kernel tests
+# run without Spark (the linked columns built here from the rows).
 import random
 
 import numpy as np
@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from bus1py import schema as S
 from bus1py.check import kinds as K
+from bus1py.check.arrays import relax as R
 from bus1py.check.arrays import walk as W
 from bus1py.check.arrays.layout import COLUMNS, Layout
 from bus1py.check.spark.checker import check_trace
@@ -130,6 +131,72 @@ def test_kernel_agrees_with_reference_and_relaxed_clocks():
         assert len(examples) == min(3, len(comps)), case
 
 
+def test_relaxation_gives_the_clocks_and_the_causal_count_of_any_history(monkeypatch):
+    # arrays/relax.py: on every drawn trace (causality cycles included) the relaxed clocks
+    # are the plain fixpoint's, the causal count the reference's, every example's path a
+    # real chain; where the walk finishes, its violations and examples are the walk's;
+    # per column block (two given, each split to a column a block by a tiny budget) they
+    # merge into the whole answer
+    cyclic, full = 0, R.RELAX_BYTES
+    for case in gather(60, traces) + [(s, 4, 60, m) for s in range(12)
+                                      for m in ("misdeliver", "swap")]:
+        rows = _make(*case)
+        if not rows:
+            continue
+        lay = _layout(rows)
+        expected = true_clocks(rows, cyclic=True)
+        got = R.clocks(lay)
+        for (p, s), v in expected.items():
+            k = lay.start[np.searchsorted(lay.procs, p)] + s
+            assert list(got[k]) == v, (case, p, s)
+        bad, pairs = R.causal(lay, 3)
+        assert len(bad) == reference_check(rows)["causal"], case
+        rows_at = {(r["process"], r["seq"]): r for r in rows}
+        for ex in W.inversions(lay, pairs):
+            assert_real_path(ex["path"], rows_at, ex["earlier"], ex["later"])
+        row, clocks, complete = W.walk(lay)
+        cyclic += not complete
+        if complete:
+            whole_bad, whole_pairs = W._scan(lay, row, clocks, 3)
+            assert bad.tolist() == whole_bad.tolist() and pairs == whole_pairs, case
+        if lay.ncols >= 2 and not complete:
+            parts = [W.Block(lay, a, b) for a, b in W.even_edges(lay.ncols, 2)]
+            for budget in (full, 1):
+                monkeypatch.setattr(R, "RELAX_BYTES", budget)
+                assert len(R.blocks(lay)) == (1 if budget > 1 else lay.ncols), case
+                out, info = R.decide(lay, ("causal",), 3, parts=parts)
+                assert info["cycle"] and info["causal_count"] == len(bad), case
+                assert info["causal_pairs"] == [list(p) for p in pairs], case
+                assert sorted(out["causal"]) == sorted(lay.procs[lay.slot_of[bad]]), case
+    assert cyclic >= 3
+
+
+def test_a_block_of_the_relaxation_holds_what_its_model_says(tmp_path):
+    # the peak of the arrays of arrays/relax.py's causal test on one block (tracemalloc
+    # sees numpy's) is at most its model (relax.task_bytes) and at least 70% of it,
+    # whatever the block's width
+    import sys
+    import tracemalloc
+    from pathlib import Path
+
+    from bus1py.check.arrays.events import Events
+    from bus1py.check.load import read_footers
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from gen_trace import generate
+    generate(str(tmp_path / "t"), 100_000, 16, stamps=False, quiet=True)
+    lay = Layout.of_events(Events(read_footers(str(tmp_path / "t"))))
+    for lo, hi in ((0, 16), (0, 8), (3, 5), (7, 8)):
+        block = W.Block(lay, lo, hi)
+        tracemalloc.start()
+        try:
+            R.causal(lay, 3, block)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        model = R.task_bytes(lay.n, block.ncols)
+        assert 0.7 * model <= peak <= model, (lo, hi, peak / lay.n, model / lay.n)
+
+
 def test_column_blocks_decide_as_one_walk(monkeypatch):
     # every block count from 2 to one column a block: the same violations and examples
     monkeypatch.setattr(W, "BLOCK_MIN_EVENTS", 0)
@@ -174,9 +241,8 @@ def test_every_changed_clock_entry_is_caught():
 def _check(spark, tmp_path, rows, name):
     extra = (S.VCLOCK,) if "vclock" in rows[0] else ()
     S.write_rows(rows, str(tmp_path / name), files=2, extra=extra)
-    summary, checker = check_trace(spark, load_trace(spark, str(tmp_path / name)),
-                                   driver_max_cells=0)
-    checker.unpersist()
+    summary, _ = check_trace(spark, load_trace(spark, str(tmp_path / name)),
+                             driver_max_cells=0)
     return summary
 
 
@@ -184,9 +250,7 @@ def _check(spark, tmp_path, rows, name):
 def test_unstamped_planted_violations_agree_through_the_walk(spark, tmp_path):
     got = gather(6, traces)
     got += [(1000 + i, 4, 60, m) for i, m in enumerate(MUTATIONS)]
-    summary, _ = _check_batch(spark, tmp_path, [_unstamped(_make(*c)) for c in got],
-                              exact=False)
-    assert summary["witness"].startswith("absent"), summary["witness"]
+    summary, _ = _check_batch(spark, tmp_path, [_unstamped(_make(*c)) for c in got])
     assert "kernel_causal" in summary["timings"], summary["timings"]
 
 
@@ -226,9 +290,9 @@ def test_tampered_vclock_column_is_caught_and_the_walk_decides(spark, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_clocks_of_a_cyclic_history_fail_and_the_rounds_decide(spark, tmp_path):
+def test_clocks_of_a_cyclic_history_fail_and_the_relaxation_decides(spark, tmp_path):
     # 3 sends m1 to {2, 4} after receiving the signal that 2 sends only after delivering
-    # m1: a causality cycle, which the walk cannot order (the Spark rounds decide causal)
+    # m1: a causality cycle, which the walk cannot order (arrays/relax.py decides causal)
     # and which clocks agreeing with every edge must betray by knowing their own future.
     def row(p, s, kind, msg, dests=None):
         return {"process": p, "seq": s, "kind": kind, "msg": msg, "dests": dests,

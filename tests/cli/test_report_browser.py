@@ -112,7 +112,7 @@ def test_report_tables_and_bins_read_as_written():
     props["causal"] = {"ok": False, "violations": 1, "examples": [
         {"why": "w", "events": [send, deliver, send], "highlight": [7]}]}
     html = render_html({"ok": False, "trace": "t", "events": 2, "processes": 2,
-                        "seconds": 0.1, "witness": "-", "properties": props})
+                        "seconds": 0.1, "properties": props})
     assert html.count("<tr><td>0</td><td>1</td><td>send</td>") == 1
 
 
@@ -138,7 +138,7 @@ def test_no_arrowhead_lands_on_a_label_whatever_the_angle(tmp_path):
     props["causal"] = {"ok": False, "violations": len(examples), "examples": examples}
     report = tmp_path / "r.html"
     report.write_text(render_html({"ok": False, "trace": "t", "events": 12, "processes": 8,
-                                   "seconds": 0.1, "witness": "-", "properties": props}))
+                                   "seconds": 0.1, "properties": props}))
     m = measure(report, tmp_path)
     assert m["arrows"] >= len(examples), m
     assert m["covered"] == [], m["covered"]

@@ -50,8 +50,7 @@ def combine(dirs, out):
 
 
 def check(spark, path):
-    summary, checker = check_trace(spark, load_trace(spark, path))
-    checker.unpersist()
+    summary, _ = check_trace(spark, load_trace(spark, path))
     return summary["properties"]
 
 

@@ -1,6 +1,7 @@
 """The report's multicast, object and in-process sections (2 to 5)."""
 from __future__ import annotations
 
+from .bus_channels import FANOUT_QUOTAS
 from .common import NCPU, fmt_rate, fmt_ratio
 from .perfprof import PERF_TITLES, PROFILE_FLAGS, short, what
 from .prose import call_split, multicast_cpu_bound
@@ -16,8 +17,12 @@ def multicast_section(add, mc, prof):
     add("Per-receiver delivery rate: messages each receiver got per second, from the first send to the last "
         "receiver's last recv (median of repetitions). `bus1py multicast` sends one transaction to k nodes; "
         "`bus1py k x unicast` and `posix_ipc MQ k x unicast` send the message k times; `spin_ns=0` is a bus "
-        "whose receivers sleep on the futex at once instead of spinning. Nothing is pinned: k+1 processes "
-        f"share the {NCPU} CPUs as the scheduler places them.")
+        "whose receivers sleep on the futex at once instead of spinning; `bus1py topic` is a topic's "
+        "`topic.send` to k subscribers reading `sub.recv()`. Every bus1py row runs on a bus whose quotas "
+        f"hold a whole run ({', '.join(f'{k}=2**{v.bit_length() - 1}' for k, v in FANOUT_QUOTAS.items())}), "
+        "as pyzmq runs at high-water mark 0: "
+        "no sender is held back by a receiver's quota, no subscriber misses a message. Nothing is pinned: "
+        f"k+1 processes share the {NCPU} CPUs as the scheduler places them.")
     add("")
     ks = sorted({k for _, k in mc})
     add("| variant | " + " | ".join(f"k={k}" for k in ks) + " | aggregate at k=" + str(ks[-1]) + " |")

@@ -1,9 +1,10 @@
-"""The array engine's main pass: a trace's rows read once with pyarrow, validated, and
+"""A trace's rows read once with pyarrow, validated, and
 laid out as numpy arrays, one entry per event in (process, seq) order.
 
-Invariants: the rules are Spark's main pass's (main_pass.py), checked in the same order
-with the same TraceError words (per-row rules, seq numbering, one origin per id, no
-dangling receive), and the columns are the same per-event columns. Vectorised: no Python
+Invariants: the rules of a trace (SPEC section 7), checked in one order with one wording
+of the TraceError that names the first broken row (per-row rules, seq numbering, one
+origin per id, no dangling receive), which the Spark path repeats for a trace its tasks
+find malformed (spark/malformed.py). Stamps are not read. Vectorised: no Python
 loop runs over all rows. Nothing here imports pyspark: a small check never starts a JVM.
 """
 from __future__ import annotations
@@ -15,8 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import kinds as K
-from ..load import ROW_RULES, TraceError, fmt_row, read_arrow, stamp_layout
-from ...schema import STAMPS
+from ..load import ROW_RULES, TraceError, fmt_row, read_arrow
 
 
 class _Unnamed:
@@ -38,8 +38,7 @@ class Events:
     its origin's), wall/has_wall, origin (row index of its message's or signal's origin;
     -1 for internal rows), first (a receive that is its process's first of that id),
     dup (a first delivery delivered again there), has_msg (msg not null), dest_of
-    ((origin row, destination) pairs of message origins, distinct), `stamp` (packed,
-    load.stamp_layout, or None) and `order` (row i here is row order[i] as read, file after
+    ((origin row, destination) pairs of message origins, distinct) and `order` (row i here is row order[i] as read, file after
     file; None when the rows were read in that order)."""
 
     def __init__(self, trace):
@@ -65,8 +64,8 @@ class Events:
         any internal rows), for exactly_once by message (spark/by_message.py). t: process,
         seq, kind_code, msg, dests, node, in any order, each row passing the per-row rules.
         Not checked here: the seq numbering (a process's rows are spread over the
-        partitions) and the stamps (none). A broken rule raises TraceError without file
-        names: the caller lets the main pass name the row."""
+        partitions). A broken rule raises TraceError without file names: the caller has
+        the row named (spark/malformed.py)."""
         ev = cls.__new__(cls)
         ev.trace, ev.n = _UNNAMED, t.num_rows
         order = ev.order = _order(_np(t, "process"), _np(t, "seq"))
@@ -83,7 +82,6 @@ class Events:
         ev._link(own_node, has_own)
         ev._dest_lists = t.column("dests")
         ev._firsts()
-        ev.stamp = None
         return ev
 
     def _link(self, own_node, has_own):
@@ -122,7 +120,6 @@ class Events:
         self._link(col("node", fill=0), valid("node"))
         self._dest_lists = t.column("dests")
         self._firsts()
-        self.stamp = self._stamps(t, col, valid)
 
     def name_file(self, i) -> str:
         import os
@@ -137,7 +134,7 @@ class Events:
         bad = np.flatnonzero(np.where(same, s != prev + 1, s != 0))
         if not len(bad):
             return
-        i = bad[0]       # the first in (process, seq) order, as Spark's min of structs
+        i = bad[0]       # the first in (process, seq) order
         seq, before = int(s[i]), int(prev[i])
         if before < 0:
             what = f"first seq is {seq}, expected 0"
@@ -151,7 +148,7 @@ class Events:
     def _link_origins(self):
         """origin[i] for every non-internal row: one origin per (space, id), each receive's
         found, else TraceError (several origins before dangling receives, messages before
-        signals, as Spark's main pass reports them)."""
+        signals)."""
         code, msg = self.code, self.msg
         self.origin = np.full(self.n, -1, np.int64)
         spaces = []
@@ -175,7 +172,7 @@ class Events:
 
     def _several_origins(self, signal, om, oi, again):
         rows = oi[np.isin(om, om[again])]
-        # named as Spark names it: the least (id, process, seq)
+        # the least (id, process, seq) is named
         i = rows[np.lexsort((self.seq[rows], self.process[rows], self.msg[rows]))[0]]
         m = int(self.msg[i])
         n = int((om == m).sum())
@@ -230,30 +227,6 @@ class Events:
         again[:-1] = ~new[1:]
         self.dup[ri[new & again]] = True
         self.dup &= self.code == K.DELIVER
-
-    def _stamps(self, t, col, valid):
-        """Packed stamps of message origins, and of deliveries (their origin's), or None
-        unless every send and destroy row is stamped and the stamps fit 62 bits."""
-        ranges = self.trace.stamp_ranges
-        if ranges is None:      # a writer left out statistics: from the rows, as Spark scans
-            ranges = {}
-            for c in STAMPS:
-                lo, hi = pc.min(t.column(c)).as_py(), pc.max(t.column(c)).as_py()
-                if lo is None:
-                    ranges = {}
-                    break
-                ranges[c] = (int(lo), int(hi))
-        layout = stamp_layout(ranges)
-        is_msg = self.code <= K.DESTROY
-        if layout is None or not is_msg.any():
-            return None
-        packed = np.zeros(self.n, np.int64)
-        for c, offset, shift in layout:
-            if not valid(c)[is_msg].all():
-                return None
-            packed += (col(c, fill=offset) - offset) << shift
-        o = np.where(self.origin >= 0, self.origin, 0)
-        return np.where(is_msg | (self.code == K.DELIVER), packed[o], 0)
 
 
 def _starts(keys):
@@ -342,7 +315,7 @@ def _valid(t, name):
 
 def _check_rows(t, code, trace):
     """The per-row rules (load.ROW_RULES, in order); the first failing row is named as
-    Spark names it: the least (file, process, seq, kind, msg), nulls first."""
+    the least (file, process, seq, kind, msg), nulls first."""
     kind = t.column("kind")
     null = {n: pc.is_null(t.column(n)) for n in ("process", "seq", "kind", "msg", "dests",
                                                  "node")}

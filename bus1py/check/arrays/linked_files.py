@@ -20,10 +20,12 @@ from __future__ import annotations
 import os
 import uuid
 
-# The columns of the linked events: the walk's layout places them (layout.COLUMNS), and
-# `node` for node_rules.
+# The columns of the linked events: the walk's layout places them (layout.COLUMNS),
+# `node` for node_rules, and for the streamed walk (streamed.py) `receives` (an origin's
+# receives: its clock is freed after the last) and `firsts` (a first delivery's message's
+# first deliveries: the chains of consistent keep it from two).
 COLUMNS = ("process", "seq", "kind_code", "msg", "first_delivery", "sender_process",
-           "send_seq", "is_destroy", "node")
+           "send_seq", "is_destroy", "node", "receives", "firsts")
 # Rows per written batch: a reader holds about one batch of them at a time.
 BATCH_ROWS = 1 << 20
 
@@ -74,13 +76,14 @@ def _remove_dead(base):
             shutil.rmtree(path, ignore_errors=True)
 
 
-def write(where, table):
-    """Write the Arrow table `table` as a new file under `where`; its name."""
+def write(where, table, rows=BATCH_ROWS):
+    """Write the Arrow table `table` as a new file under `where`, in batches of `rows`
+    rows; its name."""
     import pyarrow as pa
     name = os.path.join(where, f"part-{uuid.uuid4().hex}.arrow")
     tmp = name + ".partial"
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
-        for batch in table.to_batches(max_chunksize=BATCH_ROWS):
+        for batch in table.to_batches(max_chunksize=rows):
             out.write_batch(batch)
     os.rename(tmp, name)
     return name

@@ -1,10 +1,12 @@
 """exactly_once, fifo and node_rules by the array engine: each decided here once, with
 numpy over events.py's arrays.
 
-Invariants: the definitions are the Spark engine's (spark/direct.py) and the
-reference's, and so are the examples, in the same order; so a trace's summary does not
-depend on the engine that checked it (all but `seconds` and `timings`). fifo is skipped, as on Spark,
-when the stamps witness it (W1 and W2 of the main pass). Nothing here imports pyspark.
+Invariants: the definitions are the reference's (reference.py), and the examples come in
+one order: (message, process) for exactly_once, (process, seq) for the others; so a
+trace's summary does not depend on the path that checked it (all but `seconds` and
+`timings`): the driver's Events, or the Spark path's tasks by message (violations,
+examples, excused) and the walk's task (ByPosition). Each is decided exactly from the
+rows; stamps are never read. Nothing here imports pyspark.
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ def _groups(*keys):
 
 def exactly_once(ev, k):
     """Lost (unless excused by a NODE_DESTROY of the send's node there), duplicated and
-    not-a-destination (message, process) pairs, as direct.exactly_once."""
+    not-a-destination (message, process) pairs."""
     msg, proc, origin, problem = violations(ev)
     return None, proc.tolist(), len(msg), examples(ev, msg, proc, origin, problem, k)
 
@@ -89,7 +91,7 @@ def excused(origin_is_destroy, has_node, dest, node, destroyed):
 
 
 def examples(ev, msg, proc, origin, problem, k):
-    """The first k of violations' rows as examples, in Spark's order: by (message id,
+    """The first k of violations' rows as examples, in the one order: by (message id,
     process), a pair being one violation only."""
     out = []
     deliv = np.flatnonzero(ev.code == K.DELIVER)
@@ -113,37 +115,14 @@ def example(problem, process, msg, o_process, o_seq, o_destroy, seqs):
             "message": evs[0], "events": evs, "highlight": [msg]}
 
 
-def _stamp_witness(ev):
-    """W1 (every process first-delivers in increasing stamp order) and W2 (every send is
-    stamped above everything its process sent or delivered before): main_pass.py's
-    w1_fails and w2_fails are both zero."""
-    stamped = (ev.code <= K.DESTROY) | (ev.code == K.DELIVER)
-    firsts = (ev.code == K.DELIVER) & ev.first
-    cuts = np.flatnonzero(np.diff(ev.process)) + 1
-    for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, ev.n]):
-        for mask, check in ((firsts[lo:hi], None), (stamped[lo:hi], ev.code[lo:hi])):
-            st = ev.stamp[lo:hi][mask]
-            if len(st) < 2:
-                continue
-            before = np.maximum.accumulate(st)[:-1]
-            later = st[1:] <= before
-            if check is not None:
-                later &= check[mask][1:] <= K.DESTROY
-            if later.any():
-                return False
-    return True
-
-
 # fifo works on whole processes of about this many events at a time (a (receiver, sender)
 # group never spans two), so its sorts' temporaries stay a fraction of the trace's
 FIFO_CHUNK = 8_000_000
 
 
 def fifo(ev, k, chunk=FIFO_CHUNK):
-    """As direct.fifo: skipped when the stamps witness it, else per (receiver, sender) the
-    largest send seq first-delivered before each first delivery."""
-    if ev.stamp is not None and _stamp_witness(ev):
-        return "stamp witness", None, 0, []
+    """Per (receiver, sender) the largest send seq first-delivered before each first
+    delivery: a delivery below it is a violation."""
     starts = ev.starts
     cuts = np.append(np.unique(starts[np.searchsorted(
         starts, np.arange(0, ev.n, chunk), side="right") - 1]), ev.n)
@@ -188,10 +167,16 @@ def _delivery(ev, i):
 
 
 def node_rules(ev, k):
-    """As direct.node_rules: per (receiver, node), data delivered after the first
+    """Per (receiver, node), data delivered after the first
     NODE_DESTROY delivered there."""
     if not (ev.code == K.DESTROY).any():
         return None, None, 0, []
+    return node_rules_of(ev, k)
+
+
+def node_rules_of(ev, k):
+    """node_rules's answer whether or not ev holds the destroys (the streamed walk reads
+    one process at a time, arrays/streamed.py)."""
     d = np.flatnonzero((ev.code == K.DELIVER) & ev.has_node)
     d = d[lex_order(ev.process[d], ev.node[d])]   # d is in (process, seq) order
     gid = _groups(ev.process[d], ev.node[d])
@@ -218,12 +203,10 @@ def node_rules(ev, k):
 
 class ByPosition:
     """The arrays fifo and node_rules read, by position from a walk Layout (layout.py) of
-    validated rows without stamps, computed where they are indexed instead of held (a
+    validated rows, computed where they are indexed instead of held (a
     Layout of a hundred million events leaves little room for more). node, has_node: the
     placed node column, or None when the trace has no destroy (node_rules then reads
     neither)."""
-
-    stamp = None
 
     def __init__(self, lay, node=None, has_node=None):
         self.n, self.code, self.first = lay.n, lay.kind, lay.first.view(np.bool_)

@@ -362,13 +362,26 @@ def consistent(lay, max_examples):
     one message) of the delivery-chain graph, contracted to the messages first-delivered at
     two or more processes (a message delivered at one process only sits inside one chain,
     and every cycle switches chains)."""
-    from .._walk import ffi, lib
     fpos = np.flatnonzero((lay.kind == K.DELIVER) & (lay.first == 1))
     origin = lay.src[fpos]
     shared = np.bincount(origin, minlength=lay.n)[origin] >= 2
     kpos, korigin = fpos[shared], origin[shared]
+
+    def row(k, o):
+        return {"process": lay.process_at(k), "deliver_seq": lay.seq_at(k),
+                "msg": int(lay.msg[k]), "sender_process": lay.process_at(o),
+                "send_seq": lay.seq_at(o)}
+    return chain_components(kpos, korigin, lay.slot_of[kpos], lay.msg[kpos], lay.procs,
+                            row, max_examples)
+
+
+def chain_components(kpos, korigin, kslot, kmsg, procs, row, max_examples):
+    """consistent's answer from the kept first deliveries: their positions (ascending),
+    their origins' positions, slots and ids; row(position, origin): an example's row.
+    Every delivery of a message must be among them (or none): the components are those of
+    the graph they make."""
+    from .._walk import ffi, lib
     nodes, node = np.unique(korigin, return_inverse=True)
-    kslot = lay.slot_of[kpos]
     same = kslot[:-1] == kslot[1:]
     u, v = node[:-1][same], node[1:][same]
     order = stable_order(u)
@@ -386,15 +399,13 @@ def consistent(lay, max_examples):
         return [], []
     row_comp = comp[node]
     first_proc = np.full(ncomp, np.iinfo(np.int64).max)
-    np.minimum.at(first_proc, row_comp, lay.procs[kslot])
+    np.minimum.at(first_proc, row_comp, procs[kslot])
     min_msg = np.full(ncomp, np.iinfo(np.int64).max)
-    np.minimum.at(min_msg, comp, lay.msg[nodes])
+    np.minimum.at(min_msg, row_comp, kmsg)
     ranked = big[np.lexsort((min_msg[big], size[big]))]
     examples = []
     for cc in ranked[:max_examples]:
-        rows = [{"process": lay.process_at(k), "deliver_seq": lay.seq_at(k),
-                 "msg": int(lay.msg[k]), "sender_process": lay.process_at(o),
-                 "send_seq": lay.seq_at(o)}
+        rows = [row(int(k), int(o))
                 for k, o in zip(kpos[row_comp == cc][:MAX_ROWS], korigin[row_comp == cc])]
         cycle = shortest_cycle(rows)
         if cycle:

@@ -1,14 +1,13 @@
-"""The whole check of a trace in one process, by the array engine: on the driver
-(check_local), or as the Spark path's one task (one_task.py runs `check`).
+"""The whole check of a trace in one process, by the array engine: the driver's check
+(check_local), the one path besides the Spark path by message (engine.py).
 
-Invariants: the rows are read and validated by events.py (the main pass's rules, order and
-words), exactly_once, fifo and node_rules decided by properties.py, causal and consistent
-by the exact walk (walk.py): without a witness when the walk fits the driver
-(engine.walk_on_driver), else with a verified clock column when the trace has one. So the
-answer is the one Spark's main pass and the phases after it give for the same trace
-(summary.py; all but `seconds` and `timings`). A history with a causality cycle is left
-to Spark, whose rounds define happened-before as reachability. Nothing here imports
-pyspark.
+Invariants: the rows are read and validated by events.py (the rules, their order and
+words of every path: a malformed trace raises TraceError), exactly_once, fifo and
+node_rules decided by properties.py, causal and consistent by the exact walk (walk.py),
+on a history with a causality cycle by relaxation (relax.py); with a verified clock
+column for causal when rows x processes pass driver_max_cells and the trace has one. So
+the answer is the one the Spark path by message gives for the same trace (summary.py;
+all but `seconds` and `timings`). Stamps are never read. Nothing here imports pyspark.
 """
 from __future__ import annotations
 
@@ -19,53 +18,40 @@ from ..summary import PROPERTIES, all_hold, build
 from .events import Events
 from .properties import direct_properties
 from .layout import Layout
-from .walk import entries
+from .relax import decide
 
 
-def check_local(trace, exact=False, max_examples=3, keep_details=False, overview=False,
+def check_local(trace, max_examples=3, keep_details=False, overview=False,
                 driver_max_cells=engine.DRIVER_MAX_CELLS):
-    """(summary, details) of a trace from load.read_footers, or None when Spark must
-    decide (the walk does not fit and the exact path is not certain, or a causality
-    cycle). details: property -> the process of each violation (keep_details; tests count
-    them). overview: the summary gets the report's "overview" (arrays/overview.py).
-    driver_max_cells: as Checker's (tests lower it to send small traces past the walk on
-    the driver)."""
+    """(summary, details) of a trace from load.read_footers. details: property -> the
+    process of each violation (keep_details; tests count them). overview: the summary
+    gets the report's "overview" (arrays/overview.py). driver_max_cells: rows x processes
+    above which a clock column, when the trace has one, decides causal (tests lower it)."""
     t0 = time.perf_counter()
     timings = {}
     if trace.rows == 0:
-        summary = build(trace.path, 0, 0, "not run", "empty trace", all_hold(), {},
-                        time.perf_counter() - t0, timings)
+        summary = build(trace.path, 0, 0, all_hold(), time.perf_counter() - t0, timings)
         if overview:
             summary["overview"] = _overview(trace, None)
         return summary, (dict.fromkeys(PROPERTIES) if keep_details else {})
-    ev = _timed(timings, "main_pass", Events, trace)
-    whole = engine.whole_trace(trace, exact)
-    if not (whole or engine.walk_on_driver(ev.n, len(ev.procs), driver_max_cells)):
-        return None
+    ev = _timed(timings, "read", Events, trace)
     info, details = check(trace, None, max_examples, driver_max_cells,
-                          engine.witness_skipped(trace, exact), vclock.status(trace.files),
-                          ev=ev)
-    if info["cycle"]:
-        return None
+                          vclock.status(trace.files), ev=ev)
     timings.update(info["seconds"])
-    summary = build(trace.path, trace.rows, len(ev.procs),
-                    engine.screen_skipped(trace, exact, whole), info["witness"],
-                    info["properties"], {}, time.perf_counter() - t0, timings)
+    summary = build(trace.path, trace.rows, len(ev.procs), info["properties"],
+                    time.perf_counter() - t0, timings)
     if overview:
         summary["overview"] = _overview(trace, ev)
     return summary, ({k: details.get(k) for k in PROPERTIES} if keep_details else {})
 
 
-def check(trace, span, max_examples, driver_max_cells, witness, vclock, ev=None):
+def check(trace, span, max_examples, driver_max_cells, vclock, ev=None):
     """(info, details): the whole check of `trace` here (ev: its Events when already read).
-    info: properties, witness, processes, cycle (a causality cycle: nothing decided),
-    seconds. witness: the summary's `witness` unless the walk runs on the driver.
-    vclock: vclock.status of its files."""
+    info: properties, processes, seconds. vclock: vclock.status of its files."""
     seconds = {}
     if ev is None:
-        ev = _timed(seconds, "main_pass", Events, trace, rounded=True)
-    info = {"processes": [int(p) for p in ev.procs], "witness": witness,
-            "cycle": False, "seconds": seconds}
+        ev = _timed(seconds, "read", Events, trace, rounded=True)
+    info = {"processes": [int(p) for p in ev.procs], "seconds": seconds}
 
     def timed(*a):
         return _timed(seconds, *a, rounded=True)
@@ -76,20 +62,33 @@ def check(trace, span, max_examples, driver_max_cells, witness, vclock, ev=None)
     with ThreadPoolExecutor(1) as pool:
         direct = pool.submit(direct_properties, ev, max_examples, timed)
         lay = timed("kernel_layout", Layout.of_events, ev, span)
-        walked_props, walked_details = {}, {}
-        if engine.walk_on_driver(ev.n, len(ev.procs), driver_max_cells):
-            info["witness"] = engine.WALKED
-            complete, walked = entries(lay, max_examples, walked_props, walked_details)
-        else:
-            complete, walked = entries(lay, max_examples, walked_props, walked_details,
-                                       _claimed(ev, lay, vclock[0]) if vclock[0] else None,
-                                       vclock[1])
+        # the walk alone is cheaper than reading a clock column up to driver_max_cells
+        alone = engine.walk_alone(ev.n, len(ev.procs), driver_max_cells)
+        claimed = _claimed(ev, lay, vclock[0]) if vclock[0] and not alone else None
+        out, walked = decide(lay, ("causal", "consistent"), max_examples, claimed)
         props, direct_details = direct.result()
-    info["properties"] = dict(props, **walked_props)
-    details = dict(direct_details, **walked_details)
+    info["properties"] = dict(props, **entries(out, walked, None if alone else vclock[1]))
+    details = dict(direct_details, **out)
     seconds.update({f"kernel_{k}": v for k, v in walked["seconds"].items()})
-    info["cycle"] = not complete
     return info, details
+
+
+def entries(out, info, vstatus):
+    """causal and consistent as the summary's entries, from relax.decide's answer; vstatus:
+    the trace's clock column status when causal reports it (a column was read), else
+    None."""
+    got = {}
+    for name in ("causal", "consistent"):
+        n = info[f"{name}_count"]
+        entry = {"ok": n == 0, "violations": n, "examples": info[f"{name}_examples"]}
+        if name == "causal" and vstatus is not None:
+            entry["vclock"] = info.get("vclock", vstatus)
+            if "vclock_first_bad" in info:
+                entry["vclock_first_bad"] = info["vclock_first_bad"]
+        entry["method"] = ("vector-clock witness" if entry.get("vclock") == "holds"
+                           else "exact")
+        got[name] = entry
+    return got
 
 
 def _claimed(ev, lay, name):

@@ -1,38 +1,40 @@
-# Invariants: a trace whose exact path is certain without stamps that could witness, but
-# whose rows do not fit one task (engine.by_message), is checked by the array engine in
-# two steps, never by Spark's row-at-a-time windows:
+# Invariants: every trace the driver does not check alone (engine.py) is checked here, by
+# the array engine in two steps, never by Spark's row-at-a-time windows, and exactly from
+# the rows (stamps are not read):
 #   1. by message: the rows spread by id, so every row naming a message or signal meets
 #      its origin in one task (internal rows go with the null id); each task links its
-#      rows (arrays/events.py, Events.of_messages) and finds exactly_once's violations
+#      rows (arrays/events.py, Events.of_messages), finds exactly_once's violations
 #      among them (arrays/properties.violations), the losses not yet excused (the
-#      NODE_DESTROY that excuses one may be delivered in another task);
-#   2. the walk: the linked events in one task (walk_task.kernel_task; on a cluster split
-#      by column blocks over tasks, walk_blocks.py), fifo and node_rules beside causal and
-#      consistent; it also reports the (process, node) pairs that
-#      delivered a NODE_DESTROY, with which the driver excuses the losses
-#      (properties.excused, as the one task does).
-# With a local master both steps run in the driver's process (as one_task.py's task):
-# buckets read with pyarrow (arrays/buckets.py), two linked side by side; with a cluster,
-# every exchange through files of this check (arrays/linked_files.py, in a directory
-# removed at its end): a task per trace file splits its rows into buckets, a task per
-# bucket links them and writes its linked events, then the walk by column blocks over
-# tasks reading them (walk_blocks.py). So the summary is the one
-# the whole check in one task gives (all but `seconds` and `timings`). A trace breaking
-# any rule (a per-row rule, the numbering, one origin per id, no dangling receive) or with
-# a causality cycle is handed back (None): the main pass and the phases after it then name
-# the broken row in their words, or decide causal by rounds. Only the tasks' summaries
-# (with the first examples), the violations and the processes of the walk's violations
-# reach the driver.
+#      NODE_DESTROY that excuses one may be delivered in another task), and writes its
+#      linked events to a file of its own (arrays/linked_files.py), with each origin's
+#      receives and each first delivery's message's first deliveries;
+#   2. the walk (walk_blocks.py): each process's events gathered into a file of its own,
+#      then the streamed walk by column blocks (arrays/streamed.py: no task holds the
+#      trace), fifo and node_rules beside causal and consistent; a causality cycle, which
+#      stops the streamed walk, or a clock column to verify, takes the walk placing the
+#      linked events in a layout (walk_task.kernel_task: causal on a cyclic history by
+#      arrays/relax.py); it also reports the (process, node) pairs that delivered a
+#      NODE_DESTROY, with which the driver excuses the losses (properties.excused, the
+#      driver's definition).
+# Every exchange goes through files of this check, in a directory removed at its end.
+# With a local master both steps run in the driver's process: buckets read with pyarrow
+# (arrays/buckets.py), two linked side by side, the walk's blocks in threads
+# (walk_blocks.local); with a cluster, a task per trace file splits its rows into
+# buckets, a task per bucket links them, then the walk's jobs (walk_blocks.run_streamed).
+# So the summary is the driver's (all but `seconds` and `timings`). A trace breaking any
+# rule (a per-row rule, the numbering, one origin per id, no dangling receive) is named by
+# malformed.py in the driver's words. Only the tasks' summaries (with the first examples),
+# the violations and the processes of the walk's violations reach the driver.
 from __future__ import annotations
 
 import json
 import time
 
-from .. import engine
+from .. import engine, vclock
 from .. import kinds as K
 from ..arrays.properties import PROBLEMS, example
 from ..examples import LOST
-from . import walk_blocks, walk_task
+from . import malformed, walk_blocks, walk_task
 
 EVENT, VIOLATION, SUMMARY = 0, 1, 2
 OUT_SCHEMA = ("rec byte, process int, seq long, kind_code byte, msg long, "
@@ -43,12 +45,11 @@ WANT = ("causal", "consistent", "fifo", "node_rules")
 BUCKET_ROWS = 4_000_000
 
 
-def link_task(max_examples, where=None):
+def link_task(max_examples, where):
     """The function mapInArrow runs on each task of job 1: the rows of some ids in, their
-    linked events, their exactly_once violations and one summary row out. where: a
-    directory every executor reads; the linked events then go to a file of their own
-    there (arrays/linked_files.py), named in the summary with the events of each
-    process, instead of into the task's output."""
+    exactly_once violations and one summary row out, their linked events written to a
+    file of their own under `where` (a directory every executor reads;
+    arrays/linked_files.py), named in the summary with the events of each process."""
     def run(batches):
         import numpy as np
         import pyarrow as pa
@@ -62,10 +63,6 @@ def link_task(max_examples, where=None):
             return
         t = pa.Table.from_batches(batches)
         del batches
-        if ("row_problem" in t.column_names
-                and t.column("row_problem").null_count < t.num_rows):
-            yield _summary({"malformed": True})
-            return
         try:
             ev = Events.of_messages(t)
             msg, proc, origin, problem = P.violations(ev, excuse=False)
@@ -78,15 +75,13 @@ def link_task(max_examples, where=None):
         events = _rows(n, EVENT, process=ev.process, seq=ev.seq, kind_code=ev.code,
                        msg=ev.msg, first_delivery=ev.first, sender_process=ev.sender,
                        send_seq=ev.send_seq, is_destroy=ev.is_destroy, node=node)
-        written = {}
-        if where is None:
-            yield events
-        else:
-            procs, counts = np.unique(ev.process, return_counts=True)
-            written = {"file": linked_files.write(where, pa.Table.from_batches(
-                           [events]).select(list(linked_files.COLUMNS))),
-                       "counts": [procs.tolist(), counts.tolist()]}
-        del events
+        procs, counts = np.unique(ev.process, return_counts=True)
+        table = pa.Table.from_batches([events]).select(list(linked_files.COLUMNS[:-2]))
+        written = {"file": linked_files.write(where, table.append_column(
+                       "receives", pa.array(_receives(ev))).append_column(
+                       "firsts", pa.array(_firsts(ev)))),
+                   "counts": [procs.tolist(), counts.tolist()]}
+        del events, table
         if len(msg):
             yield _rows(len(msg), VIOLATION, process=proc, msg=msg, problem=problem,
                         sender_process=ev.process[origin], send_seq=ev.seq[origin],
@@ -101,6 +96,22 @@ def link_task(max_examples, where=None):
                             origins=int((ev.code <= K.SIGNAL_SEND).sum()),
                             examples=[[e["highlight"][0], e["process"], e] for e in ex]))
     return run
+
+
+def _receives(ev):
+    """The receives of each origin (0 on other rows)."""
+    import numpy as np
+    recv = (ev.code == K.DELIVER) | (ev.code == K.SIGNAL_RECV)
+    return np.bincount(ev.origin[recv], minlength=ev.n).astype(np.int32)
+
+
+def _firsts(ev):
+    """On each first delivery, the first deliveries of its message (0 on other rows)."""
+    import numpy as np
+    fd = (ev.code == K.DELIVER) & ev.first
+    out = np.zeros(ev.n, np.int32)
+    out[fd] = np.bincount(ev.origin[fd], minlength=ev.n)[ev.origin[fd]]
+    return out
 
 
 def _arrow_schema():
@@ -128,18 +139,18 @@ def _summary(info):
 
 
 def run(c):
-    """(properties, witness message, processes, details) for Checker c, as one_task.run,
-    or None when the trace breaks a rule or has a causality cycle (the usual phases then
-    decide). details: property -> the processes of its violations (a list, or a
-    DataFrame of them from a cluster)."""
+    """(properties, processes, details) for Checker c. details: property -> the processes
+    of its violations (a list, or a DataFrame of them from a cluster). A malformed trace
+    raises TraceError naming its first broken row (malformed.py)."""
     local = c.spark.sparkContext.master.startswith("local")
     got = (_local if local else _cluster)(c)
-    if got is None:
-        return None
-    procs, violations, info, by_rec, sums, vstatus, walked = got
-    found = walk_task.found(c, WANT, info, vstatus, by_rec)
-    if found is None or found["causal"][0] is None and found["causal"][1] is None:
-        return None
+    found = None
+    if got is not None:
+        procs, violations, info, by_rec, sums, vstatus = got
+        found = walk_task.found(c, WANT, info, vstatus, by_rec)
+    if found is None:
+        c.phase("naming the first broken row")
+        malformed.name(c.trace)
     props, details = {}, {}
     n, ex, eo = c.timed("exactly_once", _exactly_once, violations, info["destroyed"],
                         sums, c.max_examples)
@@ -149,34 +160,37 @@ def run(c):
             extra = dict(extra, method="vector-clock witness"
                          if extra.get("vclock") == "holds" else "exact")
         props[name], details[name] = _entry(n, ex, extra), v
-    return (props, engine.WALKED if walked else engine.witness_skipped(c.trace, c.force_exact),
-            procs, details)
-
-
-def _walk_task(c, sums):
-    """(the processes, the walk's kernel_task for them, the clock column's status, whether
-    the driver would take the walk), from the tasks' summaries."""
-    procs = sorted(set().union(*(s["procs"] for s in sums)))
-    c.set_procs(procs)
-    # a walk the driver would take reads no clock column (whole.check, Checker)
-    walked = engine.walk_on_driver(c.trace.rows, len(procs), c.driver_max_cells)
-    return (procs, *walk_task.task_for(c, WANT, not walked,
-                                       any(s["destroys"] for s in sums)), walked)
+    return props, procs, details
 
 
 def _local(c):
     """Job 1's tasks over buckets read here and the walk's task, in the driver's process
-    (local executors share its machine, as one_task.run): (processes, violations table,
+    (local executors share its machine): (processes, violations table,
     the walk's info, processes by property, the tasks' summaries, the clock column's
-    status, whether the driver would take the walk), or None."""
+    status), or None when the trace is malformed."""
+    import pyarrow as pa
+
+    import shutil
+
+    from ..arrays import linked_files
+    where = linked_files.directory(c.spark.conf.get(walk_blocks.LINKED_DIR, None))
+    try:
+        return _local_through(c, where)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def _local_through(c, where):
+    """_local's steps, the linked events written to files under `where` and walked by
+    walk_blocks.local (the streamed walk)."""
     import pyarrow as pa
 
     from ..arrays.buckets import read_buckets
     from ..arrays.memory import give_back
     from ..load import TraceError
     parts = max(1, -(-c.trace.rows // BUCKET_ROWS))
-    fn = link_task(c.max_examples)
-    events, violations, sums = [], [], []
+    fn = link_task(c.max_examples, where)
+    violations, sums = [], []
     c.phase("by message: linking and exactly_once, in buckets by id")
 
     def link(table):
@@ -189,7 +203,6 @@ def _local(c):
     t = time.perf_counter()
 
     def collect(out):
-        events.extend(out[EVENT])
         violations.extend(out[VIOLATION])
         sums.extend(json.loads(b.column("info")[0].as_py()) for b in out[SUMMARY])
     try:
@@ -210,24 +223,18 @@ def _local(c):
     c.timings["by_message"] = time.perf_counter() - t
     if any(s.get("malformed") for s in sums):
         return None
-    procs, fn, vstatus, walked = _walk_task(c, sums)
-    c.phase("the walk: causal, consistent, fifo and node_rules")
-    t = time.perf_counter()
-    rows = {}
-    for b in fn(_drain(events)):
-        for r in b.to_pylist():
-            rows.setdefault(r["rec"], []).append(r)
-    c.timings["walk"] = time.perf_counter() - t
-    info = json.loads(rows["summary"][0]["info"])
-    return (procs, pa.Table.from_batches(violations, _arrow_schema()), info,
-            lambda name: [r["process"] for r in rows.get(name, [])], sums, vstatus, walked)
-
-
-def _drain(batches):
-    """The batches, each let go once taken (the task then holds the only reference)."""
-    batches.reverse()
-    while batches:
-        yield batches.pop()
+    procs = sorted(set().union(*(s["procs"] for s in sums)))
+    c.set_procs(procs)
+    # up to driver_max_cells the walk alone decides causal, no clock column read
+    alone = engine.walk_alone(c.trace.rows, len(procs), c.driver_max_cells)
+    got = walk_blocks.local(c, WANT, sums, where, any(s["destroys"] for s in sums),
+                            not alone)
+    if got is None:
+        return None
+    info, by_rec, vstatus = got
+    violations = (pa.Table.from_batches(violations, _arrow_schema()) if violations
+                  else _arrow_schema().empty_table())
+    return procs, violations, info, by_rec, sums, vstatus
 
 
 def _cluster(c):
@@ -251,8 +258,7 @@ def _through_files(c, where):
     import pyarrow as pa
 
     from ..load import Trace
-    plain = Trace(path=c.trace.path, df=None, files=list(c.trace.files), rows=c.trace.rows,
-                  stamp_ranges=c.trace.stamp_ranges)
+    plain = Trace(path=c.trace.path, df=None, files=list(c.trace.files), rows=c.trace.rows)
     buckets = max(-(-c.trace.rows // BUCKET_ROWS), c.spark.sparkContext.defaultParallelism)
     c.phase("by message: the trace's files split by id, a task a file")
     pieces = c.timed("split", _tasks, c, len(plain.files), _split_task(plain, buckets, where))
@@ -269,13 +275,22 @@ def _through_files(c, where):
         return None
     procs = sorted(set().union(*(s["procs"] for s in sums)))
     c.set_procs(procs)
-    walked = engine.walk_on_driver(c.trace.rows, len(procs), c.driver_max_cells)
-    c.phase("the walk by column blocks: causal, consistent, fifo and node_rules")
-    info, by_rec, vstatus = c.timed("walk", walk_blocks.run, c, WANT, sums,
-                                    any(s["destroys"] for s in sums), not walked)
+    alone = engine.walk_alone(c.trace.rows, len(procs), c.driver_max_cells)
+    destroys = any(s["destroys"] for s in sums)
+    vname, vstatus = vclock.status(c.trace.files, c.span) if not alone else (None, None)
+    if vname:
+        # a clock column to verify: one task holding every column (walk_blocks.run)
+        c.phase("the walk by column blocks: causal, consistent, fifo and node_rules")
+        info, by_rec, vstatus = c.timed("walk", walk_blocks.run, c, WANT, sums, destroys,
+                                        True)
+    else:
+        got = walk_blocks.run_streamed(c, WANT, sums, where, destroys, vstatus)
+        if got is None:
+            return None
+        info, by_rec, vstatus = got
     violations = (pa.Table.from_batches(linked[VIOLATION], _arrow_schema())
                   if linked[VIOLATION] else _arrow_schema().empty_table())
-    return procs, violations, info, by_rec, sums, vstatus, walked
+    return procs, violations, info, by_rec, sums, vstatus
 
 
 def _tasks(c, n, fn):
@@ -295,7 +310,7 @@ def _tasks(c, n, fn):
 def _split_task(trace, buckets, where):
     """The function of the tasks that split the trace's files: file i in, a summary
     naming each bucket's piece written under `where` out (one saying `malformed` when a
-    row breaks a per-row rule: the main pass names it)."""
+    row breaks a per-row rule: malformed.py names it)."""
     def run(batches):
         from ..arrays import linked_files
         from ..arrays.buckets import split

@@ -1,31 +1,34 @@
-# Invariants: the exact path of `causal` and `consistent` as one Spark job: the main pass's
-# persisted table (validated), or the events linked by message (by_message.py, whose
-# numbering the layout checks: a summary says `malformed` otherwise), is read by one task
-# (coalesce(1), no shuffle) through Arrow (mapInArrow), or by each task of the walk by
-# column blocks from the linked events' files (walk_blocks.py), and arrays/walk.py decides both
-# properties on it with compiled kernels -- one topological walk for the vector clocks,
-# one linear scan for causal, Tarjan for the components; `fifo` and `node_rules` may be
-# decided beside the walk on the same layout (arrays/properties.py). The job's output stays in Spark: one row per violation (the details) and one
-# summary row (counts and examples, as JSON), so the driver collects one row. A producer's
-# vector-clock column (schema.VCLOCK) is a witness, never trusted: it is used only when it
-# verifies against the rows in the same job; otherwise the result says why and the walk
-# decides. A causality cycle (a broken trace) leaves the walk unfinished; `causal` then
-# goes back to the Spark rounds (causal.py), which define happened-before as reachability.
+# Invariants: the walk's task: the events linked by message (by_message.py, whose
+# numbering the layout checks: a summary says `malformed` otherwise), read by the one
+# task on a local master, or by each task of the walk by column blocks from the linked
+# events' files (walk_blocks.py); arrays/walk.py decides causal and consistent on them
+# with compiled kernels -- one topological walk for the vector clocks, one linear scan for
+# causal, Tarjan for the components -- and arrays/relax.py decides causal where a
+# causality cycle (a broken trace) stops the walk; `fifo` and `node_rules` are decided
+# beside the walk on the same layout (arrays/properties.py). The task's output is rows:
+# one per violation (the details) and one summary row (counts and examples, as JSON). A
+# producer's vector-clock column (schema.VCLOCK) is a witness, never trusted: it is used
+# only when it verifies against the rows in the same task; otherwise the result says why
+# and the walk decides.
 from __future__ import annotations
 
 import json
 import time
 
-from pyspark.sql import functions as F
-
 from .. import vclock
-from ..arrays.layout import COLUMNS
 
 OUT_SCHEMA = "rec string, process int, info string"
 
 
 # properties the task decides beside the walk, from the same layout (arrays/properties.py)
 BESIDE = ("fifo", "node_rules")
+
+
+def task_properties(want, i, tasks):
+    """The properties of `want` task i of the walk by column blocks decides (of `tasks`):
+    causal for its block, consistent in task 0, fifo and node_rules in task 1 (0 alone)."""
+    return [name for name in want if name == "causal" or name == "consistent" and i == 0
+            or name in BESIDE and i == 1 % tasks]
 
 
 def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name, destroys=False,
@@ -51,6 +54,7 @@ def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name, dest
         from .. import vclock as V
         from ..arrays import linked_files
         from ..arrays import properties as P
+        from ..arrays import relax
         from ..arrays import walk as W
         from ..arrays.layout import Layout
         from ..arrays.memory import give_back
@@ -64,9 +68,7 @@ def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name, dest
             files, counts, edges = linked
             i = int(batches[0].column(0)[0].as_py())
             batches = linked_files.read(files)
-            mine = [name for name in want if name == "causal"
-                    or name == "consistent" and i == 0
-                    or name in BESIDE and i == 1 % len(edges or [None])]
+            mine = task_properties(want, i, len(edges or [None]))
         beside = [name for name in BESIDE if name in mine]
         try:
             lay = Layout(batches, procs, span, ("node",) if destroys and beside else (),
@@ -105,7 +107,7 @@ def kernel_task(procs, span, max_examples, want, vclock_files, vclock_name, dest
             view = P.ByPosition(lay, node, has_node)
             side = {name: pool.submit(_beside, getattr(P, name), view, max_examples)
                     for name in beside}
-            out, info = W.decide(lay, mine, max_examples, claimed if vclock_files else None,
+            out, info = relax.decide(lay, mine, max_examples, claimed if vclock_files else None,
                                  parts)
             for name, run_ in side.items():
                 (method, procs_, n, examples), took = run_.result()
@@ -156,23 +158,6 @@ def _plain(x):
     return x.item()
 
 
-def exact(c, want, rows=None, clocks=True):
-    """{property: (violations DataFrame, count, examples, extra)} for the properties in
-    `want`, from `rows` (default: the main pass's table); None when the rows are not
-    numbered (only rows the main pass has not validated can be). causal is (None, None,
-    None, extra) when the history has a causality cycle (the walk cannot decide it).
-    extra has causal's vclock status and fifo's method. The kernel's timings go to
-    c.timings. clocks: False when a producer's clock column is not read (nor reported).
-    """
-    fn, vstatus = task_for(c, want, clocks)
-    columns = COLUMNS + (("node",) if set(BESIDE) & set(want) else ())
-    rows = (c.rows if rows is None else rows).select(*columns)
-    out = c.persist(rows.coalesce(1).mapInArrow(fn, OUT_SCHEMA))
-    info = json.loads(out.where(F.col("rec") == "summary").collect()[0]["info"])
-    return found(c, want, info, vstatus,
-                 lambda name: out.where(F.col("rec") == name).select("process"))
-
-
 def task_for(c, want, clocks=True, destroys=False):
     """(kernel_task for Checker c, the trace's clock column status or None)."""
     vname, vstatus = (vclock.status(c.trace.files, c.span) if "causal" in want and clocks
@@ -183,8 +168,9 @@ def task_for(c, want, clocks=True, destroys=False):
 
 
 def found(c, want, info, vstatus, violations):
-    """exact's answer from the kernel task's summary `info`; violations(name): the
-    processes of that property's violations."""
+    """{property: (its violations, count, examples, extra)} from the kernel task's summary
+    `info`, or None when it says the rows are malformed; violations(name): the processes
+    of that property's violations. extra: causal's clock column status, fifo's method."""
     if info.get("malformed"):
         return None
     c.timings.update({f"kernel_{k}": v for k, v in info["seconds"].items()})
@@ -197,9 +183,6 @@ def found(c, want, info, vstatus, violations):
                 extra["vclock_first_bad"] = info["vclock_first_bad"]
         if f"{name}_method" in info:
             extra["method"] = info[f"{name}_method"]
-        if name == "causal" and not info.get("walk_complete"):
-            out[name] = (None, None, None, extra)
-            continue
         out[name] = (violations(name), info[f"{name}_count"],
                      info.get(f"{name}_examples", []), extra)
     return out

@@ -1,0 +1,152 @@
+"""Per-process event files, and their reading batch by batch, for the streamed walk
+(streamed.py): the linked events of one process in seq order, one Arrow IPC file a
+process, written once by the task that gathers that process from the linked files
+(arrays/linked_files.py), read by every task of the walk a batch at a time.
+
+Invariants: a file holds exactly its process's events numbered 0, 1, 2, ... (checked
+where it is written: a ValueError otherwise, so a walk never reads a broken numbering),
+in batches of batch_rows(processes) rows, so the batch holding seq s is seq // those. A
+linked file holds its events in (process, seq) order, so a process's rows there are one
+slice, found from the counts its task reported. A reader holds one batch of each process
+at a time. Nothing here imports pyspark.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# Rows of a batch of a per-process file: a walk task holds one batch of each process, so
+# the batches of all processes together hold about STREAM_ROWS_ALL rows (batch_rows), and
+# never fewer than MIN_ROWS a process.
+STREAM_ROWS_ALL = 1 << 20
+MIN_ROWS = 1 << 10
+
+
+def batch_rows(processes):
+    """The rows of a batch of each per-process file of a trace of `processes` processes."""
+    return max(MIN_ROWS, STREAM_ROWS_ALL // max(1, processes))
+# The columns of a per-process file (the process is the file's).
+COLUMNS = ("seq", "kind_code", "msg", "first_delivery", "sender_process", "send_seq",
+           "is_destroy", "node", "receives", "firsts")
+
+
+def write_group(linked, group, where, rows):
+    """Gather the processes of `group` from the linked files and write each one's events,
+    sorted by seq, to a file of its own under `where`: {process: file name}. linked: the
+    (file, its processes, their counts) of every linked file. One process at a time: its
+    slices are mapped, copied out in seq order and let go before the next."""
+    import pyarrow as pa
+
+    from . import linked_files
+    where_of = {}       # process -> [(file, offset, count)]
+    for name, procs, counts in linked:
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        for i, p in enumerate(procs):
+            if p in group:
+                where_of.setdefault(p, []).append((name, int(offsets[i]), int(counts[i])))
+    out = {}
+    for p in sorted(group):
+        parts = []
+        for name, offset, count in where_of.get(p, ()):
+            with pa.memory_map(name) as source:
+                parts.append(pa.ipc.open_file(source).read_all().slice(offset, count))
+        t = pa.concat_tables(parts).select(list(COLUMNS)) if parts else None
+        n = t.num_rows if t is not None else 0
+        seq = t.column("seq").to_numpy() if n else np.zeros(0, np.int64)
+        order = np.argsort(seq, kind="stable")
+        if not np.array_equal(seq[order], np.arange(n)):
+            raise ValueError(f"the events of process {p} are not numbered 0,1,2,...")
+        out[p] = linked_files.write(where, t.take(order) if n else _empty(), rows)
+        del parts, t, seq, order
+    return out
+
+
+def _empty():
+    import pyarrow as pa
+    return pa.table({c: pa.array([], pa.int64()) for c in COLUMNS})
+
+
+class Streams:
+    """The per-process files of a trace, read batch by batch: files[slot] the file of the
+    slot-th process of `procs` (ascending ids), counts[slot] its events. A batch is a dict
+    of numpy arrays: kind, first (int8), sslot (the sender's slot, 0 off receives), sseq,
+    count (the receives of an origin), firsts (the first deliveries of a first delivery's
+    message), and on asking (`extra`) seq, msg, is_destroy, node, has_node."""
+
+    def __init__(self, procs, files, counts):
+        self.procs = np.asarray(procs, np.int64)
+        self.P = len(self.procs)
+        self.rows_per_batch = batch_rows(self.P)
+        self.files = list(files)
+        self.counts = np.asarray(counts, np.int64)
+        self.start = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
+        self.rewind()
+
+    def rewind(self):
+        """Every process back to its first batch (a new pass)."""
+        self._next = [0] * self.P
+
+    def _batches(self, slot):
+        return -(-int(self.counts[slot]) // self.rows_per_batch)
+
+    def done(self, slot):
+        return self._next[slot] >= self._batches(slot)
+
+    def finished(self):
+        return all(self.done(s) for s in range(self.P))
+
+    def next(self, slot):
+        """The next batch of process `slot`, or None past its last."""
+        if self.done(slot):
+            return None
+        i = self._next[slot]
+        self._next[slot] += 1
+        return self._read(slot, i)
+
+    def _read(self, slot, i, extra=False):
+        # mapped, only the columns read are touched, and copied out before the map closes
+        import pyarrow as pa
+        with pa.memory_map(self.files[slot]) as source:
+            return self.arrays(pa.ipc.open_file(source).get_batch(i), extra)
+
+    def arrays(self, b, extra=False):
+        """A record batch of a per-process file as the walk's arrays (copies: nothing of
+        the batch is held after)."""
+        def col(name, dtype, fill=0):
+            c = b.column(name)
+            if c.null_count:
+                c = c.fill_null(fill)
+            return np.array(c.to_numpy(zero_copy_only=False), dtype, copy=True)
+        kind = col("kind_code", np.int8)
+        recv = (kind == 3) | (kind == 4)
+        sender = col("sender_process", np.int64, -1)
+        sslot = np.where(recv, np.searchsorted(self.procs, sender), 0).astype(np.int32)
+        out = {"kind": kind, "first": col("first_delivery", np.int8),
+               "sslot": sslot, "sseq": np.where(recv, col("send_seq", np.int64), 0),
+               "count": col("receives", np.int32), "firsts": col("firsts", np.int32)}
+        if extra:
+            node = b.column("node")
+            out.update(seq=col("seq", np.int64), msg=col("msg", np.int64),
+                       is_destroy=col("is_destroy", np.bool_), sender=sender,
+                       node=col("node", np.int64),
+                       has_node=node.is_valid().to_numpy(zero_copy_only=False))
+        return out
+
+    def batches(self, slot):
+        """The batches of process `slot`, first to last (a pass of its own)."""
+        for i in range(self._batches(slot)):
+            yield self._read(slot, i)
+
+    def rows(self, slot, seq0=0):
+        """The batches of process `slot` from seq0 on, with the extra columns."""
+        n = self.rows_per_batch
+        for i in range(seq0 // n, self._batches(slot)):
+            b = self._read(slot, i, extra=True)
+            if i == seq0 // n and seq0 % n:
+                b = {k: v[seq0 % n:] for k, v in b.items()}
+            yield b
+
+    def row(self, slot, seq):
+        """The event seq of process `slot`, as a dict of scalars."""
+        n = self.rows_per_batch
+        b = self._read(slot, seq // n, extra=True)
+        return {k: v[seq % n] for k, v in b.items()}

@@ -1,0 +1,295 @@
+"""The streamed walk: causal (one column block), consistent, fifo and node_rules of a
+trace read from per-process files (per_process.py) batch by batch, so a task holds a
+bounded part of the trace whatever its size; the verdicts, counts and examples are the
+in-memory walk's (walk.py's decide, properties.py's fifo and node_rules on a Layout).
+
+Invariants: positions are the layout's (start[slot] + seq, processes in ascending id
+order), so pairs and examples compare and merge with the in-memory walk's. The causal
+walk (stream.c's sw_*) advances a process while its next receive's origin has been
+walked, holds the block's current and known clocks of every process and the clock of each
+origin with a receive still to come (freed after its last: the linking counted them); a
+walk that cannot move with events left met a causality cycle (`walk_complete` False,
+nothing decided for causal). An example's partner is found by a second walk given the
+first violations as targets, run only when there are violations. consistent peels the
+delivery-chain graph (stream.c's cp_*): a trace whose chains all peel has no component;
+otherwise the chains from where the peel stopped hold every cycle, and Tarjan
+(walk.chain_components) runs on them alone. fifo and node_rules read one process at a time.
+Memory of a task: task_bytes (a batch of each process, the block's clocks of each process
+and of the live origins, one process's events for fifo and node_rules); what a broken
+trace adds (its violations, the chains a cycle leaves, the example searches) is outside
+it. Nothing here imports pyspark.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import kinds as K
+
+# The memory model of one task of the streamed walk (docs/CHECKER.md, "The memory of a
+# task"; tests/check/test_streamed.py holds a measured task's growth to it): one batch of
+# each process's file (per_process.batch_rows rows, or the process's events when fewer),
+# STREAM_ROW_BYTES a row as the task's resident memory grows (22 bytes of arrays, and
+# what the conversion's temporaries leave in the allocator); each process's current and
+# known clocks of the block; per live origin (walked, a receive still to come) a clock row
+# of the block and its table entry (the table at most half full, a spare-row index); the
+# task that decides fifo and node_rules holds one process's events at a time,
+# PROCESS_EVENT_BYTES each; and TASK_FIXED_BYTES.
+STREAM_ROW_BYTES = 80
+LIVE_ENTRY_BYTES = 48
+PROCESS_EVENT_BYTES = 120
+TASK_FIXED_BYTES = 16 << 20
+
+
+def task_bytes(counts, width, live, beside=False):
+    """The most one task of the streamed walk holds by the model above: counts, the events
+    of each process; a block of `width` columns; `live` origins live at once at most;
+    beside: the task decides fifo and node_rules too."""
+    from .per_process import batch_rows
+    counts = np.asarray(counts, np.int64)
+    P = len(counts)
+    rows = int(np.minimum(counts, batch_rows(P)).sum())
+    return (TASK_FIXED_BYTES + rows * STREAM_ROW_BYTES + P * 2 * 4 * (width + 1)
+            + live * (LIVE_ENTRY_BYTES + 4 * (width + 1))
+            + (int(counts.max(initial=0)) * PROCESS_EVENT_BYTES if beside else 0))
+
+
+def _ptr(ffi, a, ctype):
+    return ffi.cast(ctype + " *", a.ctypes.data) if a.size else ffi.NULL
+
+
+def _drive(streams, handle, give, left, run):
+    """Give each process its batches until run() (the events it moved) moves nothing and
+    no process with events left can be given more: whether every event was taken."""
+    streams.rewind()
+    held = [None] * streams.P
+    while True:
+        refilled = False
+        for slot in range(streams.P):
+            if left(handle, slot) == 0:
+                b = streams.next(slot)
+                if b is not None:
+                    held[slot] = b          # the arrays C reads stay alive
+                    give(handle, slot, b)
+                    refilled = True
+        if not run(handle) and not refilled:
+            return streams.finished() and all(left(handle, s) == 0
+                                              for s in range(streams.P))
+
+
+def walk_block(streams, bcol, inside, targets=()):
+    """(complete, violations as (slot, seq, column, need) rows, most live origins,
+    {target: partner}) of the causal walk of one block: bcol[slot] its block column
+    (inside the block below `inside`); targets: (slot, seq, column, need) of violations
+    whose partner to find (the earliest earlier first delivery at that slot whose origin's
+    clock reaches need there), the walk stopping once every one is found (complete then
+    says nothing)."""
+    from .._walk import ffi, lib
+    targets = np.asarray(sorted(targets), np.int64).reshape(-1, 4)
+    ncols = int(max(bcol, default=0)) + 1
+    bcol = np.ascontiguousarray(bcol, np.int32)
+    h = lib.sw_new(streams.P, ncols, inside, _ptr(ffi, bcol, "int32_t"), len(targets),
+                   _ptr(ffi, targets, "int64_t"))
+    if h == ffi.NULL:
+        raise MemoryError("the streamed walk could not allocate its state")
+    cap = 1 << 16
+    out = np.empty(4 * cap, np.int64)
+    nout = ffi.new("int64_t *")
+    found = []
+
+    def give(h, slot, b):
+        lib.sw_give(h, slot, len(b["kind"]), *(_ptr(ffi, b[c], t) for c, t in (
+            ("kind", "int8_t"), ("first", "int8_t"), ("sslot", "int32_t"),
+            ("sseq", "int64_t"), ("count", "int32_t"))))
+
+    def run(h):
+        if len(targets) and not lib.sw_unfound(h):
+            return 0            # every partner found: the second walk stops here
+        walked = lib.sw_run(h, _ptr(ffi, out, "int64_t"), cap, nout)
+        if walked == -1:
+            raise MemoryError("the streamed walk could not allocate an origin's clock")
+        if walked == -2:
+            raise ValueError("a receive's origin was freed before it: the counts lie")
+        if nout[0]:
+            found.append(out[:4 * nout[0]].reshape(-1, 4).copy())
+        return walked or nout[0]
+    try:
+        complete = _drive(streams, h, give, lib.sw_left, run)
+        live = int(lib.sw_max_live(h))
+        partners = [int(lib.sw_partner(h, t)) for t in range(len(targets))]
+    finally:
+        lib.sw_free(h)
+    bad = np.concatenate(found) if found else np.zeros((0, 4), np.int64)
+    return complete, bad, live, dict(zip(map(tuple, targets.tolist()), partners))
+
+
+def peel(streams):
+    """{slot: seq where its chain's peel stopped} of the processes left when the
+    delivery-chain graph does not peel whole (a cycle), {} when it does."""
+    from .._walk import ffi, lib
+    h = lib.cp_new(streams.P)
+    if h == ffi.NULL:
+        raise MemoryError("the chains' peel could not allocate its state")
+
+    def give(h, slot, b):
+        lib.cp_give(h, slot, len(b["kind"]), *(_ptr(ffi, b[c], t) for c, t in (
+            ("kind", "int8_t"), ("first", "int8_t"), ("sslot", "int32_t"),
+            ("sseq", "int64_t"), ("firsts", "int32_t"))))
+
+    def run(h):
+        moved = lib.cp_run(h)
+        if moved < 0:
+            raise MemoryError("the chains' peel could not allocate its state")
+        return moved
+    try:
+        whole = _drive(streams, h, give, lib.cp_left, run)
+        stopped = {} if whole else {s: int(lib.cp_passed(h, s)) for s in range(streams.P)
+                                    if lib.cp_left(h, s) or not streams.done(s)}
+    finally:
+        lib.cp_free(h)
+    return stopped
+
+
+def consistent(streams, max_examples):
+    """walk.consistent's answer, streamed: the peel, then Tarjan on the chains it left."""
+    from .walk import chain_components
+    stopped = peel(streams)
+    if not stopped:
+        return [], []
+    cols = ("seq", "kind", "first", "firsts", "sslot", "sseq", "msg")
+    parts = {c: [] for c in cols + ("slot",)}
+    for slot, seq0 in sorted(stopped.items()):
+        for b in streams.rows(slot, seq0):
+            keep = (b["kind"] == K.DELIVER) & (b["first"] == 1) & (b["firsts"] >= 2)
+            for c in cols:
+                parts[c].append(b[c][keep])
+            parts["slot"].append(np.full(int(keep.sum()), slot, np.int64))
+    k = {c: np.concatenate(v) if v else np.zeros(0, np.int64) for c, v in parts.items()}
+    start = streams.start
+    kpos = start[k["slot"]] + k["seq"]
+    korigin = start[k["sslot"]] + k["sseq"]
+    procs = streams.procs
+    at = {int(p): i for i, p in enumerate(kpos.tolist())}
+
+    def row(pos, o):
+        i = at[pos]
+        return {"process": int(procs[k["slot"][i]]), "deliver_seq": int(k["seq"][i]),
+                "msg": int(k["msg"][i]), "sender_process": int(procs[k["sslot"][i]]),
+                "send_seq": int(k["sseq"][i])}
+    return chain_components(kpos, korigin, k["slot"], k["msg"], procs, row, max_examples)
+
+
+def causal(streams, bcol, inside, max_examples):
+    """(complete, violating positions, [(position, partner)] of the first max_examples,
+    most live origins) of the causal test by the streamed walk of one block; as
+    walk.causal_block."""
+    complete, bad, live, _ = walk_block(streams, bcol, inside)
+    if not complete:
+        return False, None, None, live
+    start = streams.start
+    pos = start[bad[:, 0]] + bad[:, 1]
+    order = np.argsort(pos, kind="stable")
+    pos, bad = pos[order], bad[order]
+    targets = [tuple(t) for t in bad[:max_examples].tolist()]
+    partner = walk_block(streams, bcol, inside, targets)[3] if targets else {}
+    pairs = [(int(start[t[0]] + t[1]), int(start[t[0]] + partner[t])) for t in targets]
+    return True, pos, pairs, live
+
+
+class _Process:
+    """One process's events as the arrays properties.fifo and node_rules read."""
+
+    stamp = None
+
+    def __init__(self, streams, slot):
+        cols = {}
+        for b in streams.rows(slot):
+            for k, v in b.items():
+                cols.setdefault(k, []).append(v)
+        cols = {k: np.concatenate(v) for k, v in cols.items()}
+        self.n = int(streams.counts[slot])
+        self.code, self.first = cols.get("kind", np.zeros(0, np.int8)), None
+        if self.n:
+            self.first = cols["first"].view(np.bool_)
+            self.seq, self.msg, self.sender = cols["seq"], cols["msg"], cols["sender"]
+            self.send_seq, self.is_destroy = cols["sseq"], cols["is_destroy"]
+            self.node, self.has_node = cols["node"], cols["has_node"]
+        self.process = np.full(self.n, streams.procs[slot], np.int64)
+
+
+def fifo_and_node_rules(streams, max_examples, destroys):
+    """({fifo, node_rules: (method, processes, count, examples)}, destroyed pairs): as
+    properties.fifo and node_rules on the whole trace (no stamps), one process at a time
+    (violations and examples come in (process, seq) order either way)."""
+    from . import properties as P
+    got = {"fifo": ([], []), "node_rules": ([], [])}
+    destroyed = []
+    for slot in range(streams.P):
+        ev = _Process(streams, slot)
+        if not ev.n:
+            continue
+        bad, ex = P._fifo_among(ev, 0, ev.n, max_examples - len(got["fifo"][1]))
+        got["fifo"][0].extend(ev.process[bad].tolist())
+        got["fifo"][1].extend(ex)
+        if destroys:
+            _, procs, _, ex = P.node_rules_of(ev, max_examples - len(got["node_rules"][1]))
+            got["node_rules"][0].extend(procs)
+            got["node_rules"][1].extend(ex)
+            gone = (ev.code == K.DELIVER) & ev.is_destroy & ev.has_node
+            destroyed += [[int(streams.procs[slot]), int(n)]
+                          for n in np.unique(ev.node[gone]).tolist()]
+    out = {"fifo": ("exact", *got["fifo"]), "node_rules": (None, *got["node_rules"])}
+    return {name: (m, v, len(v), ex[:max_examples]) for name, (m, v, ex) in out.items()}, \
+        destroyed
+
+
+def block_columns(streams, span, lo=None, hi=None):
+    """(bcol, inside): each slot's column in the block of clock columns lo..hi-1 (every
+    column without them; the processes outside share one column past the block), and the
+    block's width."""
+    col = (streams.procs % span if span else np.arange(streams.P)).astype(np.int32)
+    ncols = int(col.max()) + 1 if streams.P else 0
+    if lo is None:
+        return col, ncols
+    inside = (col >= lo) & (col < hi)
+    return np.where(inside, col - lo, hi - lo).astype(np.int32), hi - lo
+
+
+def decide(streams, want, max_examples, span=None, edge=None, destroys=False):
+    """({property: processes of its violations}, info) of the properties in `want`
+    (causal for the block `edge`, (lo, hi) columns or None for every column; consistent;
+    fifo and node_rules), as walk.decide and walk_task's task give them on the Layout of
+    the same trace. info has the causal pairs, the examples, the counts, the most live
+    origins (`live_origins`) and the seconds of each step; `destroyed` with fifo."""
+    import time
+
+    from .streamed_examples import inversions
+    info = {"events": int(streams.start[-1]), "seconds": {}}
+    out = {}
+    if "causal" in want:
+        t = time.perf_counter()
+        bcol, inside = block_columns(streams, span, *(edge or (None, None)))
+        complete, bad, pairs, live = causal(streams, bcol, inside, max_examples)
+        info["walk_complete"], info["live_origins"] = complete, live
+        if complete:
+            info["causal_pairs"] = [list(p) for p in pairs]
+            info["causal_examples"] = inversions(streams, pairs)
+            out["causal"] = streams.procs[
+                np.searchsorted(streams.start, bad, side="right") - 1].tolist()
+        info["seconds"]["causal"] = round(time.perf_counter() - t, 3)
+    if "consistent" in want:
+        t = time.perf_counter()
+        out["consistent"], info["consistent_examples"] = consistent(streams, max_examples)
+        info["seconds"]["consistent"] = round(time.perf_counter() - t, 3)
+    if {"fifo", "node_rules"} & set(want):
+        t = time.perf_counter()
+        side, info["destroyed"] = fifo_and_node_rules(streams, max_examples, destroys)
+        for name in ("fifo", "node_rules"):
+            method, procs, n, examples = side[name]
+            out[name] = procs
+            info[f"{name}_examples"] = examples
+            if method:
+                info[f"{name}_method"] = method
+        info["seconds"]["fifo"] = round(time.perf_counter() - t, 3)
+    for name, procs in out.items():
+        info[f"{name}_count"] = len(procs)
+    return out, info

@@ -1,0 +1,195 @@
+# Invariants: the streamed walk (arrays/streamed.py over arrays/per_process.py's files)
+# gives the in-memory walk's answer (walk_task.kernel_task over the linked files, its
+# blocks merged by walk_blocks.merge) on every trace without a causality cycle: verdicts,
+# counts, the processes of every violation, the examples with their paths, whatever the
+# block count, the buckets of the linking and the batch size of the files (losses,
+# duplicates, NODE_DESTROY among the draws), and it says a trace with a cycle is one
+# (the layout's walk then decides, walk_blocks.py); and one task's measured peak stays within its memory
+# model (streamed.task_bytes) at any block width.
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bus1py.check.arrays import linked_files, per_process, streamed
+from bus1py.check.arrays.walk import even_edges
+from bus1py.check.load import read_footers
+from bus1py.check.spark import by_message, walk_blocks
+from test_by_message import SPAN, _by_blocks, _linked, _write
+from test_paths import _acyclic
+from test_walk import _make, _unstamped, traces
+
+K = 50
+
+
+def _streams(sums, procs, where, groups=2):
+    """The per-process files of the linked events of `sums`, written by `groups` tasks."""
+    linked = [(s["file"], *s["counts"]) for s in sums if "file" in s]
+    files = {}
+    for g in range(groups):
+        files.update(per_process.write_group(linked, set(procs[g::groups]), where,
+                                             per_process.batch_rows(len(procs))))
+    _, counts, _ = walk_blocks.linked_input(sums, procs)
+    return per_process.Streams(procs, [files[p] for p in procs], counts)
+
+
+def _streamed(streams, destroys, edges):
+    """_by_blocks's answer by the streamed walk, one decide a block, the tasks' properties
+    as walk_blocks gives them out."""
+    infos, per = [], {}
+    tasks = edges or [None]
+    for i, edge in enumerate(tasks):
+        mine = walk_blocks.task_properties(sorted(by_message.WANT), i, len(tasks))
+        out, info = streamed.decide(streams, mine, K, SPAN, edge, destroys)
+        info.pop("live_origins", None)
+        info.pop("events")
+        infos.append(info)
+        for name, procs in out.items():
+            per.setdefault(name, []).extend(procs)
+    info = walk_blocks.merge(infos, K)
+    info.pop("seconds", None)
+    return info, {name: sorted(v) for name, v in per.items() if v}
+
+
+def _agree(batch, tmp, buckets, blocks):
+    path = os.path.join(tmp, "u")
+    _write(batch, path)
+    where = linked_files.directory(tmp)
+    sums = _linked(read_footers(path), where, buckets)
+    if any(s.get("malformed") for s in sums):
+        return None
+    procs = sorted(set().union(*(s["procs"] for s in sums)))
+    if not procs:
+        return None
+    destroys = any(s["destroys"] for s in sums)
+    streams = _streams(sums, procs, where)
+    ncols = max(p % SPAN for p in procs) + 1
+    cyclic = not all(_acyclic(rows) for rows in batch)
+    got = []
+    for count in blocks:
+        edges = even_edges(ncols, min(count, ncols)) if count else None
+        one = _by_blocks(procs, sums, destroys, edges)
+        one = one[0], {name: v for name, v in one[1].items() if v}
+        two = _streamed(streams, destroys, edges)
+        # a causality cycle stops the streamed walk, and the layout's walk decides
+        # (walk_blocks.run_streamed and local): nothing else does
+        assert two[0]["walk_complete"] != cyclic, count
+        if not cyclic:
+            assert two == one, count
+        got.append(two[0])
+    return got
+
+
+# p0 sends m1 and then m2 to p1 and p2; p2 delivers m2 first: a causal violation whose
+# example's path is p0's own order
+_KEYS = dict.fromkeys(("dests", "node", "wall_ns", "stamp_ts", "stamp_peer", "stamp_tx"))
+INVERTED = [dict(_KEYS, process=0, seq=0, kind="send", msg=1, dests=[1, 2]),
+            dict(_KEYS, process=0, seq=1, kind="send", msg=2, dests=[1, 2]),
+            dict(_KEYS, process=1, seq=0, kind="deliver", msg=1),
+            dict(_KEYS, process=1, seq=1, kind="deliver", msg=2),
+            dict(_KEYS, process=2, seq=0, kind="deliver", msg=2),
+            dict(_KEYS, process=2, seq=1, kind="deliver", msg=1)]
+
+
+# 3 sends m1 after receiving the signal that 2 sends only after delivering m1: a
+# causality cycle, which no walk orders
+def _row(p, s, kind, msg, dests=None):
+    return dict(_KEYS, process=p, seq=s, kind=kind, msg=msg, dests=dests)
+
+
+CYCLE = [_row(3, 0, "signal_recv", 100), _row(3, 1, "send", 3, [4]),
+         _row(3, 2, "send", 1, [2, 4]), _row(2, 0, "deliver", 1),
+         _row(2, 1, "signal_send", 100), _row(4, 0, "deliver", 3), _row(4, 1, "deliver", 1)]
+
+
+@settings(max_examples=30, deadline=None, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(st.lists(traces, min_size=1, max_size=5), st.integers(1, 6),
+       st.sampled_from([(), (INVERTED,), (CYCLE,)]), st.sampled_from([1, 3, 16, None]))
+def test_the_streamed_walk_is_the_in_memory_walk(tmp_path_factory, drawn, buckets, more,
+                                                  rows):
+    batch = [_unstamped(_make(*c)) for c in drawn] + list(more)
+    saved = per_process.MIN_ROWS, per_process.STREAM_ROWS_ALL
+    try:
+        if rows:        # batches of `rows` rows, else the default (one a process here)
+            per_process.MIN_ROWS = per_process.STREAM_ROWS_ALL = rows
+        _agree(batch, str(tmp_path_factory.mktemp("s")), buckets, (None, 2, 3, 64))
+    finally:
+        per_process.MIN_ROWS, per_process.STREAM_ROWS_ALL = saved
+
+
+def test_violations_cycles_and_small_batches(tmp_path, monkeypatch):
+    # batches of 7 rows: every process spans several, a walk waits across them; the
+    # planted faults give causal examples with paths, components and a cycle
+    monkeypatch.setattr(per_process, "MIN_ROWS", 7)
+    monkeypatch.setattr(per_process, "STREAM_ROWS_ALL", 7)
+    batch = [_unstamped(_make(9000 + i, 4, 60, m)) for i, m in enumerate(
+        ("lose", "duplicate", "misdeliver", "swap", "adjacent_swap", "late_data"))]
+    got = _agree(batch + [INVERTED], str(tmp_path / "a"), 3, (None, 2, 64))
+    assert got[0]["walk_complete"] and got[0]["causal_count"]
+    assert all(e["path"] for e in got[0]["causal_examples"])
+    assert got[0]["consistent_count"] and got[0]["fifo_count"] and got[0]["node_rules_count"]
+    got = _agree(batch + [CYCLE], str(tmp_path / "b"), 3, (None, 2))
+    assert not got[0]["walk_complete"]
+
+
+def test_a_broken_numbering_never_makes_a_process_file(tmp_path):
+    rows = _unstamped(_make(7, 3, 40, None))
+    path = str(tmp_path / "t")
+    _write([rows], path)
+    where = linked_files.directory(str(tmp_path))
+    sums = _linked(read_footers(path), where, 3)
+    procs = sorted(set().union(*(s["procs"] for s in sums)))
+    with pytest.raises(ValueError, match="not numbered"):
+        _streams(sums[1:], procs, where)
+
+
+# one task of the streamed walk in a process of its own: its resident memory's growth
+TASK = """
+import json, sys
+import psutil
+from bus1py.check.arrays import events, per_process, properties, streamed, streamed_examples
+from bus1py.check.spark import by_message
+from bus1py.check.spark.walk_task import task_properties
+a = json.loads(sys.argv[1])
+streams = per_process.Streams(a["procs"], a["files"], a["counts"])
+before = psutil.Process().memory_info().rss
+mine = task_properties(sorted(by_message.WANT), a["i"], a["tasks"])
+out, info = streamed.decide(streams, mine, 3, None, a["edge"], a["destroys"])
+# the peak of this process's own memory (ru_maxrss would keep the parent's across exec)
+with open("/proc/self/status") as f:
+    peak = next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) * 1024
+grew = peak - before
+print(json.dumps({"grew": grew, "live": info["live_origins"]}))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_task_grows_by_what_the_memory_model_says(tmp_path):
+    # a task's resident memory grows by at most its model (streamed.task_bytes) and by
+    # at least half of it (the model is no loose bound), whatever the block's width
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from gen_trace import generate
+    generate(str(tmp_path / "t"), 1_000_000, 64, stamps=False, quiet=True)
+    where = linked_files.directory(str(tmp_path))
+    sums = _linked(read_footers(str(tmp_path / "t")), where, 2)
+    procs = sorted(set().union(*(s["procs"] for s in sums)))
+    streams = _streams(sums, procs, where, groups=1)
+    for blocks in (1, 4):
+        edges = even_edges(len(procs), blocks) or [None]
+        for i in (0, 1 % blocks):
+            arg = {"procs": procs, "files": streams.files, "counts": streams.counts.tolist(),
+                   "i": i, "tasks": len(edges), "edge": edges[i],
+                   "destroys": any(s["destroys"] for s in sums)}
+            cp = subprocess.run([sys.executable, "-c", TASK, json.dumps(arg)],
+                                capture_output=True, text=True, timeout=120, check=True)
+            got = json.loads(cp.stdout)
+            width = edges[i][1] - edges[i][0] if edges[i] else len(procs)
+            model = streamed.task_bytes(streams.counts, width, got["live"],
+                                        beside=i == 1 % blocks)
+            assert 0.5 * model <= got["grew"] <= model, (blocks, i, got, model)
