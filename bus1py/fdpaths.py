@@ -2,20 +2,22 @@
 holds; csrc/bus/fds.c posts to and takes from them).
 
 Invariants:
-  - A peer's store is its record's number of AF_UNIX datagram sockets bound at
-    B1_FDS_DIR + its nonce + "/<k>" (b1_fds_address).  The directory has the segment's
+  - A peer's store is three AF_UNIX datagram sockets: the inbox, bound at B1_FDS_DIR +
+    its nonce + "/inbox" (b1_fds_address), and a socketpair (a, b) with no path, whose
+    inode numbers the record keeps (written at b1_fds_register).  The directory has the segment's
     owner (or the caller's uid), the segment's group, and rwx for exactly the classes that
     may open the segment read-write (0700 for a 0600 bus); one found otherwise, or a
     symbolic link, is refused with an error naming it (`open_dir`).  So the kernel lets no
     other user send to, bind in or find a store.  A socket file gets rw for the same
     classes when they go beyond the owner.
-  - Every socket has SO_PASSCRED before its bind: no datagram reaches it without its
-    sender's credentials (`bind`).
-  - `bind` binds all of a store's paths or none, and only when no live process holds
-    them (a holder has all of them or none: binders hold the directory's flock); a stale
-    path is unlinked first.
-  - `take` copies a live holder's sockets (pidfd_getfd: the right to ptrace it), all of
-    them or none.
+  - The inbox has SO_PASSCRED before its bind: no datagram reaches it without its
+    sender's credentials (`bind`).  a's send buffer is the most the kernel grants: what b
+    can queue.
+  - `bind` makes a whole store or none, and only when no live process holds the inbox (a
+    holder has all three or none: binders hold the directory's flock); a stale path is
+    unlinked first.
+  - `take` copies a live holder's three sockets (pidfd_getfd: the right to ptrace it), all
+    of them or none.
 """
 from __future__ import annotations
 
@@ -32,16 +34,14 @@ from .errors import bus_error
 _SYS_PIDFD_GETFD = 438  # the same number on every architecture (the generic syscall table)
 
 
-def paths(peer) -> list:
-    """The filesystem paths of the sockets of `peer`'s store, in order."""
-    out, paths = ffi.new("char[]", 108), list[str]()
-    while True:
-        n = lib.b1_fds_address(peer._bus.base(), peer._slot, peer._id, len(paths), out, 108)
-        if n == -errno.ERANGE:
-            return paths
-        if n < 0:
-            raise bus_error(n, f"the descriptor store of peer {peer._id}")
-        paths.append(os.fsdecode(ffi.buffer(out, n)[:]))
+def path(peer) -> tuple:
+    """The filesystem path of `peer`'s store's inbox, and the inode numbers of its pair as
+    its record names them (0, 0 before any holder registered it)."""
+    out, pair = ffi.new("char[]", 108), ffi.new("uint64_t[2]")
+    n = lib.b1_fds_address(peer._bus.base(), peer._slot, peer._id, out, 108, pair)
+    if n < 0:
+        raise bus_error(n, f"the descriptor store of peer {peer._id}")
+    return os.fsdecode(ffi.buffer(out, n)[:]), (pair[0], pair[1])
 
 
 def classes(mode: int) -> tuple:
@@ -98,34 +98,30 @@ def live(path: str) -> bool:
         probe.close()
 
 
-def bind(paths: list, smode: int):
-    """Sockets bound at every one of `paths` (stale ones unlinked first), or None when a live
-    process holds them (under the directory's flock: a holder has all of a store's paths or
-    none, so the first one decides)."""
-    socks = []
+def bind(path: str, smode: int):
+    """[inbox bound at `path` (a stale one unlinked first), a, b], or None when a live
+    process holds the inbox (under the directory's flock: a holder has all three or none)."""
+    inbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
-        for path in paths:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            socks.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # before any datagram can come
-            try:
-                sock.bind(path)
-            except OSError as e:
-                if e.errno != errno.EADDRINUSE:
-                    raise
-                if live(path):
-                    for s in socks:
-                        s.close()
-                    return None
-                os.unlink(path)
-                sock.bind(path)
-            if smode & 0o066:  # a bus of the group or others: they need write on the file
-                os.chmod(path, smode)  # (for the owner alone the directory is what stands)
+        inbox.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # before any datagram can come
+        try:
+            inbox.bind(path)
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                raise
+            if live(path):
+                inbox.close()
+                return None
+            os.unlink(path)
+            inbox.bind(path)
+        if smode & 0o066:  # a bus of the group or others: they need write on the file
+            os.chmod(path, smode)  # (for the owner alone the directory is what stands)
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     except OSError:
-        for sock in socks:
-            sock.close()
+        inbox.close()
         raise
-    return socks
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)  # the kernel caps it at 2 * wmem_max
+    return [inbox, a, b]
 
 
 def alive(pid: int) -> bool:
@@ -138,26 +134,26 @@ def alive(pid: int) -> bool:
     return True
 
 
-def unlink(paths) -> None:
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+def unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
     with contextlib.suppress(OSError):
-        os.rmdir(os.path.dirname(paths[0]))
+        os.rmdir(os.path.dirname(path))
 
 
-def take(peer, paths: list):
-    """Copies of the sockets a live holder of `peer` (a recorded one, or this process's
-    parent) has bound at `paths` (pidfd_getfd, which needs the right to ptrace it), or
-    None unless every one was found."""
-    inodes = {}
-    wanted = {path: k for k, path in enumerate(paths)}
+def take(peer, inbox: str):
+    """Copies of the inbox bound at `inbox` and of the pair its record names (read under
+    the directory's flock: the holder that bound them wrote it under the same) that a live
+    holder of `peer` (a recorded one, or this process's parent) holds (pidfd_getfd, which
+    needs the right to ptrace it), or None unless all three were found in one holder."""
+    pair = path(peer)[1]
+    inodes = {f"socket:[{ino}]": k for k, ino in ((1, pair[0]), (2, pair[1])) if ino}
     with open("/proc/net/unix") as f:
         for line in f:
             parts = line.split()
-            if len(parts) >= 8 and parts[7] in wanted:
-                inodes[f"socket:[{parts[6]}]"] = wanted[parts[7]]
-    if len(set(inodes.values())) != len(paths):
+            if len(parts) >= 8 and parts[7] == inbox:
+                inodes[f"socket:[{parts[6]}]"] = 0
+    if len(set(inodes.values())) != 3:
         return None
     libc = ctypes.CDLL(None, use_errno=True)
     # its recorded holders, and the parent: a fork child drops the copies it inherited
@@ -191,8 +187,8 @@ def take(peer, paths: list):
             pass  # it exited meanwhile
         finally:
             os.close(pidfd)
-        if len(got) == len(paths):
-            return [got[k] for k in range(len(paths))]
+        if len(got) == 3:
+            return [got[k] for k in range(3)]
         for sock in got.values():
             sock.close()
     return None

@@ -11,14 +11,21 @@ Invariants:
     descriptor (EBADF).  `named(fds)` names them to the C helper for the calls made inside
     it and names none again when it ends, however it ends: no later send of the thread
     carries them by mistake.
-  - A peer's store is its record's number of AF_UNIX datagram sockets bound at
-    filesystem paths in a directory only the bus's users may enter, each with
-    SO_PASSCRED from before its bind (fdpaths.py); every datagram's credentials are
-    checked at the take against the ones registered here (the segment's owner, its
-    group for a group bus, anyone for a world bus; root).
+  - A peer's store is three AF_UNIX datagram sockets whatever its quota: an inbox bound
+    at a filesystem path in a directory only the bus's users may enter, with SO_PASSCRED
+    from before its bind, and a socketpair with no path (fdpaths.py); every inbox
+    datagram's credentials are checked against the ones registered here (the segment's
+    owner, its group for a group bus, anyone for a world bus; root).
+  - A sender that finds an inbox full while its process holds no copy of the store asks
+    the holder processes' movers (csrc/bus/fds.c): `mover_socket()` is this process's,
+    bound at an abstract address named by its pid and pidfs inode and polled by each of its death
+    watchers (watch.py), which move what is asked for (b1_fds_wakeup).  With no watcher
+    (BUS1PY_WATCH=0) only a receive of the peer (which moves a filling inbox) or a send
+    from a holder process makes room, and a send waits B1_FDS_WAIT_MS for it, then fails
+    with EDQUOT.
   - The sockets are bound by the process that creates the peer; a process that joins
-    otherwise (spawn, a fork child at its first use) binds them afresh when no live
-    process holds them (stale paths unlinked), or takes a live holder's (pidfd_getfd); all
+    otherwise (spawn, a fork child at its first use) makes them afresh when no live
+    process holds them (a stale path unlinked), or takes a live holder's (pidfd_getfd); all
     under an flock of the directory, so two joiners never both bind.  A process has at
     most one store per peer (`_stores`), all its sockets or none, registered with the C
     helper.  A process that cannot set the store up gets the error (EMFILE, EPERM)
@@ -34,7 +41,7 @@ Invariants:
   - A store of a peer no longer connected is emptied (every datagram popped, its
     descriptors closed) and closed by each holder: at `Peer.disconnect`, and within a
     watcher's rescan of the holders epoch (watch.py calls `prune`), which the disconnect
-    moves; the disconnect unlinks its paths and directory (csrc/bus/peer.c).
+    moves; the disconnect unlinks its path and directory (csrc/bus/peer.c).
 """
 from __future__ import annotations
 
@@ -42,6 +49,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import socket
 import threading
 from typing import NamedTuple
 
@@ -54,12 +62,13 @@ _stores = {}  # (bus name, peer id) -> Store: this process's sockets of the peer
 _missing = {}  # (bus name, peer id) -> the peer, for stores this process failed to set up
 _lock = threading.RLock()  # around every change of _stores and each look at all of it (the watcher's too)
 _binding: set = set()  # descriptors of store directories this process's threads hold flocks of
+_mover = None  # this process's mover socket (mover_socket)
 
 
 class Store(NamedTuple):
     slot: int
     socks: list
-    paths: list
+    path: str
     bus: object  # the Bus object its peer was used through: Bus.close of it lets go
 _ACTIVE = 1  # b1_peer_info.state of a connected peer (B1_PEER_ACTIVE, csrc/bus/layout.h)
 _ANYONE = -2  # b1_fds_register's gid for a bus every user may map: any sender's credentials
@@ -112,7 +121,7 @@ def _register(peer, socks) -> None:
             s.close()
         raise bus_error(r, f"registering the descriptor store of peer {peer._id}")
     with _lock:
-        _stores[(peer._bus.name, peer._id)] = Store(peer._slot, socks, [s.getsockname() for s in socks], peer._bus)
+        _stores[(peer._bus.name, peer._id)] = Store(peer._slot, socks, socks[0].getsockname(), peer._bus)
 
 
 def ensure(peer) -> None:
@@ -124,10 +133,10 @@ def ensure(peer) -> None:
         return
     with _lock:
         _missing[key] = peer
-    paths = fdpaths.paths(peer)
+    path = fdpaths.path(peer)[0]
     try:
         with _lock:
-            dfd = fdpaths.open_dir(os.path.dirname(paths[0]), peer._bus._owner)
+            dfd = fdpaths.open_dir(os.path.dirname(path), peer._bus._owner)
             _binding.add(dfd)
     except OSError as e:
         raise _setup_error(peer, e) from None
@@ -136,9 +145,9 @@ def ensure(peer) -> None:
         if key in _stores:
             return  # another thread of this process set it up meanwhile
         try:
-            socks = fdpaths.bind(paths, fdpaths.classes(peer._bus._owner[2])[1])
+            socks = fdpaths.bind(path, fdpaths.classes(peer._bus._owner[2])[1])
             if socks is None:
-                socks = fdpaths.take(peer, paths)
+                socks = fdpaths.take(peer, path)
         except OSError as e:
             raise _setup_error(peer, e) from None
         if socks is None:
@@ -192,7 +201,7 @@ def forget(peer) -> None:
 def forget_bus(bus) -> None:
     """This process lets go of every store of `bus` (it is being closed here; the peers may
     live on in other processes, so nothing is emptied).  A store no other live process is
-    recorded to hold loses its paths too: a later holder binds it afresh."""
+    recorded to hold loses its path too: a later holder binds it afresh."""
     out = ffi.new("struct b1_peer_info *")
     with _lock:
         mine = [k for k, st in _stores.items() if st.bus is bus]
@@ -203,12 +212,12 @@ def forget_bus(bus) -> None:
                                     not any(fdpaths.alive(pid) for pid in out.pids if pid and pid != os.getpid()))
         _close(bus._base, key, drain=False)
         if alone and st is not None:
-            fdpaths.unlink(st.paths)
+            fdpaths.unlink(st.path)
 
 
 def _close(base, key, drain: bool) -> None:
     """Let go of the store of `key`; with `drain` (its peer is gone) emptied first, and its
-    paths unlinked (the disconnect did, unless a bind raced it)."""
+    path unlinked (the disconnect did, unless a bind raced it)."""
     with _lock:
         _missing.pop(key, None)
         st = _stores.pop(key, None)
@@ -218,7 +227,7 @@ def _close(base, key, drain: bool) -> None:
             lib.b1_fds_register(base, slot, key[1], ffi.NULL, 0, 0, -1)
         if drain:
             lib.b1_fds_drain(ffi.new("int32_t[]", [s.fileno() for s in socks]), len(socks))
-            fdpaths.unlink(st.paths)
+            fdpaths.unlink(st.path)
         for sock in socks:
             sock.close()
 
@@ -254,11 +263,41 @@ def sweep(peer) -> None:
     lib.b1_fds_sweep(peer._bus.base(), peer._slot, peer._id)
 
 
+def mover_socket():
+    """This process's mover socket (made at its first call), or None when its address is
+    taken (by a process that bound it after this one started: senders then wait for a
+    receive of the peer instead).  Anyone may send it a request: it moves at most what a
+    store this process holds already has, so a request is harmless."""
+    global _mover
+    with _lock:
+        if _mover is None:
+            out = ffi.new("char[]", 108)
+            n = lib.b1_fds_mover_address(out, 108)
+            if n < 0:
+                return None
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK)
+            try:
+                sock.bind(ffi.buffer(out, n)[:])
+            except OSError:
+                sock.close()
+                return None
+            _mover = sock
+        return _mover
+
+
+def move_asked(sock) -> None:
+    """Move what the requests readable on `sock` (mover_socket's) ask for."""
+    lib.b1_fds_wakeup(sock.fileno())
+
+
 def _after_fork_in_child() -> None:
     # the fork waited for _lock (before=), so the tables are whole; the child's copy of the
     # lock is held by the forking thread's twin: a lock of its own instead
-    global _lock
+    global _lock, _mover
     _lock = threading.RLock()
+    if _mover is not None:  # the parent's address: the child binds its own
+        _mover.close()
+        _mover = None
     for dfd in _binding:  # the parent's threads' flocks stay theirs
         os.close(dfd)
     _binding.clear()

@@ -36,8 +36,11 @@ Invariants:
     descriptors in flight to a dead receiver close within the same second.  Each rescan
     (a disconnect moves the holders epoch) closes the stores of peers disconnected by
     anyone (fds.prune).
+  - The watcher also polls this process's mover socket (fds.mover_socket) and moves the
+    descriptor store inboxes senders ask it to (a sender finding one full), at once.
   - BUS1PY_WATCH=0 in the environment starts no watcher (gc then runs only when called,
-    or when a send meets EDQUOT), for benchmarks and tests that time gc themselves.
+    or when a send meets EDQUOT; a full inbox is moved only by its peer's receives and
+    by holder processes' sends), for benchmarks and tests that time gc themselves.
 """
 from __future__ import annotations
 
@@ -177,6 +180,7 @@ class Watcher:
     def _run(self) -> None:
         holders, dead = ffi.new("struct b1_watched[]", MAX_WATCHED), ffi.new("uint32_t *")
         epoch, last_full, poller, by_fd = None, 0.0, None, {}
+        mover = fds.mover_socket()  # senders that find an inbox of this process's full
         try:
             while True:
                 now = time.monotonic()
@@ -189,12 +193,16 @@ class Watcher:
                 if poller is None:
                     poller = select.poll()
                     poller.register(self.wake, select.POLLIN)
+                    if mover is not None:
+                        poller.register(mover, select.POLLIN)
                     by_fd = {fd: pid for pid, fd in self.fds.items()}
                     for fd in by_fd:
                         poller.register(fd, select.POLLIN)
                 ready = poller.poll(RESCAN * 1000)
                 if any(fd == self.wake for fd, _ in ready):
                     return
+                if mover is not None and any(fd == mover.fileno() for fd, _ in ready):
+                    fds.move_asked(mover)
                 exited = [by_fd[fd] for fd, _ in ready if fd in by_fd]
                 for pid in exited:
                     os.close(self.fds.pop(pid))

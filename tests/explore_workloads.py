@@ -413,6 +413,17 @@ class ReceiveFds(Canary, Receive):
     fds_each = 1
 
 
+class ReceiveFdsMoved(ReceiveFds):
+    """ReceiveFds past the inbox's room (net.unix.max_dgram_qlen + 1 = 11 by default): s1's
+    twelfth post moved the inbox into the pair (the trial holds the store), the last ones
+    wait in the inbox, so the victim's first receive moves them (csrc/bus/fds.c): a mover
+    killed between a forward and its pop leaves a duplicate, which no take may deliver
+    twice and which must not outlive its message."""
+
+    def __init__(self):
+        super().__init__("recv", 16)
+
+
 class ReceiveFdsCrossed(ReceiveFds):
     """ReceiveFds with the store out of the queue's order: s1's message 2 and s2's message 3
     are staged together (the same stamp, s1's id the lower: 2 is received first), 3 is
@@ -516,5 +527,6 @@ WORKLOADS = {
     "transfer": Transfer(), "release": Release(), "destroy": Destroy(), "disconnect": Disconnect(),
     "gc": Gc(), "verify": Verify(), "create": Create(),
     "send_fds": SendFds(), "recv_fds": ReceiveFds("recv", 4), "recv_fds_crossed": ReceiveFdsCrossed(),
+    "recv_fds_moved": ReceiveFdsMoved(),
     "publish": Publish(), "lookup": Lookup(), "reset": Reset(),
 }

@@ -6,7 +6,9 @@ call cycle between files.  A function defined in a header (a static inline) belo
 the file of the same name (x.h to x.c), or to the base when there is none (layout.h).
 A lower layer that needs work done above it returns the work (handle.h's notices) instead
 of calling up.  And the lock rule the *_locked convention states: a function called with a
-peer's lock held never takes a lock, directly or through what it calls (no two at once).
+peer's lock held never takes a peer's or the name table's lock, directly or through what
+it calls (no two at once); the one lock taken under them, a descriptor store's mover lock
+(fdio.c), is a leaf: whoever takes it takes no other lock, directly or through what it calls.
 """
 import re
 from pathlib import Path
@@ -19,6 +21,7 @@ LAYERS = [
     ["view"],                # this process's validated copy of a bus's layout
     ["alloc"],               # lock-free slots, entries and pool records
     ["queue"],               # one peer's queue and its lock
+    ["fdio"],                # a descriptor store's datagrams, its mover lock and move
     ["fds"],                 # descriptors in messages: the store, posting and taking
     ["slot"],                # a peer slot named by (slot, id)
     ["handle"],              # handles and the node owner's lock; notices handed up
@@ -82,19 +85,43 @@ def _bodies() -> dict:
     return bodies
 
 
-def test_locked_functions_take_no_lock():
+def _calls() -> dict:
     bodies = _bodies()
-    calls = {f: set(re.findall(r"\b(\w+)\s*\(", body)) & set(bodies) for f, body in bodies.items()}
-    locking = {"b1_lock", "b1_names_lock"}
+    return {f: set(re.findall(r"\b(\w+)\s*\(", body)) & set(bodies) for f, body in bodies.items()}
+
+
+def _reaching(calls: dict, targets: set) -> set:
+    """The targets and every function that calls one of them, directly or not."""
+    out = set(targets)
     while True:
-        more = {f for f, callees in calls.items() if callees & locking} - locking
+        more = {f for f, callees in calls.items() if callees & out} - out
         if not more:
-            break
-        locking |= more
+            return out
+        out |= more
+
+
+def test_locked_functions_take_no_lock():
+    calls = _calls()
+    locking = _reaching(calls, {"b1_lock", "b1_names_lock"})
     assert {"b1_lock_live", "b1_tx_stage_nt", "b1_notices_send_all"} <= locking
-    bad = sorted(f"{f} -> {sorted(calls[f] & locking)}" for f in bodies
+    bad = sorted(f"{f} -> {sorted(calls[f] & locking)}" for f in calls
                  if f.endswith("_locked") and calls[f] & locking)
     assert not bad, "\n".join(bad)
+
+
+def test_the_mover_lock_is_a_leaf():
+    calls = _calls()
+    takers = {f for f, callees in calls.items() if "b1_fds_mover_lock" in callees}
+    assert {"b1_fds_take_locked", "b1_fds_sweep_locked", "b1_fds_wakeup"} <= takers
+    under = set()  # what the takers call, directly or not
+    todo = set().union(*(calls[f] for f in takers))
+    while todo:
+        f = todo.pop()
+        if f not in under:
+            under.add(f)
+            todo |= calls.get(f, set())
+    locking = _reaching(calls, {"b1_lock", "b1_names_lock"})
+    assert not (under | takers) & locking, sorted((under | takers) & locking)
 
 
 def test_every_file_has_a_layer():

@@ -28,12 +28,12 @@ import errno
 import multiprocessing as mp
 import os
 import resource
-import select
 
 import pytest
 
 from bus1py import MessageType
 from bus1py._lib import ffi, lib
+from fdhelp import eof as _eof, fill_table
 
 import killpoints as kp
 
@@ -60,12 +60,6 @@ def _pair(bus):
 
 def _open_fds() -> set:
     return set(os.listdir("/proc/self/fd"))
-
-
-def _eof(read_end, timeout=5.0) -> bool:
-    """Every write end of the pipe is closed: the reader sees end-of-file in time."""
-    ready, _, _ = select.select([read_end], [], [], timeout)
-    return bool(ready) and os.read(read_end, 64) == b""
 
 
 def _close_all(msgs):
@@ -266,12 +260,7 @@ def test_a_hundred_and_more_in_flight_all_arrive_with_their_own(bus):
 
 def _free_numbers() -> int:
     """How many more descriptors this process can open (each probe closed again)."""
-    probes = []
-    try:
-        while True:
-            probes.append(os.dup(2))
-    except OSError as e:
-        assert e.errno == errno.EMFILE
+    probes = fill_table()
     for fd in probes:
         os.close(fd)
     return len(probes)
@@ -282,12 +271,7 @@ def _receive_out_of_descriptors(r, out):
     top = max(int(fd) for fd in os.listdir("/proc/self/fd"))
     resource.setrlimit(resource.RLIMIT_NOFILE, (top + 32, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     r._attach()  # a fork child holds no store until it uses the peer: taken before the numbers run out
-    fillers = []
-    try:
-        while True:
-            fillers.append(os.dup(2))
-    except OSError:
-        pass
+    fillers = fill_table()
     os.close(fillers.pop())
     os.close(fillers.pop())
     report = {"first": [(m.payload, len(m.fds)) for m in r.recv_many(8, timeout=0)]}

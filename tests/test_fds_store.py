@@ -25,7 +25,6 @@ import errno
 import json
 import multiprocessing as mp
 import os
-import select
 import socket
 import struct
 import threading
@@ -37,6 +36,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 import bus1py
 from bus1py import fds as _fds
 from bus1py._lib import lib
+from fdhelp import arrives_with, eof as _eof, fill_table, open_fds as _open_fds
 
 FORK = mp.get_context("fork")
 NOBODY = 65534
@@ -53,23 +53,6 @@ def _pair(bus):
     return r, s, node, r.transfer(node, s)
 
 
-def _open_fds() -> set:
-    """This process's open descriptors (not the one the listing itself used)."""
-    out = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            os.fstat(int(fd))
-            out.add(int(fd))
-        except OSError:
-            pass
-    return out
-
-
-def _eof(read_end, timeout=5.0) -> bool:
-    ready, _, _ = select.select([read_end], [], [], timeout)
-    return bool(ready) and os.read(read_end, 64) == b""
-
-
 def _store(peer) -> list:
     """This process's sockets of `peer`'s store."""
     return _fds._stores[(peer.bus.name, peer.id)][1]
@@ -82,12 +65,7 @@ def _send_and_take(r, s, h, n=3):
         s.send([h], b"m%d" % i, fds=(wr,))
         os.close(wr)
     for i, (rd, _) in enumerate(pipes):
-        m = r.recv(timeout=1)
-        assert m.payload == b"m%d" % i and len(m.fds) == 1
-        assert os.fstat(m.fds[0]).st_ino == os.fstat(rd).st_ino
-        os.close(m.fds[0])
-        assert _eof(rd)
-        os.close(rd)
+        arrives_with(r, b"m%d" % i, rd)
 
 
 # ---- item 1: another local user reaches no store ----
@@ -164,7 +142,7 @@ def test_another_user_cannot_fill_inject_into_or_take_a_store(bus):
     mine = _store_inodes(r) | _store_inodes(s)
     out = _as_outsider(_outsider, mine)
     assert out["uid"] == NOBODY
-    assert out["found"] == len(mine)  # every store is listed: the names are no secret
+    assert out["found"] == 2  # every inbox is listed (the names are no secret), no pair has a name
     assert out["sent"] == 0 and out["bound"] == 0, out
     assert set(out["refused"]) <= {errno.EACCES, errno.EPERM}, out
     _send_and_take(r, s, h, n=12)  # more than a socket's queue: nothing of the outsider's in the way
@@ -172,7 +150,7 @@ def test_another_user_cannot_fill_inject_into_or_take_a_store(bus):
 
 # ---- item 2: the take against any datagram ----
 
-_HDR = struct.Struct("=QQQIIII")  # csrc/bus/fds.c struct fd_dgram
+_HDR = struct.Struct("=QQQIIII")  # csrc/bus/fdio.h struct b1_fd_dgram
 
 
 def _post(path: str, data: bytes, fds=(), creds=None) -> bool:
@@ -192,30 +170,27 @@ def _post(path: str, data: bytes, fds=(), creds=None) -> bool:
 
 @pytest.mark.timeout(60)
 def test_forged_and_malformed_datagrams_are_never_taken_nor_leak(bus):
-    """The message's datagram lands in socket 1 (socket 0 full of junk); then
-    socket 0, walked first, gets a datagram with the message's exact header carrying an
-    outsider's descriptor under foreign credentials, and one under ours whose header
-    counts 1 descriptor but carries 2.  The take passes both and installs no copy of them;
-    the sweep pops them all."""
+    """The message's post finds the inbox full of junk and moves it (the sender's process
+    holds the store): the junk is popped, never forwarded.  Then the inbox gets a datagram
+    with the message's exact header carrying an outsider's descriptor under foreign
+    credentials, and one under ours whose header counts 1 descriptor but carries 2.  The
+    take passes both and installs no copy of them; the sweep pops them all."""
     if os.geteuid() != 0:
         pytest.skip("needs root to send foreign SCM_CREDENTIALS")
     r, s, _, h = _pair(bus)
-    paths = [sock.getsockname() for sock in _store(r)]
+    inbox = _store(r)[0].getsockname()
     junk_rd, junk_wr = os.pipe()
     n = 0
-    while _post(paths[0], bytes(_HDR.size), (junk_wr,)):  # header-long, so a walk by offsets sees past it
+    while _post(inbox, bytes(_HDR.size), (junk_wr,)):  # header-long, so a walk by offsets sees past it
         n += 1
     assert n >= 2
     rd, wr = os.pipe()
     ts, sender, seq = s.send([h], b"real", fds=(wr,))
     os.close(wr)
-    head = _store(r)[0]
-    head.recv(_HDR.size)  # two places at socket 0's tail, for the forgeries
-    head.recv(_HDR.size)
     forged_rd, forged_wr = os.pipe()
     header = _HDR.pack(sender, ts, seq, 0, 1, 0, 1)
-    assert _post(paths[0], header, (forged_wr,), creds=(os.getpid(), NOBODY, NOBODY))
-    assert _post(paths[0], header, (forged_wr, forged_wr))
+    assert _post(inbox, header, (forged_wr,), creds=(os.getpid(), NOBODY, NOBODY))
+    assert _post(inbox, header, (forged_wr, forged_wr))
     os.close(forged_wr)
     os.close(junk_wr)
     before = _open_fds()
@@ -245,12 +220,12 @@ _junk = st.one_of(
 @given(plan=st.lists(st.tuples(st.booleans(), _junk, st.integers(0, 3), st.integers(0, 6)), min_size=1, max_size=8))
 def test_any_junk_in_the_store_leaves_every_message_its_own(make_bus, plan):
     """A plan interleaves real sends (True) with junk datagrams (False: bytes, n
-    descriptors, into socket k of the store).  Every real message arrives with exactly its
+    descriptors, into the store's inbox, k of them).  Every real message arrives with exactly its
     own descriptor, the receiver ends with no other new descriptor, and once swept every
     junk descriptor is closed."""
     bus = make_bus(max_peers=4, max_nodes=8, max_handles=32, pool_size=1 << 18, spin_ns=0, quota_fds=64)
     r, s, _, h = _pair(bus)
-    paths = [sock.getsockname() for sock in _store(r)]
+    inbox = _store(r)[0].getsockname()
     junk_rd, junk_wr = os.pipe()
     real = []
     for is_real, data, n_fds, k in plan:
@@ -260,7 +235,8 @@ def test_any_junk_in_the_store_leaves_every_message_its_own(make_bus, plan):
             os.close(wr)
             real.append(rd)
         else:
-            _post(paths[k % len(paths)], data, (junk_wr,) * n_fds)
+            for _ in range(k):
+                _post(inbox, data, (junk_wr,) * n_fds)
     os.close(junk_wr)
     before = _open_fds()
     got = [r.recv(timeout=1) for _ in real]
@@ -285,12 +261,7 @@ def test_a_store_that_cannot_be_set_up_fails_the_send_and_is_retried(bus):
     then arrives whole."""
     s = bus.peer()
     rd, wr = os.pipe()
-    fillers = []
-    try:
-        while True:
-            fillers.append(os.dup(2))
-    except OSError:
-        pass
+    fillers = fill_table()
     try:
         r = bus.peer()
         h = r.transfer(r.create_node(), s)  # each call tries the store again, in vain
@@ -308,11 +279,7 @@ def test_a_store_that_cannot_be_set_up_fails_the_send_and_is_retried(bus):
     assert not _fds.missing(r)
     s.send([h], b"whole", fds=(wr,))
     os.close(wr)
-    m = r.recv(timeout=1)
-    assert m.payload == b"whole" and os.fstat(m.fds[0]).st_ino == os.fstat(rd).st_ino
-    os.close(m.fds[0])
-    assert _eof(rd)
-    os.close(rd)
+    arrives_with(r, b"whole", rd)
 
 
 # ---- item 4: no leaks ----
@@ -473,11 +440,7 @@ def test_a_group_bus_takes_descriptors_from_a_member_of_another_uid(make_bus):
     child.join(30)
     assert child.exitcode == 0
     os.close(wr)
-    m = r.recv(timeout=1)
-    assert m.payload == b"from the group" and os.fstat(m.fds[0]).st_ino == os.fstat(rd).st_ino
-    os.close(m.fds[0])
-    assert _eof(rd)
-    os.close(rd)
+    arrives_with(r, b"from the group", rd)
 
 
 def _touch_the_stores(q):

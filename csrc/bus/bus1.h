@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 /* cdef-begin */
-#define B1_VERSION 14
+#define B1_VERSION 15
 #define B1_HANDLE_INVALID 0xffffffffffffffff
 
 #define B1_MSG_DATA 0
@@ -410,21 +410,28 @@ int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice);
  * with n = 0: b1_send, b1_frame_send*, b1_send_reserve (which records their count) and
  * b1_send_commit (which posts them: the same ones must be named).  Each destination's
  * receiver gets its own copies, installed at its receive (b1_msg_info n_fds).
- * b1_fds_address: the filesystem path of socket k of the peer's store (in a directory
- * only the bus's users may enter, fds.c), its length (-ERANGE past the store's last
- * socket); a holder binds every one (SO_PASSCRED set first) and registers them, in order,
- * with b1_fds_register, naming who may post (uid; gid >= 0 too for a group bus; root
- * always), n = 0: forget them.
+ * b1_fds_address: the filesystem path of the peer's store's inbox (in a directory only
+ * the bus's users may enter, fds.c), its length, and in pair[0..1] the inode numbers of
+ * its pair (0 when none was registered); a holder binds the inbox (SO_PASSCRED set first),
+ * makes the pair (a, b) and registers the three, in that order, with b1_fds_register,
+ * naming who may post (uid; gid >= 0 too for a group bus; root always), n = 0: forget them.
  * b1_fds_sweep closes the descriptors at the heads of the store's sockets whose messages
  * are no longer queued (after a reset, a gc), and any datagram not posted by a sender.
  * b1_fds_drain empties the sockets of a disconnected peer's store (every datagram popped,
- * its descriptors closed). */
+ * its descriptors closed).
+ * b1_fds_mover_address: the abstract address (its first byte 0) of the calling process's
+ * mover socket (named by its pid and pidfs inode), where a sender that finds an inbox
+ * full asks its holders to move it;
+ * b1_fds_wakeup, on a readable mover socket, moves the stores this process holds that
+ * were asked for: how many datagrams it moved. */
 #define B1_MAX_FDS 256
 int b1_send_fds(const int32_t *fds, uint32_t n);
-int b1_fds_address(void *base, uint32_t slot, uint64_t id, uint32_t k, char *out, uint32_t cap);
+int b1_fds_address(void *base, uint32_t slot, uint64_t id, char *out, uint32_t cap, uint64_t *pair);
 int b1_fds_register(void *base, uint32_t slot, uint64_t id, const int32_t *socks, uint32_t n,
                     uint32_t uid, int64_t gid);
 void b1_fds_drain(const int32_t *socks, uint32_t n);
+int b1_fds_mover_address(char *out, uint32_t cap);
+int b1_fds_wakeup(int sock);
 int b1_fds_sweep(void *base, uint32_t slot, uint64_t id);
 
 /* arm (or with B1_KILL_NONE disarm) this process's kill point; -EINVAL for an unknown one */

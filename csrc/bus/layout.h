@@ -11,7 +11,8 @@
  *     64-bit byte offsets from the segment base: the segment maps at any address.
  *   - Each peer's queue (tree, clock, counters) is guarded by that peer's robust,
  *     process-shared mutex.  Node fields and the holder lists of handles are guarded by
- *     the node owner's mutex.  No code path holds two mutexes at once.
+ *     the node owner's mutex.  No code path holds two of those at once; a peer's
+ *     descriptor store's mover lock (fd_mover, fds.c) is a leaf taken under them.
  *   - The tables and the pool are carved lazily by atomic bump pointers and recycled
  *     through lock-free Treiber stacks whose heads carry an ABA tag; these are the only
  *     bus-wide shared words, and they are never locked.
@@ -168,7 +169,11 @@ struct b1_peer {
     uint32_t n_fds;        /* descriptors of the data messages queued or staged here, not yet
                               taken (quota_fds; guarded by lock) */
     uint32_t quota_fds;
-    uint32_t fd_socks;     /* sockets of its descriptor store (fds.c), fixed at its creation */
+    uint32_t pad_fds;
+    _Atomic uint64_t fd_pair[2]; /* inode numbers of its store's pair (fds.c), written by its
+                                    holders, read by a joining holder to find them */
+    pthread_mutex_t fd_mover; /* its store's mover lock (fds.c): a leaf, robust, held by
+                                 whoever reads or pops its inbox */
     _Atomic uint32_t n_handles; /* handle slots of this peer, held or in flight (quota_handles) */
     _Atomic uint64_t tx_seq;    /* the peer's next transaction sequence number */
     _Atomic uint64_t sent;

@@ -82,7 +82,8 @@ static void reset_peer_locked(void *base, struct b1_peer *p, uint32_t quota_mess
     p->quota_handles = quota_handles ? quota_handles : LIM(base).quota_handles;
     p->quota_bytes = quota_bytes ? quota_bytes : LIM(base).quota_bytes;
     p->quota_fds = LIM(base).quota_fds;
-    p->fd_socks = b1_fds_socks(p->quota_fds);
+    atomic_store(&p->fd_pair[0], 0);
+    atomic_store(&p->fd_pair[1], 0);
     /* a stale caller compares the id first, the state after: the new id goes first */
     __atomic_store_n(&p->id, atomic_fetch_add(&HDR(base)->next_peer_id, 1), __ATOMIC_SEQ_CST);
     __atomic_store_n(&p->state, B1_PEER_ACTIVE, __ATOMIC_SEQ_CST);
@@ -96,7 +97,8 @@ static uint32_t carve_peer(void *base) {
         if (cur > LIM(base).max_peers) return 0;
     } while (!atomic_compare_exchange_weak(&h->peers_bump, &cur, cur + 1));
     struct b1_peer *p = PEER(base, cur);
-    if (b1_robust_mutex_init(&p->lock)) return 0; /* cannot happen for a process-shared robust mutex */
+    /* cannot fail for a process-shared robust mutex */
+    if (b1_robust_mutex_init(&p->lock) || b1_robust_mutex_init(&p->fd_mover)) return 0;
     __atomic_store_n(&p->lock_initialised, 1, __ATOMIC_RELEASE);
     return cur;
 }
@@ -105,7 +107,9 @@ static uint32_t carve_peer(void *base) {
  * FREE, for the gc of a bus held alone (rebuild.c) to put on the free stack. */
 void b1_peer_carve_finish(void *base, uint32_t slot) {
     struct b1_peer *p = PEER(base, slot);
-    if (__atomic_load_n(&p->lock_initialised, __ATOMIC_ACQUIRE) || b1_robust_mutex_init(&p->lock)) return;
+    if (__atomic_load_n(&p->lock_initialised, __ATOMIC_ACQUIRE) || b1_robust_mutex_init(&p->lock) ||
+        b1_robust_mutex_init(&p->fd_mover))
+        return;
     p->state = B1_PEER_FREE;
     __atomic_store_n(&p->lock_initialised, 1, __ATOMIC_RELEASE);
 }
@@ -352,10 +356,9 @@ int b1_peer_disconnect(void *base, uint32_t slot, uint64_t id) {
     /* seq_cst: a handle released from now on sees it and retries the reclaim (handle.c) */
     __atomic_store_n(&p->state, B1_PEER_DISCONNECTED, __ATOMIC_SEQ_CST);
     uint64_t nonce[2] = {p->fd_nonce[0], p->fd_nonce[1]};
-    uint32_t n_socks = p->fd_socks;
     flush_queue(base, p); /* unlocks */
     /* its store: no path left to post to, and every holder's watcher prunes its copy */
-    b1_fds_unlink(nonce, n_socks);
+    b1_fds_unlink(nonce);
     atomic_fetch_add(&HDR(base)->holders_epoch, 1);
     b1_drop_peer_handles(base, slot, id);
     b1_peer_reclaim(base, slot);

@@ -150,7 +150,7 @@ static int recv_some(void *base, uint32_t slot, uint64_t id, struct recv_req *q)
             int deliver = type != B1_MSG_DATA || !b1_data_dropped_locked(base, e);
             int got = 0, lost = 0;
             if (type == B1_MSG_DATA && t->shape.n_fds && deliver && q->fds) {
-                got = b1_fds_take_locked(&st, &t->key, t->shape.n_fds, q->fds + nfd);
+                got = b1_fds_take_locked(p, &st, &t->key, t->shape.n_fds, q->fds + nfd);
                 if (got == -ENOLINK && !n) { /* its descriptors are gone: dropped, and said so */
                     got = deliver = 0;
                     lost = 1;

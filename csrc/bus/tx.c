@@ -222,8 +222,10 @@ int b1_tx_stamp_as(void *base, struct b1_tx *tx, int allow_disconnecting,
         if ((sock = b1_fds_sender()) < 0) return sock;
     }
     struct b1_peer *p = PEER(base, tx->sender_slot);
-    int r = b1_lock(base, p);
-    if (r) goto out;
+    int64_t deadline = 0;
+    int r;
+again:
+    if ((r = b1_lock(base, p))) goto out;
     int ok = p->state == B1_PEER_ACTIVE || (allow_disconnecting && p->state == B1_PEER_DISCONNECTING);
     if (p->id != tx->sender_id || !ok) {
         b1_unlock(p);
@@ -238,10 +240,17 @@ int b1_tx_stamp_as(void *base, struct b1_tx *tx, int allow_disconnecting,
         goto out;
     }
     /* posted under this lock, just before the stamp is stored: in stamp order (fds.c) */
-    if (n_fds && (r = b1_fds_post(base, sock, tx))) {
+    uint32_t full = 0;
+    if (n_fds && (r = b1_fds_post(base, sock, tx, &full))) {
         tx->ts = 0;
         b1_unlock(p);
-        goto out;
+        if (r != -EAGAIN) goto out;
+        /* a receiver's inbox full: its holders move it while nothing is locked, then the
+         * stamp is made again (what was posted is an orphan, or a duplicate the take skips) */
+        if (!deadline) deadline = b1_fds_deadline();
+        const struct b1_dest *d = &tx->dests[full];
+        if ((r = b1_fds_wait_room(base, d->peer_slot, d->peer_id, deadline))) goto out;
+        goto again;
     }
     if (n_fds) B1_KILL_POINT(B1_KILL_FDS_SENT);
     p->clock = ts;
