@@ -36,8 +36,10 @@ Invariants:
     descriptors in flight to a dead receiver close within the same second.  Each rescan
     (a disconnect moves the holders epoch) closes the stores of peers disconnected by
     anyone (fds.prune).
-  - The watcher also polls this process's mover socket (fds.mover_socket) and moves the
-    descriptor store inboxes senders ask it to (a sender finding one full), at once.
+  - The watcher owns this process's mover socket on the bus (fds.mover_socket: a path
+    only the bus's users may reach, made with the watcher, unlinked when it stops), polls
+    it and moves the descriptor store inboxes senders ask it to (a sender finding one
+    full), at once.
   - BUS1PY_WATCH=0 in the environment starts no watcher (gc then runs only when called,
     or when a send meets EDQUOT; a full inbox is moved only by its peer's receives and
     by holder processes' sends), for benchmarks and tests that time gc themselves.
@@ -129,6 +131,11 @@ class Watcher:
         self.pid = os.getpid()
         self.base = ffi.from_buffer(bus._mmap)  # our export: the mapping outlives us
         self.wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        try:  # senders that find an inbox of this process's full on this bus ask it
+            self.mover = fds.mover_socket(bus)
+        except OSError:
+            os.close(self.wake)
+            raise
         self.fds: dict = {}  # pid -> pidfd
         self.markers: list = []  # (pid, fd, inode) of each watched holder's exec marker
         self.gcs = 0  # how many times it ran gc (tests and docs read it)
@@ -180,7 +187,7 @@ class Watcher:
     def _run(self) -> None:
         holders, dead = ffi.new("struct b1_watched[]", MAX_WATCHED), ffi.new("uint32_t *")
         epoch, last_full, poller, by_fd = None, 0.0, None, {}
-        mover = fds.mover_socket()  # senders that find an inbox of this process's full
+        mover = self.mover
         try:
             while True:
                 now = time.monotonic()
@@ -193,15 +200,14 @@ class Watcher:
                 if poller is None:
                     poller = select.poll()
                     poller.register(self.wake, select.POLLIN)
-                    if mover is not None:
-                        poller.register(mover, select.POLLIN)
+                    poller.register(mover, select.POLLIN)
                     by_fd = {fd: pid for pid, fd in self.fds.items()}
                     for fd in by_fd:
                         poller.register(fd, select.POLLIN)
                 ready = poller.poll(RESCAN * 1000)
                 if any(fd == self.wake for fd, _ in ready):
                     return
-                if mover is not None and any(fd == mover.fileno() for fd, _ in ready):
+                if any(fd == mover.fileno() for fd, _ in ready):
                     fds.move_asked(mover)
                 exited = [by_fd[fd] for fd, _ in ready if fd in by_fd]
                 for pid in exited:
@@ -216,6 +222,7 @@ class Watcher:
                 os.close(fd)
             self.fds.clear()
             os.close(self.wake)
+            fds.close_mover(mover)
             ffi.release(self.base)
 
 
@@ -248,6 +255,7 @@ def _after_fork_in_child():
                 os.close(fd)
             except OSError:
                 pass
+        fds.close_mover(w.mover, unlink=False)  # the parent's path: the child binds its own
     _watchers.clear()
 
 
