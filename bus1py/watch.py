@@ -9,7 +9,7 @@ Invariants:
     peer in a forked child; shared by every open Bus of the name; stopped and joined when
     the last of them closes, moved to another's mapping when the one it maps closes;
     forgotten by a fork child, which starts its own).  So opening and closing a bus any
-    number of times leaves no thread, descriptor or mapping behind.
+    number of times leaves no thread, descriptor, mapping or mover path behind.
   - The watcher holds a pidfd (os.pidfd_open, Linux >= 5.3) of every other live process
     recorded in the bus's connected peers (b1_peer_watchlist), rescanned within RESCAN
     seconds of a process being recorded as a holder (the segment's holders epoch) and

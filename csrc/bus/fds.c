@@ -33,6 +33,11 @@
  *     fails with EAGAIN naming the destination: tx.c lets go of the sender's lock, wakes
  *     R's holder processes' movers (b1_fds_wait_room) and stamps again; past
  *     B1_FDS_WAIT_MS it fails with EDQUOT.
+ *   - A holder process's mover socket on a bus is a path in the bus's mover directory
+ *     (B1_FDS_MOVERS + the bus's nonce, which this process's view copied at attach; made
+ *     and checked by bus1py/fds.py as a store's directory), named by the process's pid and
+ *     pidfs inode, SO_PASSCRED set before its bind: only the bus's users reach it, and a
+ *     request is acted on only for a store that lets its sender post (b1_fds_wakeup).
  *   - A datagram is valid when it is one header long, carries a header whose counts agree,
  *     exactly the descriptors the header counts and, in the inbox, SCM_CREDENTIALS of a
  *     user the store allows (the registered owner, its group for a group bus, root); b
