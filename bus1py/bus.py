@@ -350,6 +350,7 @@ class Bus:
     def unlink(self) -> None:
         """Remove the bus's name; processes that mapped it keep it until they close it."""
         Bus._created.pop(self.name, None)
+        _fds.remove_movers(self.name)
         try:
             posix_ipc.unlink_shared_memory(self.name)
         except posix_ipc.ExistentialError:
@@ -387,3 +388,4 @@ def _unlink_created() -> None:
                 posix_ipc.unlink_shared_memory(name)
             except posix_ipc.ExistentialError:
                 pass
+            _fds.remove_movers(name)

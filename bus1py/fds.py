@@ -23,7 +23,8 @@ Invariants:
     process's pid and pidfs inode in the bus's mover directory (named by the bus's nonce,
     made and checked as a store's: only the bus's users may find, bind in or send to it);
     the watcher unlinks it when it stops, and a path whose process is gone (or has
-    another pidfs inode) is unlinked by the next process that binds there.  With no watcher
+    another pidfs inode) is unlinked by the next process that binds there.  The directory
+    lives as long as the bus's name (Bus.unlink removes it, empty).  With no watcher
     (BUS1PY_WATCH=0) only a receive of the peer (which moves a filling inbox) or a send
     from a holder process makes room, and a send waits B1_FDS_WAIT_MS for it, then fails
     with EDQUOT.
@@ -66,6 +67,7 @@ _stores = {}  # (bus name, peer id) -> Store: this process's sockets of the peer
 _missing = {}  # (bus name, peer id) -> the peer, for stores this process failed to set up
 _lock = threading.RLock()  # around every change of _stores and each look at all of it (the watcher's too)
 _binding: set = set()  # descriptors of store directories this process's threads hold flocks of
+_mover_dirs: dict = {}  # bus name -> its mover directory, where this process bound a mover
 
 
 class Store(NamedTuple):
@@ -278,11 +280,8 @@ def mover_socket(bus):
     if n < 0:
         raise bus_error(n, f"the mover socket of bus {bus.name!r}")
     path = os.fsdecode(ffi.buffer(out, n)[:])
-    for _ in range(3):  # the last one out removes the directory (close_mover): make it again
-        try:
-            return _bind_mover(base, path, bus._owner)
-        except FileNotFoundError:
-            continue
+    with _lock:
+        _mover_dirs[bus.name] = os.path.dirname(path)
     return _bind_mover(base, path, bus._owner)
 
 
@@ -315,12 +314,23 @@ def _bind_mover(base, path: str, owner: tuple):
 
 
 def close_mover(sock, unlink: bool = True) -> None:
-    """Close a mover socket (mover_socket's) and, in its owner process, unlink its path and
-    its directory when it is the last one there."""
+    """Close a mover socket (mover_socket's) and, in its owner process, unlink its path.
+    The directory stays while the bus's name does (`remove_movers`): removed earlier, an
+    outsider who saw its name in /proc/net/unix could make one of that name first."""
     if unlink:
         with contextlib.suppress(OSError):
-            fdpaths.unlink(sock.getsockname())
+            os.unlink(sock.getsockname())
     sock.close()
+
+
+def remove_movers(name: str) -> None:
+    """Bus `name` is unlinked: its mover directory goes, if this process made or used it
+    and no process is bound there any more."""
+    with _lock:
+        path = _mover_dirs.pop(name, None)
+    if path is not None:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
 
 
 def move_asked(sock) -> None:

@@ -39,7 +39,8 @@ Invariants:
   - The watcher owns this process's mover socket on the bus (fds.mover_socket: a path
     only the bus's users may reach, made with the watcher, unlinked when it stops), polls
     it and moves the descriptor store inboxes senders ask it to (a sender finding one
-    full), at once.
+    full), at once.  One that cannot be made (its directory refused) leaves the watcher
+    without: full inboxes are then moved by receives and holder senders only.
   - BUS1PY_WATCH=0 in the environment starts no watcher (gc then runs only when called,
     or when a send meets EDQUOT; a full inbox is moved only by its peer's receives and
     by holder processes' sends), for benchmarks and tests that time gc themselves.
@@ -133,9 +134,8 @@ class Watcher:
         self.wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         try:  # senders that find an inbox of this process's full on this bus ask it
             self.mover = fds.mover_socket(bus)
-        except OSError:
-            os.close(self.wake)
-            raise
+        except OSError:  # (its directory refused, out of descriptors): receives still move
+            self.mover = None
         self.fds: dict = {}  # pid -> pidfd
         self.markers: list = []  # (pid, fd, inode) of each watched holder's exec marker
         self.gcs = 0  # how many times it ran gc (tests and docs read it)
@@ -200,14 +200,15 @@ class Watcher:
                 if poller is None:
                     poller = select.poll()
                     poller.register(self.wake, select.POLLIN)
-                    poller.register(mover, select.POLLIN)
+                    if mover is not None:
+                        poller.register(mover, select.POLLIN)
                     by_fd = {fd: pid for pid, fd in self.fds.items()}
                     for fd in by_fd:
                         poller.register(fd, select.POLLIN)
                 ready = poller.poll(RESCAN * 1000)
                 if any(fd == self.wake for fd, _ in ready):
                     return
-                if any(fd == mover.fileno() for fd, _ in ready):
+                if mover is not None and any(fd == mover.fileno() for fd, _ in ready):
                     fds.move_asked(mover)
                 exited = [by_fd[fd] for fd, _ in ready if fd in by_fd]
                 for pid in exited:
@@ -222,7 +223,8 @@ class Watcher:
                 os.close(fd)
             self.fds.clear()
             os.close(self.wake)
-            fds.close_mover(mover)
+            if mover is not None:
+                fds.close_mover(mover)
             ffi.release(self.base)
 
 
@@ -255,7 +257,8 @@ def _after_fork_in_child():
                 os.close(fd)
             except OSError:
                 pass
-        fds.close_mover(w.mover, unlink=False)  # the parent's path: the child binds its own
+        if w.mover is not None:  # the parent's path: the child binds its own
+            fds.close_mover(w.mover, unlink=False)
     _watchers.clear()
 
 

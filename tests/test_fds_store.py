@@ -161,17 +161,18 @@ def _mover_path(bus) -> str:
     return os.fsdecode(ffi.buffer(out, n)[:])
 
 
-def _outsider_movers(inodes) -> dict:
+def _outsider_movers(inodes, ours) -> dict:
     """What a process of another uid that never opened the segment finds of the bus's
     mover sockets in /proc/net/unix (an abstract name has no permission check: there must
-    be none of bus1py) and achieves against the paths of `inodes` (the test's own):
+    be none of bus1py among `ours`, the test process's sockets) and achieves against the
+    paths of `inodes` (the test's mover):
     requests sent (a flood that would drop real ones), names bound (taking a mover's
     name before its process binds it, or a stale one's place)."""
     abstract, paths = [], []
     with open("/proc/net/unix") as f:
         for line in f.read().splitlines()[1:]:
             parts = line.split()
-            if len(parts) >= 8 and parts[7].startswith("@") and "bus1py" in parts[7]:
+            if len(parts) >= 8 and parts[7].startswith("@") and "bus1py" in parts[7] and int(parts[6]) in ours:
                 abstract.append(parts[7])
             elif len(parts) >= 8 and int(parts[6]) in inodes:
                 paths.append(parts[7])
@@ -207,7 +208,7 @@ def test_another_user_finds_no_mover_name_and_reaches_no_mover(make_bus, monkeyp
     r, s, _, h = _pair(bus)
     path = _mover_path(bus)
     ino = {os.fstat(_watch._watchers[bus.name].mover.fileno()).st_ino}
-    out = _as_outsider(_outsider_movers, ino)
+    out = _as_outsider(_outsider_movers, ino, _socket_inodes(os.getpid()))
     assert out["uid"] == NOBODY
     assert out["abstract"] == [], out
     assert out["found"] == 1 and out["sent"] == 0 and out["bound"] == 0, out
@@ -238,6 +239,8 @@ def test_a_dead_process_mover_path_is_removed_by_the_next_binder(make_bus, monke
     assert os.listdir(os.path.dirname(mine)) == [n for n in names if n != os.path.basename(mine)]
     with bus1py.Bus.open(bus.name) as again:
         assert os.listdir(os.path.dirname(mine)) == [os.path.basename(_mover_path(again))]
+    assert os.listdir(os.path.dirname(mine)) == []
+    bus.unlink()  # the directory lives as long as the bus's name
     assert not os.path.exists(os.path.dirname(mine))
 
 
@@ -479,7 +482,9 @@ def test_a_thousand_open_close_cycles_leave_nothing_behind(make_bus, monkeypatch
     for _ in range(50):  # alone: each open starts a watcher, each close joins it
         bus1py.Bus.open(bus.name).close()
     assert (threading.active_count(), len(_open_fds()), _mappings(bus.name)) == (threads - 1, closed, 0)
-    assert not os.path.exists(movers)  # each watcher unlinked its mover path, the last the directory
+    assert os.listdir(movers) == []  # each watcher unlinked its mover path
+    bus.unlink()
+    assert not os.path.exists(movers)  # and the bus's name took the directory with it
 
 
 def test_a_message_whose_store_was_lost_is_dropped_and_said_so(bus):
