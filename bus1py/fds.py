@@ -276,26 +276,18 @@ def mover_socket(bus):
     (`close_mover`)."""
     base = bus.base()
     out = ffi.new("char[]", 108)
-    n = lib.b1_fds_mover_address(base, os.getpid(), out, 108)
+    n = lib.b1_fds_mover_address(base, out, 108)
     if n < 0:
         raise bus_error(n, f"the mover socket of bus {bus.name!r}")
     path = os.fsdecode(ffi.buffer(out, n)[:])
     with _lock:
         _mover_dirs[bus.name] = os.path.dirname(path)
-    return _bind_mover(base, path, bus._owner)
-
-
-def _bind_mover(base, path: str, owner: tuple):
-    out = ffi.new("char[]", 108)
-    dfd = fdpaths.open_dir(os.path.dirname(path), owner)
+    dfd = fdpaths.open_dir(os.path.dirname(path), bus._owner)
     try:
-        for name in os.listdir(dfd):  # a name not its pid's live process's is stale
-            pid = name.split("-", 1)[0]
-            if pid.isdigit() and int(pid) != os.getpid():
-                m = lib.b1_fds_mover_address(base, int(pid), out, 108)
-                if m < 0 or os.path.basename(os.fsdecode(ffi.buffer(out, m)[:])) != name:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(name, dir_fd=dfd)
+        for name in os.listdir(dfd):
+            if lib.b1_fds_mover_stale(os.fsencode(name)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=dfd)
     finally:
         os.close(dfd)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
@@ -304,7 +296,7 @@ def _bind_mover(base, path: str, owner: tuple):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # this process's own name: a leftover of a watcher cut short
         sock.bind(path)
-        smode = fdpaths.classes(owner[2])[1]
+        smode = fdpaths.classes(bus._owner[2])[1]
         if smode & 0o066:  # a bus of the group or others: they need write on the file
             os.chmod(path, smode)
     except OSError:

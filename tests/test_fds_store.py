@@ -156,7 +156,7 @@ def test_another_user_cannot_fill_inject_into_or_take_a_store(bus):
 def _mover_path(bus) -> str:
     """Where this process's mover socket on `bus` is (b1_fds_mover_address)."""
     out = ffi.new("char[]", 108)
-    n = lib.b1_fds_mover_address(bus.base(), os.getpid(), out, 108)
+    n = lib.b1_fds_mover_address(bus.base(), out, 108)
     assert n > 0
     return os.fsdecode(ffi.buffer(out, n)[:])
 
@@ -235,6 +235,14 @@ def test_a_dead_process_mover_path_is_removed_by_the_next_binder(make_bus, monke
     assert os.waitpid(pid, 0)[1] == 0
     names = os.listdir(os.path.dirname(mine))
     assert len(names) == 2 and os.path.basename(mine) in names
+    dead = next(n for n in names if n != os.path.basename(mine))
+    assert lib.b1_fds_mover_stale(dead.encode()) == 1
+    assert lib.b1_fds_mover_stale(os.path.basename(mine).encode()) == 0  # alive
+    pidfd = os.pidfd_open(os.getpid())
+    if "%x" % os.fstat(pidfd).st_ino == os.path.basename(mine).split("-")[1]:  # a pidfs kernel
+        assert lib.b1_fds_mover_stale(b"%d-1" % os.getpid()) == 1  # this pid, another process's name
+    os.close(pidfd)
+    assert lib.b1_fds_mover_stale(b"inbox") == lib.b1_fds_mover_stale(b"1-2x") == 0  # no mover's name
     bus.close()
     assert os.listdir(os.path.dirname(mine)) == [n for n in names if n != os.path.basename(mine)]
     with bus1py.Bus.open(bus.name) as again:

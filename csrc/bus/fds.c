@@ -136,16 +136,25 @@ static socklen_t mover_address(void *base, const struct b1_holder *h, struct soc
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
 }
 
-int b1_fds_mover_address(void *base, int32_t pid, char *out, uint32_t cap) {
-    struct b1_holder h;
-    if (pid <= 0) return -EINVAL;
-    b1_holder_of(pid, &h);
-    if (!h.pid) return -ESRCH;
+int b1_fds_mover_address(void *base, char *out, uint32_t cap) {
+    struct b1_holder me;
+    b1_holder_of(b1_pid(), &me);
+    if (!me.pid) return -ESRCH;
     struct sockaddr_un a;
-    socklen_t len = mover_address(base, &h, &a) - offsetof(struct sockaddr_un, sun_path) - 1;
+    socklen_t len = mover_address(base, &me, &a) - offsetof(struct sockaddr_un, sun_path) - 1;
     if (len > cap) return -ENOSPC;
     memcpy(out, a.sun_path, len);
     return (int)len;
+}
+
+int b1_fds_mover_stale(const char *name) {
+    int pid, end = 0;
+    unsigned long long ident;
+    if (sscanf(name, "%d-%llx%n", &pid, &ident, &end) != 2 || name[end] || pid <= 0) return 0;
+    struct b1_holder now;
+    b1_holder_of(pid, &now);
+    /* gone, or its pid now another process's (by pidfs inode); any doubt is life */
+    return !now.pid || (now.ino && now.ino != ident);
 }
 
 int b1_fds_address(void *base, uint32_t slot, uint64_t id, char *out, uint32_t cap, uint64_t *pair) {
