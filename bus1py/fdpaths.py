@@ -56,8 +56,9 @@ def classes(mode: int) -> tuple:
 
 
 def open_dir(path: str, owner: tuple) -> int:
-    """An fd of the store's directory, made when missing, checked: a directory (no
-    symbolic link), of the segment's owner or this uid, the segment's group, mode exact."""
+    """An fd of a store's directory (or a bus's mover directory, fds.mover_socket), made
+    when missing, checked: a directory (no symbolic link), of the segment's owner or this
+    uid, the segment's group, mode exact."""
     uid, gid, mode = owner
     dmode = classes(mode)[0]
     try:
