@@ -61,6 +61,7 @@ from typing import NamedTuple
 from . import fdpaths
 from ._lib import ffi, lib
 from .errors import bus_error
+from .segment import SHM_DIR
 
 MAX_FDS: int = lib.B1_MAX_FDS
 _stores = {}  # (bus name, peer id) -> Store: this process's sockets of the peer's store
@@ -305,24 +306,36 @@ def mover_socket(bus):
     return sock
 
 
-def close_mover(sock, unlink: bool = True) -> None:
-    """Close a mover socket (mover_socket's) and, in its owner process, unlink its path.
-    The directory stays while the bus's name does (`remove_movers`): removed earlier, an
+def close_mover(sock, name: str | None = None) -> None:
+    """Close a mover socket (mover_socket's); given its bus's name (in its owner process),
+    unlink its path, and the directory too once the name is gone and no live process is
+    bound there.  The directory stays while the bus's name does: removed earlier, an
     outsider who saw its name in /proc/net/unix could make one of that name first."""
-    if unlink:
+    if name is not None:
+        path = sock.getsockname()
         with contextlib.suppress(OSError):
-            os.unlink(sock.getsockname())
+            os.unlink(path)
+        if not os.path.exists(SHM_DIR + name):
+            _remove_dir(os.path.dirname(path))
     sock.close()
 
 
 def remove_movers(name: str) -> None:
-    """Bus `name` is unlinked: its mover directory goes, if this process made or used it
-    and no process is bound there any more."""
+    """Bus `name` is unlinked: its mover directory goes, if this process bound a mover in it
+    and no live process is bound there any more (the stale names unlinked first)."""
     with _lock:
         path = _mover_dirs.pop(name, None)
     if path is not None:
-        with contextlib.suppress(OSError):
-            os.rmdir(path)
+        _remove_dir(path)
+
+
+def _remove_dir(path: str) -> None:
+    with contextlib.suppress(OSError):
+        for entry in os.listdir(path):
+            if lib.b1_fds_mover_stale(os.fsencode(entry)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(path, entry))
+        os.rmdir(path)
 
 
 def move_asked(sock) -> None:

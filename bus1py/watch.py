@@ -224,7 +224,7 @@ class Watcher:
             self.fds.clear()
             os.close(self.wake)
             if mover is not None:
-                fds.close_mover(mover)
+                fds.close_mover(mover, self.bus.name)
             ffi.release(self.base)
 
 
@@ -258,7 +258,7 @@ def _after_fork_in_child():
             except OSError:
                 pass
         if w.mover is not None:  # the parent's path: the child binds its own
-            fds.close_mover(w.mover, unlink=False)
+            fds.close_mover(w.mover)
     _watchers.clear()
 
 
