@@ -68,7 +68,6 @@ _stores = {}  # (bus name, peer id) -> Store: this process's sockets of the peer
 _missing = {}  # (bus name, peer id) -> the peer, for stores this process failed to set up
 _lock = threading.RLock()  # around every change of _stores and each look at all of it (the watcher's too)
 _binding: set = set()  # descriptors of store directories this process's threads hold flocks of
-_mover_dirs: dict = {}  # bus name -> its mover directory, where this process bound a mover
 
 
 class Store(NamedTuple):
@@ -281,8 +280,6 @@ def mover_socket(bus):
     if n < 0:
         raise bus_error(n, f"the mover socket of bus {bus.name!r}")
     path = os.fsdecode(ffi.buffer(out, n)[:])
-    with _lock:
-        _mover_dirs[bus.name] = os.path.dirname(path)
     dfd = fdpaths.open_dir(os.path.dirname(path), bus._owner)
     try:
         for name in os.listdir(dfd):
@@ -316,26 +313,8 @@ def close_mover(sock, name: str | None = None) -> None:
         with contextlib.suppress(OSError):
             os.unlink(path)
         if not os.path.exists(SHM_DIR + name):
-            _remove_dir(os.path.dirname(path))
+            fdpaths.remove_movers(os.path.dirname(path))
     sock.close()
-
-
-def remove_movers(name: str) -> None:
-    """Bus `name` is unlinked: its mover directory goes, if this process bound a mover in it
-    and no live process is bound there any more (the stale names unlinked first)."""
-    with _lock:
-        path = _mover_dirs.pop(name, None)
-    if path is not None:
-        _remove_dir(path)
-
-
-def _remove_dir(path: str) -> None:
-    with contextlib.suppress(OSError):
-        for entry in os.listdir(path):
-            if lib.b1_fds_mover_stale(os.fsencode(entry)):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(path, entry))
-        os.rmdir(path)
 
 
 def move_asked(sock) -> None:
