@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import posix_ipc
 
-from . import fds as _fds, segment as _segment, watch as _watch
+from . import fdpaths as _fdpaths, fds as _fds, segment as _segment, watch as _watch
 from ._lib import ffi, lib
 from .errors import bus_error
 from .frame import Frame
@@ -84,6 +84,7 @@ class Bus:
         self._pool_view = None  # zero-copy payloads are slices of it (receive.py)
         self._open_args = {}  # what Bus.open checked: unpickled peers open the bus with them
         self._owner = (os.geteuid(), os.getegid(), 0o600)  # the segment's uid, gid, mode (fds.py)
+        self._movers: str | None = None  # its mover directory (fdpaths.mover_dir), kept at close for unlink
         info = ffi.new("struct b1_bus_info *")
         lib.b1_bus_info(self._base, info)
         self.limits = Limits(**{f.name: getattr(info.limits, f.name) for f in fields(Limits)})
@@ -329,6 +330,7 @@ class Bus:
         if self._base is None:
             return
         _watch.stop(self)  # it maps the bus through its own export: gone before the unmap
+        self._movers = _fdpaths.mover_dir(self._base)  # for unlink(), which may follow the unmap
         _fds.forget_bus(self)  # the peers' descriptor stores this process holds
         ffi.release(self._base)
         self._base = None
@@ -350,10 +352,12 @@ class Bus:
     def unlink(self) -> None:
         """Remove the bus's name; processes that mapped it keep it until they close it."""
         Bus._created.pop(self.name, None)
+        movers = _fdpaths.mover_dir(self._base) if self._base is not None else self._movers
         try:
             posix_ipc.unlink_shared_memory(self.name)
         except posix_ipc.ExistentialError:
             raise FileNotFoundError(errno.ENOENT, f"no bus named {self.name!r}") from None
+        _fdpaths.remove_movers(movers)
 
     def __enter__(self) -> Self:
         return self

@@ -18,6 +18,9 @@ Invariants:
     unlinked first.
   - `take` copies a live holder's three sockets (pidfd_getfd: the right to ptrace it), all
     of them or none.
+  - A bus's mover directory (`mover_dir`, checked by `open_dir` like a store's) lives as
+    long as the bus's name: `remove_movers` removes it, with its stale names, when the
+    name is unlinked (Bus.unlink, a reclaim) and no live process is bound there.
 """
 from __future__ import annotations
 
@@ -56,8 +59,9 @@ def classes(mode: int) -> tuple:
 
 
 def open_dir(path: str, owner: tuple) -> int:
-    """An fd of the store's directory, made when missing, checked: a directory (no
-    symbolic link), of the segment's owner or this uid, the segment's group, mode exact."""
+    """An fd of a store's directory (or a bus's mover directory, fds.mover_socket), made
+    when missing, checked: a directory (no symbolic link), of the segment's owner or this
+    uid, the segment's group, mode exact."""
     uid, gid, mode = owner
     dmode = classes(mode)[0]
     try:
@@ -192,3 +196,24 @@ def take(peer, inbox: str):
         for sock in got.values():
             sock.close()
     return None
+
+
+def mover_dir(base) -> str | None:
+    """The mover directory of the bus mapped (and attached) at `base`."""
+    out = ffi.new("char[]", 108)
+    n = lib.b1_fds_mover_address(base, out, 108)
+    return os.path.dirname(os.fsdecode(ffi.buffer(out, n)[:])) if n > 0 else None
+
+
+def remove_movers(path: str | None) -> None:
+    """A bus's name was unlinked: its mover directory `path` (mover_dir) goes, unless a
+    live process is still bound there (the stale names are unlinked first; the last live
+    one out removes it then, fds.close_mover)."""
+    if path is None:
+        return
+    with contextlib.suppress(OSError):
+        for entry in os.listdir(path):
+            if lib.b1_fds_mover_stale(os.fsencode(entry)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(path, entry))
+        os.rmdir(path)

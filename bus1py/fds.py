@@ -17,9 +17,14 @@ Invariants:
     datagram's credentials are checked against the ones registered here (the segment's
     owner, its group for a group bus, anyone for a world bus; root).
   - A sender that finds an inbox full while its process holds no copy of the store asks
-    the holder processes' movers (csrc/bus/fds.c): `mover_socket()` is this process's,
-    bound at an abstract address named by its pid and pidfs inode and polled by each of its death
-    watchers (watch.py), which move what is asked for (b1_fds_wakeup).  With no watcher
+    the holder processes' movers (csrc/bus/fds.c): `mover_socket(bus)` is this process's
+    on the bus, its watcher's (watch.py), which moves what is asked for (b1_fds_wakeup) by
+    users the store lets post.  It is bound, SO_PASSCRED set first, at a path named by the
+    process's pid and pidfs inode in the bus's mover directory (named by the bus's nonce,
+    made and checked as a store's: only the bus's users may find, bind in or send to it);
+    the watcher unlinks it when it stops, and a path whose process is gone (or has
+    another pidfs inode) is unlinked by the next process that binds there.  The directory
+    lives as long as the bus's name (Bus.unlink removes it, empty).  With no watcher
     (BUS1PY_WATCH=0) only a receive of the peer (which moves a filling inbox) or a send
     from a holder process makes room, and a send waits B1_FDS_WAIT_MS for it, then fails
     with EDQUOT.
@@ -56,13 +61,13 @@ from typing import NamedTuple
 from . import fdpaths
 from ._lib import ffi, lib
 from .errors import bus_error
+from .segment import SHM_DIR
 
 MAX_FDS: int = lib.B1_MAX_FDS
 _stores = {}  # (bus name, peer id) -> Store: this process's sockets of the peer's store
 _missing = {}  # (bus name, peer id) -> the peer, for stores this process failed to set up
 _lock = threading.RLock()  # around every change of _stores and each look at all of it (the watcher's too)
 _binding: set = set()  # descriptors of store directories this process's threads hold flocks of
-_mover = None  # this process's mover socket (mover_socket)
 
 
 class Store(NamedTuple):
@@ -263,26 +268,53 @@ def sweep(peer) -> None:
     lib.b1_fds_sweep(peer._bus.base(), peer._slot, peer._id)
 
 
-def mover_socket():
-    """This process's mover socket (made at its first call), or None when its address is
-    taken (by a process that bound it after this one started: senders then wait for a
-    receive of the peer instead).  Anyone may send it a request: it moves at most what a
-    store this process holds already has, so a request is harmless."""
-    global _mover
-    with _lock:
-        if _mover is None:
-            out = ffi.new("char[]", 108)
-            n = lib.b1_fds_mover_address(out, 108)
-            if n < 0:
-                return None
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK)
-            try:
-                sock.bind(ffi.buffer(out, n)[:])
-            except OSError:
-                sock.close()
-                return None
-            _mover = sock
-        return _mover
+def mover_socket(bus):
+    """This process's mover socket on `bus` (its watcher's: one per process per bus), bound
+    with SO_PASSCRED at b1_fds_mover_address in the bus's mover directory (made and checked
+    as a store's: only the bus's users may send to it or bind in it), the stale paths of
+    gone processes there unlinked first; the path is its owner's to unlink
+    (`close_mover`)."""
+    base = bus.base()
+    out = ffi.new("char[]", 108)
+    n = lib.b1_fds_mover_address(base, out, 108)
+    if n < 0:
+        raise bus_error(n, f"the mover socket of bus {bus.name!r}")
+    path = os.fsdecode(ffi.buffer(out, n)[:])
+    dfd = fdpaths.open_dir(os.path.dirname(path), bus._owner)
+    try:
+        for name in os.listdir(dfd):
+            if lib.b1_fds_mover_stale(os.fsencode(name)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=dfd)
+    finally:
+        os.close(dfd)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # before any request can come
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # this process's own name: a leftover of a watcher cut short
+        sock.bind(path)
+        smode = fdpaths.classes(bus._owner[2])[1]
+        if smode & 0o066:  # a bus of the group or others: they need write on the file
+            os.chmod(path, smode)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def close_mover(sock, name: str | None = None) -> None:
+    """Close a mover socket (mover_socket's); given its bus's name (in its owner process),
+    unlink its path, and the directory too once the name is gone and no live process is
+    bound there.  The directory stays while the bus's name does: removed earlier, an
+    outsider who saw its name in /proc/net/unix could make one of that name first."""
+    if name is not None:
+        path = sock.getsockname()
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        if not os.path.exists(SHM_DIR + name):
+            fdpaths.remove_movers(os.path.dirname(path))
+    sock.close()
 
 
 def move_asked(sock) -> None:
@@ -293,11 +325,8 @@ def move_asked(sock) -> None:
 def _after_fork_in_child() -> None:
     # the fork waited for _lock (before=), so the tables are whole; the child's copy of the
     # lock is held by the forking thread's twin: a lock of its own instead
-    global _lock, _mover
+    global _lock
     _lock = threading.RLock()
-    if _mover is not None:  # the parent's address: the child binds its own
-        _mover.close()
-        _mover = None
     for dfd in _binding:  # the parent's threads' flocks stay theirs
         os.close(dfd)
     _binding.clear()

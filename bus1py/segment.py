@@ -22,6 +22,7 @@ import stat
 
 import posix_ipc
 
+from . import fdpaths
 from ._lib import ffi, lib
 from .errors import bus_error
 
@@ -148,6 +149,7 @@ def reclaim(shm_name: str, mode: int) -> str | None:
                 posix_ipc.unlink_shared_memory(shm_name)
             except posix_ipc.ExistentialError:
                 pass
+            fdpaths.remove_movers(fdpaths.mover_dir(base))  # the bus's, now nobody's
     finally:
         ffi.release(base)
         mm.close()

@@ -9,7 +9,7 @@ Invariants:
     peer in a forked child; shared by every open Bus of the name; stopped and joined when
     the last of them closes, moved to another's mapping when the one it maps closes;
     forgotten by a fork child, which starts its own).  So opening and closing a bus any
-    number of times leaves no thread, descriptor or mapping behind.
+    number of times leaves no thread, descriptor, mapping or mover path behind.
   - The watcher holds a pidfd (os.pidfd_open, Linux >= 5.3) of every other live process
     recorded in the bus's connected peers (b1_peer_watchlist), rescanned within RESCAN
     seconds of a process being recorded as a holder (the segment's holders epoch) and
@@ -36,8 +36,11 @@ Invariants:
     descriptors in flight to a dead receiver close within the same second.  Each rescan
     (a disconnect moves the holders epoch) closes the stores of peers disconnected by
     anyone (fds.prune).
-  - The watcher also polls this process's mover socket (fds.mover_socket) and moves the
-    descriptor store inboxes senders ask it to (a sender finding one full), at once.
+  - The watcher owns this process's mover socket on the bus (fds.mover_socket: a path
+    only the bus's users may reach, made with the watcher, unlinked when it stops), polls
+    it and moves the descriptor store inboxes senders ask it to (a sender finding one
+    full), at once.  One that cannot be made (its directory refused) leaves the watcher
+    without: full inboxes are then moved by receives and holder senders only.
   - BUS1PY_WATCH=0 in the environment starts no watcher (gc then runs only when called,
     or when a send meets EDQUOT; a full inbox is moved only by its peer's receives and
     by holder processes' sends), for benchmarks and tests that time gc themselves.
@@ -129,6 +132,10 @@ class Watcher:
         self.pid = os.getpid()
         self.base = ffi.from_buffer(bus._mmap)  # our export: the mapping outlives us
         self.wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        try:  # senders that find an inbox of this process's full on this bus ask it
+            self.mover = fds.mover_socket(bus)
+        except OSError:  # (its directory refused, out of descriptors): receives still move
+            self.mover = None
         self.fds: dict = {}  # pid -> pidfd
         self.markers: list = []  # (pid, fd, inode) of each watched holder's exec marker
         self.gcs = 0  # how many times it ran gc (tests and docs read it)
@@ -180,7 +187,7 @@ class Watcher:
     def _run(self) -> None:
         holders, dead = ffi.new("struct b1_watched[]", MAX_WATCHED), ffi.new("uint32_t *")
         epoch, last_full, poller, by_fd = None, 0.0, None, {}
-        mover = fds.mover_socket()  # senders that find an inbox of this process's full
+        mover = self.mover
         try:
             while True:
                 now = time.monotonic()
@@ -216,6 +223,8 @@ class Watcher:
                 os.close(fd)
             self.fds.clear()
             os.close(self.wake)
+            if mover is not None:
+                fds.close_mover(mover, self.bus.name)
             ffi.release(self.base)
 
 
@@ -248,6 +257,8 @@ def _after_fork_in_child():
                 os.close(fd)
             except OSError:
                 pass
+        if w.mover is not None:  # the parent's path: the child binds its own
+            fds.close_mover(w.mover)
     _watchers.clear()
 
 

@@ -79,9 +79,10 @@ def test_the_programs_of(doc, tmp_path):
         for p in running.values():
             p.kill()
             p.communicate()
-        for name in names.values():     # what the killed services left, as a user's would
+        for name in names.values():     # what the killed services left, as a user would
             try:
-                os.unlink(f"/dev/shm/{name}")
+                with bus1py.Bus.open(name) as left:
+                    left.unlink()           # (its mover directory with it)
             except FileNotFoundError:
                 pass
 

@@ -202,9 +202,10 @@ def test_a_joining_holder_takes_the_pair_with_what_was_moved_into_it(make_bus):
 
 
 def test_a_move_request_moves_only_what_a_held_store_holds(make_bus, monkeypatch):
-    """What a mover socket receives (anyone may send it): junk and a request naming no
-    store of this process move nothing; a request naming r's store moves its inbox (5
-    datagrams) into the pair, and the messages still arrive whole, in order."""
+    """What a mover socket receives: junk, a request naming no store of this process, one
+    without credentials and one from a user the bus does not allow (uid 65534) move
+    nothing; a request naming r's store moves its inbox (5 datagrams) into the pair, and
+    the messages still arrive whole, in order."""
     monkeypatch.setenv("BUS1PY_WATCH", "0")
     bus = make_bus(max_peers=8, max_nodes=16, max_handles=64, pool_size=1 << 20, spin_ns=0, quota_fds=64)
     r, s = bus.peer(), bus.peer()
@@ -214,9 +215,23 @@ def test_a_move_request_moves_only_what_a_held_store_holds(make_bus, monkeypatch
     request = struct.pack("=QQ", int(nonce[:16], 16), int(nonce[16:], 16))
     mover, asker = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     with mover, asker:
+        asker.send(request)  # no credentials: the mover has no SO_PASSCRED yet
+        assert lib.b1_fds_wakeup(mover.fileno()) == 0
+        mover.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         asker.send(b"junk")
         asker.send(bytes(16))  # no store of this process
         assert lib.b1_fds_wakeup(mover.fileno()) == 0
+        if os.geteuid() == 0:  # an outsider's request, from a child that dropped to nobody
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.setgid(65534)
+                    os.setuid(65534)
+                    asker.send(request)
+                finally:
+                    os._exit(0)
+            assert os.waitpid(pid, 0)[1] == 0
+            assert lib.b1_fds_wakeup(mover.fileno()) == 0
         asker.send(request)
         assert lib.b1_fds_wakeup(mover.fileno()) == 5
         asker.send(request)

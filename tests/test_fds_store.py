@@ -17,7 +17,11 @@ Invariants checked:
   - a group bus (0660) stays open to its members: a member of another uid posts;
   - a fork child that does not use the bus holds no store; a store of a peer disconnected
     by another process is closed in this holder within a watcher's rescan; 1,000
-    open/close cycles of a bus leave threads, descriptors and mappings as they were.
+    open/close cycles of a bus leave threads, descriptors, mappings and mover paths as
+    they were;
+  - the mover sockets (where senders ask a holder process to move a full inbox) have no
+    abstract name; an outsider can neither send to nor bind at or beside their paths; a
+    dead process's path is unlinked by the next process that binds a mover on the bus.
 """
 from __future__ import annotations
 
@@ -35,7 +39,8 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import bus1py
 from bus1py import fds as _fds
-from bus1py._lib import lib
+from bus1py import watch as _watch
+from bus1py._lib import ffi, lib
 from fdhelp import arrives_with, eof as _eof, fill_table, open_fds as _open_fds
 
 FORK = mp.get_context("fork")
@@ -146,6 +151,105 @@ def test_another_user_cannot_fill_inject_into_or_take_a_store(bus):
     assert out["sent"] == 0 and out["bound"] == 0, out
     assert set(out["refused"]) <= {errno.EACCES, errno.EPERM}, out
     _send_and_take(r, s, h, n=12)  # more than a socket's queue: nothing of the outsider's in the way
+
+
+def _mover_path(bus) -> str:
+    """Where this process's mover socket on `bus` is (b1_fds_mover_address)."""
+    out = ffi.new("char[]", 108)
+    n = lib.b1_fds_mover_address(bus.base(), out, 108)
+    assert n > 0
+    return os.fsdecode(ffi.buffer(out, n)[:])
+
+
+def _outsider_movers(inodes, ours) -> dict:
+    """What a process of another uid that never opened the segment finds of the bus's
+    mover sockets in /proc/net/unix (an abstract name has no permission check: there must
+    be none of bus1py among `ours`, the test process's sockets) and achieves against the
+    paths of `inodes` (the test's mover):
+    requests sent (a flood that would drop real ones), names bound (taking a mover's
+    name before its process binds it, or a stale one's place)."""
+    abstract, paths = [], []
+    with open("/proc/net/unix") as f:
+        for line in f.read().splitlines()[1:]:
+            parts = line.split()
+            if len(parts) >= 8 and parts[7].startswith("@") and "bus1py" in parts[7] and int(parts[6]) in ours:
+                abstract.append(parts[7])
+            elif len(parts) >= 8 and int(parts[6]) in inodes:
+                paths.append(parts[7])
+    out = {"uid": os.getuid(), "abstract": abstract, "found": len(paths), "sent": 0, "bound": 0,
+           "refused": []}
+    for path in paths:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            for attempt in (lambda: s.connect(path), lambda: s.sendto(bytes(16), path)):
+                try:
+                    attempt()
+                    out["sent"] += 1
+                except OSError as e:
+                    out["refused"].append(e.errno)
+        for name in (path, os.path.dirname(path) + "/1-1"):  # its name; a name of its own there
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as t:
+                try:
+                    t.bind(name)
+                    out["bound"] += 1
+                except OSError as e:
+                    out["refused"].append(e.errno)
+    return out
+
+
+@pytest.mark.timeout(60)
+def test_another_user_finds_no_mover_name_and_reaches_no_mover(make_bus, monkeypatch):
+    """The mover socket (where senders ask this process to move a full inbox) is a path in
+    a directory only the bus's users may enter: an outsider finds no abstract bus1py name
+    to squat or flood, and cannot send to nor bind at or beside the path it sees."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a child as another uid")
+    monkeypatch.setenv("BUS1PY_WATCH", "1")
+    bus = make_bus(max_peers=8, max_nodes=16, max_handles=64, pool_size=1 << 20, spin_ns=0, quota_fds=64)
+    r, s, _, h = _pair(bus)
+    path = _mover_path(bus)
+    ino = {os.fstat(_watch._watchers[bus.name].mover.fileno()).st_ino}
+    out = _as_outsider(_outsider_movers, ino, _socket_inodes(os.getpid()))
+    assert out["uid"] == NOBODY
+    assert out["abstract"] == [], out
+    assert out["found"] == 1 and out["sent"] == 0 and out["bound"] == 0, out
+    assert set(out["refused"]) == {errno.EACCES}, out
+    assert os.listdir(os.path.dirname(path)) == [os.path.basename(path)]
+    _send_and_take(r, s, h, n=12)
+
+
+@pytest.mark.timeout(60)
+def test_a_dead_process_mover_path_is_removed_by_the_next_binder(make_bus, monkeypatch):
+    """A process killed with the bus open leaves its mover path; the next process to bind
+    a mover on the bus (here this one, reopening) unlinks it: the name carries the dead
+    process's pid and pidfs inode, which no live process has."""
+    monkeypatch.setenv("BUS1PY_WATCH", "1")
+    bus = make_bus(max_peers=8, max_nodes=16, max_handles=64, pool_size=1 << 20, spin_ns=0)
+    bus.peer()
+    mine = _mover_path(bus)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            bus.peer()  # a fork child's first use starts its watcher, which binds its mover
+        finally:
+            os._exit(0)  # no close: its path stays
+    assert os.waitpid(pid, 0)[1] == 0
+    names = os.listdir(os.path.dirname(mine))
+    assert len(names) == 2 and os.path.basename(mine) in names
+    dead = next(n for n in names if n != os.path.basename(mine))
+    assert lib.b1_fds_mover_stale(dead.encode()) == 1
+    assert lib.b1_fds_mover_stale(os.path.basename(mine).encode()) == 0  # alive
+    pidfd = os.pidfd_open(os.getpid())
+    if "%x" % os.fstat(pidfd).st_ino == os.path.basename(mine).split("-")[1]:  # a pidfs kernel
+        assert lib.b1_fds_mover_stale(b"%d-1" % os.getpid()) == 1  # this pid, another process's name
+    os.close(pidfd)
+    assert lib.b1_fds_mover_stale(b"inbox") == lib.b1_fds_mover_stale(b"1-2x") == 0  # no mover's name
+    bus.close()
+    assert os.listdir(os.path.dirname(mine)) == [n for n in names if n != os.path.basename(mine)]
+    with bus1py.Bus.open(bus.name) as again:
+        assert os.listdir(os.path.dirname(mine)) == [os.path.basename(_mover_path(again))]
+    assert os.listdir(os.path.dirname(mine)) == []
+    bus.unlink()  # the directory lives as long as the bus's name
+    assert not os.path.exists(os.path.dirname(mine))
 
 
 # ---- item 2: the take against any datagram ----
@@ -371,6 +475,7 @@ def test_a_thousand_open_close_cycles_leave_nothing_behind(make_bus, monkeypatch
     monkeypatch.setenv("BUS1PY_WATCH", "1")
     bus = make_bus(max_peers=4, max_nodes=8, max_handles=32, pool_size=1 << 16, spin_ns=0)
     bus.peer()
+    movers = os.path.dirname(_mover_path(bus))
     threads, fds, maps = threading.active_count(), len(_open_fds()), _mappings(bus.name)
     for _ in range(1000):
         other = bus1py.Bus.open(bus.name)
@@ -385,6 +490,9 @@ def test_a_thousand_open_close_cycles_leave_nothing_behind(make_bus, monkeypatch
     for _ in range(50):  # alone: each open starts a watcher, each close joins it
         bus1py.Bus.open(bus.name).close()
     assert (threading.active_count(), len(_open_fds()), _mappings(bus.name)) == (threads - 1, closed, 0)
+    assert os.listdir(movers) == []  # each watcher unlinked its mover path
+    bus.unlink()
+    assert not os.path.exists(movers)  # and the bus's name took the directory with it
 
 
 def test_a_message_whose_store_was_lost_is_dropped_and_said_so(bus):

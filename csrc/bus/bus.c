@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <string.h>
+#include <sys/random.h>
 #include "alloc.h"
 #include "names.h"
 #include "proc.h"
@@ -48,6 +49,10 @@ int b1_init(void *base, uint64_t size, const struct b1_limits *l) {
     h->off_names = off[5];
     h->creator_pid = b1_pid();
     h->creator_start = b1_proc_start(b1_pid());
+    if (getrandom(h->nonce, sizeof h->nonce, 0) != sizeof h->nonce) {
+        h->nonce[0] = b1_now_ns();
+        h->nonce[1] = (uint64_t)b1_pid() << 32 ^ (uint64_t)(uintptr_t)base;
+    }
     atomic_store(&h->next_peer_id, 1);
     /* index 0 of each table stands for "none" */
     atomic_store(&h->peers_bump, 1);

@@ -419,18 +419,23 @@ int b1_slice_release(void *base, uint32_t slot, uint64_t id, uint64_t slice);
  * are no longer queued (after a reset, a gc), and any datagram not posted by a sender.
  * b1_fds_drain empties the sockets of a disconnected peer's store (every datagram popped,
  * its descriptors closed).
- * b1_fds_mover_address: the abstract address (its first byte 0) of the calling process's
- * mover socket (named by its pid and pidfs inode), where a sender that finds an inbox
- * full asks its holders to move it;
- * b1_fds_wakeup, on a readable mover socket, moves the stores this process holds that
- * were asked for: how many datagrams it moved. */
+ * b1_fds_mover_address: the filesystem path of the calling process's mover socket on this
+ * bus (in a directory only the bus's users may enter, named by the bus's nonce; the file
+ * named by pid and pidfs inode), and its length: where a sender that finds an inbox full
+ * asks its holders to move it; b1_fds_mover_stale: 1 when a file name in that directory
+ * names a process that is gone (or a pid now another process's), 0 otherwise (alive, in
+ * doubt, or not a mover's name);
+ * b1_fds_wakeup, on a readable mover socket (SO_PASSCRED set before its bind), moves the
+ * stores this process holds that were asked for by users they let post: how many
+ * datagrams it moved. */
 #define B1_MAX_FDS 256
 int b1_send_fds(const int32_t *fds, uint32_t n);
 int b1_fds_address(void *base, uint32_t slot, uint64_t id, char *out, uint32_t cap, uint64_t *pair);
 int b1_fds_register(void *base, uint32_t slot, uint64_t id, const int32_t *socks, uint32_t n,
                     uint32_t uid, int64_t gid);
 void b1_fds_drain(const int32_t *socks, uint32_t n);
-int b1_fds_mover_address(char *out, uint32_t cap);
+int b1_fds_mover_address(void *base, char *out, uint32_t cap);
+int b1_fds_mover_stale(const char *name);
 int b1_fds_wakeup(int sock);
 int b1_fds_sweep(void *base, uint32_t slot, uint64_t id);
 

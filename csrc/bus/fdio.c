@@ -53,6 +53,11 @@ void b1_fd_close(const int32_t *fds, uint32_t n) {
     for (uint32_t i = 0; i < n; i++) close(fds[i]);
 }
 
+int b1_fd_trusted(const struct b1_fds_store *st, const struct ucred *cr) {
+    return cr->uid == 0 || cr->uid == st->uid || st->gid == B1_FDS_ANYONE ||
+           (st->gid >= 0 && cr->gid == (gid_t)st->gid);
+}
+
 /* The datagram at byte offset `at` of socket k of the store (peeked, left in place), its
  * head (B1_AT_HEAD) or the head taken out (B1_POP), into *h; *len its length from there.  With
  * fds, copies of its descriptors are installed there, else none.  Returns 1 when it is
@@ -105,9 +110,7 @@ int b1_fd_read(const struct b1_fds_store *st, int k, int at, struct b1_fd_dgram 
         return at == B1_POP ? 0 : -EMFILE;
     }
     /* b receives only from a, which only holders hold: its datagrams were checked at the move */
-    int trusted = k == B1_FDS_B ||
-                  (creds && (cr.uid == 0 || cr.uid == st->uid || st->gid == B1_FDS_ANYONE ||
-                             (st->gid >= 0 && cr.gid == (gid_t)st->gid)));
+    int trusted = k == B1_FDS_B || (creds && b1_fd_trusted(st, &cr));
     int ok = got == (ssize_t)sizeof *h && trusted &&
              h->total && h->total <= B1_MAX_FDS && h->count && h->count <= B1_SCM_MAX && h->first % B1_SCM_MAX == 0 &&
              h->first < h->total && h->count <= h->total - h->first && (!fds || (h->count == n && !dropped));

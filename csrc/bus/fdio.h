@@ -46,6 +46,9 @@ int b1_fd_send(int sock, const struct sockaddr_un *to, socklen_t tolen, const st
 int b1_fd_read(const struct b1_fds_store *st, int k, int at, struct b1_fd_dgram *h, uint32_t *len,
                int32_t *fds, uint32_t *nfds);
 void b1_fd_close(const int32_t *fds, uint32_t n);
+struct ucred;
+/* may the sender of credentials cr post to (or ask a move of) the store? */
+int b1_fd_trusted(const struct b1_fds_store *st, const struct ucred *cr);
 /* Move up to max datagrams from the inbox's head into b (the mover lock held): how many
  * were moved or popped as invalid, or -errno when none (-EAGAIN: b full or the inbox
  * empty; -EMFILE: no numbers for the copies). */

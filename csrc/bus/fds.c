@@ -33,6 +33,11 @@
  *     fails with EAGAIN naming the destination: tx.c lets go of the sender's lock, wakes
  *     R's holder processes' movers (b1_fds_wait_room) and stamps again; past
  *     B1_FDS_WAIT_MS it fails with EDQUOT.
+ *   - A holder process's mover socket on a bus is a path in the bus's mover directory
+ *     (B1_FDS_MOVERS + the bus's nonce, which this process's view copied at attach; made
+ *     and checked by bus1py/fds.py as a store's directory), named by the process's pid and
+ *     pidfs inode, SO_PASSCRED set before its bind: only the bus's users reach it, and a
+ *     request is acted on only for a store that lets its sender post (b1_fds_wakeup).
  *   - A datagram is valid when it is one header long, carries a header whose counts agree,
  *     exactly the descriptors the header counts and, in the inbox, SCM_CREDENTIALS of a
  *     user the store allows (the registered owner, its group for a group bus, root); b
@@ -116,26 +121,40 @@ static socklen_t store_address(const uint64_t nonce[2], struct sockaddr_un *a) {
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
 }
 
-/* the abstract address of a holder process's mover socket (bus1py/watch.py binds it): its
- * pid and its pidfs inode (its start time without pidfs), so that no name can be taken
- * before its process exists */
-static socklen_t mover_address(const struct b1_holder *h, struct sockaddr_un *a) {
+/* The path of a holder process's mover socket on this bus (bus1py/watch.py binds it): in
+ * the bus's mover directory (named by the bus's nonce, as this process's view copied it at
+ * attach; made and checked like a store's, so only the bus's users may find, bind in or
+ * send to it), named by the process's pid and pidfs inode (its start time without pidfs):
+ * no live process has another's name, and a name whose process is gone is stale. */
+static socklen_t mover_address(void *base, const struct b1_holder *h, struct sockaddr_un *a) {
+    const uint64_t *bus = VIEW(base)->nonce;
     memset(a, 0, sizeof *a);
     a->sun_family = AF_UNIX;
-    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, B1_FDS_MOVER "%d-%llx", (int)h->pid,
+    int n = snprintf(a->sun_path, sizeof a->sun_path, B1_FDS_MOVERS "%016llx%016llx/%d-%llx",
+                     (unsigned long long)bus[0], (unsigned long long)bus[1], (int)h->pid,
                      (unsigned long long)(h->ino ? h->ino : h->start));
-    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
 }
 
-int b1_fds_mover_address(char *out, uint32_t cap) {
+int b1_fds_mover_address(void *base, char *out, uint32_t cap) {
     struct b1_holder me;
     b1_holder_of(b1_pid(), &me);
     if (!me.pid) return -ESRCH;
     struct sockaddr_un a;
-    socklen_t len = mover_address(&me, &a) - offsetof(struct sockaddr_un, sun_path);
+    socklen_t len = mover_address(base, &me, &a) - offsetof(struct sockaddr_un, sun_path) - 1;
     if (len > cap) return -ENOSPC;
     memcpy(out, a.sun_path, len);
     return (int)len;
+}
+
+int b1_fds_mover_stale(const char *name) {
+    int pid, end = 0;
+    unsigned long long ident;
+    if (sscanf(name, "%d-%llx%n", &pid, &ident, &end) != 2 || name[end] || pid <= 0) return 0;
+    struct b1_holder now;
+    b1_holder_of(pid, &now);
+    /* gone, or its pid now another process's (by pidfs inode); any doubt is life */
+    return !now.pid || (now.ino && now.ino != ident);
 }
 
 int b1_fds_address(void *base, uint32_t slot, uint64_t id, char *out, uint32_t cap, uint64_t *pair) {
@@ -236,18 +255,36 @@ uint32_t b1_fds_store(void *base, uint32_t slot, uint64_t id, struct b1_fds_stor
 
 /* ---- moving: what a process is asked for ---- */
 
+/* A request is one store's nonce, from a user that store lets post (SO_PASSCRED on the
+ * mover socket: a request without credentials is ignored as well). */
 int b1_fds_wakeup(int sock) {
     uint64_t nonce[2];
     int moved = 0;
     for (int i = 0; i < 64; i++) {
-        ssize_t got = recv(sock, nonce, sizeof nonce, MSG_DONTWAIT | MSG_TRUNC);
+        union {
+            char buf[CMSG_SPACE(sizeof(struct ucred))];
+            struct cmsghdr align;
+        } ctl;
+        struct iovec iov = {nonce, sizeof nonce};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                            .msg_controllen = sizeof ctl.buf};
+        ssize_t got = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_TRUNC | MSG_CMSG_CLOEXEC);
         if (got < 0) return errno == EAGAIN ? moved : -errno;
-        if (got != sizeof nonce) continue;
+        struct ucred cr;
+        int creds = 0;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS &&
+                c->cmsg_len == CMSG_LEN(sizeof cr)) {
+                memcpy(&cr, CMSG_DATA(c), sizeof cr);
+                creds = 1;
+            }
+        if (got != sizeof nonce || !creds) continue;
         /* the store stays registered, its mapping with it, while stores_lock is held */
         pthread_mutex_lock(&stores_lock);
         for (uint32_t j = 0; j < n_stores; j++) {
             struct store *s = &stores[j];
             if (memcmp(s->nonce, nonce, sizeof nonce)) continue;
+            if (!b1_fd_trusted(&s->s, &cr)) break;
             struct b1_peer *p = PEER(s->base, s->slot);
             if (__atomic_load_n(&p->id, __ATOMIC_ACQUIRE) != s->id) break;
             b1_fds_mover_lock(p);
@@ -350,7 +387,7 @@ int b1_fds_wait_room(void *base, uint32_t slot, uint64_t id, int64_t deadline_ms
         for (int i = 0; i < B1_PEER_PIDS; i++) { /* each holder's mover: a lost wake is a retry */
             if (holders[i].pid <= 0) continue;
             struct sockaddr_un m;
-            socklen_t mlen = mover_address(&holders[i], &m);
+            socklen_t mlen = mover_address(base, &holders[i], &m);
             sendto(s, nonce, sizeof nonce, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&m, mlen);
         }
         int64_t left = deadline_ms - now_ms();

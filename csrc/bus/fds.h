@@ -13,7 +13,8 @@
 #include "fdio.h"
 
 #define B1_FDS_DIR "/dev/shm/.bus1py-fds-" /* a store's directory: this, then its nonce */
-#define B1_FDS_MOVER "bus1py-fds-mover-" /* a process's mover socket: this, then its pid (abstract) */
+#define B1_FDS_MOVERS "/dev/shm/.bus1py-movers-" /* a bus's mover sockets: this, its nonce, then
+                                                   "/<pid>-<pidfs inode>" per process */
 #define B1_FDS_WAIT_MS 2000 /* how long a send waits for room in a full inbox */
 
 /* how many descriptors this thread's next send carries (b1_send_fds) */

@@ -75,6 +75,8 @@ struct b1_header {
     int32_t creator_pid;               /* the process that created the bus (admin listing) */
     uint32_t pad0;
     uint64_t creator_start;
+    uint64_t nonce[2];                 /* random at creation: names the bus's directory of mover
+                                          sockets (fds.c), read once at attach (b1_view) */
     _Atomic uint64_t orphan_reaper;    /* owner token of the gc sweeping orphans (reap.c) */
     _Atomic uint64_t reclaimer;        /* owner token of the process that found every holder
                                           dead and takes the bus's name over (bus.c) */
@@ -412,6 +414,7 @@ struct b1_view {
     struct b1_limits limits;
     uint64_t off_names;
     uint32_t names_slots;  /* b1_names_slots(limits) */
+    uint64_t nonce[2];     /* the header's, copied at attach */
 };
 /* the view last found, shared by the process's threads (views never change or go away,
  * so a stale one only misses the base compare); hidden: one PC-relative load */

@@ -85,7 +85,7 @@ static int validate(void *base, uint64_t size, struct b1_view *v) {
         off[6] > h.segment_size)
         return -EBADMSG;
     *v = (struct b1_view){base, off[0], off[1], off[2], off[3], off[4], h.limits, off[5],
-                          b1_names_slots(&h.limits)};
+                          b1_names_slots(&h.limits), {h.nonce[0], h.nonce[1]}};
     return 0;
 }
 
