@@ -201,6 +201,16 @@ def entries(lay, max_examples, props, details, claimed=None, vstatus=None):
     out, info = decide(lay, ("causal", "consistent"), max_examples, claimed)
     if not info["walk_complete"]:
         return False, info
+    props.update(summary_entries(info, vstatus))
+    details.update((name, out[name]) for name in ("causal", "consistent"))
+    return True, info
+
+
+def summary_entries(info, vstatus):
+    """causal and consistent as the summary's entries, from a decide's info (this walk's
+    or relaxation's); vstatus: the trace's clock column status when causal reports it (a
+    column was read), else None."""
+    got = {}
     for name in ("causal", "consistent"):
         n = info[f"{name}_count"]
         entry = {"ok": n == 0, "violations": n, "examples": info[f"{name}_examples"]}
@@ -210,9 +220,8 @@ def entries(lay, max_examples, props, details, claimed=None, vstatus=None):
                 entry["vclock_first_bad"] = info["vclock_first_bad"]
         entry["method"] = ("vector-clock witness" if entry.get("vclock") == "holds"
                            else "exact")
-        props[name] = entry
-        details[name] = out[name]
-    return True, info
+        got[name] = entry
+    return got
 
 
 def causal(lay, row, clocks, max_examples):

@@ -19,6 +19,7 @@ from .events import Events
 from .properties import direct_properties
 from .layout import Layout
 from .relax import decide
+from .walk import summary_entries
 
 
 def check_local(trace, max_examples=3, keep_details=False, overview=False,
@@ -67,28 +68,10 @@ def check(trace, span, max_examples, driver_max_cells, vclock, ev=None):
         claimed = _claimed(ev, lay, vclock[0]) if vclock[0] and not alone else None
         out, walked = decide(lay, ("causal", "consistent"), max_examples, claimed)
         props, direct_details = direct.result()
-    info["properties"] = dict(props, **entries(out, walked, None if alone else vclock[1]))
+    info["properties"] = dict(props, **summary_entries(walked, None if alone else vclock[1]))
     details = dict(direct_details, **out)
     seconds.update({f"kernel_{k}": v for k, v in walked["seconds"].items()})
     return info, details
-
-
-def entries(out, info, vstatus):
-    """causal and consistent as the summary's entries, from relax.decide's answer; vstatus:
-    the trace's clock column status when causal reports it (a column was read), else
-    None."""
-    got = {}
-    for name in ("causal", "consistent"):
-        n = info[f"{name}_count"]
-        entry = {"ok": n == 0, "violations": n, "examples": info[f"{name}_examples"]}
-        if name == "causal" and vstatus is not None:
-            entry["vclock"] = info.get("vclock", vstatus)
-            if "vclock_first_bad" in info:
-                entry["vclock_first_bad"] = info["vclock_first_bad"]
-        entry["method"] = ("vector-clock witness" if entry.get("vclock") == "holds"
-                           else "exact")
-        got[name] = entry
-    return got
 
 
 def _claimed(ev, lay, name):
