@@ -150,6 +150,7 @@ def reclaim(shm_name: str, mode: int) -> str | None:
             except posix_ipc.ExistentialError:
                 pass
             fdpaths.remove_movers(fdpaths.mover_dir(base))  # the bus's, now nobody's
+            lib.b1_bus_unlink_stores(base)  # its dead peers' store directories
     finally:
         ffi.release(base)
         mm.close()

@@ -38,6 +38,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import bus1py
+from bus1py import fdpaths
 from bus1py import fds as _fds
 from bus1py import watch as _watch
 from bus1py._lib import ffi, lib
@@ -637,3 +638,27 @@ def test_a_fork_while_a_thread_binds_a_store_leaves_the_child_no_flock(make_bus,
 
 def fds_held(peer) -> bool:
     return (peer._bus.name, peer._id) in _fds._stores
+
+
+def _killed_creator(name, out):
+    bus = bus1py.Bus.create(name)
+    out.send([os.path.dirname(fdpaths.path(bus.peer())[0]) for _ in range(2)])
+    os.kill(os.getpid(), 9)
+
+
+@pytest.mark.timeout(60)
+def test_a_dead_bus_taken_over_leaves_none_of_its_store_directories(monkeypatch):
+    """Every process of a bus killed, its name taken over by a new creator (the reclaim):
+    the dead peers' store directories go with the old segment."""
+    monkeypatch.setenv("BUS1PY_WATCH", "0")  # no gc: the reclaim alone must remove them
+    name = f"/bus1py-test-reclaim-{os.getpid()}"
+    got, out = FORK.Pipe(duplex=False)
+    child = FORK.Process(target=_killed_creator, args=(name, out))
+    child.start()
+    assert got.poll(30), "the child's store paths"
+    dirs = got.recv()
+    child.join(30)
+    assert child.exitcode == -9 and len(set(dirs)) == 2
+    assert all(os.path.isdir(d) for d in dirs)
+    with bus1py.Bus.create(name):
+        assert not [d for d in dirs if os.path.exists(d)]

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include "alloc.h"
+#include "fds.h"
 #include "names.h"
 #include "proc.h"
 #include "queue.h"
@@ -155,4 +156,16 @@ int b1_bus_reclaim(void *base) {
     if (seen == me) return 0;
     if (seen && b1_owner_alive(seen)) return -EALREADY;
     return atomic_compare_exchange_strong(&h->reclaimer, &seen, me) ? 0 : -EALREADY;
+}
+
+void b1_bus_unlink_stores(void *base) {
+    uint32_t bump = b1_bounded(&HDR(base)->peers_bump, LIM(base).max_peers);
+    for (uint32_t slot = 1; slot < bump; slot++) {
+        struct b1_peer *p = b1_peer_at_slot(base, slot);
+        if (!p) continue;
+        /* read once: the nonce only names a path under B1_FDS_DIR, printed as hex */
+        uint64_t nonce[2] = {__atomic_load_n(&p->fd_nonce[0], __ATOMIC_RELAXED),
+                             __atomic_load_n(&p->fd_nonce[1], __ATOMIC_RELAXED)};
+        if (nonce[0] | nonce[1]) b1_fds_unlink(nonce);
+    }
 }

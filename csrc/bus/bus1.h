@@ -219,6 +219,10 @@ int b1_layout_offset(const char *name);
  * holder lives, -EALREADY while another live process holds the claim.  A claimant that
  * died is taken over by the next one. */
 int b1_bus_reclaim(void *base);
+/* After a won claim (b1_bus_reclaim), the name unlinked: remove the descriptor store
+ * paths (csrc/bus/fds.c) of every peer slot that names one, so nothing the bus made
+ * outside the segment outlives it. */
+void b1_bus_unlink_stores(void *base);
 void b1_process_init(void);
 
 int b1_peer_new(void *base, uint32_t quota_messages, uint32_t quota_handles,
