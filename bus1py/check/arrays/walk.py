@@ -36,9 +36,10 @@ BLOCK_MIN_COLUMNS = 4
 # task's peak to it): every task holds the layout, the origin rows, its block's sender
 # columns and the scan's output whatever its block (TASK_EVENT_BYTES), and its block's
 # origin clocks, 4 bytes an entry (task_bytes); the task that decides fifo and node_rules
-# beside its walk holds their temporaries too (BESIDE_EVENT_BYTES).
+# beside its walk holds their temporaries too (BESIDE_EVENT_BYTES: about 32, and a little
+# more where the two threads' allocations happen to overlap; 36 bounds every run seen).
 TASK_EVENT_BYTES = 48
-BESIDE_EVENT_BYTES = 32
+BESIDE_EVENT_BYTES = 36
 
 
 def task_bytes(events, origins, width, beside=False):
