@@ -135,13 +135,7 @@ class Events:
         if not len(bad):
             return
         i = bad[0]       # the first in (process, seq) order
-        seq, before = int(s[i]), int(prev[i])
-        if before < 0:
-            what = f"first seq is {seq}, expected 0"
-        elif seq == before:
-            what = f"duplicate seq {seq}"
-        else:
-            what = f"gap in seq: {before} is followed by {seq}"
+        what = seq_problem(int(s[i]), int(prev[i]))
         j = np.flatnonzero((p == p[i]) & (s == s[i])).min()
         raise TraceError(f"{self.name_file(j)}: column 'seq' of process {int(p[i])}: {what}")
 
@@ -347,3 +341,13 @@ def _check_rows(t, code, trace):
     f, p, s, k, m, i = min(rows, key=lambda r: tuple((v is not None, v) for v in r[:5]))
     r = {"process": p, "seq": s, "kind": k, "msg": m}
     raise TraceError(f"{f}: row {fmt_row(r)}: {ROW_RULES[i].format(kind=k)}")
+
+
+def seq_problem(seq, before):
+    """The words for a process's seq `seq` following `before` (-1: its first row) where it
+    should be before + 1: the driver's and spark/malformed.py's alike."""
+    if before < 0:
+        return f"first seq is {seq}, expected 0"
+    if seq == before:
+        return f"duplicate seq {seq}"
+    return f"gap in seq: {before} is followed by {seq}"

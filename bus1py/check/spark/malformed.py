@@ -10,6 +10,7 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from .. import kinds as K
+from ..arrays.events import seq_problem
 from ..load import TraceError, fmt_row, raise_row_problem
 
 
@@ -60,13 +61,8 @@ def _numbering(rows):
            .agg(F.min(F.struct("process", "seq", "prev")).alias("b")).collect()[0]["b"])
     if bad is None:
         return
-    p, seq, before = bad["process"], bad["seq"], bad["prev"]
-    if before < 0:
-        what = f"first seq is {seq}, expected 0"
-    elif seq == before:
-        what = f"duplicate seq {seq}"
-    else:
-        what = f"gap in seq: {before} is followed by {seq}"
+    p, seq = bad["process"], bad["seq"]
+    what = seq_problem(seq, bad["prev"])
     f = (rows.where((F.col("process") == p) & (F.col("seq") == seq))
          .agg(F.min("file").alias("f")).collect()[0]["f"])
     raise TraceError(f"{f}: column 'seq' of process {p}: {what}")
