@@ -170,14 +170,7 @@ def _local(c):
     status), or None when the trace is malformed."""
     import pyarrow as pa
 
-    import shutil
-
-    from ..arrays import linked_files
-    where = linked_files.directory(c.spark.conf.get(walk_blocks.LINKED_DIR, None))
-    try:
-        return _local_through(c, where)
-    finally:
-        shutil.rmtree(where, ignore_errors=True)
+    return _in_files_of_check(c, _local_through)
 
 
 def _local_through(c, where):
@@ -240,14 +233,7 @@ def _local_through(c, where):
 def _cluster(c):
     """Job 1 and the walk by column blocks on Spark's executors, every exchange through
     files of this check (arrays/linked_files.py): as _local."""
-    import shutil
-
-    from ..arrays import linked_files
-    where = linked_files.directory(c.spark.conf.get(walk_blocks.LINKED_DIR, None))
-    try:
-        return _through_files(c, where)
-    finally:
-        shutil.rmtree(where, ignore_errors=True)
+    return _in_files_of_check(c, _through_files)
 
 
 def _through_files(c, where):
@@ -371,3 +357,16 @@ def _exactly_once(v, destroyed, sums, k):
         else:
             examples.append(kept[(m, p)])
     return len(msg), examples, proc.tolist()
+
+
+def _in_files_of_check(c, steps):
+    """steps(c, where), `where` a new directory of this check's files (under the
+    LINKED_DIR setting, else the temporary directory), removed whole however it ends."""
+    import shutil
+
+    from ..arrays import linked_files
+    where = linked_files.directory(c.spark.conf.get(walk_blocks.LINKED_DIR, None))
+    try:
+        return steps(c, where)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
