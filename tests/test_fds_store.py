@@ -31,6 +31,8 @@ import multiprocessing as mp
 import os
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 
@@ -662,3 +664,40 @@ def test_a_dead_bus_taken_over_leaves_none_of_its_store_directories(monkeypatch)
     assert all(os.path.isdir(d) for d in dirs)
     with bus1py.Bus.create(name):
         assert not [d for d in dirs if os.path.exists(d)]
+
+
+def _killed_user(name, out):
+    """Makes `name` (persistent), a store and a mover directory, sends their paths, dies."""
+    bus = bus1py.Bus.create(name, persistent=True)
+    peer = bus.peer()
+    peer._attach()
+    deadline = time.monotonic() + 10
+    while fdpaths.mover_dir(bus.base()) is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # the watcher binds its mover socket
+    out.send([os.path.dirname(fdpaths.path(peer)[0]), fdpaths.mover_dir(bus.base())])
+    os.kill(os.getpid(), 9)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("command", [["rm"], ["gc"]])
+def test_removing_a_dead_bus_by_the_cli_leaves_none_of_its_directories(monkeypatch, command):
+    """`bus1py rm` or `gc` of a bus whose processes were all killed: its name, its peers'
+    store directories and its mover directory all go."""
+    monkeypatch.setenv("BUS1PY_WATCH", "1")
+    name = f"/bus1py-test-rm-{os.getpid()}"
+    got, out = FORK.Pipe(duplex=False)
+    child = FORK.Process(target=_killed_user, args=(name, out))
+    child.start()
+    assert got.poll(30), "the child's directories"
+    dirs = got.recv()
+    child.join(30)
+    try:
+        assert child.exitcode == -9 and None not in dirs and all(os.path.isdir(d) for d in dirs)
+        cp = subprocess.run([sys.executable, "-m", "bus1py.cli", *command, name.lstrip("/")],
+                            capture_output=True, text=True, timeout=60)
+        assert cp.returncode == 0, cp.stderr
+        assert not os.path.exists("/dev/shm" + name)
+        assert [d for d in dirs if os.path.exists(d)] == []
+    finally:
+        if os.path.exists("/dev/shm" + name):
+            os.unlink("/dev/shm" + name)

@@ -23,6 +23,7 @@ import posix_ipc
 import psutil
 
 from ..bus import Bus
+from ..segment import reclaim
 from .options import output_file
 from .outcome import BAD_INPUT, OK, PROBLEM, CommandError, add_json_option, write_json
 
@@ -146,21 +147,50 @@ def cmd_rm(args, console=None) -> int:
             status = max(status, BAD_INPUT)
             continue
         try:
-            live = holders(*_read(name))
+            live, readable = holders(*_read(name)), True
         except OSError:
-            live = []  # a layout this version cannot read: nothing to ask it
+            live, readable = [], False  # a layout this version cannot read: nothing to ask it
         if live and not args.force:
             _error(args, f"{name}: in use by {_procs(live)}; not removed "
                          f"(--force removes it all the same)")
             status = max(status, PROBLEM)
             continue
-        try:
-            posix_ipc.unlink_shared_memory(shm_name)
-            console.print(f"removed {shm_name}")
-        except posix_ipc.Error as e:
-            _error(args, f"{name}: {e}")
+        problem = _remove(shm_name, bool(live)) if readable else _unlink(shm_name)
+        if problem:
+            _error(args, f"{name}: {problem}")
             status = max(status, BAD_INPUT)
+        else:
+            console.print(f"removed {shm_name}")
     return status
+
+
+def _remove(shm_name: str, live: bool) -> str | None:
+    """Unlink a bus with what it made outside the segment: None, or why not.  One no live
+    process holds is reclaimed (segment.reclaim: its name, its mover directory and its
+    peers' descriptor stores); one still in use loses its name and its mover directory as
+    by Bus.unlink, its live peers' stores going with their holders."""
+    if not live:
+        return reclaim(shm_name, ADMIN_MODE)
+    try:
+        bus = Bus.open(shm_name, mode=ADMIN_MODE, watch=False)
+    except OSError as e:
+        return str(e)
+    try:
+        bus.unlink()
+    except OSError as e:
+        return str(e)
+    finally:
+        bus.close()
+    return None
+
+
+def _unlink(shm_name: str) -> str | None:
+    """The name alone, of a segment whose layout this version cannot read."""
+    try:
+        posix_ipc.unlink_shared_memory(shm_name)
+    except posix_ipc.Error as e:
+        return str(e)
+    return None
 
 
 _AUTO_NAME = re.compile(r"^/bus1py-(\d+)-[0-9a-f]+$")
