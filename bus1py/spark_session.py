@@ -80,7 +80,7 @@ def _cds_options() -> str:
     """JVM options for a class-data-sharing archive of the classes a check loads.
 
     Loading and verifying Spark's classes is most of a cold JVM's start. The first check
-    (per user, JDK and PySpark) asks its JVM to dump the classes it loaded at exit
+    (per user, JDK and PySpark install) asks its JVM to dump the classes it loaded at exit
     (-XX:ArchiveClassesAtExit, into a file of its own, since the JVM cannot write it
     atomically); a later check adopts a finished dump (no live process names it) under the
     final name and maps it (-XX:SharedArchiveFile). A JVM that cannot use
@@ -94,7 +94,9 @@ def _cds_options() -> str:
         import pyspark
         java = os.path.realpath(shutil.which("java") or os.path.join(
             os.environ.get("JAVA_HOME", ""), "bin", "java"))
-        key = f"{java}:{os.stat(java).st_mtime_ns}:{pyspark.__version__}:{sys.version_info[:2]}"
+        # the archive holds the classes of one class path: the jars of one PySpark install
+        key = (f"{java}:{os.stat(java).st_mtime_ns}:{pyspark.__version__}:"
+               f"{os.path.dirname(pyspark.__file__)}:{sys.version_info[:2]}")
     except OSError:
         return ""
     base = os.path.join(os.path.expanduser("~"), ".cache", "bus1py")

@@ -265,15 +265,9 @@ def _with_spark(args, trace, t0, mode) -> int:
     if problem:
         raise CommandError(problem)
     from .spark.checker import check_trace
-    from .load import open_rows
     session_ready = time.perf_counter() - t0
     plan_for_trace(spark, trace, args.partitions)
     with StageProgress(spark, mode) as prog:
-        prog.set_phase("reading and validating the trace")
-        try:
-            trace = open_rows(spark, trace)
-        except TraceError as e:
-            raise CommandError(f"malformed trace: {e}")
         try:
             summary, checker = check_trace(spark, trace, max_examples=args.examples,
                                            on_phase=prog.set_phase)

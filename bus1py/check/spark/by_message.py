@@ -150,7 +150,7 @@ def run(c):
         found = walk_task.found(c, WANT, info, vstatus, by_rec)
     if found is None:
         c.phase("naming the first broken row")
-        malformed.name(c.trace)
+        malformed.name(c.spark, c.trace)
     props, details = {}, {}
     n, ex, eo = c.timed("exactly_once", _exactly_once, violations, info["destroyed"],
                         sums, c.max_examples)
