@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 from .. import engine, vclock
@@ -265,6 +266,10 @@ def _through_files(c, where):
     c.phase("by message: linking and exactly_once, a task a bucket")
     linked = c.timed("by_message", _tasks, c, buckets,
                      _bucket_task(link_task(c.max_examples, where), files))
+    # the job is done, so no task reads a piece again: their pages go back before the
+    # next steps write theirs (a page freed just now is cheaper to fill than a new one)
+    for name in (f for fs in files for f in fs):
+        os.unlink(name)
     sums = linked[SUMMARY]
     if any(s.get("malformed") for s in sums):
         return None
