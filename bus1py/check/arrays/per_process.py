@@ -49,8 +49,7 @@ def write_group(linked, group, where, rows):
         for name, offset, count in where_of.get(p, ()):
             with pa.memory_map(name) as source:
                 parts.append(pa.ipc.open_file(source).read_all().slice(offset, count))
-        # one chunk: a take from a chunked table joins its chunks for each column
-        t = pa.concat_tables(parts).select(list(COLUMNS)).combine_chunks() if parts else None
+        t = pa.concat_tables(parts).select(list(COLUMNS)) if parts else None
         n = t.num_rows if t is not None else 0
         order = seq_order(t.column("seq").to_numpy() if n else np.zeros(0, np.int64))
         if order is None:
