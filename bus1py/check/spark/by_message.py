@@ -20,7 +20,8 @@
 # With a local master both steps run in the driver's process: buckets read with pyarrow
 # (arrays/buckets.py), two linked side by side, the walk's blocks in threads
 # (walk_blocks.local); with a cluster, a task per group of trace files splits their
-# rows into buckets, a task per bucket links them, then the walk's jobs (walk_blocks.run_streamed).
+# rows into buckets, a task per bucket links them, then the walk's jobs
+# (walk_blocks.run_streamed).
 # So the summary is the driver's (all but `seconds` and `timings`). A trace breaking any
 # rule (a per-row rule, the numbering, one origin per id, no dangling receive) is named by
 # malformed.py in the driver's words. Only the tasks' summaries (with the first examples),
