@@ -81,9 +81,9 @@ def main():
     env = dict(os.environ)
     if a.event_log:
         os.makedirs(a.event_log, exist_ok=True)
+        where = os.path.abspath(a.event_log)
         env["PYSPARK_SUBMIT_ARGS"] = ("--conf spark.eventLog.enabled=true --conf "
-                                      f"spark.eventLog.dir=file:{os.path.abspath(a.event_log)}"
-                                      " pyspark-shell")
+                                      f"spark.eventLog.dir=file:{where} pyspark-shell")
     load = os.getloadavg()[0]
     idle0 = psutil.cpu_times()
     t = time.time()

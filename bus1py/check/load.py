@@ -49,7 +49,7 @@ class Trace:
     """A validated trace: its files, the facts learnt while checking, and the Spark
     DataFrame of its rows once opened (rows_of)."""
     path: str
-    df: object                      # pyspark DataFrame with exactly the COLUMNS above, or None
+    df: object                      # None, or the DataFrame with exactly the COLUMNS above
     files: list = field(default_factory=list)
     rows: int = 0
     processes: list = field(default_factory=list)   # sorted distinct process ids
