@@ -68,11 +68,10 @@ def _launch_quiet_gateway(conf):
         SparkContext._jvm = gateway.jvm
 
 
-# A driver JVM for a small trace lives a few seconds: most of its CPU goes to compiling
-# Spark's own code, so the quick first-tier compiler alone (C1) answers sooner; a long
-# check wants the optimising compiler (C2). Chosen from the trace's size on disk, which is
-# known before the JVM starts.
-QUICK_START_BYTES = 64 << 20
+# A JVM that runs no job over the rows (a check's: its tasks read the rows with pyarrow)
+# spends most of its CPU compiling Spark's own code, so the quick first-tier compiler
+# alone (C1) answers sooner and leaves the cores to the tasks, in the driver and in every
+# executor; a job over every row (the report's overview) wants the optimising one (C2).
 QUICK_START_JAVA_OPTS = "-XX:TieredStopAtLevel=1"
 
 
@@ -80,7 +79,7 @@ def _cds_options() -> str:
     """JVM options for a class-data-sharing archive of the classes a check loads.
 
     Loading and verifying Spark's classes is most of a cold JVM's start. The first check
-    (per user, JDK and PySpark) asks its JVM to dump the classes it loaded at exit
+    (per user, JDK and PySpark install) asks its JVM to dump the classes it loaded at exit
     (-XX:ArchiveClassesAtExit, into a file of its own, since the JVM cannot write it
     atomically); a later check adopts a finished dump (no live process names it) under the
     final name and maps it (-XX:SharedArchiveFile). A JVM that cannot use
@@ -94,7 +93,9 @@ def _cds_options() -> str:
         import pyspark
         java = os.path.realpath(shutil.which("java") or os.path.join(
             os.environ.get("JAVA_HOME", ""), "bin", "java"))
-        key = f"{java}:{os.stat(java).st_mtime_ns}:{pyspark.__version__}:{sys.version_info[:2]}"
+        # the archive holds the classes of one class path: the jars of one PySpark install
+        key = (f"{java}:{os.stat(java).st_mtime_ns}:{pyspark.__version__}:"
+               f"{os.path.dirname(pyspark.__file__)}:{sys.version_info[:2]}")
     except OSError:
         return ""
     base = os.path.join(os.path.expanduser("~"), ".cache", "bus1py")
@@ -148,9 +149,10 @@ def get_session(master: str | None = None, shuffle_partitions: int | None = None
     """Return the process-wide SparkSession, creating it on first use.
 
     Environment must be set before the JVM starts, so it is done here, before the import of
-    the builder has any effect. quick_start: JVM options for a short-lived driver
-    (QUICK_START_JAVA_OPTS); BUS1PY_JAVA_OPTS adds options of the user's. Neither changes
-    a session that already exists.
+    the builder has any effect. quick_start: JVM options for a session that runs no
+    job over the rows (QUICK_START_JAVA_OPTS, the driver's and the executors');
+    BUS1PY_JAVA_OPTS adds options of the user's. Neither changes a session that already
+    exists.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

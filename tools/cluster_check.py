@@ -2,13 +2,17 @@
 peak resident memory: the command docs/BENCHMARKS.md's cluster figures come from.
 
     python tools/cluster_check.py TRACE WORKERS OUT.json [--cores 1] [--memory 6g]
+                                  [--event-log DIR]
 
 Starts a master and WORKERS workers of --cores cores and --memory each
 (tests/spark_cluster.py, as the tests start theirs), runs `bus1py check TRACE --master URL
 --json OUT.json`, samples the resident memory of the check, its JVM, the cluster's JVMs
 and their Python workers every 0.5 s, stops the cluster and prints: the exit code, the wall
-time, the load before and after, the peak of the largest process of each kind, and the
-check's seconds and timings. Run it under `flock /tmp/bus1py-bench.lock`.
+time, the load before and after, the peak of the largest process of each kind, the CPU
+seconds each kind used and the machine's idle share (where a check's time goes when it
+does not scale), and the check's seconds and timings. --event-log DIR keeps Spark's event
+log there (each task's executor, run, deserialization and GC times). Run it under
+`flock /tmp/bus1py-bench.lock`.
 """
 from __future__ import annotations
 
@@ -47,6 +51,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--cores", type=int, default=1)
     ap.add_argument("--memory", default="6g")
+    ap.add_argument("--event-log")
     a = ap.parse_args()
     t0 = time.time()
     url, stop = start_cluster(tempfile.mkdtemp(prefix="cluster-check-"), cores=a.cores,
@@ -55,7 +60,7 @@ def main():
     roots = [p for p in psutil.process_iter(["cmdline", "create_time"])
              if "org.apache.spark.deploy" in " ".join(p.info["cmdline"] or [])
              and p.info["create_time"] >= t0 - 1]
-    peaks, done = {}, threading.Event()
+    peaks, cpu, done = {}, {}, threading.Event()
 
     def sample(check):
         while not done.is_set():
@@ -68,19 +73,30 @@ def main():
                     try:
                         key = (kind_of(" ".join(p.cmdline())), p.pid)
                         peaks[key] = max(peaks.get(key, 0), p.memory_info().rss)
+                        t = p.cpu_times()
+                        cpu[key] = t.user + t.system
                     except psutil.Error:
                         pass
             time.sleep(0.5)
+    env = dict(os.environ)
+    if a.event_log:
+        os.makedirs(a.event_log, exist_ok=True)
+        where = os.path.abspath(a.event_log)
+        env["PYSPARK_SUBMIT_ARGS"] = ("--conf spark.eventLog.enabled=true --conf "
+                                      f"spark.eventLog.dir=file:{where} pyspark-shell")
     load = os.getloadavg()[0]
+    idle0 = psutil.cpu_times()
     t = time.time()
     try:
         check = subprocess.Popen([sys.executable, "-m", "bus1py", "check", a.trace, "--master",
                                   url, "--json", a.out, "--progress", "never"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=env)
         th = threading.Thread(target=sample, args=(psutil.Process(check.pid),), daemon=True)
         th.start()
         _, err = check.communicate()
         wall = time.time() - t
+        idle1 = psutil.cpu_times()
         done.set()
         th.join()
     finally:
@@ -92,8 +108,14 @@ def main():
     by = {}
     for (kind, _), rss in peaks.items():
         by.setdefault(kind, []).append(rss)
+    used = {}
+    for (kind, _), secs in cpu.items():
+        used[kind] = used.get(kind, 0) + secs
     for kind, v in sorted(by.items()):
-        print(f"{kind}: {len(v)} process(es), largest peak {max(v) / 2**30:.2f} GiB")
+        print(f"{kind}: {len(v)} process(es), largest peak {max(v) / 2**30:.2f} GiB, "
+              f"{used.get(kind, 0):.1f} CPU s")
+    idle = (idle1.idle - idle0.idle) / (psutil.cpu_count() * wall)
+    print(f"machine idle {100 * idle:.0f}% of {psutil.cpu_count()} cores over the check")
     s = json.loads(Path(a.out).read_text())
     print("seconds", s.get("seconds"), "ok", s.get("ok"))
     print("timings", json.dumps(s.get("timings")))

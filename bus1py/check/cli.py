@@ -242,9 +242,10 @@ def _announce(trace, engine, jvm):
 
 def _start_spark(args, trace):
     """The session, or the one line saying why Spark did not start."""
-    from ..spark_session import QUICK_START_BYTES, EarlySession, jvm_log_path
-    quick = sum(os.path.getsize(f) for f in trace.files) < QUICK_START_BYTES
-    early = EarlySession(args.master, driver_memory=args.driver_memory, quick_start=quick)
+    from ..spark_session import EarlySession, jvm_log_path
+    # only the report's overview (and the naming of a malformed row) runs Spark over rows
+    early = EarlySession(args.master, driver_memory=args.driver_memory,
+                         quick_start=not args.report)
     try:
         return early.result(), None
     except ModuleNotFoundError:
@@ -265,15 +266,9 @@ def _with_spark(args, trace, t0, mode) -> int:
     if problem:
         raise CommandError(problem)
     from .spark.checker import check_trace
-    from .load import open_rows
     session_ready = time.perf_counter() - t0
     plan_for_trace(spark, trace, args.partitions)
     with StageProgress(spark, mode) as prog:
-        prog.set_phase("reading and validating the trace")
-        try:
-            trace = open_rows(spark, trace)
-        except TraceError as e:
-            raise CommandError(f"malformed trace: {e}")
         try:
             summary, checker = check_trace(spark, trace, max_examples=args.examples,
                                            on_phase=prog.set_phase)

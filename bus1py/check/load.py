@@ -46,9 +46,10 @@ class TraceError(Exception):
 
 @dataclass
 class Trace:
-    """A validated trace: the Spark DataFrame of its rows plus facts learnt while checking."""
+    """A validated trace: its files, the facts learnt while checking, and the Spark
+    DataFrame of its rows once opened (rows_of)."""
     path: str
-    df: object                      # pyspark DataFrame with exactly the COLUMNS above
+    df: object                      # None, or the DataFrame with exactly the COLUMNS above
     files: list = field(default_factory=list)
     rows: int = 0
     processes: list = field(default_factory=list)   # sorted distinct process ids
@@ -133,6 +134,13 @@ def open_rows(spark, trace: Trace) -> Trace:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise TraceError(f"{trace.path}: cannot read trace rows: {first[:500]}") from None
     return trace
+
+
+def rows_of(spark, trace: Trace):
+    """The Spark DataFrame of the trace's rows, opened (open_rows) on first use: only
+    the naming of a malformed row and the report's overview read rows through Spark, and
+    opening lists the files in a Spark job of its own."""
+    return trace.df if trace.df is not None else open_rows(spark, trace).df
 
 
 def load_trace(spark, path: str) -> Trace:

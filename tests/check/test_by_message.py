@@ -45,11 +45,11 @@ def _summary_and_counts(spark, path, **kw):
     return summary, per, timings
 
 
-def _write(batch, path):
+def _write(batch, path, files=3):
     rows = []
     for k, trace in enumerate(batch):
         rows += offset_rows(trace, k, SPAN)
-    S.write_rows(rows, path, files=3)
+    S.write_rows(rows, path, files=files)
 
 
 def _batch(n, seed_base):

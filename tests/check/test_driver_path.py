@@ -160,13 +160,15 @@ def test_check_on_a_standalone_cluster(spark, spark_cluster, tmp_path):
     # link in tasks by id writing the linked events to files, each process's events
     # gathered into a file of its own, the streamed walk by three column blocks in three
     # tasks reading them, spark/walk_blocks.py; a cyclic history's walk by the layout) on
-    # a batch of drawn traces, stamped, unstamped and cyclic
+    # a batch of drawn traces, stamped, unstamped and cyclic, in more files than the
+    # split has tasks (so a task splits several)
+    from bus1py.check.spark.by_message import SPLIT_TASKS_A_CORE
     from test_by_message import SPAN, _batch, _summary_and_counts, _write
     rng = random.Random(4)
     rows = mutate(simulate(rng, nprocs=4, steps=50, p_signal=0.2), "swap", rng)
     write_trace(rows, str(tmp_path / "t"))
     batch = _batch(2, 5000)
-    _write(batch, str(tmp_path / "u"))
+    _write(batch, str(tmp_path / "u"), files=3 * SPLIT_TASKS_A_CORE * 2)   # 2 cores
     runs = [(), ("--exact",)]
     code = f"""
 import json

@@ -43,10 +43,11 @@ def split(trace, files, count):
                       "kind_code": code, "msg": t.column("msg"),
                       "dests": pc.if_else(origin, t.column("dests"),
                                           pa.nulls(t.num_rows, t.column("dests").type)),
-                      "node": t.column("node")})
+                      "node": t.column("node")}).combine_chunks()
         order = stable_order(b)
         cuts = np.searchsorted(b[order], np.arange(count + 1))
-        # a copy per bucket (not slices of one): a bucket's rows are let go once linked
+        # a copy per bucket (not slices of one): a bucket's rows are let go once linked;
+        # taken from one chunk (a take from a chunked table joins its chunks each time)
         for k in range(count):
             if cuts[k + 1] > cuts[k]:
                 yield k, t.take(pa.array(order[cuts[k]:cuts[k + 1]]))

@@ -51,13 +51,24 @@ def write_group(linked, group, where, rows):
                 parts.append(pa.ipc.open_file(source).read_all().slice(offset, count))
         t = pa.concat_tables(parts).select(list(COLUMNS)) if parts else None
         n = t.num_rows if t is not None else 0
-        seq = t.column("seq").to_numpy() if n else np.zeros(0, np.int64)
-        order = np.argsort(seq, kind="stable")
-        if not np.array_equal(seq[order], np.arange(n)):
+        order = seq_order(t.column("seq").to_numpy() if n else np.zeros(0, np.int64))
+        if order is None:
             raise ValueError(f"the events of process {p} are not numbered 0,1,2,...")
         out[p] = linked_files.write(where, t.take(order) if n else _empty(), rows)
-        del parts, t, seq, order
+        del parts, t, order
     return out
+
+
+def seq_order(seq):
+    """The rows of seq in seq order, when seq numbers them 0, 1, 2, ... in some order
+    (each seq's row placed at its seq: no sort); else None."""
+    n = len(seq)
+    if n and (seq.min() < 0 or seq.max() >= n):
+        return None
+    order = np.full(n, -1, np.int64)
+    order[seq] = np.arange(n)
+    # n seqs in [0, n): a repeated one leaves a place no row fills
+    return order if not n or order.min() >= 0 else None
 
 
 def _empty():

@@ -19,8 +19,9 @@
 # Every exchange goes through files of this check, in a directory removed at its end.
 # With a local master both steps run in the driver's process: buckets read with pyarrow
 # (arrays/buckets.py), two linked side by side, the walk's blocks in threads
-# (walk_blocks.local); with a cluster, a task per trace file splits its rows into
-# buckets, a task per bucket links them, then the walk's jobs (walk_blocks.run_streamed).
+# (walk_blocks.local); with a cluster, a task per group of trace files splits their
+# rows into buckets, a task per bucket links them, then the walk's jobs
+# (walk_blocks.run_streamed).
 # So the summary is the driver's (all but `seconds` and `timings`). A trace breaking any
 # rule (a per-row rule, the numbering, one origin per id, no dangling receive) is named by
 # malformed.py in the driver's words. Only the tasks' summaries (with the first examples),
@@ -28,6 +29,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 from .. import engine, vclock
@@ -43,6 +45,9 @@ OUT_SCHEMA = ("rec byte, process int, seq long, kind_code byte, msg long, "
 WANT = ("causal", "consistent", "fifo", "node_rules")
 # rows per bucket of the tasks by message (on a cluster, at least a bucket a core)
 BUCKET_ROWS = 4_000_000
+# tasks a core of the split on a cluster, each splitting consecutive files (fewer when
+# the trace has fewer files)
+SPLIT_TASKS_A_CORE = 4
 
 
 def link_task(max_examples, where):
@@ -150,7 +155,7 @@ def run(c):
         found = walk_task.found(c, WANT, info, vstatus, by_rec)
     if found is None:
         c.phase("naming the first broken row")
-        malformed.name(c.trace)
+        malformed.name(c.spark, c.trace)
     props, details = {}, {}
     n, ex, eo = c.timed("exactly_once", _exactly_once, violations, info["destroyed"],
                         sums, c.max_examples)
@@ -238,16 +243,22 @@ def _cluster(c):
 
 def _through_files(c, where):
     """_cluster's jobs, their files under `where`: the trace's files split by id into
-    buckets, a task a file (the rows read with pyarrow where Spark's own scan would read
-    them); each bucket linked by a task (link_task, its linked events written to a file);
-    then the walk by column blocks (walk_blocks.py)."""
+    buckets, a task a group of files (the rows read with pyarrow where Spark's own scan
+    would read them); each bucket linked by a task (link_task, its linked events written
+    to a file); then the walk by column blocks (walk_blocks.py)."""
     import pyarrow as pa
 
     from ..load import Trace
     plain = Trace(path=c.trace.path, df=None, files=list(c.trace.files), rows=c.trace.rows)
-    buckets = max(-(-c.trace.rows // BUCKET_ROWS), c.spark.sparkContext.defaultParallelism)
-    c.phase("by message: the trace's files split by id, a task a file")
-    pieces = c.timed("split", _tasks, c, len(plain.files), _split_task(plain, buckets, where))
+    cores = c.spark.sparkContext.defaultParallelism
+    buckets = max(-(-c.trace.rows // BUCKET_ROWS), cores)
+    # consecutive files a task, SPLIT_TASKS_A_CORE tasks a core (a task's fixed cost, a
+    # Python worker's and the scheduler's, is paid per task, not per file)
+    n = len(plain.files)
+    tasks = min(n, SPLIT_TASKS_A_CORE * cores)
+    groups = [list(range(n * g // tasks, n * (g + 1) // tasks)) for g in range(tasks)]
+    c.phase("by message: the trace's files split by id, a task a group of files")
+    pieces = c.timed("split", _tasks, c, tasks, _split_task(plain, groups, buckets, where))
     if any(s.get("malformed") for s in pieces[SUMMARY]):
         return None
     files = [[] for _ in range(buckets)]
@@ -256,6 +267,10 @@ def _through_files(c, where):
     c.phase("by message: linking and exactly_once, a task a bucket")
     linked = c.timed("by_message", _tasks, c, buckets,
                      _bucket_task(link_task(c.max_examples, where), files))
+    # the job is done, so no task reads a piece again: their pages go back before the
+    # next steps write theirs (a page freed just now is cheaper to fill than a new one)
+    for name in (f for fs in files for f in fs):
+        os.unlink(name)
     sums = linked[SUMMARY]
     if any(s.get("malformed") for s in sums):
         return None
@@ -293,20 +308,21 @@ def _tasks(c, n, fn):
     return got
 
 
-def _split_task(trace, buckets, where):
-    """The function of the tasks that split the trace's files: file i in, a summary
-    naming each bucket's piece written under `where` out (one saying `malformed` when a
-    row breaks a per-row rule: malformed.py names it)."""
+def _split_task(trace, groups, buckets, where):
+    """The function of the tasks that split the trace's files: group g in, a summary
+    naming each bucket's piece of each of the files `groups[g]`, written under `where`,
+    out (one saying `malformed` when a row breaks a per-row rule: malformed.py names it).
+    One file read at a time."""
     def run(batches):
         from ..arrays import linked_files
         from ..arrays.buckets import split
         from ..load import TraceError
-        files = [i for b in batches for i in b.column(0).to_pylist()]
+        files = [i for b in batches for g in b.column(0).to_pylist() for i in groups[g]]
         if not files:
             return
         try:
-            written = [(k, linked_files.write(where, piece))
-                       for k, piece in split(trace, files, buckets)]
+            written = [(k, linked_files.write(where, piece)) for i in files
+                       for k, piece in split(trace, [i], buckets)]
         except TraceError:
             yield _summary({"malformed": True})
             return

@@ -11,12 +11,12 @@ from pyspark.sql import functions as F
 
 from .. import kinds as K
 from ..arrays.events import seq_problem
-from ..load import TraceError, fmt_row, raise_row_problem
+from ..load import TraceError, fmt_row, raise_row_problem, rows_of
 
 
-def name(trace):
-    """Raise the TraceError naming the first broken row of `trace` (its df loaded)."""
-    df = trace.df
+def name(spark, trace):
+    """Raise the TraceError naming the first broken row of `trace`."""
+    df = rows_of(spark, trace)
     raise_row_problem(df)
     code = K.kind_code()
     rows = df.select("process", "seq", code.alias("kind_code"), "msg",

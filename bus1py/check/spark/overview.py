@@ -10,7 +10,8 @@ from ..overview import WINDOW_EVENTS, WINDOW_PROCESSES, assemble
 def overview(c) -> dict:
     """From a Spark check (checker.Checker): three small Spark jobs."""
     from pyspark.sql import functions as F
-    df = c.trace.df
+    from ..load import rows_of
+    df = rows_of(c.spark, c.trace)
     counts = {int(r["process"]): int(r["count"]) for r in
               df.groupBy("process").count().orderBy("process").collect()}
     origins = df.where(F.col("kind").isin(S.SEND, S.DESTROY)).select(
