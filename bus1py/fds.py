@@ -160,6 +160,10 @@ def ensure(peer) -> None:
                                          f"{list(peer.query().pids)} that this one may not take it from "
                                          "(pidfd_getfd needs the right to ptrace them)")
         _register(peer, socks)
+        # a disconnect that unlinked the path before this bind made it again: the peer is
+        # gone, so its store goes now, not when a watcher's rescan finds it (this process
+        # may exit first)
+        forget(peer)
     finally:
         with _lock:
             _binding.discard(dfd)

@@ -701,3 +701,32 @@ def test_removing_a_dead_bus_by_the_cli_leaves_none_of_its_directories(monkeypat
     finally:
         if os.path.exists("/dev/shm" + name):
             os.unlink("/dev/shm" + name)
+
+
+def _receive_after(peer, go, conn):
+    go.wait(10)
+    try:
+        peer.recv(timeout=20)
+        conn.send(None)
+    except OSError as e:
+        conn.send(e.errno)
+
+
+@pytest.mark.timeout(60)
+def test_a_store_bound_after_its_peers_disconnect_goes_with_the_binder(make_bus, monkeypatch):
+    """A fork child's first receive binds the store of a peer the parent disconnected just
+    before (the disconnect found no path to unlink); the child exits before any watcher's
+    rescan: the store's directory must not outlive it."""
+    monkeypatch.setenv("BUS1PY_WATCH", "0")
+    bus = make_bus(max_peers=4, max_nodes=8, max_handles=16, pool_size=1 << 16)
+    peer = bus.peer()
+    where = os.path.dirname(fdpaths.path(peer)[0])
+    go, (got, out) = FORK.Event(), FORK.Pipe(duplex=False)
+    child = FORK.Process(target=_receive_after, args=(peer, go, out))
+    child.start()
+    peer.disconnect()
+    go.set()
+    assert got.poll(30) and got.recv() == errno.ESHUTDOWN
+    child.join(30)
+    assert child.exitcode == 0
+    assert not os.path.exists(where)
