@@ -642,57 +642,51 @@ def fds_held(peer) -> bool:
     return (peer._bus.name, peer._id) in _fds._stores
 
 
-def _killed_creator(name, out):
-    bus = bus1py.Bus.create(name)
-    out.send([os.path.dirname(fdpaths.path(bus.peer())[0]) for _ in range(2)])
-    os.kill(os.getpid(), 9)
-
-
-@pytest.mark.timeout(60)
-def test_a_dead_bus_taken_over_leaves_none_of_its_store_directories(monkeypatch):
-    """Every process of a bus killed, its name taken over by a new creator (the reclaim):
-    the dead peers' store directories go with the old segment."""
-    monkeypatch.setenv("BUS1PY_WATCH", "0")  # no gc: the reclaim alone must remove them
-    name = f"/bus1py-test-reclaim-{os.getpid()}"
-    got, out = FORK.Pipe(duplex=False)
-    child = FORK.Process(target=_killed_creator, args=(name, out))
-    child.start()
-    assert got.poll(30), "the child's store paths"
-    dirs = got.recv()
-    child.join(30)
-    assert child.exitcode == -9 and len(set(dirs)) == 2
-    assert all(os.path.isdir(d) for d in dirs)
-    with bus1py.Bus.create(name):
-        assert not [d for d in dirs if os.path.exists(d)]
-
-
 def _killed_user(name, out):
-    """Makes `name` (persistent), a store and a mover directory, sends their paths, dies."""
-    bus = bus1py.Bus.create(name, persistent=True)
-    peer = bus.peer()
-    peer._attach()
+    """Makes bus `name`, two peers' stores and (its watcher's) mover directory, sends
+    their paths, dies."""
+    os.environ["BUS1PY_WATCH"] = "1"
+    bus = bus1py.Bus.create(name)
+    dirs = [os.path.dirname(fdpaths.path(bus.peer())[0]) for _ in range(2)]
     deadline = time.monotonic() + 10
     while fdpaths.mover_dir(bus.base()) is None and time.monotonic() < deadline:
         time.sleep(0.01)  # the watcher binds its mover socket
-    out.send([os.path.dirname(fdpaths.path(peer)[0]), fdpaths.mover_dir(bus.base())])
+    out.send(dirs + [fdpaths.mover_dir(bus.base())])
     os.kill(os.getpid(), 9)
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("command", [["rm"], ["gc"]])
-def test_removing_a_dead_bus_by_the_cli_leaves_none_of_its_directories(monkeypatch, command):
-    """`bus1py rm` or `gc` of a bus whose processes were all killed: its name, its peers'
-    store directories and its mover directory all go."""
-    monkeypatch.setenv("BUS1PY_WATCH", "1")
-    name = f"/bus1py-test-rm-{os.getpid()}"
+def _dirs_of_a_killed_user(name):
+    """The directories a child made for bus `name` before it was killed (_killed_user)."""
     got, out = FORK.Pipe(duplex=False)
     child = FORK.Process(target=_killed_user, args=(name, out))
     child.start()
     assert got.poll(30), "the child's directories"
     dirs = got.recv()
     child.join(30)
+    assert child.exitcode == -9 and None not in dirs and len(set(dirs)) == 3
+    assert all(os.path.isdir(d) for d in dirs)
+    return dirs
+
+
+@pytest.mark.timeout(60)
+def test_a_dead_bus_taken_over_leaves_none_of_its_store_directories(monkeypatch):
+    """Every process of a bus killed, its name taken over by a new creator (the reclaim):
+    the dead peers' store directories go with the old segment."""
+    monkeypatch.setenv("BUS1PY_WATCH", "0")  # no gc here: the reclaim alone must remove them
+    name = f"/bus1py-test-reclaim-{os.getpid()}"
+    dirs = _dirs_of_a_killed_user(name)
+    with bus1py.Bus.create(name):
+        assert not [d for d in dirs if os.path.exists(d)]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("command", [["rm"], ["gc"]])
+def test_removing_a_dead_bus_by_the_cli_leaves_none_of_its_directories(command):
+    """`bus1py rm` or `gc` of a bus whose processes were all killed: its name, its peers'
+    store directories and its mover directory all go."""
+    name = f"/bus1py-test-rm-{os.getpid()}"
+    dirs = _dirs_of_a_killed_user(name)
     try:
-        assert child.exitcode == -9 and None not in dirs and all(os.path.isdir(d) for d in dirs)
         cp = subprocess.run([sys.executable, "-m", "bus1py.cli", *command, name.lstrip("/")],
                             capture_output=True, text=True, timeout=60)
         assert cp.returncode == 0, cp.stderr
