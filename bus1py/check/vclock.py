@@ -62,25 +62,29 @@ def read(files, name):
                              for c in pq.read_table(f, columns=[name]).column(0).chunks])
 
 
+# the shape rules of a clock column, the first checked over every row before the second
+NO_CLOCK = "a row has no clock"
+
+
 def by_row(col, P):
     """(clocks, None) with clocks an (rows x P) int32 array in the column's row order, or
-    (None, (why, row)) for the first row that cannot hold a clock: null, or not P entries."""
+    (None, (why, rows)) naming every row, ascending, that breaks the first rule broken:
+    null, then not P entries."""
     if col.null_count:
-        return None, ("a row has no clock",
-                      int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0]))
+        return None, (NO_CLOCK, np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False)))
     n = len(col)
     if not n:
         return np.zeros((0, P), np.int32), None
     wrong = f"a clock does not have one entry per process ({P})"
     if pa.types.is_fixed_size_binary(col.type):
         if col.type.byte_width != 4 * P:
-            return None, (wrong, 0)
+            return None, (wrong, np.arange(n))
         data = col.buffers()[1]
         values = np.frombuffer(data, dtype="<i4", count=n * P, offset=col.offset * 4 * P)
     elif _is_flat(col.type):
         widths = pc.binary_length(col).to_numpy(zero_copy_only=False)
         if np.any(widths != 4 * P):
-            return None, (wrong, int(np.flatnonzero(widths != 4 * P)[0]))
+            return None, (wrong, np.flatnonzero(widths != 4 * P))
         otype = np.int64 if pa.types.is_large_binary(col.type) else np.int32
         offsets = np.frombuffer(col.buffers()[1], dtype=otype, count=n + 1,
                                 offset=col.offset * np.dtype(otype).itemsize)
@@ -90,6 +94,6 @@ def by_row(col, P):
         offsets = col.offsets.to_numpy()
         widths = np.diff(offsets)
         if np.any(widths != P):
-            return None, (wrong, int(np.flatnonzero(widths != P)[0]))
+            return None, (wrong, np.flatnonzero(widths != P))
         values = col.values.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]]
     return values.astype(np.int32, copy=False).reshape(n, P), None

@@ -116,6 +116,7 @@ struct batch {
     const int8_t *kind, *first;
     const int32_t *sslot, *count;
     const int64_t *sseq;
+    const int32_t *claim;       /* n x the claim's columns, or NULL (stream.c) */
 };
 
 #endif

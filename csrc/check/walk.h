@@ -20,16 +20,22 @@ int64_t causal_scan(int64_t n, int32_t ncols, int32_t nslots, const int64_t *sta
 int64_t tarjan(int64_t nodes, const int64_t *indptr, const int64_t *succ, int64_t *comp,
                int64_t *scratch);
 void *sw_new(int32_t nslots, int32_t ncols, int32_t inside, const int32_t *bcol,
-             int64_t ntargets, const int64_t *targets);
+             int32_t cw, int32_t clo);
 void sw_free(void *h);
+int sw_target(void *h, int64_t ntargets, const int64_t *targets);
+void sw_rewind(void *h);
 void sw_give(void *h, int32_t slot, int64_t n, const int8_t *kind, const int8_t *first,
-             const int32_t *sslot, const int64_t *sseq, const int32_t *count);
+             const int32_t *sslot, const int64_t *sseq, const int32_t *count,
+             const int32_t *claim);
 int64_t sw_run(void *h, int64_t *out, int64_t cap, int64_t *nout);
+int64_t sw_break(void *h, int64_t *out, int64_t *nout);
 int64_t sw_left(void *h, int32_t slot);
-int64_t sw_walked(void *h, int32_t slot);
 int64_t sw_max_live(void *h);
 int64_t sw_partner(void *h, int64_t t);
 int64_t sw_unfound(void *h);
+int64_t sw_back_edges(void *h);
+int64_t sw_settled(void *h);
+int64_t sw_claim_bad(void *h, int64_t *out);
 void *cp_new(int32_t nslots);
 void cp_free(void *h);
 void cp_give(void *h, int32_t slot, int64_t n, const int8_t *kind, const int8_t *first,

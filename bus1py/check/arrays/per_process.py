@@ -24,18 +24,24 @@ MIN_ROWS = 1 << 10
 def batch_rows(processes):
     """The rows of a batch of each per-process file of a trace of `processes` processes."""
     return max(MIN_ROWS, STREAM_ROWS_ALL // max(1, processes))
-# The columns of a per-process file (the process is the file's).
+# The columns of a per-process file (the process is the file's), and the prefix of the
+# columns of a producer's clock, one int32 column an entry, when the trace has one
+CLAIM = "claim"
 COLUMNS = ("seq", "kind_code", "msg", "first_delivery", "sender_process", "send_seq",
            "is_destroy", "node", "receives", "firsts")
 
 
-def write_group(linked, group, where, rows):
+def write_group(linked, group, where, rows, claims=None, P=0):
     """Gather the processes of `group` from the linked files and write each one's events,
-    sorted by seq, to a file of its own under `where`: {process: file name}. linked: the
-    (file, its processes, their counts) of every linked file. One process at a time: its
-    slices are mapped, copied out in seq order and let go before the next."""
+    sorted by seq, to a file of its own under `where`: ({process: file name}, {process:
+    (why, seq) of its first clock breaking a shape rule}). linked: the (file, its
+    processes, their counts) of every linked file; claims: the pieces of a producer's
+    clock column (claims.split's) whose clocks of P entries the files then carry as
+    columns CLAIM0.., or None. One process at a time: its slices are mapped, copied out in
+    seq order and let go before the next."""
     import pyarrow as pa
 
+    from . import claims as C
     from . import linked_files
     where_of = {}       # process -> [(file, offset, count)]
     for name, procs, counts in linked:
@@ -43,7 +49,7 @@ def write_group(linked, group, where, rows):
         for i, p in enumerate(procs):
             if p in group:
                 where_of.setdefault(p, []).append((name, int(offsets[i]), int(counts[i])))
-    out = {}
+    out, broken = {}, {}
     for p in sorted(group):
         parts = []
         for name, offset, count in where_of.get(p, ()):
@@ -54,11 +60,18 @@ def write_group(linked, group, where, rows):
         order = seq_order(t.column("seq").to_numpy() if n else np.zeros(0, np.int64))
         if order is None:
             raise ValueError(f"the events of process {p} are not numbered 0,1,2,...")
-        out[p] = linked_files.write(where, t.take(order) if n else _empty(), rows)
+        t = t.take(order) if n else _empty()
+        if claims is not None and n:
+            clocks, bad = C.gather(claims, p, P)
+            if bad is not None:
+                broken[p] = bad
+            else:
+                for c in range(P):
+                    t = t.append_column(f"{CLAIM}{c}", pa.array(clocks[:, c]))
+                del clocks
+        out[p] = linked_files.write(where, t, rows)
         del parts, t, order
-    return out
-
-
+    return out, broken
 def seq_order(seq):
     """The rows of seq in seq order, when seq numbers them 0, 1, 2, ... in some order
     (each seq's row placed at its seq: no sort); else None."""
@@ -83,7 +96,12 @@ class Streams:
     count (the receives of an origin), firsts (the first deliveries of a first delivery's
     message), and on asking (`extra`) seq, msg, is_destroy, node, has_node."""
 
-    def __init__(self, procs, files, counts):
+    # claims: the files carry a producer's clock column (claim0, claim1, ...: per_process
+    # .CLAIM); claim_cols: (lo, hi), the columns a batch then gives as `claim`, or None
+    claim_cols = None
+
+    def __init__(self, procs, files, counts, claims=False):
+        self.claims = claims
         self.procs = np.asarray(procs, np.int64)
         self.P = len(self.procs)
         self.rows_per_batch = batch_rows(self.P)
@@ -134,6 +152,10 @@ class Streams:
         out = {"kind": kind, "first": col("first_delivery", np.int8),
                "sslot": sslot, "sseq": np.where(recv, col("send_seq", np.int64), 0),
                "count": col("receives", np.int32), "firsts": col("firsts", np.int32)}
+        if self.claim_cols:
+            out["claim"] = np.ascontiguousarray(np.stack(
+                [b.column(f"{CLAIM}{c}").to_numpy() for c in range(*self.claim_cols)],
+                axis=1), np.int32).reshape(b.num_rows, -1)
         if extra:
             node = b.column("node")
             out.update(seq=col("seq", np.int64), msg=col("msg", np.int64),

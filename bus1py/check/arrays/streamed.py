@@ -57,9 +57,10 @@ def _ptr(ffi, a, ctype):
     return ffi.cast(ctype + " *", a.ctypes.data) if a.size else ffi.NULL
 
 
-def _drive(streams, handle, give, left, run):
+def _drive(streams, handle, give, left, run, unstick=None):
     """Give each process its batches until run() (the events it moved) moves nothing and
-    no process with events left can be given more: whether every event was taken."""
+    no process with events left can be given more, then unstick() (stream.c's sw_break)
+    while it takes something: whether every event was taken."""
     streams.rewind()
     held = [None] * streams.P
     while True:
@@ -71,55 +72,111 @@ def _drive(streams, handle, give, left, run):
                     held[slot] = b          # the arrays C reads stay alive
                     give(handle, slot, b)
                     refilled = True
-        if not run(handle) and not refilled:
-            return streams.finished() and all(left(handle, s) == 0
-                                              for s in range(streams.P))
+        if run(handle) or refilled:
+            continue
+        if streams.finished() and all(left(handle, s) == 0 for s in range(streams.P)):
+            return True
+        if unstick is None or not unstick(handle):
+            return False
 
 
-def walk_block(streams, bcol, inside, targets=()):
-    """(complete, violations as (slot, seq, column, need) rows, most live origins,
-    {target: partner}) of the causal walk of one block: bcol[slot] its block column
-    (inside the block below `inside`); targets: (slot, seq, column, need) of violations
-    whose partner to find (the earliest earlier first delivery at that slot whose origin's
-    clock reaches need there), the walk stopping once every one is found (complete then
-    says nothing)."""
-    from .._walk import ffi, lib
-    targets = np.asarray(sorted(targets), np.int64).reshape(-1, 4)
-    ncols = int(max(bcol, default=0)) + 1
-    bcol = np.ascontiguousarray(bcol, np.int32)
-    h = lib.sw_new(streams.P, ncols, inside, _ptr(ffi, bcol, "int32_t"), len(targets),
-                   _ptr(ffi, targets, "int64_t"))
-    if h == ffi.NULL:
-        raise MemoryError("the streamed walk could not allocate its state")
-    cap = 1 << 16
-    out = np.empty(4 * cap, np.int64)
-    nout = ffi.new("int64_t *")
-    found = []
+class BlockWalk:
+    """The causal walk of one block over the streams (stream.c's sw_*), in rounds past a
+    causality cycle: bcol[slot] the block column of each slot (inside the block below
+    `inside`); claim: (lo, hi), the clock column's columns checked beside it (the streams
+    then give them), or None."""
 
-    def give(h, slot, b):
-        lib.sw_give(h, slot, len(b["kind"]), *(_ptr(ffi, b[c], t) for c, t in (
+    def __init__(self, streams, bcol, inside, claim=None):
+        from .._walk import ffi, lib
+        self.ffi, self.lib, self.streams = ffi, lib, streams
+        ncols = int(max(bcol, default=0)) + 1
+        self.bcol = np.ascontiguousarray(bcol, np.int32)
+        lo, hi = claim or (0, 0)
+        self.h = lib.sw_new(streams.P, ncols, inside, _ptr(ffi, self.bcol, "int32_t"),
+                            hi - lo, lo)
+        if self.h == ffi.NULL:
+            raise MemoryError("the streamed walk could not allocate its state")
+        self.cap = 1 << 16
+        self.out = np.empty(4 * self.cap, np.int64)
+        self.nout = ffi.new("int64_t *")
+        self.targets = None
+
+    def close(self):
+        self.lib.sw_free(self.h)
+
+    def _give(self, h, slot, b):
+        ffi = self.ffi
+        self.lib.sw_give(h, slot, len(b["kind"]), *(_ptr(ffi, b[c], t) for c, t in (
             ("kind", "int8_t"), ("first", "int8_t"), ("sslot", "int32_t"),
-            ("sseq", "int64_t"), ("count", "int32_t"))))
+            ("sseq", "int64_t"), ("count", "int32_t"))),
+            _ptr(ffi, b["claim"], "int32_t") if "claim" in b else ffi.NULL)
 
-    def run(h):
-        if len(targets) and not lib.sw_unfound(h):
-            return 0            # every partner found: the second walk stops here
-        walked = lib.sw_run(h, _ptr(ffi, out, "int64_t"), cap, nout)
-        if walked == -1:
-            raise MemoryError("the streamed walk could not allocate an origin's clock")
-        if walked == -2:
-            raise ValueError("a receive's origin was freed before it: the counts lie")
-        if nout[0]:
-            found.append(out[:4 * nout[0]].reshape(-1, 4).copy())
-        return walked or nout[0]
-    try:
-        complete = _drive(streams, h, give, lib.sw_left, run)
-        live = int(lib.sw_max_live(h))
-        partners = [int(lib.sw_partner(h, t)) for t in range(len(targets))]
-    finally:
-        lib.sw_free(h)
-    bad = np.concatenate(found) if found else np.zeros((0, 4), np.int64)
-    return complete, bad, live, dict(zip(map(tuple, targets.tolist()), partners))
+    def _pass(self):
+        """One round over the streams: the violations it found ((slot, seq, column, need)
+        rows) and whether it took every event."""
+        lib, ffi, found = self.lib, self.ffi, []
+
+        def kept(got):
+            if got == -1:
+                raise MemoryError("the streamed walk could not allocate an origin's clock")
+            if got == -2:
+                raise ValueError("a receive's origin was freed before it: the counts lie")
+            if self.nout[0]:
+                found.append(self.out[:4 * self.nout[0]].reshape(-1, 4).copy())
+            return got
+
+        def run(h):
+            if self.targets is not None and not lib.sw_unfound(h):
+                return 0            # every partner found: the round stops here
+            return kept(lib.sw_run(h, _ptr(ffi, self.out, "int64_t"), self.cap,
+                                   self.nout)) or self.nout[0]
+
+        def unstick(h):
+            if self.targets is not None and not lib.sw_unfound(h):
+                return 0
+            return kept(lib.sw_break(h, _ptr(ffi, self.out, "int64_t"), self.nout))
+        lib.sw_rewind(self.h)
+        complete = _drive(self.streams, self.h, self._give, lib.sw_left, run, unstick)
+        bad = np.concatenate(found) if found else np.zeros((0, 4), np.int64)
+        return bad, complete
+
+    def rounds(self):
+        """(violations of the last round, rounds walked): rounds until one changes no back
+        edge's clock (one when the trace has no causality cycle)."""
+        n = 0
+        while True:
+            n += 1
+            bad, complete = self._pass()
+            settled = self.lib.sw_settled(self.h)
+            if not complete or settled < 0:
+                raise ValueError("the streamed walk stood still: the counts lie")
+            if settled:
+                return bad, n
+
+    def partners(self, targets):
+        """{target: partner} for (slot, seq, column, need) violations of the settled
+        clocks: the earliest earlier first delivery at that slot whose origin's clock
+        reaches need there, found by one more round."""
+        t = np.asarray(sorted(targets), np.int64).reshape(-1, 4)
+        if self.lib.sw_target(self.h, len(t), _ptr(self.ffi, t, "int64_t")):
+            raise MemoryError("the streamed walk could not hold its targets")
+        self.targets = t
+        self._pass()
+        return {tuple(g): int(self.lib.sw_partner(self.h, i))
+                for i, g in enumerate(t.tolist())}
+
+    def max_live(self):
+        return int(self.lib.sw_max_live(self.h))
+
+    def back_edges(self):
+        return int(self.lib.sw_back_edges(self.h))
+
+    def claim_bad(self):
+        """The claim check's first failure as (slot, seq, column, reason), or None."""
+        got = np.zeros(4, np.int64)
+        if self.lib.sw_claim_bad(self.h, _ptr(self.ffi, got, "int64_t")):
+            return tuple(int(x) for x in got)
+        return None
 
 
 def peel(streams):
@@ -178,21 +235,26 @@ def consistent(streams, max_examples):
     return chain_components(kpos, korigin, k["slot"], k["msg"], procs, row, max_examples)
 
 
-def causal(streams, bcol, inside, max_examples):
-    """(complete, violating positions, [(position, partner)] of the first max_examples,
-    most live origins) of the causal test by the streamed walk of one block; as
-    walk.causal_block."""
-    complete, bad, live, _ = walk_block(streams, bcol, inside)
-    if not complete:
-        return False, None, None, live
-    start = streams.start
-    pos = start[bad[:, 0]] + bad[:, 1]
-    order = np.argsort(pos, kind="stable")
-    pos, bad = pos[order], bad[order]
-    targets = [tuple(t) for t in bad[:max_examples].tolist()]
-    partner = walk_block(streams, bcol, inside, targets)[3] if targets else {}
+def causal(streams, bcol, inside, max_examples, claim=None):
+    """(violating positions, [(position, partner)] of the first max_examples, the walk's
+    facts: most live origins, rounds, back edges, the claim check's first failure) of the
+    causal test by the streamed walk of one block; as walk.causal_block, and relax.causal
+    on a history with a causality cycle."""
+    w = BlockWalk(streams, bcol, inside, claim)
+    try:
+        bad, rounds = w.rounds()
+        facts = {"live_origins": w.max_live(), "rounds": rounds,
+                 "back_edges": w.back_edges(), "claim_bad": w.claim_bad()}
+        start = streams.start
+        pos = start[bad[:, 0]] + bad[:, 1]
+        order = np.argsort(pos, kind="stable")
+        pos, bad = pos[order], bad[order]
+        targets = [tuple(t) for t in bad[:max_examples].tolist()]
+        partner = w.partners(targets) if targets else {}
+    finally:
+        w.close()
     pairs = [(int(start[t[0]] + t[1]), int(start[t[0]] + partner[t])) for t in targets]
-    return True, pos, pairs, live
+    return pos, pairs, facts
 
 
 class _Process:
@@ -268,13 +330,22 @@ def decide(streams, want, max_examples, span=None, edge=None, destroys=False):
     if "causal" in want:
         t = time.perf_counter()
         bcol, inside = block_columns(streams, span, *(edge or (None, None)))
-        complete, bad, pairs, live = causal(streams, bcol, inside, max_examples)
-        info["walk_complete"], info["live_origins"] = complete, live
-        if complete:
-            info["causal_pairs"] = [list(p) for p in pairs]
-            info["causal_examples"] = inversions(streams, pairs)
-            out["causal"] = streams.procs[
-                np.searchsorted(streams.start, bad, side="right") - 1].tolist()
+        # the claim's columns are the block's (a clock column is read without span)
+        claim = (edge or (0, streams.P)) if streams.claims else None
+        streams.claim_cols = claim
+        bad, pairs, facts = causal(streams, bcol, inside, max_examples, claim)
+        streams.claim_cols = None
+        info["walk_complete"] = True
+        info["live_origins"] = facts["live_origins"]
+        if facts["rounds"] > 1:
+            info["cycle"] = True
+            info["rounds"], info["back_edges"] = facts["rounds"], facts["back_edges"]
+        if claim:
+            info["claim_bad"] = facts["claim_bad"]
+        info["causal_pairs"] = [list(p) for p in pairs]
+        info["causal_examples"] = inversions(streams, pairs)
+        out["causal"] = streams.procs[
+            np.searchsorted(streams.start, bad, side="right") - 1].tolist()
         info["seconds"]["causal"] = round(time.perf_counter() - t, 3)
     if "consistent" in want:
         t = time.perf_counter()

@@ -82,11 +82,10 @@ def _claimed(ev, lay, name):
         # the column's rows are read file after file, as Events read them; positions
         # here are Events' (process, seq) order
         got, bad = vclock.by_row(vclock.read(ev.trace.files, name), len(lay.procs))
-        if ev.order is None:
-            return got, bad
-        if got is None:
-            return None, (bad[0], int(np.flatnonzero(ev.order == bad[1])[0]))
-        return got[ev.order], None
+        if got is None:     # the first broken row by position
+            rows = bad[1] if ev.order is None else np.flatnonzero(np.isin(ev.order, bad[1]))
+            return None, (bad[0], int(rows.min()))
+        return (got, None) if ev.order is None else (got[ev.order], None)
     return claimed
 
 

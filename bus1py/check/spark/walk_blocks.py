@@ -92,9 +92,7 @@ def _merged(c, got, vstatus):
     """_collect's answer from the rows of every task of the walk."""
     info = merge([json.loads(r["info"]) for r in got if r["rec"] == "summary"],
                  c.max_examples)
-    # the streamed walk's: the most origins a task held at once (its memory model) and
-    # its measured peak
-    for k in ("live_origins", "task_peak_rss"):
+    for k in WALK_FACTS:
         if k in info:
             c.timings[f"walk_{k}"] = info.pop(k)
     if vstatus is not None and "vclock" not in info:
@@ -105,6 +103,12 @@ def _merged(c, got, vstatus):
             by_name.setdefault(r["rec"], []).append(r["process"])
     by_name["causal"] = sorted(by_name.get("causal", []))
     return info, lambda name: by_name.get(name, []), vstatus
+
+
+# the streamed walk's facts, reported in the timings: the most origins a task held at
+# once (its memory model), its measured peak, and past a causality cycle its rounds and
+# back edges (each block breaks at the same receives)
+WALK_FACTS = ("live_origins", "task_peak_rss", "rounds", "back_edges")
 
 
 def linked_input(sums, procs):
@@ -135,8 +139,12 @@ def merge(infos, max_examples):
         for k, v in i.items():
             if k.startswith(("consistent", "vclock", "destroyed")) or k.startswith(BESIDE):
                 out[k] = v
-            elif k in ("live_origins", "task_peak_rss"):
+            elif k in WALK_FACTS:
                 out[k] = max(v, out.get(k, 0))
+            elif k == "cycle":
+                out[k] = True
+            elif k == "claim_bad" and v is not None:
+                out[k] = min(out.get(k) or v, v)
     chosen = sorted(out.pop("causal", []), key=lambda e: e[0])[:max_examples]
     out["causal_examples"] = [e for _, e in chosen]
     return out
@@ -161,15 +169,7 @@ def run_streamed(c, want, sums, where, destroys, vstatus=None):
     c.phase("the streamed walk by column blocks: causal, consistent, fifo and node_rules")
     fn = stream_task(procs, [files[p] for p in procs], counts, c.span, c.max_examples,
                      sorted(want), edges, destroys)
-    got = c.timed("walk", _collect, c, fn, len(edges or [None]), vstatus)
-    if got[0].get("walk_complete", True):
-        return got
-    # a causality cycle: the walk placing the linked events in a layout (relax.py)
-    c.phase("the walk by column blocks: causal on a cyclic history")
-    info, by_name, _ = c.timed("walk", run, c, want, sums, destroys, False)
-    if vstatus is not None and "vclock" not in info:
-        info["vclock"] = vstatus
-    return info, by_name, vstatus
+    return c.timed("walk", _collect, c, fn, len(edges or [None]), vstatus)
 
 
 def _peak_reset():
@@ -296,9 +296,7 @@ def local(c, want, sums, where, destroys, clocks):
         fn = stream_task(procs, [files[p] for p in procs], counts, c.span, c.max_examples,
                          sorted(want), edges, destroys, own=False)
         c.phase("the streamed walk: causal, consistent, fifo and node_rules")
-        got = c.timed("walk", _here, c, fn, len(edges or [None]), cpus, vstatus)
-        if got[0].get("walk_complete", True):
-            return got
+        return c.timed("walk", _here, c, fn, len(edges or [None]), cpus, vstatus)
     c.phase("the walk: causal, consistent, fifo and node_rules")
     fn = kernel_task(procs, c.span, c.max_examples, sorted(want),
                      list(c.trace.files) if vname else None, vname, destroys,

@@ -1,0 +1,68 @@
+"""A producer's clock column (vclock.py) carried to the per-process files, so the streamed
+walk (streamed.py, stream.c's claim check) verifies it batch by batch: no task holds the
+clocks of the trace.
+
+Invariants: a piece holds one trace file's (process, seq, clock) rows ordered by process,
+written once by the task that read that file (spark/by_message.py's split, or the
+driver's threads on a local master), named with the count of each process's rows, so a
+process's rows are one slice of it; `gather` takes one process's slices, places each row
+at its seq (the events were numbered when linked) and reads the clocks with
+vclock.by_row, so the shape rules and their words are the driver path's; a process whose
+clocks break a shape rule gets no clock columns, and its first broken row is reported
+(the null rule before the width rule, as by_row). Nothing here imports pyspark.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import vclock
+from . import linked_files
+
+
+def split(files, name, where):
+    """One piece for each trace file of `files` (paths), under `where`: [(piece, its
+    processes, their rows)]."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    out = []
+    for f in files:
+        t = pq.read_table(f, columns=["process", "seq", name])
+        proc = t.column("process").fill_null(-1).to_numpy().astype(np.int64)
+        order = np.argsort(proc, kind="stable")
+        t = pa.table({"process": pa.array(proc[order]),
+                      "seq": t.column("seq").take(pa.array(order)).fill_null(-1),
+                      "clock": t.column(name).take(pa.array(order))})
+        procs, counts = np.unique(proc, return_counts=True)
+        out.append((linked_files.write(where, t), procs.tolist(), counts.tolist()))
+    return out
+
+
+def gather(pieces, process, P):
+    """(clocks, None): the (events x P) int32 clocks of `process` in seq order, from the
+    pieces ((piece, processes, rows) of each); or (None, (why, seq)) for its first row
+    breaking a shape rule (vclock.by_row's words)."""
+    import pyarrow as pa
+    parts = []
+    for name, procs, counts in pieces:
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        for i, p in enumerate(procs):
+            if p == process:
+                with pa.memory_map(name) as source:
+                    parts.append(pa.ipc.open_file(source).read_all()
+                                 .slice(int(offsets[i]), int(counts[i])))
+    t = pa.concat_tables(parts)
+    seq = t.column("seq").to_numpy()
+    order = np.argsort(seq, kind="stable")
+    got, bad = vclock.by_row(t.column("clock").combine_chunks().take(pa.array(order)), P)
+    if got is None:
+        return None, (bad[0], int(seq[order][bad[1][0]]))
+    return got, None
+
+
+def first_broken(reports):
+    """The first broken row of the processes' reports {slot: (why, seq)} as by_row would
+    name it over the whole trace in (process, seq) order: (why, slot, seq), or None."""
+    if not reports:
+        return None
+    slot = min(reports, key=lambda s: (reports[s][0] != vclock.NO_CLOCK, s))
+    return reports[slot][0], slot, reports[slot][1]
