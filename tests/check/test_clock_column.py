@@ -88,8 +88,11 @@ def test_a_bad_row_is_named():
     P = 3
     cols = _columns(list(range(12)), P)
     short = pa.array([b"\0" * 12, b"\0" * 8, b"\0" * 12], pa.binary())
-    assert V.by_row(short, P)[1] == ("a clock does not have one entry per process (3)", 1)
-    assert V.by_row(pa.array([[1, 2, 3], [1]], pa.list_(pa.int32())), P)[1][1] == 1
-    assert V.by_row(cols["fixed"], 4)[1][1] == 0
-    nulls = pa.array([b"\0" * 12, None, b"\0" * 12], pa.binary())
-    assert V.by_row(nulls, P)[1] == ("a row has no clock", 1)
+    why, rows = V.by_row(short, P)[1]
+    assert why == "a clock does not have one entry per process (3)" and rows.tolist() == [1]
+    assert V.by_row(pa.array([[1, 2, 3], [1]], pa.list_(pa.int32())), P)[1][1].tolist() == [1]
+    assert V.by_row(cols["fixed"], 4)[1][1].tolist() == list(range(len(cols["fixed"])))
+    # the null rule first, every row breaking it named
+    nulls = pa.array([b"\0" * 12, None, b"\0" * 8, None], pa.binary())
+    why, rows = V.by_row(nulls, P)[1]
+    assert why == "a row has no clock" and rows.tolist() == [1, 3]

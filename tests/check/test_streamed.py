@@ -29,7 +29,7 @@ def _streams(sums, procs, where, groups=2):
     files = {}
     for g in range(groups):
         files.update(per_process.write_group(linked, set(procs[g::groups]), where,
-                                             per_process.batch_rows(len(procs))))
+                                             per_process.batch_rows(len(procs)))[0])
     _, counts, _ = walk_blocks.linked_input(sums, procs)
     return per_process.Streams(procs, [files[p] for p in procs], counts)
 

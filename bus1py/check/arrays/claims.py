@@ -60,9 +60,8 @@ def gather(pieces, process, P):
 
 
 def first_broken(reports):
-    """The first broken row of the processes' reports {slot: (why, seq)} as by_row would
-    name it over the whole trace in (process, seq) order: (why, slot, seq), or None."""
+    """The report, of the processes' {slot: (why, seq, ...)}, of the row by_row names
+    first over the whole trace in (process, seq) order, or None."""
     if not reports:
         return None
-    slot = min(reports, key=lambda s: (reports[s][0] != vclock.NO_CLOCK, s))
-    return reports[slot][0], slot, reports[slot][1]
+    return reports[min(reports, key=lambda s: (reports[s][0] != vclock.NO_CLOCK, s))]

@@ -64,7 +64,7 @@ def write_group(linked, group, where, rows, claims=None, P=0):
         if claims is not None and n:
             clocks, bad = C.gather(claims, p, P)
             if bad is not None:
-                broken[p] = bad
+                broken[p] = (*bad, _event(p, t, bad[1]))
             else:
                 for c in range(P):
                     t = t.append_column(f"{CLAIM}{c}", pa.array(clocks[:, c]))
@@ -72,6 +72,18 @@ def write_group(linked, group, where, rows, claims=None, P=0):
         out[p] = linked_files.write(where, t, rows)
         del parts, t, order
     return out, broken
+def _event(process, t, seq):
+    """Event seq of a process's table `t` (in seq order), as a counterexample's event."""
+    from .. import kinds as K
+    from ..examples import event
+    r = {c: t.column(c)[seq].as_py() for c in ("kind_code", "msg", "sender_process",
+                                               "send_seq")}
+    code = int(r["kind_code"])
+    o = (r["sender_process"], r["send_seq"]) if code in K.RECEIVES else None
+    return event(process, seq, K.NAMES[code], None if code == K.INTERNAL else r["msg"],
+                 origin=o)
+
+
 def seq_order(seq):
     """The rows of seq in seq order, when seq numbers them 0, 1, 2, ... in some order
     (each seq's row placed at its seq: no sort); else None."""

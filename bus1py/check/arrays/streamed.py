@@ -324,7 +324,7 @@ def decide(streams, want, max_examples, span=None, edge=None, destroys=False):
     origins (`live_origins`) and the seconds of each step; `destroyed` with fifo."""
     import time
 
-    from .streamed_examples import inversions
+    from .streamed_examples import _Where, inversions
     info = {"events": int(streams.start[-1]), "seconds": {}}
     out = {}
     if "causal" in want:
@@ -340,8 +340,10 @@ def decide(streams, want, max_examples, span=None, edge=None, destroys=False):
         if facts["rounds"] > 1:
             info["cycle"] = True
             info["rounds"], info["back_edges"] = facts["rounds"], facts["back_edges"]
-        if claim:
-            info["claim_bad"] = facts["claim_bad"]
+        if claim and facts["claim_bad"] is not None:
+            slot, seq = facts["claim_bad"][:2]
+            info["claim_bad"] = [*facts["claim_bad"],
+                                 _Where(streams).event_at(int(streams.start[slot]) + seq)]
         info["causal_pairs"] = [list(p) for p in pairs]
         info["causal_examples"] = inversions(streams, pairs)
         out["causal"] = streams.procs[

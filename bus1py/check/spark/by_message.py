@@ -225,8 +225,8 @@ def _local_through(c, where):
     c.set_procs(procs)
     # up to driver_max_cells the walk alone decides causal, no clock column read
     alone = engine.walk_alone(c.trace.rows, len(procs), c.driver_max_cells)
-    got = walk_blocks.local(c, WANT, sums, where, any(s["destroys"] for s in sums),
-                            not alone)
+    got = walk_blocks.run(c, WANT, sums, where, any(s["destroys"] for s in sums),
+                          not alone)
     if got is None:
         return None
     info, by_rec, vstatus = got
@@ -277,18 +277,10 @@ def _through_files(c, where):
     procs = sorted(set().union(*(s["procs"] for s in sums)))
     c.set_procs(procs)
     alone = engine.walk_alone(c.trace.rows, len(procs), c.driver_max_cells)
-    destroys = any(s["destroys"] for s in sums)
-    vname, vstatus = vclock.status(c.trace.files, c.span) if not alone else (None, None)
-    if vname:
-        # a clock column to verify: one task holding every column (walk_blocks.run)
-        c.phase("the walk by column blocks: causal, consistent, fifo and node_rules")
-        info, by_rec, vstatus = c.timed("walk", walk_blocks.run, c, WANT, sums, destroys,
-                                        True)
-    else:
-        got = walk_blocks.run_streamed(c, WANT, sums, where, destroys, vstatus)
-        if got is None:
-            return None
-        info, by_rec, vstatus = got
+    got = walk_blocks.run(c, WANT, sums, where, any(s["destroys"] for s in sums), not alone)
+    if got is None:
+        return None
+    info, by_rec, vstatus = got
     violations = (pa.Table.from_batches(linked[VIOLATION], _arrow_schema())
                   if linked[VIOLATION] else _arrow_schema().empty_table())
     return procs, violations, info, by_rec, sums, vstatus

@@ -1,91 +1,124 @@
-# Invariants: on a cluster, causal and consistent (and by message fifo and node_rules
-# beside them) are decided by the walk split by column blocks of the vector clocks over
-# tasks (each block's columns are exact by themselves, and a delivery is judged by the
-# one block holding its sender's column). Every task reads the events from files written
-# once by tasks, never through the driver or one JVM stream. Without a clock column
-# (run_streamed, local): each process's linked events in a file of its own
+# Invariants: causal, consistent, fifo and node_rules of every trace the driver does not
+# check alone are decided by one design, the streamed walk split by column blocks of the
+# vector clocks over tasks (each block's columns are exact by themselves, and a delivery is
+# judged by the one block holding its sender's column), on a cluster by Spark's executors
+# and on a local master by this process's threads (_rows: the same task functions either
+# way). Every task reads the events from files written once by tasks, never through the
+# driver or one JVM stream: each process's linked events in a file of its own
 # (arrays/per_process.py, written by a job of tasks by process group), streamed by every
-# task a batch of each process at a time (arrays/streamed.py): no task holds the trace,
-# only the model of streamed.task_bytes (docs/CHECKER.md, "The memory of a task").
-# With a clock column to verify, or a causality cycle (run): every task places the
-# events in the walk's layout (arrays/layout.py) and holds its own block's origin clocks
-# (arrays/walk.py's task_bytes); blocks are then as many as the cluster has cores, and
-# more when one block's clocks would pass BLOCK_BYTES, or what a Python worker's memory
-# limit leaves. The tasks' answers merge into the one walk's answer: counts add up, the
-# causal examples are the lowest (position, partner) pairs of all blocks (positions are
-# the same in every task), the processes of the causal violations come in position
-# order; consistent comes from task 0, fifo and node_rules from task 1 (task_properties).
-# A usable clock column is read, verified and used by one task holding every column
-# (vclock verification reads whole clocks).
+# task a batch of each process at a time (arrays/streamed.py), so no task holds the trace,
+# only the model of streamed.task_bytes (docs/CHECKER.md, "The memory of a task"). A
+# causality cycle (a broken trace) is walked past in rounds (stream.c). A producer's clock
+# column to verify travels to the per-process files as int32 columns (arrays/claims.py,
+# split by a job of tasks over the trace's files), and each block task checks its own
+# columns of it as it walks; the clocks are never trusted and never decide: verified, they
+# are the walk's own. The tasks' answers merge into the one walk's answer: counts add up,
+# the causal examples are the lowest (position, partner) pairs of all blocks (positions
+# are the same in every task), the processes of the causal violations come in position
+# order; consistent comes from task 0, fifo and node_rules from task 1 (task_properties);
+# the clock column's first failure is the lowest (process, seq, column) of all blocks.
 from __future__ import annotations
 
 import json
+import os
 import time
 
 from .. import vclock
-from ..arrays.walk import BLOCK_BYTES, block_edges, even_edges, task_bytes
-from .walk_task import (BESIDE, OUT_SCHEMA, kernel_task, summary_row, task_properties,
-                        violation_rows)
+from ..arrays.walk import block_edges, even_edges
+from .walk_task import BESIDE, OUT_SCHEMA, summary_row, task_properties, violation_rows
 
 
 # The Spark setting naming the directory, readable by every executor, under which a check
 # on a cluster writes the files its tasks exchange (default: the temporary directory,
 # enough when the executors share the driver's machine)
 LINKED_DIR = "spark.bus1py.linkedDir"
-# Spark's limit of a Python worker's memory (it sets the worker's RLIMIT_AS): when set,
-# blocks are narrowed until the largest task's model (task_bytes) fits it, if they can
-PYTHON_MEMORY = "spark.executor.pyspark.memory"
+# tasks a core of the jobs over the trace's files (the clock column's split)
+FILE_TASKS_A_CORE = 4
+# the claim check's failures (walk.verify's words)
+CLAIM_FAILURES = {1: "the clock is not the join of its predecessors' plus its own step",
+                  2: "the clock knows a later event of its own process (a causality cycle)"}
 
 
-def run(c, want, sums, destroys, clocks, block_bytes=BLOCK_BYTES):
-    """(the walk's info, processes of a property's violations by name, the clock
-    column's status or None) for Checker c (its processes set), from the tasks by
-    message's summaries `sums` (each names its file, the events of each process and its
-    origins). clocks: whether a clock column is read (and reported). The info says
-    `malformed` when the numbering is broken."""
-    return _walk(c, want, *linked_input(sums, c.procs), destroys, clocks, block_bytes)
-
-
-def clock_budget(limit, events, origins, block_bytes=BLOCK_BYTES):
-    """The bytes one block's origin clocks may take: block_bytes, or less when a Python
-    worker's memory is limited to `limit` bytes (spark.executor.pyspark.memory): what the
-    limit leaves after the rest of the largest task (task_bytes with fifo beside, the
-    column shared by the processes outside the block, and one more for a block a column
-    wider than the even share). At least 1: the narrowest blocks when nothing is left."""
-    if not limit:
-        return block_bytes
-    left = limit - task_bytes(events, origins, 1, beside=True)
-    return max(1, min(block_bytes, left))
-
-
-def _walk(c, want, files, counts, origins, destroys, clocks, block_bytes=BLOCK_BYTES):
-    """run's answer from the files of the events, the events of each process and the
-    origins."""
+def run(c, want, sums, where, destroys, clocks):
+    """(the walk's info, processes of a property's violations by name, the clock column's
+    status or None) for Checker c (its processes set), from the tasks by message's
+    summaries `sums` (each names its linked file, the events of each process and its
+    origins), the exchanged files under `where`. clocks: whether a clock column is read
+    (and reported). None when a process's numbering is broken."""
+    procs = [int(p) for p in c.procs]
+    _, counts, _ = linked_input(sums, procs)
     vname, vstatus = (vclock.status(c.trace.files, c.span) if "causal" in want and clocks
                       else (None, None))
+    pieces = None
     if vname:
-        edges = None
-    elif c.walk_blocks:
-        edges = even_edges(c.P, c.walk_blocks)
+        c.phase("the clock column: each trace file's clocks by process")
+        pieces = c.timed("clocks_split", split_clocks, c, vname, where)
+    c.phase("the walk: each process's events in a file of its own, a task a group")
+    got = c.timed("per_process", per_process_files, c, sums, procs, where, pieces)
+    if got is None:
+        return None
+    files, broken = got
+    claims = bool(pieces) and not broken
+    edges = (even_edges(c.P, c.walk_blocks) if c.walk_blocks
+             else block_edges(sum(counts), 0, c.P, _cores(c)))
+    c.phase("the streamed walk by column blocks: causal, consistent, fifo and node_rules")
+    fn = stream_task(procs, [files[p] for p in procs], counts, c.span, c.max_examples,
+                     sorted(want), edges, destroys, claims, own=not _local(c))
+    info, by_name, _ = c.timed("walk", _collect, c, fn, len(edges or [None]), vstatus)
+    if vname and not info.get("malformed"):
+        _clock_verdict(info, broken, procs)
+    return info, by_name, vstatus
+
+
+def _clock_verdict(info, broken, procs):
+    """The clock column's status into the walk's info: a shape rule's first broken row,
+    else the claim check's first failure, else it holds."""
+    from ..arrays.claims import first_broken
+    slot = {p: i for i, p in enumerate(procs)}
+    first = first_broken({slot[p]: b for p, b in broken.items()})
+    bad = info.pop("claim_bad", None)
+    if first is not None:
+        info["vclock"] = f"failed: {first[0]}"
+        info["vclock_first_bad"] = first[2]
+    elif bad is not None:
+        info["vclock"] = f"failed: {CLAIM_FAILURES[bad[3]]}"
+        info["vclock_first_bad"] = bad[4]
     else:
-        limit = c.spark.conf.get(PYTHON_MEMORY, None)
-        if limit:   # Spark's own size syntax, MiB without a unit
-            limit = c.spark.sparkContext._jvm.org.apache.spark.network.util.JavaUtils \
-                .byteStringAsMb(limit) << 20
-        edges = block_edges(sum(counts), origins, c.P,
-                            c.spark.sparkContext.defaultParallelism,
-                            clock_budget(limit, sum(counts), origins, block_bytes))
-    fn = kernel_task([int(p) for p in c.procs], c.span, c.max_examples, sorted(want),
-                     list(c.trace.files) if vname else None, vname, destroys,
-                     (files, counts, edges))
-    return _collect(c, fn, len(edges or [None]), vstatus)
+        info["vclock"] = "holds"
+
+
+def _local(c):
+    return c.spark.sparkContext.master.startswith("local")
+
+
+def _cores(c):
+    return (os.cpu_count() or 1) if _local(c) else c.spark.sparkContext.defaultParallelism
+
+
+def _rows(c, n, fn):
+    """The rows (OUT_SCHEMA, as dicts) of n tasks running fn, task i given the one row i:
+    Spark's executors, or this process's threads on a local master (the kernels and
+    pyarrow release the GIL)."""
+    import pyarrow as pa
+    if not _local(c):
+        return (c.spark.range(n, numPartitions=n).mapInArrow(fn, OUT_SCHEMA)
+                .toArrow().to_pylist())
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i):
+        return [r for b in fn(iter([pa.record_batch({"id": pa.array([i], pa.int64())})]))
+                for r in b.to_pylist()]
+    with ThreadPoolExecutor(min(n, _cores(c))) as pool:
+        return [r for rows in pool.map(one, range(n)) for r in rows]
+
+
+def _ids(batches):
+    return [i for b in batches for i in b.column(0).to_pylist()]
 
 
 def _collect(c, fn, tasks, vstatus=None):
-    """The merged answer of a walk job of `tasks` tasks running fn, as _walk's."""
-    got = (c.spark.range(tasks, numPartitions=tasks).mapInArrow(fn, OUT_SCHEMA)
-           .toArrow().to_pylist())
-    return _merged(c, got, vstatus)
+    """The merged answer of a walk job of `tasks` tasks running fn, as run's."""
+    return _merged(c, _rows(c, tasks, fn), vstatus)
 
 
 def _merged(c, got, vstatus):
@@ -150,28 +183,6 @@ def merge(infos, max_examples):
     return out
 
 
-def run_streamed(c, want, sums, where, destroys, vstatus=None):
-    """run's answer by the streamed walk (arrays/streamed.py), when no clock column is
-    read: each process's events gathered into a file of its own by a job of tasks by
-    process group (arrays/per_process.py), then a task per column block streaming them
-    all; run's own when it meets a causality cycle (the linked files are kept for it).
-    vstatus: the trace's clock column status, reported with causal (or None). None when a
-    process's numbering is broken."""
-    procs = [int(p) for p in c.procs]
-    _, counts, _ = linked_input(sums, procs)
-    c.phase("the walk: each process's events in a file of its own, a task a group")
-    files = c.timed("per_process", per_process_files, c, sums, procs, where)
-    if files is None:
-        return None
-    # a block a core (no task holds its block's clocks of every origin: no more for memory)
-    edges = (even_edges(c.P, c.walk_blocks) if c.walk_blocks
-             else block_edges(sum(counts), 0, c.P, c.spark.sparkContext.defaultParallelism))
-    c.phase("the streamed walk by column blocks: causal, consistent, fifo and node_rules")
-    fn = stream_task(procs, [files[p] for p in procs], counts, c.span, c.max_examples,
-                     sorted(want), edges, destroys)
-    return c.timed("walk", _collect, c, fn, len(edges or [None]), vstatus)
-
-
 def _peak_reset():
     """Start this process's resident peak (VmHWM) anew (a Python worker runs many
     tasks): a task's peak is then its own."""
@@ -197,15 +208,34 @@ def _peak():
 GROUP_EVENTS = 4_000_000
 
 
-def per_process_files(c, sums, procs, where):
-    """{process: its file} written by a job of tasks by process group (as many as the
-    cluster's cores, more when a group would pass GROUP_EVENTS events), or None when a
-    numbering is broken."""
+def split_clocks(c, name, where):
+    """The pieces of the trace's clock column `name` (arrays/claims.py), written by a job
+    of tasks over consecutive trace files: [(piece, its processes, their rows)]."""
+    files = list(c.trace.files)
+    tasks = min(len(files), FILE_TASKS_A_CORE * _cores(c))
+
+    def run(batches):
+        from ..arrays import claims
+        for g in _ids(batches):
+            lo, hi = len(files) * g // tasks, len(files) * (g + 1) // tasks
+            yield summary_row({"pieces": claims.split(files[lo:hi], name, where)})
+    return [tuple(p) for r in _rows(c, tasks, run) for p in json.loads(r["info"])["pieces"]]
+
+
+# Events a task of the per-process step gathers at most, when the cluster has cores
+# enough: its processes' events are held twice (read, then sorted)
+GROUP_EVENTS = 4_000_000
+
+
+def per_process_files(c, sums, procs, where, pieces=None):
+    """({process: its file}, {process: (why, seq, event) of its first clock breaking a
+    shape rule}) written by a job of tasks by process group (as many as the cores, more
+    when a group would pass GROUP_EVENTS events), the files carrying the clock column of
+    `pieces` (split_clocks') when given; None when a numbering is broken."""
     import numpy as np
 
     _, counts, _ = linked_input(sums, procs)
-    groups = min(len(procs), max(c.spark.sparkContext.defaultParallelism,
-                                 -(-sum(counts) // GROUP_EVENTS)))
+    groups = min(len(procs), max(_cores(c), -(-sum(counts) // GROUP_EVENTS)))
     # the largest processes first, each to the group holding the fewest events so far
     members, held = [[] for _ in range(groups)], np.zeros(groups, np.int64)
     for i in np.argsort(counts, kind="stable")[::-1]:
@@ -213,44 +243,49 @@ def per_process_files(c, sums, procs, where):
         members[g].append(procs[i])
         held[g] += counts[i]
     linked = [(s["file"], *s["counts"]) for s in sums if "file" in s]
+    own = not _local(c)
 
     def run(batches):
         from ..arrays import per_process
-        for g in [g for b in batches for g in b.column(0).to_pylist()]:
-            _peak_reset()
+        for g in _ids(batches):
+            if own:
+                _peak_reset()
             try:
-                got = per_process.write_group(linked, set(members[g]), where,
-                                              per_process.batch_rows(len(procs)))
+                got, broken = per_process.write_group(
+                    linked, set(members[g]), where, per_process.batch_rows(len(procs)),
+                    pieces, len(procs))
             except ValueError:
                 yield summary_row({"malformed": True})
                 return
             yield summary_row({"files": [[p, f] for p, f in got.items()],
-                               "peak": _peak()})
-    got = (c.spark.range(groups, numPartitions=groups).mapInArrow(run, OUT_SCHEMA)
-           .toArrow().to_pylist())
-    infos = [json.loads(r["info"]) for r in got]
+                               "broken": [[p, *b] for p, b in broken.items()],
+                               "peak": _peak() if own else 0})
+    infos = [json.loads(r["info"]) for r in _rows(c, groups, run)]
     if any(i.get("malformed") for i in infos):
         return None
-    c.timings["per_process_task_peak_rss"] = max(i["peak"] for i in infos)
-    return {p: f for i in infos for p, f in i["files"]}
+    if own:
+        c.timings["per_process_task_peak_rss"] = max(i["peak"] for i in infos)
+    return ({p: f for i in infos for p, f in i["files"]},
+            {b[0]: tuple(b[1:]) for i in infos for b in i["broken"]})
 
 
 def stream_task(procs, files, counts, span, max_examples, want, edges, destroys,
-                own=True):
+                claims=False, own=True):
     """The function mapInArrow runs on each task of the streamed walk: the index i of its
     block in edges in, violation rows and a summary row out, as kernel_task's (task i
-    decides causal for its block and task_properties' others). own: the task runs in a
+    decides causal for its block and task_properties' others). claims: the files carry
+    a clock column, each task checking its block's columns of it. own: the task runs in a
     process of its own (an executor's Python worker), whose peak it measures."""
     def run(batches):
         import time
 
         from ..arrays import streamed
         from ..arrays.per_process import Streams
-        for i in [i for b in batches for i in b.column(0).to_pylist()]:
+        for i in _ids(batches):
             if own:
                 _peak_reset()
             t = time.perf_counter()
-            streams = Streams(procs, files, counts)
+            streams = Streams(procs, files, counts, claims)
             edge = edges[i] if edges else None
             out, info = streamed.decide(streams, task_properties(want, i, len(edges or [None])),
                                         max_examples, span, edge, destroys)
@@ -264,55 +299,3 @@ def stream_task(procs, files, counts, span, max_examples, want, edges, destroys,
     return run
 
 
-def local(c, want, sums, where, destroys, clocks):
-    """run's answer in this process, for a local master: by the streamed walk (its
-    per-process files written by a thread a core, its blocks, one a core, walked side by
-    side in threads: the kernels release the GIL), or by one walk placing the linked
-    events in a layout when there is a clock column to verify or the streamed walk meets a
-    causality cycle (walk_task.kernel_task). None when a numbering is broken."""
-    import os
-    from concurrent.futures import ThreadPoolExecutor
-
-    from ..arrays import per_process
-    procs = [int(p) for p in c.procs]
-    linked, counts, _ = linked_input(sums, procs)
-    vname, vstatus = (vclock.status(c.trace.files, c.span) if "causal" in want and clocks
-                      else (None, None))
-    cpus = os.cpu_count() or 1
-    if not vname:
-        c.phase("the walk: each process's events in a file of its own")
-        t = time.perf_counter()
-        with ThreadPoolExecutor(cpus) as pool:
-            try:
-                got = list(pool.map(lambda g: per_process.write_group(
-                    [(f, *s["counts"]) for f, s in zip(linked, sums)], set(procs[g::cpus]),
-                    where, per_process.batch_rows(len(procs))), range(cpus)))
-            except ValueError:
-                return None
-        files = {p: f for g in got for p, f in g.items()}
-        c.timings["per_process"] = time.perf_counter() - t
-        edges = (even_edges(c.P, c.walk_blocks) if c.walk_blocks
-                 else block_edges(sum(counts), 0, c.P, cpus))
-        fn = stream_task(procs, [files[p] for p in procs], counts, c.span, c.max_examples,
-                         sorted(want), edges, destroys, own=False)
-        c.phase("the streamed walk: causal, consistent, fifo and node_rules")
-        return c.timed("walk", _here, c, fn, len(edges or [None]), cpus, vstatus)
-    c.phase("the walk: causal, consistent, fifo and node_rules")
-    fn = kernel_task(procs, c.span, c.max_examples, sorted(want),
-                     list(c.trace.files) if vname else None, vname, destroys,
-                     (linked, counts, None))
-    return c.timed("walk", _here, c, fn, 1, 1, vstatus)
-
-
-def _here(c, fn, tasks, cpus, vstatus):
-    """_collect's answer with the tasks run in this process's threads."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import pyarrow as pa
-
-    def one(i):
-        return [r for b in fn(iter([pa.record_batch({"id": pa.array([i], pa.int64())})]))
-                for r in b.to_pylist()]
-    with ThreadPoolExecutor(min(tasks, cpus)) as pool:
-        got = [r for rows in pool.map(one, range(tasks)) for r in rows]
-    return _merged(c, got, vstatus)
