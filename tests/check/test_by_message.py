@@ -172,36 +172,91 @@ def _linked(trace, where, buckets):
     return sums
 
 
-def _by_blocks(procs, sums, destroys, edges):
-    """The walk's tasks, one per block of `edges`, over the linked files: the merged
-    info (seconds and pairs dropped) and the sorted processes of each property's
-    violations."""
-    import json
+def in_memory(procs, sums, destroys, edges):
+    """The in-memory walk's answer over the linked files, the streamed walk's oracle: one
+    Layout of every linked event (arrays/layout.py), causal by arrays/relax.py's decide for
+    each block of `edges` (relaxation past a causality cycle), consistent, fifo and
+    node_rules on the same layout, the blocks' answers merged as the walk's tasks' are:
+    (info without its seconds, the sorted processes of each property's violations)."""
+    import numpy as np
 
-    import pyarrow as pa
-
+    from bus1py.check import kinds as K
+    from bus1py.check.arrays import linked_files
+    from bus1py.check.arrays import properties as P
+    from bus1py.check.arrays import relax
+    from bus1py.check.arrays import walk as W
+    from bus1py.check.arrays.layout import Layout
     from bus1py.check.spark import walk_blocks
-    from bus1py.check.spark.walk_task import kernel_task
     files, counts, _ = walk_blocks.linked_input(sums, procs)
-    fn = kernel_task(procs, SPAN, 50, sorted(by_message.WANT), None, None, destroys,
-                     (files, counts, edges))
+    lay = Layout(linked_files.read(files), procs, SPAN, ("node",) if destroys else (),
+                 counts)
+    node, has_node = lay.extra.pop("node") if destroys else (None, None)
+    destroyed = []
+    if destroys:
+        gone = np.flatnonzero((lay.kind == K.DELIVER) & lay.is_destroy & has_node)
+        destroyed = np.unique(np.stack([lay.procs[lay.slot_of[gone]], node[gone]]),
+                              axis=1).T.tolist()
     infos, per = [], {}
-    for i in range(len(edges or [None])):
-        for b in fn(iter([pa.record_batch({"id": pa.array([i], pa.int64())})])):
-            for r in b.to_pylist():
-                if r["rec"] == "summary":
-                    infos.append(json.loads(r["info"]))
-                else:
-                    per.setdefault(r["rec"], []).append(r["process"])
+    tasks = edges or [None]
+    for i, edge in enumerate(tasks):
+        mine = walk_blocks.task_properties(sorted(by_message.WANT), i, len(tasks))
+        parts = [W.Block(lay, *edge)] if edge else None
+        out, info = relax.decide(lay, [m for m in mine if m in ("causal", "consistent")],
+                                 50, None, parts)
+        for name in ("fifo", "node_rules"):
+            if name in mine:
+                method, got, n, examples = getattr(P, name)(
+                    P.ByPosition(lay, node, has_node), 50)
+                out[name] = got or []
+                info.update({f"{name}_count": n, f"{name}_examples": examples})
+                if method:
+                    info[f"{name}_method"] = method
+                info["destroyed"] = destroyed
+        infos.append(info)
+        for name, got in out.items():
+            per.setdefault(name, []).extend(got)
     info = walk_blocks.merge(infos, 50)
     info.pop("seconds", None)
-    return info, {name: sorted(v) for name, v in per.items()}
+    return info, {name: sorted(v) for name, v in per.items() if v}
 
 
-def test_the_walk_by_column_blocks_over_files_is_the_one_walk(tmp_path):
-    # the tasks by message write their linked events to files; the walk's tasks, one per
-    # column block, each read them all and walk their own columns: any block count
-    # merges into the one walk's answer, whose counts are the reference's
+def streams_of(sums, procs, where, groups=2):
+    """The per-process files of the linked events of `sums`, written by `groups` tasks."""
+    from bus1py.check.arrays import per_process
+    from bus1py.check.spark import walk_blocks
+    linked = [(s["file"], *s["counts"]) for s in sums if "file" in s]
+    files = {}
+    for g in range(groups):
+        files.update(per_process.write_group(linked, set(procs[g::groups]), where,
+                                             per_process.batch_rows(len(procs)))[0])
+    _, counts, _ = walk_blocks.linked_input(sums, procs)
+    return per_process.Streams(procs, [files[p] for p in procs], counts)
+
+
+def streamed(streams, destroys, edges):
+    """in_memory's answer by the streamed walk, one decide a block, the tasks' properties
+    as walk_blocks gives them out."""
+    from bus1py.check.arrays import streamed as St
+    from bus1py.check.spark import walk_blocks
+    infos, per = [], {}
+    tasks = edges or [None]
+    for i, edge in enumerate(tasks):
+        mine = walk_blocks.task_properties(sorted(by_message.WANT), i, len(tasks))
+        out, info = St.decide(streams, mine, 50, SPAN, edge, destroys)
+        for k in walk_blocks.WALK_FACTS + ("events",):
+            info.pop(k, None)
+        infos.append(info)
+        for name, got in out.items():
+            per.setdefault(name, []).extend(got)
+    info = walk_blocks.merge(infos, 50)
+    info.pop("seconds", None)
+    return info, {name: sorted(v) for name, v in per.items() if v}
+
+
+def test_the_streamed_walk_by_column_blocks_is_the_one_walk(tmp_path):
+    # the tasks by message write their linked events to files, gathered by process; the
+    # walk's tasks, one per column block, each stream them all and walk their own columns:
+    # any block count merges into the one walk's answer, whose counts are the reference's
     from bus1py.check.arrays import linked_files
     from bus1py.check.arrays.walk import even_edges
     keys = dict.fromkeys(("dests", "node", "wall_ns", "stamp_ts", "stamp_peer", "stamp_tx"))
@@ -220,86 +275,19 @@ def test_the_walk_by_column_blocks_over_files_is_the_one_walk(tmp_path):
     sums = _linked(read_footers(path), where, 5)
     procs = sorted(set().union(*(s["procs"] for s in sums)))
     destroys = any(s["destroys"] for s in sums)
-    one, per = _by_blocks(procs, sums, destroys, None)
+    streams = streams_of(sums, procs, where)
+    one, per = streamed(streams, destroys, None)
     assert one["walk_complete"]
     ncols = max(p % SPAN for p in procs) + 1
     assert ncols >= 4
     for count in range(2, ncols + 1):
-        assert _by_blocks(procs, sums, destroys, even_edges(ncols, count)) == (one, per)
+        assert streamed(streams, destroys, even_edges(ncols, count)) == (one, per)
     for k, rows in enumerate(batch):
         ref = reference_check(rows)
         for name in by_message.WANT:
             assert sum(p // SPAN == k for p in per.get(name, [])) == ref[name], (k, name)
     assert one["causal_count"] and one["causal_examples"]
 
-
-def test_a_broken_numbering_in_the_linked_files_is_malformed(tmp_path):
-    # counts that do not match the files' rows (a part missing) never make a layout
-    from bus1py.check.arrays import linked_files
-    rows = _unstamped(_make(7, 3, 40, None))
-    path = str(tmp_path / "t")
-    S.write_rows(rows, path, files=2)
-    sums = _linked(read_footers(path), linked_files.directory(str(tmp_path)), 3)
-    procs = sorted(set().union(*(s["procs"] for s in sums)))
-    assert _by_blocks(procs, sums[1:], False, None)[0] == {"malformed": True}
-
-
-def test_a_walk_task_holds_what_the_memory_model_says(tmp_path):
-    # the peak of the arrays of each task of the walk by column blocks (tracemalloc sees
-    # numpy's) is the model's (arrays/walk.py, task_bytes): at most it, and at least
-    # 80% of it for a task that only walks (the model is no loose bound), whatever the
-    # block's width
-    import sys
-    import tracemalloc
-    from pathlib import Path
-
-    import pyarrow as pa
-
-    from bus1py.check.arrays import linked_files
-    from bus1py.check.arrays.walk import even_edges, task_bytes
-    from bus1py.check.spark import walk_blocks
-    from bus1py.check.spark.walk_task import kernel_task
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-    from gen_trace import generate
-    generate(str(tmp_path / "t"), 100_000, 16, stamps=False, quiet=True)
-    sums = _linked(read_footers(str(tmp_path / "t")), linked_files.directory(str(tmp_path)),
-                   2)
-    procs = sorted(set().union(*(s["procs"] for s in sums)))
-    files, counts, origins = walk_blocks.linked_input(sums, procs)
-    events = sum(counts)
-    for blocks in (1, 2, 4):
-        edges = even_edges(len(procs), blocks)
-        fn = kernel_task(procs, None, 3, sorted(by_message.WANT), None, None, False,
-                         (files, counts, edges))
-        for i in range(blocks):
-            tracemalloc.start()
-            try:
-                list(fn(iter([pa.record_batch({"id": pa.array([i], pa.int64())})])))
-                peak = tracemalloc.get_traced_memory()[1]
-            finally:
-                tracemalloc.stop()
-            width = edges[i][1] - edges[i][0] if edges else len(procs)
-            beside = i == 1 % blocks
-            model = task_bytes(events, origins, width, beside)
-            assert peak <= model, (blocks, i, peak / events, model / events)
-            if not beside:
-                assert peak >= 0.8 * model, (blocks, i, peak / events, model / events)
-
-
-def test_blocks_narrow_until_a_task_fits_a_python_memory_limit():
-    # with spark.executor.pyspark.memory set, the walk's blocks are narrowed until the
-    # largest task's model fits it when it can, and are the narrowest when it cannot
-    from bus1py.check.arrays.walk import BLOCK_MIN_COLUMNS, block_edges, task_bytes
-    from bus1py.check.spark.walk_blocks import clock_budget
-    events, origins, procs = 100_000_000, 46_000_000, 64
-    assert clock_budget(None, events, origins) == clock_budget(0, events, origins)
-    for gib in (9, 10, 12, 16, 64):
-        limit = gib << 30
-        edges = block_edges(events, origins, procs, 2, clock_budget(limit, events, origins))
-        widths = [b - a for a, b in edges or [(0, procs)]]
-        assert max(task_bytes(events, origins, w, beside=True) for w in widths) <= limit, gib
-    edges = block_edges(events, origins, procs, 2, clock_budget(6 << 30, events, origins))
-    assert len(edges) == procs // BLOCK_MIN_COLUMNS      # 6 GiB cannot hold 80 B an event
 
 
 def test_a_dead_checks_directory_is_removed_by_the_next(tmp_path):

@@ -1,11 +1,11 @@
 # Invariants: the streamed walk (arrays/streamed.py over arrays/per_process.py's files)
-# gives the in-memory walk's answer (walk_task.kernel_task over the linked files, its
-# blocks merged by walk_blocks.merge) on every trace without a causality cycle: verdicts,
+# gives the in-memory walk's answer (test_by_message.in_memory: a Layout of the linked
+# files, relax.decide a block, merged by walk_blocks.merge) on every trace: verdicts,
 # counts, the processes of every violation, the examples with their paths, whatever the
 # block count, the buckets of the linking and the batch size of the files (losses,
-# duplicates, NODE_DESTROY among the draws), and it says a trace with a cycle is one
-# (the layout's walk then decides, walk_blocks.py); and one task's measured peak stays within its memory
-# model (streamed.task_bytes) at any block width.
+# duplicates, NODE_DESTROY among the draws), and past causality cycles (stream.c's rounds
+# are relaxation's fixpoint; it says a trace with a cycle is one); and one task's
+# measured peak stays within its memory model (streamed.task_bytes) at any block width.
 import os
 
 import pytest
@@ -16,40 +16,12 @@ from bus1py.check.arrays import linked_files, per_process, streamed
 from bus1py.check.arrays.walk import even_edges
 from bus1py.check.load import read_footers
 from bus1py.check.spark import by_message, walk_blocks
-from test_by_message import SPAN, _by_blocks, _linked, _write
+from test_by_message import SPAN, _linked, _write, in_memory, streamed as _streamed
+from test_by_message import streams_of as _streams
 from test_paths import _acyclic
 from test_walk import _make, _unstamped, traces
 
 K = 50
-
-
-def _streams(sums, procs, where, groups=2):
-    """The per-process files of the linked events of `sums`, written by `groups` tasks."""
-    linked = [(s["file"], *s["counts"]) for s in sums if "file" in s]
-    files = {}
-    for g in range(groups):
-        files.update(per_process.write_group(linked, set(procs[g::groups]), where,
-                                             per_process.batch_rows(len(procs)))[0])
-    _, counts, _ = walk_blocks.linked_input(sums, procs)
-    return per_process.Streams(procs, [files[p] for p in procs], counts)
-
-
-def _streamed(streams, destroys, edges):
-    """_by_blocks's answer by the streamed walk, one decide a block, the tasks' properties
-    as walk_blocks gives them out."""
-    infos, per = [], {}
-    tasks = edges or [None]
-    for i, edge in enumerate(tasks):
-        mine = walk_blocks.task_properties(sorted(by_message.WANT), i, len(tasks))
-        out, info = streamed.decide(streams, mine, K, SPAN, edge, destroys)
-        for k in walk_blocks.WALK_FACTS + ("events",):
-            info.pop(k, None)
-        infos.append(info)
-        for name, procs in out.items():
-            per.setdefault(name, []).extend(procs)
-    info = walk_blocks.merge(infos, K)
-    info.pop("seconds", None)
-    return info, {name: sorted(v) for name, v in per.items() if v}
 
 
 def _agree(batch, tmp, buckets, blocks):
@@ -69,8 +41,7 @@ def _agree(batch, tmp, buckets, blocks):
     got = []
     for count in blocks:
         edges = even_edges(ncols, min(count, ncols)) if count else None
-        one = _by_blocks(procs, sums, destroys, edges)
-        one = one[0], {name: v for name, v in one[1].items() if v}
+        one = in_memory(procs, sums, destroys, edges)
         two = _streamed(streams, destroys, edges)
         # past a causality cycle the streamed walk's rounds give relaxation's answer
         assert two == one, count

@@ -31,24 +31,6 @@ BLOCK_MIN_EVENTS = 1_000_000
 BLOCK_BYTES = 1 << 30
 BLOCK_MIN_COLUMNS = 4
 
-# The memory of one task of the walk by column blocks (spark/walk_blocks.py), bytes an
-# event (docs/CHECKER.md, "The memory of a task"; tests/check/test_by_message.py holds a
-# task's peak to it): every task holds the layout, the origin rows, its block's sender
-# columns and the scan's output whatever its block (TASK_EVENT_BYTES), and its block's
-# origin clocks, 4 bytes an entry (task_bytes); the task that decides fifo and node_rules
-# beside its walk holds their temporaries too (BESIDE_EVENT_BYTES: about 32, and a little
-# more where the two threads' allocations happen to overlap; 36 bounds every run seen).
-TASK_EVENT_BYTES = 48
-BESIDE_EVENT_BYTES = 36
-
-
-def task_bytes(events, origins, width, beside=False):
-    """The most one task of the walk holds, by the model above: `events` events of which
-    `origins` are sends, destroys or signal_sends, a block of `width` columns."""
-    return (events * (TASK_EVENT_BYTES + (BESIDE_EVENT_BYTES if beside else 0))
-            + origins * 4 * (width + 1))
-
-
 def _ptr(ffi, a, ctype):
     return ffi.cast(ctype + " *", a.ctypes.data) if a.size else ffi.NULL
 
