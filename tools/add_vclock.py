@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from bus1py import schema as S  # noqa: E402
 from bus1py.check import kinds as K  # noqa: E402
 from bus1py.check.arrays import walk as W  # noqa: E402
+from bus1py.check.arrays.layout import Layout  # noqa: E402
 from bus1py.check.load import parquet_files  # noqa: E402
 
 
@@ -57,7 +58,7 @@ def add_vclock(src, out, flat=False):
     tables = [pq.read_table(f) for f in files]
     t = pa.concat_tables(tables)
     procs = np.unique(t["process"].to_numpy())
-    lay = W.Layout(_kernel_table(t), procs, None)
+    lay = Layout(_kernel_table(t), procs, None)
     _, clocks, complete = W.walk(lay, np.arange(lay.n, dtype=np.int64))
     if not complete:
         raise SystemExit(f"{src}: the history has a causality cycle: no vector clocks")

@@ -153,7 +153,7 @@ from bus1py.check.arrays import events, per_process, properties, streamed, strea
 from bus1py.check.spark import by_message
 from bus1py.check.spark.walk_task import task_properties
 a = json.loads(sys.argv[1])
-streams = per_process.Streams(a["procs"], a["files"], a["counts"])
+streams = per_process.Streams(a["procs"], a["files"], a["counts"], a["claims"])
 before = psutil.Process().memory_info().rss
 mine = task_properties(sorted(by_message.WANT), a["i"], a["tasks"])
 out, info = streamed.decide(streams, mine, 3, None, a["edge"], a["destroys"])
@@ -161,35 +161,53 @@ out, info = streamed.decide(streams, mine, 3, None, a["edge"], a["destroys"])
 with open("/proc/self/status") as f:
     peak = next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) * 1024
 grew = peak - before
-print(json.dumps({"grew": grew, "live": info["live_origins"]}))
+print(json.dumps({"grew": grew, "live": info["live_origins"],
+                  "vclock": None if not a["claims"] else
+                  "holds" if info.get("claim_bad") is None else "failed"}))
 """
 
 
 @pytest.mark.timeout(300)
 def test_a_task_grows_by_what_the_memory_model_says(tmp_path):
     # a task's resident memory grows by at most its model (streamed.task_bytes) and by
-    # at least half of it (the model is no loose bound), whatever the block's width
+    # at least half of it (the model is no loose bound), whatever the block's width, with
+    # a producer's clock column checked beside the walk or not
     import json
     import subprocess
     import sys
     from pathlib import Path
+
+    from bus1py import schema as S
+    from bus1py.check.arrays import claims
+    from bus1py.check.load import parquet_files
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from add_vclock import add_vclock
     from gen_trace import generate
     generate(str(tmp_path / "t"), 1_000_000, 64, stamps=False, quiet=True)
+    add_vclock(str(tmp_path / "t"), str(tmp_path / "v"), flat=True)
     where = linked_files.directory(str(tmp_path))
-    sums = _linked(read_footers(str(tmp_path / "t")), where, 2)
+    sums = _linked(read_footers(str(tmp_path / "v")), where, 2)
     procs = sorted(set().union(*(s["procs"] for s in sums)))
-    streams = _streams(sums, procs, where, groups=1)
-    for blocks in (1, 4):
-        edges = even_edges(len(procs), blocks) or [None]
-        for i in (0, 1 % blocks):
-            arg = {"procs": procs, "files": streams.files, "counts": streams.counts.tolist(),
-                   "i": i, "tasks": len(edges), "edge": edges[i],
-                   "destroys": any(s["destroys"] for s in sums)}
-            cp = subprocess.run([sys.executable, "-c", TASK, json.dumps(arg)],
-                                capture_output=True, text=True, timeout=120, check=True)
-            got = json.loads(cp.stdout)
-            width = edges[i][1] - edges[i][0] if edges[i] else len(procs)
-            model = streamed.task_bytes(streams.counts, width, got["live"],
-                                        beside=i == 1 % blocks)
-            assert 0.5 * model <= got["grew"] <= model, (blocks, i, got, model)
+    linked = [(s["file"], *s["counts"]) for s in sums if "file" in s]
+    pieces = claims.split(parquet_files(str(tmp_path / "v")), S.VCLOCK_BIN[0], where)
+    files, broken = per_process.write_group(linked, set(procs), where,
+                                            per_process.batch_rows(len(procs)), pieces,
+                                            len(procs))
+    assert not broken
+    counts = walk_blocks.linked_input(sums, procs)[1]
+    for checked in (False, True):
+        for blocks in (1, 4):
+            edges = even_edges(len(procs), blocks) or [None]
+            for i in (0, 1 % blocks):
+                arg = {"procs": procs, "files": [files[p] for p in procs],
+                       "counts": counts, "i": i, "tasks": len(edges), "edge": edges[i],
+                       "destroys": any(s["destroys"] for s in sums), "claims": checked}
+                cp = subprocess.run([sys.executable, "-c", TASK, json.dumps(arg)],
+                                    capture_output=True, text=True, timeout=120, check=True)
+                got = json.loads(cp.stdout)
+                assert got["vclock"] == (None if not checked else "holds"), got
+                width = edges[i][1] - edges[i][0] if edges[i] else len(procs)
+                model = streamed.task_bytes(counts, width, got["live"],
+                                            beside=i == 1 % blocks,
+                                            claims=width if checked else 0)
+                assert 0.5 * model <= got["grew"] <= model, (checked, blocks, i, got, model)

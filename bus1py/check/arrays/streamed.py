@@ -33,23 +33,29 @@ from .. import kinds as K
 # known clocks of the block; per live origin (walked, a receive still to come) a clock row
 # of the block and its table entry (the table at most half full, a spare-row index); the
 # task that decides fifo and node_rules holds one process's events at a time,
-# PROCESS_EVENT_BYTES each; and TASK_FIXED_BYTES.
+# PROCESS_EVENT_BYTES each; and TASK_FIXED_BYTES. A clock column checked beside the walk
+# adds, for the block's c columns of it, CLAIM_ENTRY_BYTES an entry of a batch's row (the
+# columns' copy, 4 bytes, measured 4.05-4.07 with the mapped pages of the batch being
+# read), and 4 bytes an entry of each process's last claim and of each live origin's.
 STREAM_ROW_BYTES = 80
 LIVE_ENTRY_BYTES = 48
 PROCESS_EVENT_BYTES = 120
 TASK_FIXED_BYTES = 16 << 20
+CLAIM_ENTRY_BYTES = 5
 
 
-def task_bytes(counts, width, live, beside=False):
+def task_bytes(counts, width, live, beside=False, claims=0):
     """The most one task of the streamed walk holds by the model above: counts, the events
     of each process; a block of `width` columns; `live` origins live at once at most;
-    beside: the task decides fifo and node_rules too."""
+    beside: the task decides fifo and node_rules too; claims: the columns of a clock column
+    it checks (its block's width, or 0)."""
     from .per_process import batch_rows
     counts = np.asarray(counts, np.int64)
     P = len(counts)
     rows = int(np.minimum(counts, batch_rows(P)).sum())
-    return (TASK_FIXED_BYTES + rows * STREAM_ROW_BYTES + P * 2 * 4 * (width + 1)
-            + live * (LIVE_ENTRY_BYTES + 4 * (width + 1))
+    return (TASK_FIXED_BYTES + rows * (STREAM_ROW_BYTES + CLAIM_ENTRY_BYTES * claims)
+            + P * 4 * (2 * (width + 1) + claims)
+            + live * (LIVE_ENTRY_BYTES + 4 * (width + 1 + claims))
             + (int(counts.max(initial=0)) * PROCESS_EVENT_BYTES if beside else 0))
 
 
