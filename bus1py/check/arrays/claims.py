@@ -37,26 +37,35 @@ def split(files, name, where):
     return out
 
 
-def gather(pieces, process, P):
-    """(clocks, None): the (events x P) int32 clocks of `process` in seq order, from the
-    pieces ((piece, processes, rows) of each); or (None, (why, seq)) for its first row
-    breaking a shape rule (vclock.by_row's words)."""
+def gather(pieces, process, P, n):
+    """(clocks, None): the clocks of `process` (n events) as a (P x n) int32 array, entry
+    c of event s at [c, s], from the pieces ((piece, processes, rows) of each); or (None,
+    (why, seq)) for its first row breaking a shape rule (vclock.by_row's words). Each
+    piece's slice is read in place and scattered by seq, so the clocks are held once."""
     import pyarrow as pa
-    parts = []
+    out = np.empty((P, n), np.int32)
+    bad = []            # (the null rule broken, seq) of each slice's first broken rule
     for name, procs, counts in pieces:
         offsets = np.concatenate([[0], np.cumsum(counts)])
         for i, p in enumerate(procs):
-            if p == process:
-                with pa.memory_map(name) as source:
-                    parts.append(pa.ipc.open_file(source).read_all()
-                                 .slice(int(offsets[i]), int(counts[i])))
-    t = pa.concat_tables(parts)
-    seq = t.column("seq").to_numpy()
-    order = np.argsort(seq, kind="stable")
-    got, bad = vclock.by_row(t.column("clock").combine_chunks().take(pa.array(order)), P)
-    if got is None:
-        return None, (bad[0], int(seq[order][bad[1][0]]))
-    return got, None
+            if p != process:
+                continue
+            with pa.memory_map(name) as source:
+                t = pa.ipc.open_file(source).read_all().slice(int(offsets[i]),
+                                                              int(counts[i]))
+                seq = t.column("seq").to_numpy()
+                for chunk in t.column("clock").chunks:
+                    got, why = vclock.by_row(chunk, P)
+                    at, seq = seq[:len(chunk)], seq[len(chunk):]
+                    if got is None:
+                        bad.append((why[0] != vclock.NO_CLOCK, int(at[why[1]].min()), why[0]))
+                    elif not bad:
+                        out[:, at] = got.T
+                del t
+    if bad:
+        _, seq, why = min(bad)
+        return None, (why, seq)
+    return out, None
 
 
 def first_broken(reports):

@@ -62,12 +62,12 @@ def write_group(linked, group, where, rows, claims=None, P=0):
             raise ValueError(f"the events of process {p} are not numbered 0,1,2,...")
         t = t.take(order) if n else _empty()
         if claims is not None and n:
-            clocks, bad = C.gather(claims, p, P)
+            clocks, bad = C.gather(claims, p, P, n)
             if bad is not None:
                 broken[p] = (*bad, _event(p, t, bad[1]))
-            else:
+            else:       # each column a view of the clocks' rows (no copy)
                 for c in range(P):
-                    t = t.append_column(f"{CLAIM}{c}", pa.array(clocks[:, c]))
+                    t = t.append_column(f"{CLAIM}{c}", pa.array(clocks[c]))
                 del clocks
         out[p] = linked_files.write(where, t, rows)
         del parts, t, order
