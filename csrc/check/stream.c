@@ -14,8 +14,9 @@
  * table at most half full.
  *
  * A causality cycle (a broken trace) leaves the walk where every process with events left
- * waits for an origin not walked. sw_break then takes the lowest such process's receive
- * with the origin's clock of the previous round (zeros in the first): a back edge, whose
+ * waits for an origin not walked. sw_break then takes the receive of a process on a cycle
+ * of those waits (so on a causality cycle) with the origin's clock of the previous round
+ * (zeros in the first): a back edge, whose
  * origin's clock is recorded when it is walked. Clocks only grow from round to round and
  * stay below the least fixpoint (arrays/relax.py's clocks), and a round that changes no
  * back edge's clock computed that fixpoint: its violations are the answer (sw_settled).
@@ -363,46 +364,56 @@ int64_t sw_run(void *h, int64_t *out, int64_t cap, int64_t *nout)
     return walked;
 }
 
-/* The walk stands still with events left (a causality cycle): take the receive the lowest
- * waiting process stands at as a back edge, with its origin's clock of the last round.
+/* The walk stands still with events left (a causality cycle): take a receive on a cycle of
+ * waits as a back edge, with its origin's clock of the last round.
  * Returns 1 (taken; a violation it makes is written to out as sw_run's, *nout 0 or 1), 0
  * when no process waits at a receive of its batch, -1 out of memory, -2 counts that lie. */
 int64_t sw_break(void *h, int64_t *out, int64_t *nout)
 {
     struct sw *s = h;
     *nout = 0;
-    for (int32_t p = 0; p < s->nslots; p++) {
+    /* from the lowest waiting process, follow each one's wait to the process of the
+     * origin it waits for: the first process met twice lies on a cycle of waits, whose
+     * receives and the events between them form a causality cycle; its receive is taken */
+    int32_t p = -1;
+    for (int32_t q = 0; q < s->nslots && p < 0; q++)
+        if (s->in[q].off < s->in[q].n)
+            p = q;
+    for (int32_t steps = 0; p >= 0 && steps <= s->nslots; steps++) {
         struct batch *b = &s->in[p];
-        if (b->off >= b->n)
-            continue;
-        int8_t k = b->kind[b->off];
+        int8_t k = b->off < b->n ? b->kind[b->off] : 0;
         if ((k != DELIVER && k != SIGNAL_RECV) || b->sseq[b->off] < s->seq[b->sslot[b->off]])
-            continue;
-        int64_t key = key_of(b->sslot[b->off], b->sseq[b->off]);
-        int64_t e = t_find(&s->back, key), len = row_len(s) + 1;
-        if (s->back.key[e] == -1) {
-            if (s->btop == s->bcap) {
-                int64_t cap = s->bcap ? 2 * s->bcap : 64;
-                int32_t *q = realloc(s->bpool, sizeof(int32_t) * cap * len);
-                if (!q)
-                    return -1;
-                s->bpool = q;
-                s->bcap = cap;
-            }
-            e = t_insert(&s->back, key);
-            if (e < 0)
-                return -1;
-            memset(s->bpool + (size_t)s->btop * len, 0, sizeof(int32_t) * len);
-            s->back.a[e] = (int32_t)s->btop++;
-            s->back.b[e] = 0;
-            s->changed = 1;     /* a new back edge: its origin's clock is not known yet */
-        }
-        s->back.b[e]++;
-        const int32_t *r = s->bpool + (size_t)s->back.a[e] * len;
-        int64_t found = 0;
-        int rc = walk_one(s, p, r, r[len - 1] ? r + s->ncols : NULL, out, &found);
-        *nout = found;
-        return rc ? rc : 1;
+            return 0;           /* not waiting: the walk can move, or a batch is missing */
+        if (steps == s->nslots)
+            break;              /* nslots waits followed: p is on their cycle */
+        p = b->sslot[b->off];
     }
-    return 0;
+    if (p < 0)
+        return 0;
+    struct batch *b = &s->in[p];
+    int64_t key = key_of(b->sslot[b->off], b->sseq[b->off]);
+    int64_t e = t_find(&s->back, key), len = row_len(s) + 1;
+    if (s->back.key[e] == -1) {
+        if (s->btop == s->bcap) {
+            int64_t cap = s->bcap ? 2 * s->bcap : 64;
+            int32_t *q = realloc(s->bpool, sizeof(int32_t) * cap * len);
+            if (!q)
+                return -1;
+            s->bpool = q;
+            s->bcap = cap;
+        }
+        e = t_insert(&s->back, key);
+        if (e < 0)
+            return -1;
+        memset(s->bpool + (size_t)s->btop * len, 0, sizeof(int32_t) * len);
+        s->back.a[e] = (int32_t)s->btop++;
+        s->back.b[e] = 0;
+        s->changed = 1;         /* a new back edge: its origin's clock is not known yet */
+    }
+    s->back.b[e]++;
+    const int32_t *r = s->bpool + (size_t)s->back.a[e] * len;
+    int64_t found = 0;
+    int rc = walk_one(s, p, r, r[len - 1] ? r + s->ncols : NULL, out, &found);
+    *nout = found;
+    return rc ? rc : 1;
 }
