@@ -8,10 +8,12 @@ Invariants:
     the rows, and the walk by column blocks decides the rest, on a local master in the
     driver's process and on a cluster over tasks exchanging files.
   - Both decide every property exactly from the rows (stamps are never read), causal on
-    a history with a causality cycle too (arrays/relax.py), so both give the same summary
-    (all but `seconds` and `timings`), and neither hands a trace to the other.
-  - A producer's clock column is read (and verified) for causal only past
-    DRIVER_MAX_CELLS rows x processes: below, the walk alone is cheaper.
+    a history with a causality cycle too (the driver by relaxation, arrays/relax.py; the
+    streamed walk by rounds, csrc/check/stream.c: both the least fixpoint), so both give
+    the same summary (all but `seconds` and `timings`), and neither hands a trace to the
+    other.
+  - A producer's clock column is read (and verified) only past DRIVER_MAX_CELLS rows x
+    processes, by either path: below, the walk alone is cheaper.
 """
 from __future__ import annotations
 

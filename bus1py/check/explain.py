@@ -52,8 +52,11 @@ def _fifo(ex):
 
 def _causal(ex):
     e, l = ex["earlier"], ex["later"]
-    hops = len(ex.get("path", ())) - 1
-    via = f" (a chain of {hops} happened-before edges)" if hops > 0 else ""
+    # a path search that ran out of its budget (walk.PATH_BUDGET) leaves path None
+    hops = len(ex["path"]) - 1 if ex.get("path") else None
+    via = (f" (a chain of {hops} happened-before edges)" if hops
+           else " (a chain too long to search for)" if "path" in ex and hops is None
+           else "")
     return (f"send of {name(e)} happened-before send of {name(l)}{via}, but process "
             f"{ex['process']} delivered {name(l)} first")
 

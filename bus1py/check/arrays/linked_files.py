@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import uuid
 
-# The columns of the linked events: the walk's layout places them (layout.COLUMNS),
+# The columns of the linked events: what the per-process files carry (per_process.py),
 # `node` for node_rules, and for the streamed walk (streamed.py) `receives` (an origin's
 # receives: its clock is freed after the last) and `firsts` (a first delivery's message's
 # first deliveries: the chains of consistent keep it from two).

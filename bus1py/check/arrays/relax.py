@@ -14,8 +14,10 @@ delivery of m1 (sender q, send seq s) violates causal iff an earlier first deliv
 process has a send clock whose q entry is at least s + 1: the send's own entry may pass
 s + 1 on a cycle, so the test compares with the count, not with that entry. Memory: a
 clock entry an event and a column of a block, with their temporaries (task_bytes; blocks
-of columns relaxed one after the other within RELAX_BYTES), so this is for what the walk
-cannot finish (a broken trace) and for exports of small traces (report.py's ShiViz log).
+of columns relaxed one after the other within RELAX_BYTES), so this is for what the
+driver's walk cannot finish (a broken trace) and for exports of small traces (report.py's
+ShiViz log); the streamed walk reaches the same fixpoint by rounds over back edges
+(csrc/check/stream.c), and the tests hold the two equal.
 Nothing here imports pyspark.
 """
 from __future__ import annotations

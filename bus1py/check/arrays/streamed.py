@@ -325,8 +325,8 @@ def block_columns(streams, span, lo=None, hi=None):
 def decide(streams, want, max_examples, span=None, edge=None, destroys=False):
     """({property: processes of its violations}, info) of the properties in `want`
     (causal for the block `edge`, (lo, hi) columns or None for every column; consistent;
-    fifo and node_rules), as walk.decide and walk_task's task give them on the Layout of
-    the same trace. info has the causal pairs, the examples, the counts, the most live
+    fifo and node_rules), as walk.decide (relax.decide past a causality cycle) and
+    properties.py give them on the Layout of the same trace. info has the causal pairs, the examples, the counts, the most live
     origins (`live_origins`) and the seconds of each step; `destroyed` with fifo."""
     import time
 

@@ -10,18 +10,15 @@
 #      receives and each first delivery's message's first deliveries;
 #   2. the walk (walk_blocks.py): each process's events gathered into a file of its own,
 #      then the streamed walk by column blocks (arrays/streamed.py: no task holds the
-#      trace), fifo and node_rules beside causal and consistent; a causality cycle, which
-#      stops the streamed walk, or a clock column to verify, takes the walk placing the
-#      linked events in a layout (walk_task.kernel_task: causal on a cyclic history by
-#      arrays/relax.py); it also reports the (process, node) pairs that delivered a
-#      NODE_DESTROY, with which the driver excuses the losses (properties.excused, the
-#      driver's definition).
+#      trace; past a causality cycle in rounds; a clock column checked as it walks), fifo
+#      and node_rules beside causal and consistent; it also reports the (process, node)
+#      pairs that delivered a NODE_DESTROY, with which the driver excuses the losses
+#      (properties.excused, the driver's definition).
 # Every exchange goes through files of this check, in a directory removed at its end.
 # With a local master both steps run in the driver's process: buckets read with pyarrow
-# (arrays/buckets.py), two linked side by side, the walk's blocks in threads
-# (walk_blocks.local); with a cluster, a task per group of trace files splits their
-# rows into buckets, a task per bucket links them, then the walk's jobs
-# (walk_blocks.run_streamed).
+# (arrays/buckets.py), two linked side by side, the walk's tasks in threads; with a
+# cluster, a task per group of trace files splits their rows into buckets, a task per
+# bucket links them, then the walk's jobs (walk_blocks.run either way).
 # So the summary is the driver's (all but `seconds` and `timings`). A trace breaking any
 # rule (a per-row rule, the numbering, one origin per id, no dangling receive) is named by
 # malformed.py in the driver's words. Only the tasks' summaries (with the first examples),
@@ -180,7 +177,7 @@ def _local(c):
 
 def _local_through(c, where):
     """_local's steps, the linked events written to files under `where` and walked by
-    walk_blocks.local (the streamed walk)."""
+    walk_blocks.run (the streamed walk, its tasks in this process's threads)."""
     import pyarrow as pa
 
     from ..arrays.buckets import read_buckets

@@ -157,7 +157,7 @@ def linked_input(sums, procs):
 
 
 def merge(infos, max_examples):
-    """The one walk's info (walk_task.kernel_task's) from its blocks' infos."""
+    """The one walk's info from its blocks' infos (streamed.decide's)."""
     if any(i.get("malformed") for i in infos):
         return {"malformed": True}
     out = {"seconds": {}, "walk_complete": all(i.get("walk_complete") for i in infos)}
@@ -272,7 +272,7 @@ def per_process_files(c, sums, procs, where, pieces=None):
 def stream_task(procs, files, counts, span, max_examples, want, edges, destroys,
                 claims=False, own=True):
     """The function mapInArrow runs on each task of the streamed walk: the index i of its
-    block in edges in, violation rows and a summary row out, as kernel_task's (task i
+    block in edges in, violation rows and a summary row out (walk_task.py; task i
     decides causal for its block and task_properties' others). claims: the files carry
     a clock column, each task checking its block's columns of it. own: the task runs in a
     process of its own (an executor's Python worker), whose peak it measures."""
