@@ -24,6 +24,8 @@ def split(files, name, where):
     processes, their rows)]."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    from .memory import give_back
     out = []
     for f in files:
         t = pq.read_table(f, columns=["process", "seq", name])
@@ -34,6 +36,8 @@ def split(files, name, where):
                       "clock": t.column(name).take(pa.array(order))})
         procs, counts = np.unique(proc, return_counts=True)
         out.append((linked_files.write(where, t), procs.tolist(), counts.tolist()))
+        del t
+        give_back()         # a file's clocks are let go before the next file's are read
     return out
 
 
