@@ -5,7 +5,7 @@
 # buckets read with pyarrow: many buckets here, so a message's loss and the NODE_DESTROY
 # that excuses it land in different ones) or on a standalone cluster's executors
 # (test_driver_path.py's cluster test, whose session this shares); with stamps or without
-# and with causality cycles among the drawn traces (relax.py decides causal there); a
+# and with causality cycles among the drawn traces (the rounds decide causal there); a
 # malformed trace gets the driver's words (malformed.py). Each Spark test checks a batch
 # of Hypothesis-drawn traces, every assertion holding for any draw.
 
@@ -128,7 +128,7 @@ def test_a_causality_cycle_is_decided_by_rounds_as_by_relaxation(spark, tmp_path
     whole, per_whole, t_whole = _summary_and_counts(None, path)
     summary, per, t = _summary_and_counts(spark, path)
     assert t["walk_rounds"] == 2 and t["walk_back_edges"] == 1, t
-    assert "kernel_causal_relaxed" in t_whole, t_whole
+    assert "kernel_causal_rounds" in t_whole, t_whole
     assert summary == whole and per == per_whole
     assert {n: per.get((0, n), 0) for n in PROPERTIES} == reference_check(rows)
     assert summary["properties"]["causal"]["violations"] == 1
@@ -174,8 +174,8 @@ def _linked(trace, where, buckets):
 
 def in_memory(procs, sums, destroys, edges):
     """The in-memory walk's answer over the linked files, the streamed walk's oracle: one
-    Layout of every linked event (arrays/layout.py), causal by arrays/relax.py's decide for
-    each block of `edges` (relaxation past a causality cycle), consistent, fifo and
+    Layout of every linked event (arrays/layout.py), causal by arrays/rounds.py's decide for
+    each block of `edges` (the rounds past a causality cycle), consistent, fifo and
     node_rules on the same layout, the blocks' answers merged as the walk's tasks' are:
     (info without its seconds, the sorted processes of each property's violations)."""
     import numpy as np
@@ -183,7 +183,7 @@ def in_memory(procs, sums, destroys, edges):
     from bus1py.check import kinds as K
     from bus1py.check.arrays import linked_files
     from bus1py.check.arrays import properties as P
-    from bus1py.check.arrays import relax
+    from bus1py.check.arrays import rounds
     from bus1py.check.arrays import walk as W
     from bus1py.check.arrays.layout import Layout
     from bus1py.check.spark import walk_blocks
@@ -201,8 +201,8 @@ def in_memory(procs, sums, destroys, edges):
     for i, edge in enumerate(tasks):
         mine = walk_blocks.task_properties(sorted(by_message.WANT), i, len(tasks))
         parts = [W.Block(lay, *edge)] if edge else None
-        out, info = relax.decide(lay, [m for m in mine if m in ("causal", "consistent")],
-                                 50, None, parts)
+        out, info = rounds.decide(lay, [m for m in mine if m in ("causal", "consistent")],
+                                  50, None, parts)
         for name in ("fifo", "node_rules"):
             if name in mine:
                 method, got, n, examples = getattr(P, name)(

@@ -1,10 +1,11 @@
 # Invariants: the streamed walk (arrays/streamed.py over arrays/per_process.py's files)
 # gives the in-memory walk's answer (test_by_message.in_memory: a Layout of the linked
-# files, relax.decide a block, merged by walk_blocks.merge) on every trace: verdicts,
+# files, rounds.decide a block, merged by walk_blocks.merge) on every trace: verdicts,
 # counts, the processes of every violation, the examples with their paths, whatever the
 # block count, the buckets of the linking and the batch size of the files (losses,
-# duplicates, NODE_DESTROY among the draws), and past causality cycles (stream.c's rounds
-# are relaxation's fixpoint; it says a trace with a cycle is one); and one task's
+# duplicates, NODE_DESTROY among the draws), and past causality cycles (the rounds over
+# the files are the rounds over the layout; test_walk.py holds those to the relaxed
+# clocks' definition; it says a trace with a cycle is one); and one task's
 # measured peak stays within its memory model (streamed.task_bytes) at any block width.
 import os
 
@@ -119,11 +120,11 @@ def _scrambled(seed, swaps):
 @settings(max_examples=25, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(st.integers(0, 2 ** 32 - 1), st.integers(1, 12), st.sampled_from([2, 5, None]))
-def test_past_causality_cycles_the_rounds_are_relaxation(tmp_path_factory, seed, swaps,
+def test_past_causality_cycles_the_streamed_rounds_are_the_in_memory_walks(tmp_path_factory, seed, swaps,
                                                          rows):
     # stream.c's rounds (a back edge taken where the walk stands still, until no back
-    # edge's clock changes) give arrays/relax.py's violations, counts and examples, at
-    # every block count and batch size
+    # edge's clock changes) over the per-process files give the in-memory walk's
+    # violations, counts and examples, at every block count and batch size
     saved = per_process.MIN_ROWS, per_process.STREAM_ROWS_ALL
     try:
         if rows:

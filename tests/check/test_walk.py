@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from bus1py import schema as S
 from bus1py.check import kinds as K
 from bus1py.check.arrays import relax as R
+from bus1py.check.arrays import rounds
 from bus1py.check.arrays import walk as W
 from bus1py.check.arrays.layout import COLUMNS, Layout
 from bus1py.check.spark.checker import check_trace
@@ -131,13 +132,35 @@ def test_kernel_agrees_with_reference_and_relaxed_clocks():
         assert len(examples) == min(3, len(comps)), case
 
 
-def test_relaxation_gives_the_clocks_and_the_causal_count_of_any_history(monkeypatch):
-    # arrays/relax.py: on every drawn trace (causality cycles included) the relaxed clocks
-    # are the plain fixpoint's, the causal count the reference's, every example's path a
-    # real chain; where the walk finishes, its violations and examples are the walk's;
-    # per column block (two given, each split to a column a block by a tiny budget) they
-    # merge into the whole answer
-    cyclic, full = 0, R.RELAX_BYTES
+def _relaxed_causal(lay, max_examples):
+    """The causal test's definition on the relaxed clocks (relax.clocks, the least
+    fixpoint): a first delivery of m1 (sender q, send seq s) violates causal iff an earlier
+    first delivery at its process has a send clock whose q entry is at least s + 1; its
+    partner is the earliest such. (violating positions, the first max_examples (position,
+    partner) pairs)."""
+    c = R.clocks(lay)
+    first = np.flatnonzero((lay.kind == K.DELIVER) & (lay.first == 1))
+    bad, pairs = [], []
+    for j, k in enumerate(first.tolist()):
+        src = int(lay.src[k])
+        q = int(lay.sender_col[k])
+        need = src - int(lay.start[lay.slot_of[src]]) + 1
+        earlier = [e for e in first[:j].tolist() if lay.slot_of[e] == lay.slot_of[k]
+                   and c[lay.src[e], q] >= need]
+        if earlier:
+            bad.append(k)
+            if len(pairs) < max_examples:
+                pairs.append((k, earlier[0]))
+    return bad, pairs
+
+
+def test_the_rounds_decide_causal_on_any_history_as_the_relaxed_clocks_define_it():
+    # the relaxed clocks (arrays/relax.py) are the plain fixpoint's on every drawn trace,
+    # causality cycles included; the driver's causal past a cycle (arrays/rounds.py: the
+    # streamed walk's rounds over the layout, at one block and two) has the violations and
+    # partners those clocks define, the reference's count, and real paths; where the walk
+    # finishes, the definition is the walk's
+    cyclic = 0
     for case in gather(60, traces) + [(s, 4, 60, m) for s in range(12)
                                       for m in ("misdeliver", "swap")]:
         rows = _make(*case)
@@ -149,52 +172,25 @@ def test_relaxation_gives_the_clocks_and_the_causal_count_of_any_history(monkeyp
         for (p, s), v in expected.items():
             k = lay.start[np.searchsorted(lay.procs, p)] + s
             assert list(got[k]) == v, (case, p, s)
-        bad, pairs = R.causal(lay, 3)
+        bad, pairs = _relaxed_causal(lay, 3)
         assert len(bad) == reference_check(rows)["causal"], case
-        rows_at = {(r["process"], r["seq"]): r for r in rows}
-        for ex in W.inversions(lay, pairs):
-            assert_real_path(ex["path"], rows_at, ex["earlier"], ex["later"])
         row, clocks, complete = W.walk(lay)
         cyclic += not complete
         if complete:
             whole_bad, whole_pairs = W._scan(lay, row, clocks, 3)
-            assert bad.tolist() == whole_bad.tolist() and pairs == whole_pairs, case
-        if lay.ncols >= 2 and not complete:
-            parts = [W.Block(lay, a, b) for a, b in W.even_edges(lay.ncols, 2)]
-            for budget in (full, 1):
-                monkeypatch.setattr(R, "RELAX_BYTES", budget)
-                assert len(R.blocks(lay)) == (1 if budget > 1 else lay.ncols), case
-                out, info = R.decide(lay, ("causal",), 3, parts=parts)
-                assert info["cycle"] and info["causal_count"] == len(bad), case
-                assert info["causal_pairs"] == [list(p) for p in pairs], case
-                assert sorted(out["causal"]) == sorted(lay.procs[lay.slot_of[bad]]), case
+            assert bad == whole_bad.tolist() and pairs == whole_pairs, case
+            continue
+        splits = [None] + ([[W.Block(lay, a, b) for a, b in W.even_edges(lay.ncols, 2)]]
+                           if lay.ncols >= 2 else [])
+        for parts in splits:
+            out, info = rounds.decide(lay, ("causal",), 3, parts=parts)
+            assert info["cycle"] and info["causal_count"] == len(bad), case
+            assert info["causal_pairs"] == [list(p) for p in pairs], case
+            assert sorted(out["causal"]) == sorted(lay.procs[lay.slot_of[bad]]), case
+            rows_at = {(r["process"], r["seq"]): r for r in rows}
+            for ex in info["causal_examples"]:
+                assert_real_path(ex["path"], rows_at, ex["earlier"], ex["later"])
     assert cyclic >= 3
-
-
-def test_a_block_of_the_relaxation_holds_what_its_model_says(tmp_path):
-    # the peak of the arrays of arrays/relax.py's causal test on one block (tracemalloc
-    # sees numpy's) is at most its model (relax.task_bytes) and at least 70% of it,
-    # whatever the block's width
-    import sys
-    import tracemalloc
-    from pathlib import Path
-
-    from bus1py.check.arrays.events import Events
-    from bus1py.check.load import read_footers
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-    from gen_trace import generate
-    generate(str(tmp_path / "t"), 100_000, 16, stamps=False, quiet=True)
-    lay = Layout.of_events(Events(read_footers(str(tmp_path / "t"))))
-    for lo, hi in ((0, 16), (0, 8), (3, 5), (7, 8)):
-        block = W.Block(lay, lo, hi)
-        tracemalloc.start()
-        try:
-            R.causal(lay, 3, block)
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-        model = R.task_bytes(lay.n, block.ncols)
-        assert 0.7 * model <= peak <= model, (lo, hi, peak / lay.n, model / lay.n)
 
 
 def test_column_blocks_decide_as_one_walk(monkeypatch):
@@ -292,7 +288,7 @@ def test_tampered_vclock_column_is_caught_and_the_walk_decides(spark, tmp_path):
 @pytest.mark.timeout(300)
 def test_clocks_of_a_cyclic_history_fail_and_the_relaxation_decides(spark, tmp_path):
     # 3 sends m1 to {2, 4} after receiving the signal that 2 sends only after delivering
-    # m1: a causality cycle, which the walk cannot order (arrays/relax.py decides causal)
+    # m1: a causality cycle, which the walk cannot order (the rounds decide causal)
     # and which clocks agreeing with every edge must betray by knowing their own future.
     def row(p, s, kind, msg, dests=None):
         return {"process": p, "seq": s, "kind": kind, "msg": msg, "dests": dests,

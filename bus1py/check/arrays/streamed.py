@@ -244,8 +244,8 @@ def consistent(streams, max_examples):
 def causal(streams, bcol, inside, max_examples, claim=None):
     """(violating positions, [(position, partner)] of the first max_examples, the walk's
     facts: most live origins, rounds, back edges, the claim check's first failure) of the
-    causal test by the streamed walk of one block; as walk.causal_block, and relax.causal
-    on a history with a causality cycle."""
+    causal test by the streamed walk of one block; as walk.causal_block, and on a history
+    with a causality cycle as the relaxed clocks (relax.py) define it."""
     w = BlockWalk(streams, bcol, inside, claim)
     try:
         bad, rounds = w.rounds()
@@ -325,8 +325,8 @@ def block_columns(streams, span, lo=None, hi=None):
 def decide(streams, want, max_examples, span=None, edge=None, destroys=False):
     """({property: processes of its violations}, info) of the properties in `want`
     (causal for the block `edge`, (lo, hi) columns or None for every column; consistent;
-    fifo and node_rules), as walk.decide (relax.decide past a causality cycle) and
-    properties.py give them on the Layout of the same trace. info has the causal pairs, the examples, the counts, the most live
+    fifo and node_rules), as rounds.decide (walk.decide, with the same rounds past a
+    causality cycle) and properties.py give them on the Layout of the same trace. info has the causal pairs, the examples, the counts, the most live
     origins (`live_origins`) and the seconds of each step; `destroyed` with fifo."""
     import time
 

@@ -4,7 +4,7 @@
 Invariants: the rows are read and validated by events.py (the rules, their order and
 words of every path: a malformed trace raises TraceError), exactly_once, fifo and
 node_rules decided by properties.py, causal and consistent by the exact walk (walk.py),
-on a history with a causality cycle by relaxation (relax.py); with a verified clock
+on a history with a causality cycle by the streamed walk's rounds (rounds.py); with a verified clock
 column for causal when rows x processes pass driver_max_cells and the trace has one. So
 the answer is the one the Spark path by message gives for the same trace (summary.py;
 all but `seconds` and `timings`). Stamps are never read. Nothing here imports pyspark.
@@ -18,7 +18,7 @@ from ..summary import PROPERTIES, all_hold, build
 from .events import Events
 from .properties import direct_properties
 from .layout import Layout
-from .relax import decide
+from .rounds import decide
 from .walk import summary_entries
 
 
