@@ -21,6 +21,7 @@ from bus1py.check.simulate import MUTATIONS, offset_rows
 from bus1py.check.spark import by_message
 from bus1py.check.spark.checker import PROPERTIES, check_trace
 from drawn import gather
+from planted import CYCLE, INVERTED
 from test_paths import _acyclic
 from test_walk import _make, _unstamped, traces
 
@@ -111,18 +112,10 @@ def test_a_malformed_trace_is_named_as_the_driver_names_it(spark, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_a_causality_cycle_is_decided_by_rounds_as_by_relaxation(spark, tmp_path):
-    # 3 sends m1 to {2, 4} after receiving the signal that 2 sends only after delivering
-    # m1: a causality cycle, which the walk cannot order (the driver relaxes the clocks,
-    # the streamed walk takes a back edge and walks again); 4 delivers m3 before m1, and
-    # send(m1) happened-before send(m3) through the cycle: one causal violation
-    def row(p, s, kind, msg, dests=None):
-        return {"process": p, "seq": s, "kind": kind, "msg": msg, "dests": dests,
-                "node": None, "wall_ns": 0, "stamp_ts": None, "stamp_peer": None,
-                "stamp_tx": None}
-    rows = [row(3, 0, "signal_recv", 100), row(3, 1, "send", 3, [4]),
-            row(3, 2, "send", 1, [2, 4]), row(2, 0, "deliver", 1),
-            row(2, 1, "signal_send", 100), row(4, 0, "deliver", 3), row(4, 1, "deliver", 1)]
+def test_a_causality_cycle_is_decided_by_rounds_on_either_path(spark, tmp_path):
+    # planted.CYCLE: a causality cycle, which the walk cannot order (the driver's walk and
+    # the streamed walk take a back edge and walk again), and one causal violation
+    rows = CYCLE
     path = str(tmp_path / "cycle")
     S.write_rows(rows, path)
     whole, per_whole, t_whole = _summary_and_counts(None, path)
@@ -196,10 +189,8 @@ def in_memory(procs, sums, destroys, edges):
         gone = np.flatnonzero((lay.kind == K.DELIVER) & lay.is_destroy & has_node)
         destroyed = np.unique(np.stack([lay.procs[lay.slot_of[gone]], node[gone]]),
                               axis=1).T.tolist()
-    infos, per = [], {}
-    tasks = edges or [None]
-    for i, edge in enumerate(tasks):
-        mine = walk_blocks.task_properties(sorted(by_message.WANT), i, len(tasks))
+
+    def block(edge, mine):
         parts = [W.Block(lay, *edge)] if edge else None
         out, info = rounds.decide(lay, [m for m in mine if m in ("causal", "consistent")],
                                   50, None, parts)
@@ -212,6 +203,20 @@ def in_memory(procs, sums, destroys, edges):
                 if method:
                     info[f"{name}_method"] = method
                 info["destroyed"] = destroyed
+        return out, info
+    return _merged(edges, block)
+
+
+def _merged(edges, block):
+    """The blocks' answers merged as the walk's tasks' are (walk_blocks.merge), block(edge,
+    properties) giving one task's (out, info): (info without its seconds, the sorted
+    processes of each property's violations)."""
+    from bus1py.check.spark import walk_blocks
+    infos, per = [], {}
+    tasks = edges or [None]
+    for i, edge in enumerate(tasks):
+        out, info = block(edge, walk_blocks.task_properties(sorted(by_message.WANT), i,
+                                                            len(tasks)))
         infos.append(info)
         for name, got in out.items():
             per.setdefault(name, []).extend(got)
@@ -238,19 +243,13 @@ def streamed(streams, destroys, edges):
     as walk_blocks gives them out."""
     from bus1py.check.arrays import streamed as St
     from bus1py.check.spark import walk_blocks
-    infos, per = [], {}
-    tasks = edges or [None]
-    for i, edge in enumerate(tasks):
-        mine = walk_blocks.task_properties(sorted(by_message.WANT), i, len(tasks))
+
+    def block(edge, mine):
         out, info = St.decide(streams, mine, 50, SPAN, edge, destroys)
         for k in walk_blocks.WALK_FACTS + ("events",):
             info.pop(k, None)
-        infos.append(info)
-        for name, got in out.items():
-            per.setdefault(name, []).extend(got)
-    info = walk_blocks.merge(infos, 50)
-    info.pop("seconds", None)
-    return info, {name: sorted(v) for name, v in per.items() if v}
+        return out, info
+    return _merged(edges, block)
 
 
 def test_the_streamed_walk_by_column_blocks_is_the_one_walk(tmp_path):
@@ -259,15 +258,7 @@ def test_the_streamed_walk_by_column_blocks_is_the_one_walk(tmp_path):
     # any block count merges into the one walk's answer, whose counts are the reference's
     from bus1py.check.arrays import linked_files
     from bus1py.check.arrays.walk import even_edges
-    keys = dict.fromkeys(("dests", "node", "wall_ns", "stamp_ts", "stamp_peer", "stamp_tx"))
-    # p0 sends m1 and then m2 to p1 and p2, and p2 delivers m2 first: a causal violation
-    inverted = [dict(keys, process=0, seq=0, kind="send", msg=1, dests=[1, 2]),
-                dict(keys, process=0, seq=1, kind="send", msg=2, dests=[1, 2]),
-                dict(keys, process=1, seq=0, kind="deliver", msg=1),
-                dict(keys, process=1, seq=1, kind="deliver", msg=2),
-                dict(keys, process=2, seq=0, kind="deliver", msg=2),
-                dict(keys, process=2, seq=1, kind="deliver", msg=1)]
-    batch = _batch(6, 7000) + [inverted]
+    batch = _batch(6, 7000) + [INVERTED]
     path = str(tmp_path / "u")
     _write(batch, path)
     where = linked_files.directory(str(tmp_path))

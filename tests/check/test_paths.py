@@ -189,13 +189,7 @@ def test_a_causal_example_whose_path_search_ran_out_is_still_explained(tmp_path)
     from bus1py.check.arrays.whole import check_local
     from bus1py.check.explain import explain
     from bus1py.check.load import read_footers
-    keys = dict.fromkeys(("dests", "node", "wall_ns", "stamp_ts", "stamp_peer", "stamp_tx"))
-    rows = [dict(keys, process=0, seq=0, kind="send", msg=1, dests=[1, 2]),
-            dict(keys, process=0, seq=1, kind="send", msg=2, dests=[1, 2]),
-            dict(keys, process=1, seq=0, kind="deliver", msg=1),
-            dict(keys, process=1, seq=1, kind="deliver", msg=2),
-            dict(keys, process=2, seq=0, kind="deliver", msg=2),
-            dict(keys, process=2, seq=1, kind="deliver", msg=1)]
+    from planted import INVERTED as rows
     write_trace(rows, str(tmp_path / "t"))
     ex = check_local(read_footers(str(tmp_path / "t")))[0]["properties"]["causal"]["examples"][0]
     assert "steps" in ex and "too long" not in ex["why"]

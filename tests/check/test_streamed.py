@@ -19,6 +19,7 @@ from bus1py.check.load import read_footers
 from bus1py.check.spark import by_message, walk_blocks
 from test_by_message import SPAN, _linked, _write, in_memory, streamed as _streamed
 from test_by_message import streams_of as _streams
+from planted import CYCLE, INVERTED
 from test_paths import _acyclic
 from test_walk import _make, _unstamped, traces
 
@@ -49,28 +50,6 @@ def _agree(batch, tmp, buckets, blocks):
         assert two[0].get("cycle", False) == cyclic, count
         got.append(two[0])
     return got
-
-
-# p0 sends m1 and then m2 to p1 and p2; p2 delivers m2 first: a causal violation whose
-# example's path is p0's own order
-_KEYS = dict.fromkeys(("dests", "node", "wall_ns", "stamp_ts", "stamp_peer", "stamp_tx"))
-INVERTED = [dict(_KEYS, process=0, seq=0, kind="send", msg=1, dests=[1, 2]),
-            dict(_KEYS, process=0, seq=1, kind="send", msg=2, dests=[1, 2]),
-            dict(_KEYS, process=1, seq=0, kind="deliver", msg=1),
-            dict(_KEYS, process=1, seq=1, kind="deliver", msg=2),
-            dict(_KEYS, process=2, seq=0, kind="deliver", msg=2),
-            dict(_KEYS, process=2, seq=1, kind="deliver", msg=1)]
-
-
-# 3 sends m1 after receiving the signal that 2 sends only after delivering m1: a
-# causality cycle, which no walk orders
-def _row(p, s, kind, msg, dests=None):
-    return dict(_KEYS, process=p, seq=s, kind=kind, msg=msg, dests=dests)
-
-
-CYCLE = [_row(3, 0, "signal_recv", 100), _row(3, 1, "send", 3, [4]),
-         _row(3, 2, "send", 1, [2, 4]), _row(2, 0, "deliver", 1),
-         _row(2, 1, "signal_send", 100), _row(4, 0, "deliver", 3), _row(4, 1, "deliver", 1)]
 
 
 @settings(max_examples=30, deadline=None, database=None,
