@@ -114,6 +114,12 @@ def even_edges(ncols, count):
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
 
+# why a producer's clock fails verify_clocks (by its reason code; stream.c's claim check
+# gives the same codes)
+VERIFY_FAILURES = {1: "the clock is not the join of its predecessors' plus its own step",
+                   2: "the clock knows a later event of its own process (a causality cycle)"}
+
+
 def verify(lay, claimed):
     """None when the claimed clocks are the true vector clocks, else (why, position)."""
     from .._walk import ffi, lib
@@ -124,9 +130,7 @@ def verify(lay, claimed):
                             reason)
     if bad < 0:
         return None
-    why = {1: "the clock is not the join of its predecessors' plus its own step",
-           2: "the clock knows a later event of its own process (a causality cycle)"}
-    return why[reason[0]], int(bad)
+    return VERIFY_FAILURES[reason[0]], int(bad)
 
 
 def decide(lay, want, max_examples, claimed=None, parts=None):

@@ -24,7 +24,7 @@ import os
 import time
 
 from .. import vclock
-from ..arrays.walk import block_edges, even_edges
+from ..arrays.walk import VERIFY_FAILURES, block_edges, even_edges
 from .walk_task import BESIDE, OUT_SCHEMA, summary_row, task_properties, violation_rows
 
 
@@ -34,9 +34,6 @@ from .walk_task import BESIDE, OUT_SCHEMA, summary_row, task_properties, violati
 LINKED_DIR = "spark.bus1py.linkedDir"
 # tasks a core of the jobs over the trace's files (the clock column's split)
 FILE_TASKS_A_CORE = 4
-# the claim check's failures (walk.verify's words)
-CLAIM_FAILURES = {1: "the clock is not the join of its predecessors' plus its own step",
-                  2: "the clock knows a later event of its own process (a causality cycle)"}
 
 
 def run(c, want, sums, where, destroys, clocks):
@@ -81,7 +78,7 @@ def _clock_verdict(info, broken, procs):
         info["vclock"] = f"failed: {first[0]}"
         info["vclock_first_bad"] = first[2]
     elif bad is not None:
-        info["vclock"] = f"failed: {CLAIM_FAILURES[bad[3]]}"
+        info["vclock"] = f"failed: {VERIFY_FAILURES[bad[3]]}"
         info["vclock_first_bad"] = bad[4]
     else:
         info["vclock"] = "holds"
