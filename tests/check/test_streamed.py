@@ -191,3 +191,27 @@ def test_a_task_grows_by_what_the_memory_model_says(tmp_path):
                                             beside=i == 1 % blocks,
                                             claims=width if checked else 0)
                 assert 0.5 * model <= got["grew"] <= model, (checked, blocks, i, got, model)
+
+
+def test_an_early_inconsistency_keeps_only_its_chains_for_tarjan(tmp_path):
+    # planted.INVERTED first (p1 and p2 deliver m1 and m2 in opposite orders: a component
+    # of two messages), then a long clean trace among the same processes: the peel from
+    # the fronts stops at once, the peel from the ends comes back to it, and Tarjan gets
+    # the four first deliveries of the component alone, with the in-memory walk's answer
+    from bus1py.check.arrays import streamed
+    clean = _unstamped(_make(11, 4, 400, None))
+    shift = {p: 2 for p in (0, 1, 2)}
+    rows = list(INVERTED) + [dict(r, seq=r["seq"] + shift.get(r["process"], 0),
+                                  msg=None if r["msg"] is None else r["msg"] + 1000)
+                             for r in clean]
+    path = str(tmp_path / "t")
+    _write([rows], path)
+    where = linked_files.directory(str(tmp_path))
+    sums = _linked(read_footers(path), where, 3)
+    procs = sorted(set().union(*(s["procs"] for s in sums)))
+    streams = _streams(sums, procs, where)
+    bad, examples, kept = streamed.consistent(streams, 3)
+    chains = sum(r["kind"] == "deliver" for r in rows)
+    assert len(bad) == 1 and len(examples) == 1 and kept == 4 < chains // 10, (kept, chains)
+    info, per = in_memory(procs, sums, True, None)
+    assert sorted(bad) == per["consistent"] and examples == info["consistent_examples"]

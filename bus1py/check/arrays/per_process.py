@@ -111,6 +111,8 @@ class Streams:
     # claims: the files carry a producer's clock column (claim0, claim1, ...: per_process
     # .CLAIM); claim_cols: (lo, hi), the columns a batch then gives as `claim`, or None
     claim_cols = None
+    # backward: each process's batches are given last to first, each reversed (reversed())
+    backward = False
 
     def __init__(self, procs, files, counts, claims=False):
         self.claims = claims
@@ -125,6 +127,14 @@ class Streams:
     def rewind(self):
         """Every process back to its first batch (a new pass)."""
         self._next = [0] * self.P
+
+    def reversed(self):
+        """These streams giving each process's events last to first (a pass of its own)."""
+        import copy
+        other = copy.copy(self)
+        other.backward = True
+        other.rewind()
+        return other
 
     def _batches(self, slot):
         return -(-int(self.counts[slot]) // self.rows_per_batch)
@@ -141,6 +151,9 @@ class Streams:
             return None
         i = self._next[slot]
         self._next[slot] += 1
+        if self.backward:
+            b = self._read(slot, self._batches(slot) - 1 - i)
+            return {k: np.ascontiguousarray(v[::-1]) for k, v in b.items()}
         return self._read(slot, i)
 
     def _read(self, slot, i, extra=False):
@@ -181,13 +194,16 @@ class Streams:
         for i in range(self._batches(slot)):
             yield self._read(slot, i)
 
-    def rows(self, slot, seq0=0):
-        """The batches of process `slot` from seq0 on, with the extra columns."""
+    def rows(self, slot, seq0=0, seq1=None):
+        """The batches of process `slot` from seq0 on (to seq1, excluded, when given), with
+        the extra columns."""
         n = self.rows_per_batch
-        for i in range(seq0 // n, self._batches(slot)):
+        seq1 = int(self.counts[slot]) if seq1 is None else seq1
+        for i in range(seq0 // n, -(-seq1 // n)):
             b = self._read(slot, i, extra=True)
-            if i == seq0 // n and seq0 % n:
-                b = {k: v[seq0 % n:] for k, v in b.items()}
+            lo, hi = max(seq0 - i * n, 0), seq1 - i * n
+            if lo or hi < len(b["kind"]):
+                b = {k: v[lo:hi] for k, v in b.items()}
             yield b
 
     def row(self, slot, seq):

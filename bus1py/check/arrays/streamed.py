@@ -186,8 +186,9 @@ class BlockWalk:
 
 
 def peel(streams):
-    """{slot: seq where its chain's peel stopped} of the processes left when the
-    delivery-chain graph does not peel whole (a cycle), {} when it does."""
+    """(whether the delivery-chain graph peels whole, the events each process passed): a
+    graph that does not has a cycle. On reversed streams (Streams.reversed), the peel from
+    the chains' ends."""
     from .._walk import ffi, lib
     h = lib.cp_new(streams.P)
     if h == ffi.NULL:
@@ -205,23 +206,28 @@ def peel(streams):
         return moved
     try:
         whole = _drive(streams, h, give, lib.cp_left, run)
-        stopped = {} if whole else {s: int(lib.cp_passed(h, s)) for s in range(streams.P)
-                                    if lib.cp_left(h, s) or not streams.done(s)}
+        passed = [int(lib.cp_passed(h, s)) for s in range(streams.P)]
     finally:
         lib.cp_free(h)
-    return stopped
+    return whole, passed
 
 
 def consistent(streams, max_examples):
-    """walk.consistent's answer, streamed: the peel, then Tarjan on the chains it left."""
+    """walk.consistent's answer and the first deliveries kept for Tarjan, streamed: the peel from the chains' fronts, then, on a
+    cycle, from their ends, and Tarjan on what both left: on each chain the events between
+    where the two stopped (a message on a cycle passes neither, nor does one between two
+    such on a chain, so every component lies there, whole)."""
     from .walk import chain_components
-    stopped = peel(streams)
-    if not stopped:
-        return [], []
+    whole, front = peel(streams)
+    if whole:
+        return [], [], 0
+    back = peel(streams.reversed())[1]
+    left = {s: (front[s], int(streams.counts[s]) - back[s]) for s in range(streams.P)
+            if front[s] < streams.counts[s] - back[s]}
     cols = ("seq", "kind", "first", "firsts", "sslot", "sseq", "msg")
     parts = {c: [] for c in cols + ("slot",)}
-    for slot, seq0 in sorted(stopped.items()):
-        for b in streams.rows(slot, seq0):
+    for slot, (seq0, seq1) in sorted(left.items()):
+        for b in streams.rows(slot, seq0, seq1):
             keep = (b["kind"] == K.DELIVER) & (b["first"] == 1) & (b["firsts"] >= 2)
             for c in cols:
                 parts[c].append(b[c][keep])
@@ -238,7 +244,8 @@ def consistent(streams, max_examples):
         return {"process": int(procs[k["slot"][i]]), "deliver_seq": int(k["seq"][i]),
                 "msg": int(k["msg"][i]), "sender_process": int(procs[k["sslot"][i]]),
                 "send_seq": int(k["sseq"][i])}
-    return chain_components(kpos, korigin, k["slot"], k["msg"], procs, row, max_examples)
+    return (*chain_components(kpos, korigin, k["slot"], k["msg"], procs, row, max_examples),
+            len(kpos))
 
 
 def causal(streams, bcol, inside, max_examples, claim=None):
@@ -357,7 +364,8 @@ def decide(streams, want, max_examples, span=None, edge=None, destroys=False):
         info["seconds"]["causal"] = round(time.perf_counter() - t, 3)
     if "consistent" in want:
         t = time.perf_counter()
-        out["consistent"], info["consistent_examples"] = consistent(streams, max_examples)
+        out["consistent"], info["consistent_examples"], info["chains_kept"] = \
+            consistent(streams, max_examples)
         info["seconds"]["consistent"] = round(time.perf_counter() - t, 3)
     if {"fifo", "node_rules"} & set(want):
         t = time.perf_counter()

@@ -136,9 +136,10 @@ def _merged(c, got, vstatus):
 
 
 # the streamed walk's facts, reported in the timings: the most origins a task held at
-# once (its memory model), its measured peak, and past a causality cycle its rounds and
-# back edges (each block breaks at the same receives)
-WALK_FACTS = ("live_origins", "task_peak_rss", "rounds", "back_edges")
+# once (its memory model), its measured peak, past a causality cycle its rounds and
+# back edges (each block breaks at the same receives), and on an inconsistent trace the
+# first deliveries the chains' peels left for Tarjan
+WALK_FACTS = ("live_origins", "task_peak_rss", "rounds", "back_edges", "chains_kept")
 
 
 def linked_input(sums, procs):
