@@ -215,3 +215,39 @@ def test_an_early_inconsistency_keeps_only_its_chains_for_tarjan(tmp_path):
     assert len(bad) == 1 and len(examples) == 1 and kept == 4 < chains // 10, (kept, chains)
     info, per = in_memory(procs, sums, True, None)
     assert sorted(bad) == per["consistent"] and examples == info["consistent_examples"]
+
+
+def test_a_path_search_is_the_in_memory_one_at_any_budget(tmp_path):
+    # streamed_examples.paths and walk.path give the same path, or both none, for every
+    # budget: one that runs out within a level, and one that a level's receives pass
+    # before it is looked at (then neither looks at it: the streamed search never holds
+    # more receives than its budget)
+    import random
+
+    import numpy as np
+
+    from bus1py.check import kinds as K
+    from bus1py.check.arrays import streamed_examples, walk
+    from bus1py.check.arrays.layout import Layout
+    batch = [_unstamped(_make(21 + i, 5, 120, None)) for i in range(2)]
+    path = os.path.join(str(tmp_path), "u")
+    _write(batch, path)
+    where = linked_files.directory(str(tmp_path))
+    sums = _linked(read_footers(path), where, 2)
+    procs = sorted(set().union(*(s["procs"] for s in sums)))
+    streams = _streams(sums, procs, where)
+    files, counts, _ = walk_blocks.linked_input(sums, procs)
+    lay = Layout(linked_files.read(files), procs, SPAN, (), counts)
+    origins = np.flatnonzero(lay.kind <= K.SIGNAL_SEND)
+    rng = random.Random(5)
+    outcomes = set()
+    for _ in range(60):
+        a, b = sorted(rng.sample(origins.tolist(), 2))
+        for budget in (1, 3, 10, 40, 10 ** 6):
+            want = walk.path(lay, a, b, budget)
+            got = streamed_examples.paths(streams, [(a, b)], budget)[0]
+            assert (None if got is None else [lay.event_at(k) for k in got]) == want, \
+                (a, b, budget)
+            outcomes.add((budget, want is None))
+    # both ways out are reached: a path at a large budget, none at a small one
+    assert (10 ** 6, False) in outcomes and (1, True) in outcomes

@@ -6,8 +6,9 @@ Invariants: an example is the one walk.inversions gives on the Layout of the sam
 (positions are the layout's). The search is walk.path's, step for step: within a level the
 origins it expands on one process are [lowest position reached there, where the last
 expansion there began), so the receives of one pass over the files for those ranges are
-exactly the ones the in-memory search reads for that level; it holds them, at most
-walk.PATH_BUDGET plus one level's. All examples' searches share each pass.
+exactly the ones the in-memory search reads for that level; it holds them, at most what
+is left of walk.PATH_BUDGET (a level past it ends the search without a path, on both
+paths). All examples' searches share each pass.
 """
 from __future__ import annotations
 
@@ -95,15 +96,18 @@ def _step(gen, sent, i, asks, found):
 
 def _receives(streams, asks):
     """{search: (origins, receives)}: the receives whose origin lies in one of the search's
-    ranges ({slot: (lo, hi)} of positions), sorted by (origin, receive), from one pass."""
+    ranges ({slot: (lo, hi)} of positions), sorted by (origin, receive), from one pass;
+    (None, None) for a search whose receives pass its budget (it ends there, and no more
+    than its budget is held for it)."""
     P = streams.P
     bounds = {}
-    for i, ranges in asks.items():
+    for i, (ranges, budget) in asks.items():
         lo, hi = np.zeros(P, np.int64), np.zeros(P, np.int64)
         for sl, (a, b) in ranges.items():
             lo[sl], hi[sl] = a, b
-        bounds[i] = (lo, hi)
+        bounds[i] = (lo, hi, budget)
     got = {i: ([], []) for i in asks}
+    held = dict.fromkeys(asks, 0)
     for slot in range(P):
         for j, b in enumerate(streams.batches(slot)):
             recv = np.flatnonzero((b["kind"] == K.DELIVER) | (b["kind"] == K.SIGNAL_RECV))
@@ -111,13 +115,18 @@ def _receives(streams, asks):
                 continue
             os_, opos = b["sslot"][recv], streams.start[b["sslot"][recv]] + b["sseq"][recv]
             rpos = streams.start[slot] + j * streams.rows_per_batch + recv
-            for i, (lo, hi) in bounds.items():
+            for i, (lo, hi, budget) in bounds.items():
+                if got[i] is None:
+                    continue
                 keep = (opos >= lo[os_]) & (opos < hi[os_])
-                if keep.any():
+                held[i] += int(keep.sum())
+                if held[i] > budget:
+                    got[i] = None
+                elif held[i]:
                     got[i][0].append(opos[keep])
                     got[i][1].append(rpos[keep])
-    out = {}
-    for i, (o, r) in got.items():
+    out = {i: (None, None) for i, g in got.items() if g is None}
+    for i, (o, r) in ((i, g) for i, g in got.items() if g is not None):
         o = np.concatenate(o) if o else np.zeros(0, np.int64)
         r = np.concatenate(r) if r else np.zeros(0, np.int64)
         order = np.lexsort((r, o))
@@ -141,7 +150,9 @@ def _search(start, goal, slot_of, end_of, budget):
             hi = expanded.get(sl, int(end_of[sl]))
             if k < hi:
                 ranges[sl] = (min(k, ranges.get(sl, (k,))[0]), hi)
-        eo, er = yield ranges
+        eo, er = yield ranges, budget
+        if eo is None:
+            return None         # the level's receives pass the budget (walk.path)
         for _ in range(len(frontier)):
             if not (frontier and budget > 0):
                 break

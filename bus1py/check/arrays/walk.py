@@ -308,7 +308,10 @@ def path(lay, start, goal, budget=PATH_BUDGET):
     message and signal hops (a same-process step of any length is one edge), as events:
     BFS over processes, reaching a process at an earlier
     position dominates reaching it later, so each origin is expanded at most once. None
-    when goal is not reached after looking at `budget` receives."""
+    when goal is not reached after looking at `budget` receives, or when the next level's
+    receives (those whose origin lies in a range the level may expand) pass what is left
+    of it: a level is looked at whole or not at all, so the streamed search
+    (streamed_examples.py), which holds a level, holds at most `budget` receives."""
     if lay.receivers is None:     # receives grouped by origin, built on first use
         recv = np.flatnonzero(lay.src >= 0)
         lay.receivers = recv[stable_order(lay.src[recv])]
@@ -320,27 +323,39 @@ def path(lay, start, goal, budget=PATH_BUDGET):
     parent = {start: None}        # receive (or start) -> (origin, position expanded from)
     frontier = deque([start])
     end = None
-    while frontier and budget > 0:
-        k = frontier.popleft()
-        sl = int(lay.slot_of[k])
-        if sl == goal_slot and k <= goal:
-            end = k
+    while frontier and budget > 0 and end is None:
+        ranges = {}
+        for k in frontier:
+            sl = int(lay.slot_of[k])
+            hi = expanded.get(sl, int(lay.start[sl + 1]))
+            if k < hi:
+                ranges[sl] = (min(k, ranges.get(sl, (k,))[0]), hi)
+        if sum(int(np.searchsorted(rsrc, hi) - np.searchsorted(rsrc, lo))
+               for lo, hi in ranges.values()) > budget:
             break
-        hi = expanded.get(sl, int(lay.start[sl + 1]))
-        if k >= hi:
-            continue
-        expanded[sl] = k
-        a, b = np.searchsorted(lay.origins, [k, hi])
-        for o in lay.origins[a:b].tolist():
-            i, j = np.searchsorted(rsrc, [o, o + 1])
-            budget -= j - i
-            for r in lay.receivers[i:j].tolist():
-                q = int(lay.slot_of[r])
-                if reached.get(q, r + 1) <= r:
-                    continue
-                reached[q] = r
-                parent[r] = (o, k)
-                frontier.append(r)
+        for _ in range(len(frontier)):
+            if not (frontier and budget > 0):
+                break
+            k = frontier.popleft()
+            sl = int(lay.slot_of[k])
+            if sl == goal_slot and k <= goal:
+                end = k
+                break
+            hi = expanded.get(sl, int(lay.start[sl + 1]))
+            if k >= hi:
+                continue
+            expanded[sl] = k
+            a, b = np.searchsorted(lay.origins, [k, hi])
+            for o in lay.origins[a:b].tolist():
+                i, j = np.searchsorted(rsrc, [o, o + 1])
+                budget -= j - i
+                for r in lay.receivers[i:j].tolist():
+                    q = int(lay.slot_of[r])
+                    if reached.get(q, r + 1) <= r:
+                        continue
+                    reached[q] = r
+                    parent[r] = (o, k)
+                    frontier.append(r)
     if end is None:
         return None
     return [lay.event_at(k) for k in unwind_path(parent, end, goal)]
