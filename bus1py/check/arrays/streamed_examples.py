@@ -6,9 +6,10 @@ Invariants: an example is the one walk.inversions gives on the Layout of the sam
 (positions are the layout's). The search is walk.path's, step for step: within a level the
 origins it expands on one process are [lowest position reached there, where the last
 expansion there began), so the receives of one pass over the files for those ranges are
-exactly the ones the in-memory search reads for that level; it holds them, at most what
-is left of walk.PATH_BUDGET (a level past it ends the search without a path, on both
-paths). All examples' searches share each pass.
+exactly the ones the in-memory search reads for that level; it holds the level's
+candidates (those before where it had reached their process), at most what is left of
+walk.PATH_BUDGET (a level past it ends the search without a path, on both paths). All
+examples' searches share each pass.
 """
 from __future__ import annotations
 
@@ -95,17 +96,21 @@ def _step(gen, sent, i, asks, found):
 
 
 def _receives(streams, asks):
-    """{search: (origins, receives)}: the receives whose origin lies in one of the search's
-    ranges ({slot: (lo, hi)} of positions), sorted by (origin, receive), from one pass;
-    (None, None) for a search whose receives pass its budget (it ends there, and no more
-    than its budget is held for it)."""
+    """{search: (origins, receives)}: the level's candidates of each search (walk.path:
+    the receives whose origin lies in one of its ranges, {slot: (lo, hi)} of positions, and
+    which lie before where it had reached their process), sorted by (origin, receive), from
+    one pass; (None, None) for a search whose candidates pass its budget (it ends there,
+    and no more than its budget is held for it)."""
     P = streams.P
     bounds = {}
-    for i, (ranges, budget) in asks.items():
+    for i, (ranges, reached, budget) in asks.items():
         lo, hi = np.zeros(P, np.int64), np.zeros(P, np.int64)
         for sl, (a, b) in ranges.items():
             lo[sl], hi[sl] = a, b
-        bounds[i] = (lo, hi, budget)
+        before = np.full(P, streams.start[-1], np.int64)
+        for q, r in reached.items():
+            before[q] = r
+        bounds[i] = (lo, hi, before, budget)
     got = {i: ([], []) for i in asks}
     held = dict.fromkeys(asks, 0)
     for slot in range(P):
@@ -115,10 +120,10 @@ def _receives(streams, asks):
                 continue
             os_, opos = b["sslot"][recv], streams.start[b["sslot"][recv]] + b["sseq"][recv]
             rpos = streams.start[slot] + j * streams.rows_per_batch + recv
-            for i, (lo, hi, budget) in bounds.items():
+            for i, (lo, hi, before, budget) in bounds.items():
                 if got[i] is None:
                     continue
-                keep = (opos >= lo[os_]) & (opos < hi[os_])
+                keep = (opos >= lo[os_]) & (opos < hi[os_]) & (rpos < before[slot])
                 held[i] += int(keep.sum())
                 if held[i] > budget:
                     got[i] = None
@@ -143,19 +148,18 @@ def _search(start, goal, slot_of, end_of, budget):
     parent = {start: None}
     frontier = deque([start])
     end = None
-    while frontier and budget > 0 and end is None:
+    while frontier and end is None:
         ranges = {}
         for k in frontier:
             sl = slot_of(k)
             hi = expanded.get(sl, int(end_of[sl]))
             if k < hi:
                 ranges[sl] = (min(k, ranges.get(sl, (k,))[0]), hi)
-        eo, er = yield ranges, budget
+        eo, er = yield ranges, dict(reached), budget
         if eo is None:
-            return None         # the level's receives pass the budget (walk.path)
+            return None         # the level's candidates pass the budget (walk.path)
+        budget -= len(eo)
         for _ in range(len(frontier)):
-            if not (frontier and budget > 0):
-                break
             k = frontier.popleft()
             sl = slot_of(k)
             if sl == goal_slot and k <= goal:
@@ -166,9 +170,6 @@ def _search(start, goal, slot_of, end_of, budget):
                 continue
             expanded[sl] = k
             a, b = np.searchsorted(eo, [k, hi])
-            if a == b:
-                continue
-            budget -= int(b - a)
             for r, o in zip(er[a:b].tolist(), eo[a:b].tolist()):
                 q = slot_of(r)
                 if reached.get(q, r + 1) <= r:

@@ -20,8 +20,9 @@ from .. import kinds as K
 from ..examples import MAX_ROWS, cycle_example, inversion, shortest_cycle, unwind_path
 from .events import stable_order
 
-# Receives a causal example's path search may look at (about a second of Python per
-# million); a search that runs out leaves the example without a path.
+# Candidate receives a causal example's path search may hold and look at (path's
+# levels; about a second of Python per million); a search that runs out leaves the
+# example without a path.
 PATH_BUDGET = 2_000_000
 
 # The causal walk's column blocks (blocks()): one per core above BLOCK_MIN_EVENTS events,
@@ -307,11 +308,12 @@ def path(lay, start, goal, budget=PATH_BUDGET):
     """A happened-before path from position `start` to position `goal` with the fewest
     message and signal hops (a same-process step of any length is one edge), as events:
     BFS over processes, reaching a process at an earlier
-    position dominates reaching it later, so each origin is expanded at most once. None
-    when goal is not reached after looking at `budget` receives, or when the next level's
-    receives (those whose origin lies in a range the level may expand) pass what is left
-    of it: a level is looked at whole or not at all, so the streamed search
-    (streamed_examples.py), which holds a level, holds at most `budget` receives."""
+    position dominates reaching it later, so each origin is expanded at most once. A
+    level's candidates are the receives whose origin lies in a range the level may expand
+    and which lie before where the search had reached their process when the level began
+    (no other can extend it); None when goal is not reached after `budget` candidates, a
+    level taken whole or not at all, so the streamed search (streamed_examples.py), which
+    holds a level's candidates, holds at most `budget` of them."""
     if lay.receivers is None:     # receives grouped by origin, built on first use
         recv = np.flatnonzero(lay.src >= 0)
         lay.receivers = recv[stable_order(lay.src[recv])]
@@ -323,19 +325,22 @@ def path(lay, start, goal, budget=PATH_BUDGET):
     parent = {start: None}        # receive (or start) -> (origin, position expanded from)
     frontier = deque([start])
     end = None
-    while frontier and budget > 0 and end is None:
+    while frontier and end is None:
         ranges = {}
         for k in frontier:
             sl = int(lay.slot_of[k])
             hi = expanded.get(sl, int(lay.start[sl + 1]))
             if k < hi:
                 ranges[sl] = (min(k, ranges.get(sl, (k,))[0]), hi)
-        if sum(int(np.searchsorted(rsrc, hi) - np.searchsorted(rsrc, lo))
-               for lo, hi in ranges.values()) > budget:
+        before = np.full(len(lay.procs), lay.n, np.int64)
+        for q, r in reached.items():
+            before[q] = r
+        for lo, hi in ranges.values():
+            r = lay.receivers[np.searchsorted(rsrc, lo):np.searchsorted(rsrc, hi)]
+            budget -= int((r < before[lay.slot_of[r]]).sum())
+        if budget < 0:
             break
         for _ in range(len(frontier)):
-            if not (frontier and budget > 0):
-                break
             k = frontier.popleft()
             sl = int(lay.slot_of[k])
             if sl == goal_slot and k <= goal:
@@ -348,7 +353,6 @@ def path(lay, start, goal, budget=PATH_BUDGET):
             a, b = np.searchsorted(lay.origins, [k, hi])
             for o in lay.origins[a:b].tolist():
                 i, j = np.searchsorted(rsrc, [o, o + 1])
-                budget -= j - i
                 for r in lay.receivers[i:j].tolist():
                     q = int(lay.slot_of[r])
                     if reached.get(q, r + 1) <= r:
