@@ -298,3 +298,22 @@ def test_a_dead_checks_directory_is_removed_by_the_next(tmp_path):
     assert not os.path.exists(dead) and os.path.isdir(live)
     again = linked_files.directory(str(tmp_path))
     assert os.path.isdir(live) and os.path.isdir(again)
+
+
+@pytest.mark.timeout(300)
+def test_a_trace_broken_by_make_cycles_checks_alike_on_either_path(spark, tmp_path):
+    # tools/make_cycles.py (the broken trace of docs/BENCHMARKS.md) makes causality
+    # cycles; the driver and the path by message decide them by rounds, alike
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from gen_trace import generate
+    from make_cycles import make_cycles
+    generate(str(tmp_path / "t"), 40_000, 8, stamps=False, quiet=True)
+    made = make_cycles(str(tmp_path / "t"), str(tmp_path / "c"), 2)
+    assert len(made) == 2 and len({p for p, _, _ in made}) == 2
+    whole, per_whole, t_whole = _summary_and_counts(None, str(tmp_path / "c"))
+    spread, per, t = _summary_and_counts(spark, str(tmp_path / "c"))
+    assert "kernel_causal_rounds" in t_whole and t["walk_rounds"] > 1, (t_whole, t)
+    assert spread == whole and per == per_whole
+    assert whole["properties"]["causal"]["violations"] > 0

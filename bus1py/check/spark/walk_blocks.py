@@ -245,10 +245,8 @@ def per_process_files(c, sums, procs, where, pieces=None):
 
     def run(batches):
         from ..arrays import per_process
-        from ..arrays.memory import give_back
         for g in _ids(batches):
-            if own:         # what an earlier task of this worker freed is not this one's
-                give_back()
+            if own:
                 _peak_reset()
             try:
                 got, broken = per_process.write_group(
@@ -280,11 +278,9 @@ def stream_task(procs, files, counts, span, max_examples, want, edges, destroys,
         import time
 
         from ..arrays import streamed
-        from ..arrays.memory import give_back
         from ..arrays.per_process import Streams
         for i in _ids(batches):
             if own:
-                give_back()
                 _peak_reset()
             t = time.perf_counter()
             streams = Streams(procs, files, counts, claims)
