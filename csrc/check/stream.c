@@ -1,7 +1,6 @@
 /* The streamed walk (bus1py/check/arrays/streamed.py drives it): the causal walk of one
  * column block over the events of every process given batch by batch in seq order, never
- * the whole trace (the peel of consistent's chains: chains.c); beside it, the check of a
- * producer's clock column over the block's columns.
+ * the whole trace (the peel of consistent's chains: chains.c). Its state: stream.h.
  *
  * Invariants: a process's events arrive in seq order, each batch given once (sw_give,
  * cp_give) and read until its end; an origin (slot, seq) is walked iff seq is below the
@@ -14,50 +13,11 @@
  * table at most half full.
  *
  * A causality cycle (a broken trace) leaves the walk where every process with events left
- * waits for an origin not walked. sw_break then takes the receive of a process on a cycle
- * of those waits (so on a causality cycle) with the origin's clock of the previous round
- * (zeros in the first): a back edge, whose
- * origin's clock is recorded when it is walked. Clocks only grow from round to round and
- * stay below the least fixpoint (arrays/relax.py's clocks), and a round that changes no
- * back edge's clock computed that fixpoint: its violations are the answer (sw_settled).
- * The rounds break at the same receives (what can be walked depends on the order alone,
- * not on clock values), so a round is repeated exactly. A back edge costs a row of the
- * back table until the handle is freed: that is what a broken trace adds.
- *
- * The claim check is arrays/walk.py's verify_clocks, event by event, over the claim
- * columns clo..clo+cw-1: a claim must be the join of its process predecessor's claim and
- * its origin's, its own entry (the column of its slot, if in range) set to seq + 1 and
- * above the join's. The first failure by (slot, seq, column) is kept; a back edge's
- * receive is checked from the second round on (its origin's claim is recorded then). */
-#include "table.h"
+ * waits for an origin not walked: rounds.c then takes back edges, and the rounds repeat
+ * until settled; an origin's clock is recorded for its back edges as it is walked
+ * (back_walked). A producer's clock column is checked event by event (claim.c). */
+#include "stream.h"
 
-
-struct sw {
-    int32_t nslots, ncols, inside;
-    int32_t *bcol;                  /* the block column of each slot */
-    int32_t *cur, *known;           /* nslots x ncols */
-    int64_t *seq;                   /* events walked of each slot */
-    struct batch *in;
-    struct table live;              /* origin key -> (pool row, receives left) */
-    int32_t *pool;                  /* rows of ncols + cw: an origin's clock and claim */
-    int64_t pool_cap, pool_top, *spare, nspare;
-    int64_t max_live;
-    /* the second pass's targets (slot, seq, column, need), sorted by slot */
-    int64_t ntargets, *target, *partner, *t_lo, *t_hi;
-    int64_t unfound;
-    /* back edges: origin key -> (back row, receives taken before the origin this round);
-     * a back row: the origin's clock of the last round, its claim, whether it is known */
-    struct table back;
-    int32_t *bpool;
-    int64_t bcap, btop, seen;
-    int changed;
-    /* the producer's claim, columns clo..clo+cw-1 (cw 0: none) */
-    int32_t cw, clo;
-    int32_t *cprev;                 /* nslots x cw: each slot's last claim */
-    int64_t bad[4];                 /* slot, seq, column, reason of the first failure */
-};
-
-static int64_t row_len(const struct sw *s) { return (int64_t)s->ncols + s->cw; }
 
 void sw_free(void *h)
 {
@@ -168,26 +128,6 @@ int64_t sw_left(void *h, int32_t slot)
 int64_t sw_max_live(void *h) { return ((struct sw *)h)->max_live; }
 int64_t sw_partner(void *h, int64_t t) { return ((struct sw *)h)->partner[t]; }
 int64_t sw_unfound(void *h) { return ((struct sw *)h)->unfound; }
-int64_t sw_back_edges(void *h) { return ((struct sw *)h)->back.used; }
-
-/* 1 when the round just walked changed no back edge's clock (the clocks are the least
- * fixpoint), 0 when another round is needed, -2 when a back edge's origin was never
- * walked (the counts lie). */
-int64_t sw_settled(void *h)
-{
-    struct sw *s = h;
-    if (s->seen != s->back.used)
-        return -2;
-    return !s->changed;
-}
-
-/* The claim check's first failure: 1 and (slot, seq, column, reason) in out, or 0. */
-int64_t sw_claim_bad(void *h, int64_t *out)
-{
-    struct sw *s = h;
-    memcpy(out, s->bad, sizeof(s->bad));
-    return s->bad[0] >= 0;
-}
 
 static int64_t take_row(struct sw *s)
 {
@@ -208,37 +148,10 @@ static int64_t take_row(struct sw *s)
     return s->pool_top++;
 }
 
-/* verify_clocks at event seq of slot p: its claim c against its predecessor's and its
- * origin's (oc, NULL off receives); the first failure by (slot, seq, column) kept. */
-static void check_claim(struct sw *s, int32_t p, int64_t seq, const int32_t *c,
-                        const int32_t *oc)
-{
-    int32_t *prev = s->cprev + (size_t)p * s->cw;
-    int32_t own = p - s->clo, step = (int32_t)(seq + 1);
-    int64_t *bad = s->bad;
-    if (bad[0] < 0 || p < bad[0] || (p == bad[0] && seq < bad[1])) {
-        for (int32_t j = 0; j < s->cw; j++) {
-            int32_t want = prev[j], reason = 1;
-            if (oc && oc[j] > want)
-                want = oc[j];
-            if (j == own) {
-                if (want >= step)
-                    reason = 2;
-                want = step;
-            }
-            if (reason == 2 || c[j] != want) {
-                bad[0] = p; bad[1] = seq; bad[2] = s->clo + j; bad[3] = reason;
-                break;
-            }
-        }
-    }
-    memcpy(prev, c, sizeof(int32_t) * s->cw);
-}
-
 /* Walk the event at b->off of slot p, a receive's origin's clock w and claim wc given
  * (wc NULL: not known yet, the claim not checked); a violation out as sw_run's. Returns
  * 0, -1 out of memory, -2 counts that lie. */
-static int walk_one(struct sw *s, int32_t p, const int32_t *w, const int32_t *wc,
+int walk_one(struct sw *s, int32_t p, const int32_t *w, const int32_t *wc,
                     int64_t *out, int64_t *found)
 {
     struct batch *b = &s->in[p];
@@ -279,23 +192,8 @@ static int walk_one(struct sw *s, int32_t p, const int32_t *w, const int32_t *wc
         memcpy(s->cprev + (size_t)p * s->cw, claim, sizeof(int32_t) * s->cw);
     if (k <= SIGNAL_SEND && b->count[i] > 0) {
         int32_t left = b->count[i];
-        if (s->back.used) {
-            int64_t e = t_find(&s->back, key_of(p, seq));
-            if (s->back.key[e] != -1) {
-                int32_t *r = s->bpool + (size_t)s->back.a[e] * (row_len(s) + 1);
-                if (memcmp(r, v, sizeof(int32_t) * nc)) {
-                    memcpy(r, v, sizeof(int32_t) * nc);
-                    s->changed = 1;
-                }
-                if (claim)
-                    memcpy(r + nc, claim, sizeof(int32_t) * s->cw);
-                r[row_len(s)] = 1;
-                s->seen++;
-                left -= s->back.b[e];
-                if (left < 0)
-                    return -2;
-            }
-        }
+        if (s->back.used && (left -= back_walked(s, p, seq, v, claim)) < 0)
+            return -2;
         if (left > 0) {
             int64_t r = take_row(s);
             int64_t e = r < 0 ? -1 : t_insert(&s->live, key_of(p, seq));
@@ -362,58 +260,4 @@ int64_t sw_run(void *h, int64_t *out, int64_t cap, int64_t *nout)
     }
     *nout = found;
     return walked;
-}
-
-/* The walk stands still with events left (a causality cycle): take a receive on a cycle of
- * waits as a back edge, with its origin's clock of the last round.
- * Returns 1 (taken; a violation it makes is written to out as sw_run's, *nout 0 or 1), 0
- * when no process waits at a receive of its batch, -1 out of memory, -2 counts that lie. */
-int64_t sw_break(void *h, int64_t *out, int64_t *nout)
-{
-    struct sw *s = h;
-    *nout = 0;
-    /* from the lowest waiting process, follow each one's wait to the process of the
-     * origin it waits for: the first process met twice lies on a cycle of waits, whose
-     * receives and the events between them form a causality cycle; its receive is taken */
-    int32_t p = -1;
-    for (int32_t q = 0; q < s->nslots && p < 0; q++)
-        if (s->in[q].off < s->in[q].n)
-            p = q;
-    for (int32_t steps = 0; p >= 0 && steps <= s->nslots; steps++) {
-        struct batch *b = &s->in[p];
-        int8_t k = b->off < b->n ? b->kind[b->off] : 0;
-        if ((k != DELIVER && k != SIGNAL_RECV) || b->sseq[b->off] < s->seq[b->sslot[b->off]])
-            return 0;           /* not waiting: the walk can move, or a batch is missing */
-        if (steps == s->nslots)
-            break;              /* nslots waits followed: p is on their cycle */
-        p = b->sslot[b->off];
-    }
-    if (p < 0)
-        return 0;
-    struct batch *b = &s->in[p];
-    int64_t key = key_of(b->sslot[b->off], b->sseq[b->off]);
-    int64_t e = t_find(&s->back, key), len = row_len(s) + 1;
-    if (s->back.key[e] == -1) {
-        if (s->btop == s->bcap) {
-            int64_t cap = s->bcap ? 2 * s->bcap : 64;
-            int32_t *q = realloc(s->bpool, sizeof(int32_t) * cap * len);
-            if (!q)
-                return -1;
-            s->bpool = q;
-            s->bcap = cap;
-        }
-        e = t_insert(&s->back, key);
-        if (e < 0)
-            return -1;
-        memset(s->bpool + (size_t)s->btop * len, 0, sizeof(int32_t) * len);
-        s->back.a[e] = (int32_t)s->btop++;
-        s->back.b[e] = 0;
-        s->changed = 1;         /* a new back edge: its origin's clock is not known yet */
-    }
-    s->back.b[e]++;
-    const int32_t *r = s->bpool + (size_t)s->back.a[e] * len;
-    int64_t found = 0;
-    int rc = walk_one(s, p, r, r[len - 1] ? r + s->ncols : NULL, out, &found);
-    *nout = found;
-    return rc ? rc : 1;
 }
