@@ -1,5 +1,5 @@
-"""cffi build script: compiles csrc/check/walk.c, stream.c (rounds.c, claim.c) and chains.c into bus1py.check._walk, the checker's
-exact kernels (a module of its own, so the checker does not depend on the bus's C code).
+"""cffi build script: compiles csrc/check/walk.c, stream.c (rounds.c, claim.c) and
+chains.c into bus1py.check._walk, the checker's exact kernels (a module of its own, so the checker does not depend on the bus's C code).
 The cdef is the part of csrc/check/walk.h between its cdef markers."""
 from pathlib import Path
 
@@ -17,7 +17,9 @@ def builder(root=Path(".")):
              .split("/* cdef-end */", 1)[0])
     src = root / SRC.relative_to(ROOT)
     ffi.set_source("bus1py.check._walk", '#include "walk.h"\n',
-                   sources=[str(src / n) for n in ("walk.c", "stream.c", "rounds.c", "claim.c", "chains.c")], include_dirs=[str(src)],
+                   sources=[str(src / n) for n in ("walk.c", "stream.c", "rounds.c",
+                                                   "claim.c", "chains.c")],
+                   include_dirs=[str(src)],
                    extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"])
     return ffi
 

@@ -8,10 +8,10 @@ Invariants:
     the rows, and the walk by column blocks decides the rest, on a local master in the
     driver's process and on a cluster over tasks exchanging files.
   - Both decide every property exactly from the rows (stamps are never read), causal on
-    a history with a causality cycle too (by the streamed walk's rounds, csrc/check/
-    stream.c, over the driver's layout or the per-process files: the least fixpoint of
-    the clocks), so both give the same summary (all but `seconds` and `timings`), and neither hands a trace to the
-    other.
+    a history with a causality cycle too (by the streamed walk's rounds,
+    csrc/check/rounds.c, over the driver's layout or the per-process files: the least
+    fixpoint of the clocks), so both give the same summary (all but `seconds` and
+    `timings`), and neither hands a trace to the other.
   - A producer's clock column is read (and verified) only past DRIVER_MAX_CELLS rows x
     processes, by either path: below, the walk alone is cheaper.
 """

@@ -108,7 +108,7 @@ def test_a_bad_row_is_named():
 def test_the_streamed_walks_clock_check_is_the_drivers_verify(spark, tmp_path_factory, case,
                                                                rng, tamper, blocks, split):
     # the Spark path carries the clock column to the per-process files and each block
-    # task checks its own columns as it walks (stream.c's claim check, past a causality
+    # task checks its own columns as it walks (claim.c's check, past a causality
     # cycle in rounds): the verdict, its words and the first offending event are the
     # driver's verify_clocks' over the whole trace, for true clocks, tampered values,
     # nulls and wrong widths, at any block count, the column in one file or spread

@@ -101,7 +101,7 @@ def _scrambled(seed, swaps):
 @given(st.integers(0, 2 ** 32 - 1), st.integers(1, 12), st.sampled_from([2, 5, None]))
 def test_past_causality_cycles_the_streamed_rounds_are_the_in_memory_walks(tmp_path_factory, seed, swaps,
                                                          rows):
-    # stream.c's rounds (a back edge taken where the walk stands still, until no back
+    # rounds.c's rounds (a back edge taken where the walk stands still, until no back
     # edge's clock changes) over the per-process files give the in-memory walk's
     # violations, counts and examples, at every block count and batch size
     saved = per_process.MIN_ROWS, per_process.STREAM_ROWS_ALL

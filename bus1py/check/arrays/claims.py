@@ -1,5 +1,5 @@
 """A producer's clock column (vclock.py) carried to the per-process files, so the streamed
-walk (streamed.py, stream.c's claim check) verifies it batch by batch: no task holds the
+walk (streamed.py, claim.c's check) verifies it batch by batch: no task holds the
 clocks of the trace.
 
 Invariants: a piece holds one trace file's (process, seq, clock) rows ordered by process,

@@ -1,6 +1,6 @@
 """Vector clocks of any history, causality cycles included, by relaxation to the least
 fixpoint: every event's clock for the ShiViz export of small traces (report.py), and the
-definition the tests hold the walk's rounds (rounds.py, csrc/check/stream.c) to.
+definition the tests hold the walk's rounds (rounds.py, csrc/check/rounds.c) to.
 
 Invariants: the clock of position k is, per column, the count (seq + 1) of the latest
 event of that column's process that happened-before k or is k, happened-before being

@@ -1,5 +1,5 @@
 """`causal` of a history the walk (walk.py) cannot finish, on the driver: the streamed
-walk's rounds (csrc/check/stream.c, streamed.BlockWalk) over the Layout's own arrays, so a
+walk's rounds (csrc/check/rounds.c, streamed.BlockWalk) over the Layout's own arrays, so a
 broken trace is decided on either path by one algorithm, in about the walk's time a round.
 
 Invariants: the Layout is given to the walk as one batch a process (LayoutStreams: views

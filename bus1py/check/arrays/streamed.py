@@ -213,10 +213,11 @@ def peel(streams):
 
 
 def consistent(streams, max_examples):
-    """walk.consistent's answer and the first deliveries kept for Tarjan, streamed: the peel from the chains' fronts, then, on a
-    cycle, from their ends, and Tarjan on what both left: on each chain the events between
-    where the two stopped (a message on a cycle passes neither, nor does one between two
-    such on a chain, so every component lies there, whole)."""
+    """walk.consistent's answer and the first deliveries kept for Tarjan, streamed: the
+    peel from the chains' fronts, then, on a cycle, from their ends, and Tarjan on what
+    both left: on each chain the events between where the two stopped (a message on a
+    cycle passes neither, nor does one between two such on a chain, so every component
+    lies there, whole)."""
     from .walk import chain_components
     whole, front = peel(streams)
     if whole:
@@ -333,8 +334,9 @@ def decide(streams, want, max_examples, span=None, edge=None, destroys=False):
     """({property: processes of its violations}, info) of the properties in `want`
     (causal for the block `edge`, (lo, hi) columns or None for every column; consistent;
     fifo and node_rules), as rounds.decide (walk.decide, with the same rounds past a
-    causality cycle) and properties.py give them on the Layout of the same trace. info has the causal pairs, the examples, the counts, the most live
-    origins (`live_origins`) and the seconds of each step; `destroyed` with fifo."""
+    causality cycle) and properties.py give them on the Layout of the same trace. info
+    has the causal pairs, the examples, the counts, the most live origins
+    (`live_origins`) and the seconds of each step; `destroyed` with fifo."""
     import time
 
     from .streamed_examples import _Where, inversions

@@ -115,7 +115,7 @@ def even_edges(ncols, count):
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
 
-# why a producer's clock fails verify_clocks (by its reason code; stream.c's claim check
+# why a producer's clock fails verify_clocks (by its reason code; claim.c's check
 # gives the same codes)
 VERIFY_FAILURES = {1: "the clock is not the join of its predecessors' plus its own step",
                    2: "the clock knows a later event of its own process (a causality cycle)"}

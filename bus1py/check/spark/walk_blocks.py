@@ -8,8 +8,8 @@
 # (arrays/per_process.py, written by a job of tasks by process group), streamed by every
 # task a batch of each process at a time (arrays/streamed.py), so no task holds the trace,
 # only the model of streamed.task_bytes (docs/CHECKER.md, "The memory of a task"). A
-# causality cycle (a broken trace) is walked past in rounds (stream.c). A producer's clock
-# column to verify travels to the per-process files as int32 columns (arrays/claims.py,
+# causality cycle (a broken trace) is walked past in rounds (csrc/check/rounds.c). A
+# producer's clock column to verify travels to the per-process files as int32 columns (arrays/claims.py,
 # split by a job of tasks over the trace's files), and each block task checks its own
 # columns of it as it walks; the clocks are never trusted and never decide: verified, they
 # are the walk's own. The tasks' answers merge into the one walk's answer: counts add up,
