@@ -180,7 +180,7 @@ def in_memory(procs, sums, destroys, edges):
     from bus1py.check.arrays import walk as W
     from bus1py.check.arrays.layout import Layout
     from bus1py.check.spark import walk_blocks
-    files, counts, _ = walk_blocks.linked_input(sums, procs)
+    files, counts = walk_blocks.linked_input(sums, procs)
     lay = Layout(linked_files.read(files), procs, SPAN, ("node",) if destroys else (),
                  counts)
     node, has_node = lay.extra.pop("node") if destroys else (None, None)
@@ -234,7 +234,7 @@ def streams_of(sums, procs, where, groups=2):
     for g in range(groups):
         files.update(per_process.write_group(linked, set(procs[g::groups]), where,
                                              per_process.batch_rows(len(procs)))[0])
-    _, counts, _ = walk_blocks.linked_input(sums, procs)
+    counts = walk_blocks.linked_input(sums, procs)[1]
     return per_process.Streams(procs, [files[p] for p in procs], counts)
 
 

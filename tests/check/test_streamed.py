@@ -236,7 +236,7 @@ def test_a_path_search_is_the_in_memory_one_at_any_budget(tmp_path):
     sums = _linked(read_footers(path), where, 2)
     procs = sorted(set().union(*(s["procs"] for s in sums)))
     streams = _streams(sums, procs, where)
-    files, counts, _ = walk_blocks.linked_input(sums, procs)
+    files, counts = walk_blocks.linked_input(sums, procs)
     lay = Layout(linked_files.read(files), procs, SPAN, (), counts)
     origins = np.flatnonzero(lay.kind <= K.SIGNAL_SEND)
     rng = random.Random(5)

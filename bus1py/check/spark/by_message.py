@@ -95,7 +95,6 @@ def link_task(max_examples, where):
                         max_examples)
         yield _summary(dict(written, procs=ev.procs.tolist(), violations=int(len(msg)),
                             destroys=int((ev.code == K.DESTROY).sum()),
-                            origins=int((ev.code <= K.SIGNAL_SEND).sum()),
                             examples=[[e["highlight"][0], e["process"], e] for e in ex]))
     return run
 

@@ -9,9 +9,9 @@
 # task a batch of each process at a time (arrays/streamed.py), so no task holds the trace,
 # only the model of streamed.task_bytes (docs/CHECKER.md, "The memory of a task"). A
 # causality cycle (a broken trace) is walked past in rounds (csrc/check/rounds.c). A
-# producer's clock column to verify travels to the per-process files as int32 columns (arrays/claims.py,
-# split by a job of tasks over the trace's files), and each block task checks its own
-# columns of it as it walks; the clocks are never trusted and never decide: verified, they
+# producer's clock column to verify travels to the per-process files as int32 columns
+# (arrays/claims.py, split by a job of tasks over the trace's files), and each block task
+# checks its own columns of it as it walks; the clocks are never trusted and never decide: verified, they
 # are the walk's own. The tasks' answers merge into the one walk's answer: counts add up,
 # the causal examples are the lowest (position, partner) pairs of all blocks (positions
 # are the same in every task), the processes of the causal violations come in position
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 from .. import vclock
 from ..arrays.walk import VERIFY_FAILURES, block_edges, even_edges
@@ -39,11 +38,11 @@ FILE_TASKS_A_CORE = 4
 def run(c, want, sums, where, destroys, clocks):
     """(the walk's info, processes of a property's violations by name, the clock column's
     status or None) for Checker c (its processes set), from the tasks by message's
-    summaries `sums` (each names its linked file, the events of each process and its
-    origins), the exchanged files under `where`. clocks: whether a clock column is read
+    summaries `sums` (each names its linked file and the events of each process), the
+    exchanged files under `where`. clocks: whether a clock column is read
     (and reported). None when a process's numbering is broken."""
     procs = [int(p) for p in c.procs]
-    _, counts, _ = linked_input(sums, procs)
+    counts = linked_input(sums, procs)[1]
     vname, vstatus = (vclock.status(c.trace.files, c.span) if "causal" in want and clocks
                       else (None, None))
     pieces = None
@@ -61,7 +60,7 @@ def run(c, want, sums, where, destroys, clocks):
     c.phase("the streamed walk by column blocks: causal, consistent, fifo and node_rules")
     fn = stream_task(procs, [files[p] for p in procs], counts, c.span, c.max_examples,
                      sorted(want), edges, destroys, claims, own=not _local(c))
-    info, by_name, _ = c.timed("walk", _collect, c, fn, len(edges or [None]), vstatus)
+    info, by_name = c.timed("walk", _collect, c, fn, len(edges or [None]))
     if vname and not info.get("malformed"):
         _clock_verdict(info, broken, procs)
     return info, by_name, vstatus
@@ -113,26 +112,21 @@ def _ids(batches):
     return [i for b in batches for i in b.column(0).to_pylist()]
 
 
-def _collect(c, fn, tasks, vstatus=None):
-    """The merged answer of a walk job of `tasks` tasks running fn, as run's."""
-    return _merged(c, _rows(c, tasks, fn), vstatus)
-
-
-def _merged(c, got, vstatus):
-    """_collect's answer from the rows of every task of the walk."""
+def _collect(c, fn, tasks):
+    """(the walk's merged info, processes of a property's violations by name) of a walk
+    job of `tasks` tasks running fn; the walk's facts go to the timings."""
+    got = _rows(c, tasks, fn)
     info = merge([json.loads(r["info"]) for r in got if r["rec"] == "summary"],
                  c.max_examples)
     for k in WALK_FACTS:
         if k in info:
             c.timings[f"walk_{k}"] = info.pop(k)
-    if vstatus is not None and "vclock" not in info:
-        info["vclock"] = vstatus
     by_name = {}
     for r in got:
         if r["rec"] != "summary":
             by_name.setdefault(r["rec"], []).append(r["process"])
     by_name["causal"] = sorted(by_name.get("causal", []))
-    return info, lambda name: by_name.get(name, []), vstatus
+    return info, lambda name: by_name.get(name, [])
 
 
 # the streamed walk's facts, reported in the timings: the most origins a task held at
@@ -143,15 +137,13 @@ WALK_FACTS = ("live_origins", "task_peak_rss", "rounds", "back_edges", "chains_k
 
 
 def linked_input(sums, procs):
-    """(files, events of each process of `procs`, origins) from the tasks by message's
-    summaries."""
+    """(files, events of each process of `procs`) from the tasks by message's summaries."""
     slot = {p: i for i, p in enumerate(procs)}
     counts = [0] * len(procs)
     for s in sums:
         for p, n in zip(*s.get("counts", ((), ()))):
             counts[slot[p]] += n
-    return ([s["file"] for s in sums if "file" in s], counts,
-            sum(s.get("origins", 0) for s in sums))
+    return [s["file"] for s in sums if "file" in s], counts
 
 
 def merge(infos, max_examples):
@@ -168,7 +160,7 @@ def merge(infos, max_examples):
             out.setdefault("causal", []).extend(zip(map(tuple, pairs), examples))
         out["causal_count"] = out.get("causal_count", 0) + i.pop("causal_count", 0)
         for k, v in i.items():
-            if k.startswith(("consistent", "vclock", "destroyed")) or k.startswith(BESIDE):
+            if k.startswith(("consistent", "destroyed")) or k.startswith(BESIDE):
                 out[k] = v
             elif k in WALK_FACTS:
                 out[k] = max(v, out.get(k, 0))
@@ -201,11 +193,6 @@ def _peak():
         return 0
 
 
-# Events a task of the per-process step gathers at most, when the cluster has cores
-# enough: its processes' events are held twice (read, then sorted)
-GROUP_EVENTS = 4_000_000
-
-
 def split_clocks(c, name, where):
     """The pieces of the trace's clock column `name` (arrays/claims.py), written by a job
     of tasks over consecutive trace files: [(piece, its processes, their rows)]."""
@@ -232,7 +219,7 @@ def per_process_files(c, sums, procs, where, pieces=None):
     `pieces` (split_clocks') when given; None when a numbering is broken."""
     import numpy as np
 
-    _, counts, _ = linked_input(sums, procs)
+    counts = linked_input(sums, procs)[1]
     groups = min(len(procs), max(_cores(c), -(-sum(counts) // GROUP_EVENTS)))
     # the largest processes first, each to the group holding the fewest events so far
     members, held = [[] for _ in range(groups)], np.zeros(groups, np.int64)
