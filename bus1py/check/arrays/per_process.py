@@ -130,9 +130,17 @@ class Streams:
 
     def reversed(self):
         """These streams giving each process's events last to first (a pass of its own)."""
+        return self._like(backward=True)
+
+    def claiming(self, lo, hi):
+        """These streams giving each batch the clock column's columns lo..hi-1 as `claim`
+        (a pass of its own; the files carry the column: `claims`)."""
+        return self._like(claim_cols=(lo, hi))
+
+    def _like(self, **change):
         import copy
         other = copy.copy(self)
-        other.backward = True
+        vars(other).update(change)
         other.rewind()
         return other
 

@@ -24,9 +24,6 @@ class LayoutStreams:
     """A Layout as per_process.Streams give the streamed walk its events: each process's
     events one batch (views of the layout's arrays)."""
 
-    claims = False
-    claim_cols = None
-
     def __init__(self, lay):
         n = lay.n
         self.P, self.procs, self.start = len(lay.procs), lay.procs, lay.start

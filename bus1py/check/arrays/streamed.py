@@ -8,16 +8,16 @@ order), so pairs and examples compare and merge with the in-memory walk's. The c
 walk (stream.c's sw_*) advances a process while its next receive's origin has been
 walked, holds the block's current and known clocks of every process and the clock of each
 origin with a receive still to come (freed after its last: the linking counted them); a
-walk that cannot move with events left met a causality cycle (`walk_complete` False,
-nothing decided for causal). An example's partner is found by a second walk given the
-first violations as targets, run only when there are violations. consistent peels the
-delivery-chain graph (stream.c's cp_*): a trace whose chains all peel has no component;
-otherwise the chains from where the peel stopped hold every cycle, and Tarjan
-(walk.chain_components) runs on them alone. fifo and node_rules read one process at a time.
+walk that cannot move with events left met a causality cycle, and goes on in rounds over
+back edges (rounds.c) until their clocks settle. An example's partner is found by one
+more round given the first violations as targets, run only when there are violations.
+consistent peels the delivery-chain graph (chains.c's cp_*) from the front, and on a
+cycle from the ends too: Tarjan (walk.chain_components) runs on what both left, which
+holds every component. fifo and node_rules read one process at a time.
 Memory of a task: task_bytes (a batch of each process, the block's clocks of each process
 and of the live origins, one process's events for fifo and node_rules); what a broken
-trace adds (its violations, the chains a cycle leaves, the example searches) is outside
-it. Nothing here imports pyspark.
+trace adds (its violations, its back edges, the chains the peels leave, the example
+searches) is outside it. Nothing here imports pyspark.
 """
 from __future__ import annotations
 
@@ -98,6 +98,8 @@ class BlockWalk:
         ncols = int(max(bcol, default=0)) + 1
         self.bcol = np.ascontiguousarray(bcol, np.int32)
         lo, hi = claim or (0, 0)
+        if claim:
+            self.streams = streams.claiming(lo, hi)
         self.h = lib.sw_new(streams.P, ncols, inside, _ptr(ffi, self.bcol, "int32_t"),
                             hi - lo, lo)
         if self.h == ffi.NULL:
@@ -347,9 +349,7 @@ def decide(streams, want, max_examples, span=None, edge=None, destroys=False):
         bcol, inside = block_columns(streams, span, *(edge or (None, None)))
         # the claim's columns are the block's (a clock column is read without span)
         claim = (edge or (0, streams.P)) if streams.claims else None
-        streams.claim_cols = claim
         bad, pairs, facts = causal(streams, bcol, inside, max_examples, claim)
-        streams.claim_cols = None
         info["walk_complete"] = True
         info["live_origins"] = facts["live_origins"]
         if facts["rounds"] > 1:
