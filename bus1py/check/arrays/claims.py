@@ -41,31 +41,24 @@ def split(files, name, where):
     return out
 
 
-def gather(pieces, process, P, n):
-    """(clocks, None): the clocks of `process` (n events) as a (P x n) int32 array, entry
-    c of event s at [c, s], from the pieces ((piece, processes, rows) of each); or (None,
+def gather(slices, P, n):
+    """(clocks, None): a process's clocks (n events) as a (P x n) int32 array, entry c of
+    event s at [c, s], from its slices of the pieces (linked_files.slices); or (None,
     (why, seq)) for its first row breaking a shape rule (vclock.by_row's words). Each
-    piece's slice is read in place and scattered by seq, so the clocks are held once."""
-    import pyarrow as pa
+    slice is read in place and scattered by seq, so the clocks are held once."""
     out = np.empty((P, n), np.int32)
     bad = []            # (the null rule broken, seq) of each slice's first broken rule
-    for name, procs, counts in pieces:
-        offsets = np.concatenate([[0], np.cumsum(counts)])
-        for i, p in enumerate(procs):
-            if p != process:
-                continue
-            with pa.memory_map(name) as source:
-                t = pa.ipc.open_file(source).read_all().slice(int(offsets[i]),
-                                                              int(counts[i]))
-                seq = t.column("seq").to_numpy()
-                for chunk in t.column("clock").chunks:
-                    got, why = vclock.by_row(chunk, P)
-                    at, seq = seq[:len(chunk)], seq[len(chunk):]
-                    if got is None:
-                        bad.append((why[0] != vclock.NO_CLOCK, int(at[why[1]].min()), why[0]))
-                    elif not bad:
-                        out[:, at] = got.T
-                del t
+    for at in slices:
+        t = linked_files.read_slice(*at)
+        seq = t.column("seq").to_numpy()
+        for chunk in t.column("clock").chunks:
+            got, why = vclock.by_row(chunk, P)
+            rows, seq = seq[:len(chunk)], seq[len(chunk):]
+            if got is None:
+                bad.append((why[0] != vclock.NO_CLOCK, int(rows[why[1]].min()), why[0]))
+            elif not bad:
+                out[:, rows] = got.T
+        del t
     if bad:
         _, seq, why = min(bad)
         return None, (why, seq)

@@ -89,6 +89,27 @@ def write(where, table, rows=BATCH_ROWS):
     return name
 
 
+def slices(pieces, group):
+    """{process: [(file, offset, rows)]}: where each process of `group` lies in `pieces`,
+    each (file, its processes, their rows) of a file holding its rows by process (a
+    process's rows one slice of it), in the pieces' order."""
+    import numpy as np
+    out = {}
+    for name, procs, counts in pieces:
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        for i, p in enumerate(procs):
+            if p in group:
+                out.setdefault(p, []).append((name, int(offsets[i]), int(counts[i])))
+    return out
+
+
+def read_slice(name, offset, rows):
+    """Rows offset..offset+rows-1 of the file `name`, as a table of its mapped pages."""
+    import pyarrow as pa
+    with pa.memory_map(name) as source:
+        return pa.ipc.open_file(source).read_all().slice(offset, rows)
+
+
 def read(files):
     """The record batches of `files` (Arrow IPC, or Parquet written by Spark's tasks), one
     at a time (none held here once yielded)."""

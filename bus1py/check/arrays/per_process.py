@@ -43,18 +43,11 @@ def write_group(linked, group, where, rows, claims=None, P=0):
 
     from . import claims as C
     from . import linked_files
-    where_of = {}       # process -> [(file, offset, count)]
-    for name, procs, counts in linked:
-        offsets = np.concatenate([[0], np.cumsum(counts)])
-        for i, p in enumerate(procs):
-            if p in group:
-                where_of.setdefault(p, []).append((name, int(offsets[i]), int(counts[i])))
+    where_of = linked_files.slices(linked, group)
+    clocks_of = linked_files.slices(claims, group) if claims is not None else {}
     out, broken = {}, {}
     for p in sorted(group):
-        parts = []
-        for name, offset, count in where_of.get(p, ()):
-            with pa.memory_map(name) as source:
-                parts.append(pa.ipc.open_file(source).read_all().slice(offset, count))
+        parts = [linked_files.read_slice(*at) for at in where_of.get(p, ())]
         t = pa.concat_tables(parts).select(list(COLUMNS)) if parts else None
         n = t.num_rows if t is not None else 0
         order = seq_order(t.column("seq").to_numpy() if n else np.zeros(0, np.int64))
@@ -62,7 +55,7 @@ def write_group(linked, group, where, rows, claims=None, P=0):
             raise ValueError(f"the events of process {p} are not numbered 0,1,2,...")
         t = t.take(order) if n else _empty()
         if claims is not None and n:
-            clocks, bad = C.gather(claims, p, P, n)
+            clocks, bad = C.gather(clocks_of.get(p, ()), P, n)
             if bad is not None:
                 broken[p] = (*bad, _event(p, t, bad[1]))
             else:       # each column a view of the clocks' rows (no copy)
