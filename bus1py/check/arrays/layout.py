@@ -102,7 +102,7 @@ class Layout:
         self.start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.n = int(self.start[-1])
         self.slot_of = np.repeat(np.arange(P, dtype=np.int32), counts)
-        self.receivers = self.origins = None    # for path(), built on first use
+        self.receivers = None    # for path(), built on first use
 
     def _slots(self, process):
         """The slot of each process id (an Arrow or numpy array of ids among procs)."""

@@ -13,13 +13,11 @@ examples' searches share each pass.
 """
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 
 from .. import kinds as K
-from ..examples import event, inversion, unwind_path
-from .walk import PATH_BUDGET
+from ..examples import event, inversion
+from .walk import PATH_BUDGET, search
 
 
 def inversions(streams, pairs, budget=PATH_BUDGET):
@@ -74,7 +72,7 @@ def paths(streams, searches, budget=PATH_BUDGET):
 
     def slot_of(k):
         return int(np.searchsorted(streams.start, k, side="right")) - 1
-    gens = [_search(a, b, slot_of, end_of, budget) for a, b in searches]
+    gens = [search(a, b, slot_of, end_of, budget) for a, b in searches]
     found = [None] * len(gens)
     asks = {}
     for i, g in enumerate(gens):
@@ -137,46 +135,3 @@ def _receives(streams, asks):
         order = np.lexsort((r, o))
         out[i] = (o[order], r[order])
     return out
-
-
-def _search(start, goal, slot_of, end_of, budget):
-    """walk.path as a generator: it yields each level's ranges of origins and is sent
-    their receives (origins, receives), then returns the path (positions) or None."""
-    goal_slot = slot_of(goal)
-    reached = {slot_of(start): start}
-    expanded = {}
-    parent = {start: None}
-    frontier = deque([start])
-    end = None
-    while frontier and end is None:
-        ranges = {}
-        for k in frontier:
-            sl = slot_of(k)
-            hi = expanded.get(sl, int(end_of[sl]))
-            if k < hi:
-                ranges[sl] = (min(k, ranges.get(sl, (k,))[0]), hi)
-        eo, er = yield ranges, dict(reached), budget
-        if eo is None:
-            return None         # the level's candidates pass the budget (walk.path)
-        budget -= len(eo)
-        for _ in range(len(frontier)):
-            k = frontier.popleft()
-            sl = slot_of(k)
-            if sl == goal_slot and k <= goal:
-                end = k
-                break
-            hi = expanded.get(sl, int(end_of[sl]))
-            if k >= hi:
-                continue
-            expanded[sl] = k
-            a, b = np.searchsorted(eo, [k, hi])
-            for r, o in zip(er[a:b].tolist(), eo[a:b].tolist()):
-                q = slot_of(r)
-                if reached.get(q, r + 1) <= r:
-                    continue
-                reached[q] = r
-                parent[r] = (o, k)
-                frontier.append(r)
-    if end is None:
-        return None
-    return unwind_path(parent, end, goal)

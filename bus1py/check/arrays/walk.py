@@ -307,62 +307,81 @@ def _inversion(lay, k, later):
 def path(lay, start, goal, budget=PATH_BUDGET):
     """A happened-before path from position `start` to position `goal` with the fewest
     message and signal hops (a same-process step of any length is one edge), as events:
-    BFS over processes, reaching a process at an earlier
-    position dominates reaching it later, so each origin is expanded at most once. A
-    level's candidates are the receives whose origin lies in a range the level may expand
-    and which lie before where the search had reached their process when the level began
-    (no other can extend it); None when goal is not reached after `budget` candidates, a
-    level taken whole or not at all, so the streamed search (streamed_examples.py), which
-    holds a level's candidates, holds at most `budget` of them."""
+    BFS over processes, reaching a process at an earlier position dominates reaching it
+    later, so each origin is expanded at most once. A level's candidates are the receives
+    whose origin lies in a range the level may expand and which lie before where the
+    search had reached their process when the level began (no other can extend it); None
+    when goal is not reached after `budget` candidates, a level taken whole or not at all,
+    so the streamed search (streamed_examples.py), which holds a level's candidates, holds
+    at most `budget` of them."""
     if lay.receivers is None:     # receives grouped by origin, built on first use
         recv = np.flatnonzero(lay.src >= 0)
         lay.receivers = recv[stable_order(lay.src[recv])]
-        lay.origins = np.flatnonzero(lay.kind <= K.SIGNAL_SEND)
     rsrc = lay.src[lay.receivers]
-    goal_slot = int(lay.slot_of[goal])
-    reached = {int(lay.slot_of[start]): start}
-    expanded = {}                 # slot -> lowest position already expanded from
-    parent = {start: None}        # receive (or start) -> (origin, position expanded from)
+    gen = search(start, goal, lambda k: int(lay.slot_of[k]), lay.start[1:], budget)
+    sent = None
+    try:
+        while True:
+            ranges, reached, left = gen.send(sent)
+            before = np.full(len(lay.procs), lay.n, np.int64)
+            for q, r in reached.items():
+                before[q] = r
+            rs = [lay.receivers[np.searchsorted(rsrc, lo):np.searchsorted(rsrc, hi)]
+                  for lo, hi in ranges.values()]
+            r = np.concatenate(rs) if rs else np.zeros(0, np.int64)
+            r = r[r < before[lay.slot_of[r]]]
+            o = lay.src[r]
+            order = np.lexsort((r, o))
+            sent = (None, None) if len(r) > left else (o[order], r[order])
+    except StopIteration as stop:
+        got = stop.value
+    return None if got is None else [lay.event_at(k) for k in got]
+
+
+def search(start, goal, slot_of, end_of, budget):
+    """The path search of `path`, as a generator over levels: it yields each level's
+    (ranges {slot: (lo, hi)} of origins, where it had reached each process, budget left)
+    and is sent the level's candidates as (origins, receives) sorted by (origin, receive),
+    or (None, None) when they pass the budget; it returns the path (positions) or None.
+    path answers from the layout, streamed_examples.paths from the files."""
+    goal_slot = slot_of(goal)
+    reached = {slot_of(start): start}
+    expanded = {}
+    parent = {start: None}
     frontier = deque([start])
     end = None
     while frontier and end is None:
         ranges = {}
         for k in frontier:
-            sl = int(lay.slot_of[k])
-            hi = expanded.get(sl, int(lay.start[sl + 1]))
+            sl = slot_of(k)
+            hi = expanded.get(sl, int(end_of[sl]))
             if k < hi:
                 ranges[sl] = (min(k, ranges.get(sl, (k,))[0]), hi)
-        before = np.full(len(lay.procs), lay.n, np.int64)
-        for q, r in reached.items():
-            before[q] = r
-        for lo, hi in ranges.values():
-            r = lay.receivers[np.searchsorted(rsrc, lo):np.searchsorted(rsrc, hi)]
-            budget -= int((r < before[lay.slot_of[r]]).sum())
-        if budget < 0:
-            break
+        eo, er = yield ranges, dict(reached), budget
+        if eo is None:
+            return None         # the level's candidates pass the budget (walk.path)
+        budget -= len(eo)
         for _ in range(len(frontier)):
             k = frontier.popleft()
-            sl = int(lay.slot_of[k])
+            sl = slot_of(k)
             if sl == goal_slot and k <= goal:
                 end = k
                 break
-            hi = expanded.get(sl, int(lay.start[sl + 1]))
+            hi = expanded.get(sl, int(end_of[sl]))
             if k >= hi:
                 continue
             expanded[sl] = k
-            a, b = np.searchsorted(lay.origins, [k, hi])
-            for o in lay.origins[a:b].tolist():
-                i, j = np.searchsorted(rsrc, [o, o + 1])
-                for r in lay.receivers[i:j].tolist():
-                    q = int(lay.slot_of[r])
-                    if reached.get(q, r + 1) <= r:
-                        continue
-                    reached[q] = r
-                    parent[r] = (o, k)
-                    frontier.append(r)
+            a, b = np.searchsorted(eo, [k, hi])
+            for r, o in zip(er[a:b].tolist(), eo[a:b].tolist()):
+                q = slot_of(r)
+                if reached.get(q, r + 1) <= r:
+                    continue
+                reached[q] = r
+                parent[r] = (o, k)
+                frontier.append(r)
     if end is None:
         return None
-    return [lay.event_at(k) for k in unwind_path(parent, end, goal)]
+    return unwind_path(parent, end, goal)
 
 
 def _delivery(lay, k):
