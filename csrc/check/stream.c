@@ -86,7 +86,7 @@ int sw_target(void *h, int64_t ntargets, const int64_t *targets)
         s->t_lo[targets[4 * i]] = i;
     for (int64_t i = 0; i < ntargets; i++)
         s->t_hi[targets[4 * i]] = i + 1;
-    s->ntargets = s->unfound = ntargets;
+    s->unfound = ntargets;
     return 0;
 }
 

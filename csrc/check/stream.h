@@ -18,8 +18,9 @@ struct sw {
     int32_t *pool;                  /* rows of ncols + cw: an origin's clock and claim */
     int64_t pool_cap, pool_top, *spare, nspare;
     int64_t max_live;
-    /* the second pass's targets (slot, seq, column, need), sorted by slot */
-    int64_t ntargets, *target, *partner, *t_lo, *t_hi;
+    /* the partners' round's targets (slot, seq, column, need), sorted by slot; a slot's
+     * are t_lo[slot]..t_hi[slot]-1 */
+    int64_t *target, *partner, *t_lo, *t_hi;
     int64_t unfound;
     /* back edges: origin key -> (back row, receives taken before the origin this round);
      * a back row: the origin's clock of the last round, its claim, whether it is known */
