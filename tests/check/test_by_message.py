@@ -317,3 +317,62 @@ def test_a_trace_broken_by_make_cycles_checks_alike_on_either_path(spark, tmp_pa
     assert "kernel_causal_rounds" in t_whole and t["walk_rounds"] > 1, (t_whole, t)
     assert spread == whole and per == per_whole
     assert whole["properties"]["causal"]["violations"] > 0
+
+
+def _outsider_reaches(where, name):
+    """In a child dropped to uid and gid 65534 (no groups): what it could do with a
+    check's directory `where` and its file `name` (errnos of the refusals)."""
+    out = {}
+    for what, fn in (("list", lambda: os.listdir(where)),
+                     ("read", lambda: open(name, "rb").read(1)),
+                     ("create", lambda: open(os.path.join(where, "x"), "wb").close()),
+                     ("remove", lambda: os.unlink(name)),
+                     ("rename", lambda: os.rename(where, where + "-gone"))):
+        try:
+            fn()
+            out[what] = 0
+        except OSError as e:
+            out[what] = e.errno
+    return out
+
+
+@pytest.mark.timeout(60)
+def test_another_user_cannot_reach_a_checks_files(tmp_path):
+    # the files a check exchanges (the trace's pieces, linked events, per-process events,
+    # a clock column's pieces) lie in a directory of its own under /tmp (shared by every
+    # user) by default: mode 0700, so another uid that never ran the check can neither
+    # list, read, add, remove nor move them
+    import errno
+    import json
+    import tempfile
+
+    import pyarrow as pa
+
+    from bus1py.check.arrays import linked_files
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a child as another uid")
+    where = linked_files.directory(tempfile.gettempdir())
+    try:
+        name = linked_files.write(where, pa.table({"process": [1], "seq": [0]}))
+        rd, wr = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.close(rd)
+                os.setgroups([])
+                os.setresgid(65534, 65534, 65534)
+                os.setresuid(65534, 65534, 65534)
+                os.write(wr, json.dumps(_outsider_reaches(where, name)).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(wr)
+        with os.fdopen(rd, "rb") as f:
+            got = json.loads(f.read())
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+        assert set(got.values()) <= {errno.EACCES, errno.EPERM} and 0 not in got.values(), got
+        assert os.listdir(where) == [os.path.basename(name)]
+    finally:
+        import shutil
+        shutil.rmtree(where, ignore_errors=True)
