@@ -3,10 +3,10 @@ events looked up in the per-process files and their happened-before paths found 
 same breadth-first search as walk.path, one pass over the files per level.
 
 Invariants: an example is the one walk.inversions gives on the Layout of the same trace
-(positions are the layout's). The search is walk.path's, step for step: within a level the
-origins it expands on one process are [lowest position reached there, where the last
-expansion there began), so the receives of one pass over the files for those ranges are
-exactly the ones the in-memory search reads for that level; it holds the level's
+(positions are the layout's). The search is walk.search, the one walk.path runs: within a
+level the origins it expands on one process are [lowest position reached there, where the
+last expansion there began), so the receives of one pass over the files for those ranges
+are exactly the ones the in-memory search reads for that level; it holds the level's
 candidates (those before where it had reached their process), at most what is left of
 walk.PATH_BUDGET (a level past it ends the search without a path, on both paths). All
 examples' searches share each pass.
